@@ -1,0 +1,1 @@
+//! Per-host agent: discovers RNICs, registers, probes with the six-timestamp protocol, uploads results.

@@ -1,0 +1,1 @@
+//! Analyzer: ingests result batches and aggregates per-period SLA figures.

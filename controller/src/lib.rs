@@ -1,0 +1,1 @@
+//! Controller: RNIC registry, topology and pinglist generation behind a REST API.

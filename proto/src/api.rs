@@ -1,0 +1,264 @@
+//! JSON types of the REST API under `/api/v1`, shared by the controller, the analyzer,
+//! the agent and the operator tools so both ends of every call agree by construction.
+
+use crate::packet::ProbeClass;
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
+
+/// Path prefix of every API route.
+pub const API_PREFIX: &str = "/api/v1";
+
+/// Longest host, interface, ToR or GID string accepted anywhere.
+pub const MAX_NAME_LEN: usize = 253;
+/// Most RNICs one agent may register.
+pub const MAX_RNICS_PER_HOST: usize = 64;
+
+/// Error body of every non-2xx JSON response.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct ErrorBody {
+    /// Human-readable reason.
+    pub error: String,
+}
+
+/// One RNIC as an agent reports it at start-up.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RnicRegistration {
+    /// Interface name on the host (e.g. `mlx5_0` or `eth1`).
+    pub ifname: String,
+    /// IP address the RNIC probes from and answers on.
+    pub ip: IpAddr,
+    /// RoCE GID (verbs transport), if any.
+    #[serde(default)]
+    pub gid: Option<String>,
+    /// QPN of the probing UD QP (udp transport: a per-start random 24-bit id).
+    pub qpn: u32,
+    /// UDP port the responder listens on.
+    pub port: u16,
+    /// ToR name, when the host knows it (config or node label).
+    #[serde(default)]
+    pub tor: Option<String>,
+    /// Rail index of the RNIC in a rail-optimized fabric.
+    #[serde(default)]
+    pub rail: Option<u32>,
+    /// Default gateway of the interface, used to infer the ToR.
+    #[serde(default)]
+    pub gateway: Option<IpAddr>,
+}
+
+/// `POST /api/v1/agents/register`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RegisterRequest {
+    /// Host name (unique in the cluster).
+    pub host: String,
+    /// Agent epoch: a new value at every agent start.
+    pub epoch: u32,
+    /// The host's RNICs.
+    pub rnics: Vec<RnicRegistration>,
+}
+
+/// Reply to a registration.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RegisterResponse {
+    /// Controller-assigned host id, stable across agent restarts.
+    pub host_id: u32,
+    /// The epoch now on record.
+    pub epoch: u32,
+    /// The registered RNICs with their ids.
+    pub rnics: Vec<RnicInfo>,
+    /// Base URL of the analyzer to upload to; `None` = the controller's own URL.
+    pub analyzer_url: Option<String>,
+    /// How often to upload result batches.
+    pub upload_period_ms: u64,
+    /// How often to poll the pinglist.
+    pub pinglist_poll_ms: u64,
+}
+
+/// An RNIC as the registry knows it (also the comm info a prober needs).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RnicInfo {
+    /// Controller-assigned id, stable for (host, ifname).
+    pub id: u32,
+    /// Host id.
+    pub host_id: u32,
+    /// Host name.
+    pub host: String,
+    /// Interface name.
+    pub ifname: String,
+    /// IP address.
+    pub ip: IpAddr,
+    /// RoCE GID, if any.
+    pub gid: Option<String>,
+    /// Current QPN.
+    pub qpn: u32,
+    /// Responder UDP port.
+    pub port: u16,
+    /// Resolved ToR name.
+    pub tor: String,
+    /// Rail index.
+    pub rail: Option<u32>,
+    /// Epoch of the agent that registered it last.
+    pub epoch: u32,
+    /// When it was last registered, ms since the Unix epoch.
+    pub registered_at_ms: i64,
+}
+
+/// A host and its agent's incarnation.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostInfo {
+    /// Host id.
+    pub id: u32,
+    /// Host name.
+    pub host: String,
+    /// Current agent epoch.
+    pub epoch: u32,
+    /// How many times the host has registered (agent starts).
+    pub registrations: i64,
+    /// Last registration, ms since the Unix epoch.
+    pub registered_at_ms: i64,
+}
+
+/// One probe target in a pinglist.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash)]
+pub struct PingTarget {
+    /// Target RNIC id.
+    pub rnic_id: u32,
+    /// Target IP.
+    pub ip: IpAddr,
+    /// Target responder port.
+    pub port: u16,
+    /// Target QPN as the registry knows it.
+    pub qpn: u32,
+    /// UDP source port to probe with (selects the ECMP path).
+    pub src_port: u16,
+}
+
+/// One list of targets probed at a common rate.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct ProbeList {
+    /// Pinglist class.
+    pub class: ProbeClass,
+    /// Probes per second for the whole list; each target gets `pps / entries.len()`.
+    pub pps: f64,
+    /// Targets, probed in a freshly shuffled order every round.
+    pub entries: Vec<PingTarget>,
+}
+
+/// All lists of one RNIC.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct RnicPinglist {
+    /// Probing RNIC id.
+    pub rnic_id: u32,
+    /// Its lists.
+    pub lists: Vec<ProbeList>,
+}
+
+/// `GET /api/v1/pinglists/{host_id}`: everything one agent probes. The response
+/// carries an `ETag`; a poll with a matching `If-None-Match` gets `304`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Pinglist {
+    /// Host id.
+    pub host_id: u32,
+    /// Content version (the ETag value).
+    pub version: String,
+    /// Probe timeout in ms.
+    pub timeout_ms: u64,
+    /// Per-RNIC lists.
+    pub rnics: Vec<RnicPinglist>,
+}
+
+/// One ToR and its RNICs.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TorInfo {
+    /// ToR name.
+    pub name: String,
+    /// RNIC ids under it.
+    pub rnics: Vec<u32>,
+}
+
+/// `GET /api/v1/topology`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct TopologyInfo {
+    /// ToRs.
+    pub tors: Vec<TorInfo>,
+    /// Parallel cross-ToR paths (N of R-Pingmesh Eq. 1).
+    pub parallel_paths: u32,
+    /// 5-tuples per ToR (k of Eq. 1).
+    pub tuples_per_tor: u32,
+}
+
+/// Aggregation scope of an SLA row.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum SlaScope {
+    /// The whole cluster; key `"cluster"`.
+    Cluster,
+    /// A ToR pair; key `"<src tor>-><dst tor>"`.
+    TorPair,
+    /// An RNIC as probe target (RTT, responder delay, timeouts) and as prober
+    /// (prober delay); key = RNIC id.
+    Rnic,
+}
+
+impl SlaScope {
+    /// Stable lowercase name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Cluster => "cluster",
+            Self::TorPair => "tor_pair",
+            Self::Rnic => "rnic",
+        }
+    }
+}
+
+/// Percentiles of one delay metric, in nanoseconds; `None` without samples.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+pub struct Quantiles {
+    /// Median.
+    pub p50: Option<u64>,
+    /// 90th percentile.
+    pub p90: Option<u64>,
+    /// 99th percentile.
+    pub p99: Option<u64>,
+    /// 99.9th percentile.
+    pub p999: Option<u64>,
+}
+
+/// SLA figures of one scope over one analysis period.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SlaRow {
+    /// Period start, ms since the Unix epoch.
+    pub period_start_ms: i64,
+    /// Period length in ms.
+    pub period_ms: i64,
+    /// Scope.
+    pub scope: SlaScope,
+    /// Scope key.
+    pub key: String,
+    /// Probes in the period.
+    pub probes: i64,
+    /// Of which timed out.
+    pub timeouts: i64,
+    /// `timeouts / probes`.
+    pub timeout_rate: f64,
+    /// Network RTT percentiles.
+    pub network_rtt_ns: Quantiles,
+    /// Prober processing delay percentiles.
+    pub prober_delay_ns: Quantiles,
+    /// Responder processing delay percentiles.
+    pub responder_delay_ns: Quantiles,
+    /// Application RTT percentiles (what a software pinger would see).
+    pub app_rtt_ns: Quantiles,
+}
+
+/// Reply to a result upload.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct UploadAck {
+    /// Records taken into aggregation.
+    pub accepted: u64,
+    /// Records dropped (unknown RNIC, outside every open period).
+    pub dropped: u64,
+    /// True when the batch was a retry already counted.
+    pub duplicate: bool,
+}

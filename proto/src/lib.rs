@@ -1,0 +1,29 @@
+//! Shared wire formats of rocemesh.
+//!
+//! - [`packet`]: the 64-byte PROBE/ACK1/ACK2 payload both transports carry;
+//! - [`batch`]: the binary result batches agents upload to the analyzer;
+//! - [`api`]: JSON types of the REST API.
+#![warn(missing_docs)]
+
+pub mod api;
+pub mod batch;
+pub mod packet;
+
+pub use batch::{ProbeResult, ProbeStatus};
+pub use packet::{Packet, PacketError, PacketKind, ProbeClass, TimestampSource};
+
+/// Milliseconds since the Unix epoch, from the wall clock.
+pub fn now_unix_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+/// Nanoseconds since the Unix epoch, from the wall clock.
+pub fn now_unix_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
