@@ -1,0 +1,89 @@
+//! `rocemesh agent`: runs the per-host agent until SIGTERM/SIGINT, then shuts down cleanly.
+
+use anyhow::{Context, Result, bail};
+use clap::Args;
+use rocemesh_agent::{AgentConfig, RnicConfig};
+use std::path::PathBuf;
+
+/// Agent options; flags override the config file.
+#[derive(Debug, Args)]
+pub struct AgentArgs {
+    /// TOML agent config file (same keys as the flags, `[[rnics]]` tables).
+    #[arg(long, env = "ROCEMESH_AGENT_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Controller base URL, e.g. http://controller:8080.
+    #[arg(long, env = "ROCEMESH_CONTROLLER")]
+    pub controller: Option<String>,
+    /// Analyzer base URL (default: what the controller says, else the controller URL).
+    #[arg(long, env = "ROCEMESH_ANALYZER")]
+    pub analyzer: Option<String>,
+    /// Host name to register as (default: this machine's hostname).
+    #[arg(long, env = "ROCEMESH_HOST")]
+    pub host: Option<String>,
+    /// An RNIC to probe from: NAME=IP[,tor=T][,rail=N] or NAME=@IFACE[,...]; repeatable.
+    #[arg(long = "rnic")]
+    pub rnics: Vec<String>,
+    /// UDP port the responder listens on.
+    #[arg(long)]
+    pub port: Option<u16>,
+    /// DSCP value for probes, so they ride the RoCE traffic class.
+    #[arg(long)]
+    pub dscp: Option<u8>,
+    /// Result buffer capacity in records (oldest dropped when full).
+    #[arg(long)]
+    pub buffer_capacity: Option<usize>,
+}
+
+impl AgentArgs {
+    /// The effective agent configuration.
+    pub fn resolve(&self) -> Result<AgentConfig> {
+        let mut cfg = match &self.config {
+            Some(path) => {
+                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+                toml::from_str::<AgentConfig>(&text).with_context(|| format!("parsing {}", path.display()))?
+            }
+            None => {
+                let Some(controller) = &self.controller else {
+                    bail!("--controller URL is required (or --config FILE)");
+                };
+                AgentConfig::new(controller.clone())
+            }
+        };
+        if let Some(c) = &self.controller {
+            cfg.controller_url = c.clone();
+        }
+        if self.analyzer.is_some() {
+            cfg.analyzer_url = self.analyzer.clone();
+        }
+        if let Some(h) = &self.host {
+            cfg.host = h.clone();
+        }
+        if !self.rnics.is_empty() {
+            cfg.rnics = self.rnics.iter().map(|s| RnicConfig::parse(s)).collect::<Result<_, _>>()?;
+        }
+        if let Some(p) = self.port {
+            cfg.port = p;
+        }
+        if self.dscp.is_some() {
+            cfg.dscp = self.dscp;
+        }
+        if let Some(b) = self.buffer_capacity {
+            cfg.buffer_capacity = b;
+        }
+        if cfg.rnics.is_empty() {
+            bail!("no RNIC configured: pass --rnic NAME=IP (or [[rnics]] in the config file)");
+        }
+        Ok(cfg)
+    }
+}
+
+/// Runs the agent in the foreground.
+pub fn run(args: AgentArgs) -> Result<()> {
+    let cfg = args.resolve()?;
+    let signals = crate::signals::block_termination()?;
+    let agent = rocemesh_agent::start(cfg)?;
+    tracing::info!(epoch = agent.epoch(), "agent running");
+    let sig = crate::signals::wait(&signals)?;
+    tracing::info!(signal = sig, "shutting down");
+    agent.shutdown()
+}

@@ -1,0 +1,70 @@
+//! The server-side configuration file (TOML): listener, database and the controller
+//! and analyzer sections, each deserialized straight into that component's config.
+
+use anyhow::{Context, Result};
+use rocemesh_analyzer::AnalyzerConfig;
+use rocemesh_controller::ControllerConfig;
+use serde::Deserialize;
+use std::net::SocketAddr;
+use std::path::Path;
+
+/// Default listen address of the server roles.
+pub const DEFAULT_LISTEN: &str = "0.0.0.0:8080";
+/// Default database: an SQLite file in the working directory, created on first run.
+pub const DEFAULT_DATABASE: &str = "sqlite://rocemesh.db";
+
+/// Everything `rocemesh server|controller|analyzer` reads from `--config`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ServerConfig {
+    /// HTTP listen address.
+    pub listen: SocketAddr,
+    /// Database URL: `sqlite://path` (default) or `postgres://...`.
+    pub database: String,
+    /// Controller section.
+    pub controller: ControllerConfig,
+    /// Analyzer section.
+    pub analyzer: AnalyzerConfig,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self {
+            listen: DEFAULT_LISTEN.parse().expect("constant address"),
+            database: DEFAULT_DATABASE.to_string(),
+            controller: ControllerConfig::default(),
+            analyzer: AnalyzerConfig::default(),
+        }
+    }
+}
+
+impl ServerConfig {
+    /// Reads a config file; unknown keys and bad values are errors naming the file.
+    pub fn load(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sections_reach_their_components() {
+        let c: ServerConfig = toml::from_str(
+            "listen = \"127.0.0.1:9\"\ndatabase = \"sqlite://x.db\"\n[controller]\ntormesh_pps = 150.0\n[analyzer]\nperiod_ms = 2000\n",
+        )
+        .unwrap();
+        assert_eq!(c.listen.port(), 9);
+        assert_eq!(c.controller.tormesh_pps, 150.0);
+        assert_eq!(c.analyzer.period_ms, 2000);
+    }
+
+    #[test]
+    fn unknown_keys_are_refused() {
+        let err = toml::from_str::<ServerConfig>("lisen = \"127.0.0.1:9\"\n").unwrap_err();
+        assert!(err.to_string().contains("lisen"), "{err}");
+        assert!(toml::from_str::<ServerConfig>("[controller]\ntormesh = 1\n").is_err());
+    }
+}

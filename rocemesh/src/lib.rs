@@ -1,0 +1,14 @@
+//! The `rocemesh` binary's roles, wired from the component crates.
+//!
+//! - [`cli`]: command-line surface and dispatch;
+//! - [`server`]: controller and/or analyzer behind one HTTP listener;
+//! - [`agent_cmd`]: the per-host agent as a long-running process;
+//! - [`demo`]: one-command demonstrations.
+
+pub mod agent_cmd;
+pub mod cli;
+pub mod config;
+pub mod demo;
+pub mod logging;
+pub mod server;
+pub mod signals;

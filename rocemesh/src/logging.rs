@@ -1,0 +1,10 @@
+//! Log set-up shared by every subcommand: `RUST_LOG` filter, human or JSON lines on stderr.
+
+use tracing_subscriber::EnvFilter;
+
+/// Installs the global subscriber once; later calls are no-ops (tests, demos).
+pub fn init(json: bool) {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+}

@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The full rocemesh test suite on a fresh Debian machine with Rust.
+# Installs the system packages it needs, starts a throwaway PostgreSQL (so every storage
+# test runs against both SQLite and PostgreSQL), runs every test, and cleans up.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
+
+# --- system packages -------------------------------------------------------------
+need=()
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+command -v ip >/dev/null 2>&1 || need+=(iproute2)
+if [ ${#need[@]} -gt 0 ]; then
+  echo "test.sh: installing ${need[*]}"
+  as_root apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need[@]}" >/dev/null
+fi
+
+# --- throwaway PostgreSQL --------------------------------------------------------
+pgbin=$(dirname "$(ls -d /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n1)")
+pgdir=$(mktemp -d /tmp/rocemesh-pg.XXXXXX)
+pgport=$(( 40000 + RANDOM % 20000 ))
+run_pg() { if [ "$(id -u)" = 0 ]; then su postgres -s /bin/sh -c "$*"; else sh -c "$*"; fi; }
+[ "$(id -u)" = 0 ] && chown postgres "$pgdir"
+cleanup() {
+  run_pg "$pgbin/pg_ctl -D $pgdir/data -m immediate stop" >/dev/null 2>&1 || true
+  rm -rf "$pgdir"
+}
+trap cleanup EXIT
+run_pg "$pgbin/initdb -A trust -U postgres -D $pgdir/data" >/dev/null
+run_pg "$pgbin/pg_ctl -D $pgdir/data -l $pgdir/log -w -o '-p $pgport -k $pgdir -c listen_addresses=127.0.0.1 -c fsync=off -c max_connections=300' start" >/dev/null
+export ROCEMESH_TEST_PG_URL="postgres://postgres@127.0.0.1:$pgport/postgres"
+echo "test.sh: PostgreSQL on port $pgport"
+
+# --- tests -----------------------------------------------------------------------
+cargo check --workspace --locked --benches
+cargo test --workspace --locked
