@@ -1,0 +1,1 @@
+//! Network-namespace leaf-spine fabric and real-mechanism fault injection for testing rocemesh.
