@@ -1,1 +1,104 @@
-//! Database access shared by controller and analyzer: one sqlx pool over SQLite or PostgreSQL, with migrations.
+//! Database access shared by controller and analyzer: one sqlx pool over SQLite or
+//! PostgreSQL, with the embedded migrations of the chosen dialect already applied.
+//!
+//! Queries go through `sqlx::Any`, so they use `$1, $2` placeholders and only the types
+//! Any supports (integers, f64, bool, text, bytes): times are `i64` unix ms, ids `i64`.
+#![warn(missing_docs)]
+
+mod url;
+
+#[cfg(feature = "testing")]
+mod testing;
+#[cfg(feature = "testing")]
+pub use testing::test_databases;
+
+use anyhow::Context;
+use sqlx::any::AnyPoolOptions;
+use std::time::Duration;
+
+pub use url::redact_url;
+
+/// Pool size: the controller and analyzer do short transactions; more buys nothing.
+const MAX_CONNECTIONS: u32 = 8;
+/// How long a request may wait for a free pooled connection.
+const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Which database engine a [`Db`] talks to, for the few queries whose SQL differs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// A SQLite file (the zero-setup default).
+    Sqlite,
+    /// A PostgreSQL server (production).
+    Postgres,
+}
+
+/// A migrated connection pool; cheap to clone (the pool is reference-counted).
+#[derive(Clone)]
+pub struct Db {
+    pool: sqlx::AnyPool,
+    backend: Backend,
+    /// Keeps a test database's temporary directory alive as long as any clone of the pool.
+    #[cfg(feature = "testing")]
+    _temp_dir: Option<std::sync::Arc<tempfile::TempDir>>,
+}
+
+impl std::fmt::Debug for Db {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Db").field("backend", &self.backend).finish_non_exhaustive()
+    }
+}
+
+static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
+static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
+
+impl Db {
+    /// Opens (and for SQLite creates) the database at `url` and brings its schema up to
+    /// date. Accepts `sqlite://path`, `sqlite:path`, a bare file path (SQLite) and
+    /// `postgres://` / `postgresql://` URLs. Errors name the URL without its password.
+    pub async fn connect(url: &str) -> anyhow::Result<Db> {
+        let target = url::parse(url)?;
+        let shown = redact_url(url);
+        sqlx::any::install_default_drivers();
+        let backend = target.backend;
+        // sqlx's SQLite driver already gives every connection a 5 s busy timeout and
+        // `foreign_keys = ON` (RNIC rows cascade with their host); the tests pin both.
+        let pool = AnyPoolOptions::new()
+            .max_connections(MAX_CONNECTIONS)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect(&target.sqlx_url)
+            .await
+            .with_context(|| format!("cannot open database {shown}"))?;
+        if backend == Backend::Sqlite {
+            // WAL is a property of the file: set once, every later connection sees it.
+            sqlx::raw_sql("PRAGMA journal_mode = WAL")
+                .execute(&pool)
+                .await
+                .with_context(|| format!("cannot switch {shown} to WAL mode"))?;
+        }
+        let migrator = match backend {
+            Backend::Sqlite => &SQLITE_MIGRATOR,
+            Backend::Postgres => &POSTGRES_MIGRATOR,
+        };
+        migrator
+            .run(&pool)
+            .await
+            .with_context(|| format!("cannot migrate database {shown}"))?;
+        tracing::info!(database = %shown, ?backend, "database ready");
+        Ok(Db {
+            pool,
+            backend,
+            #[cfg(feature = "testing")]
+            _temp_dir: None,
+        })
+    }
+
+    /// The pool, for running queries.
+    pub fn pool(&self) -> &sqlx::AnyPool {
+        &self.pool
+    }
+
+    /// The engine behind the pool.
+    pub fn backend(&self) -> Backend {
+        self.backend
+    }
+}
