@@ -1,1 +1,219 @@
 //! Analyzer: ingests result batches and aggregates per-period SLA figures.
+//!
+//! Agents POST binary result batches; [`Analyzer::ingest`] validates,
+//! de-duplicates and aggregates them in memory (no database on the hot path)
+//! into per-period cluster / ToR-pair / RNIC aggregates. [`Analyzer::tick`]
+//! finalizes periods once their grace time has passed, stores their SLA rows
+//! and purges old ones. [`run`] drives ticks and registry refreshes; [`router`]
+//! serves the REST API.
+
+pub mod api;
+pub mod config;
+pub mod ingest;
+pub mod registry;
+pub mod sla;
+pub mod window;
+
+pub use api::router;
+pub use config::AnalyzerConfig;
+pub use ingest::{IngestError, IngestStats};
+
+use ingest::IngestState;
+use registry::{Registry, RegistryLoader};
+use rocemesh_proto::api::{SlaRow, UploadAck};
+use rocemesh_proto::batch::decode_batch;
+use rocemesh_store::Db;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, RwLock};
+use std::time::{Duration, Instant};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use window::Window;
+
+/// Finalized periods kept in memory while the database is unreachable; beyond,
+/// the oldest is dropped (with an error log) to bound memory.
+const MAX_PENDING_PERIODS: usize = 16;
+/// Shortest interval between two registry refreshes asked for by unknown RNICs.
+const ON_DEMAND_REFRESH: Duration = Duration::from_secs(1);
+/// Interval between two finalization ticks in [`run`].
+const TICK_EVERY: Duration = Duration::from_secs(1);
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+fn read<T: Clone>(l: &RwLock<T>) -> T {
+    l.read().unwrap_or_else(PoisonError::into_inner).clone()
+}
+
+fn write<T>(l: &RwLock<T>, v: T) {
+    *l.write().unwrap_or_else(PoisonError::into_inner) = v;
+}
+
+/// The analyzer service: shared as `Arc<Analyzer>` by the API and the tick loop.
+pub struct Analyzer {
+    db: Db,
+    cfg: AnalyzerConfig,
+    state: Mutex<IngestState>,
+    registry: RwLock<Arc<Registry>>,
+    loader: tokio::sync::Mutex<RegistryLoader>,
+    refresh_wanted: AtomicBool,
+    refresh_notify: Notify,
+    latest: RwLock<Arc<Vec<SlaRow>>>,
+    /// Finalized periods not yet stored, oldest first; the lock also serializes storing.
+    pending: tokio::sync::Mutex<VecDeque<Vec<SlaRow>>>,
+}
+
+impl Analyzer {
+    /// Validates `cfg`, loads the RNIC registry and the newest stored period
+    /// (which is then never finalized again, and is what `/sla/latest` serves
+    /// until the next period is finalized).
+    pub async fn new(db: Db, cfg: AnalyzerConfig) -> anyhow::Result<Arc<Self>> {
+        cfg.validate()?;
+        let mut loader = RegistryLoader::default();
+        let registry = loader.load(&db).await?;
+        let newest = sla::newest_period_start(&db).await?;
+        let latest = match newest {
+            Some(start) => sla::period(&db, start).await?,
+            None => Vec::new(),
+        };
+        Ok(Arc::new(Self {
+            state: Mutex::new(IngestState::new(Window::new(cfg.period_ms, cfg.grace_ms, newest))),
+            registry: RwLock::new(Arc::new(registry)),
+            loader: tokio::sync::Mutex::new(loader),
+            refresh_wanted: AtomicBool::new(false),
+            refresh_notify: Notify::new(),
+            latest: RwLock::new(Arc::new(latest)),
+            pending: tokio::sync::Mutex::new(VecDeque::new()),
+            db,
+            cfg,
+        }))
+    }
+
+    /// Takes one uploaded batch received at `now_unix_ms`: validated whole
+    /// (a malformed batch changes nothing but the rejection counter), retries
+    /// recognised, records aggregated in memory. Never touches the database.
+    pub fn ingest(&self, body: &[u8], now_unix_ms: i64) -> Result<UploadAck, IngestError> {
+        let batch = match decode_batch(body) {
+            Ok(b) => b,
+            Err(e) => {
+                lock(&self.state).reject(&e);
+                return Err(e.into());
+            }
+        };
+        let registry = read(&self.registry);
+        let applied = lock(&self.state).apply(&batch, &registry, now_unix_ms);
+        if applied.unknown_rnic && !self.refresh_wanted.swap(true, Ordering::Relaxed) {
+            self.refresh_notify.notify_one();
+        }
+        Ok(applied.ack)
+    }
+
+    /// Counts an upload the HTTP layer refused (too large, or wrong content type).
+    fn count_refused_upload(&self, too_large: bool) {
+        lock(&self.state).reject_upload(too_large);
+    }
+
+    /// Finalizes every period whose grace time has passed at `now_unix_ms`,
+    /// stores the rows (retrying earlier failures first) and purges expired rows.
+    pub async fn tick(&self, now_unix_ms: i64) -> anyhow::Result<()> {
+        if self.finalize_and_store(Some(now_unix_ms)).await? {
+            let purged = sla::purge(
+                &self.db,
+                now_unix_ms.saturating_sub(self.cfg.retention_ms as i64),
+                now_unix_ms.saturating_sub(self.cfg.rnic_retention_ms as i64),
+            )
+            .await?;
+            tracing::debug!(purged, "expired SLA rows purged");
+        }
+        Ok(())
+    }
+
+    /// Finalizes and stores every open period, complete or not (at shutdown).
+    pub async fn flush(&self) -> anyhow::Result<()> {
+        self.finalize_and_store(None).await.map(drop)
+    }
+
+    /// Returns true when at least one period was stored.
+    async fn finalize_and_store(&self, now: Option<i64>) -> anyhow::Result<bool> {
+        let mut pending = self.pending.lock().await;
+        let registry = read(&self.registry);
+        let period_ms = self.cfg.period_ms as i64;
+        lock(&self.state).window.finalize(now, |p| {
+            pending.push_back(sla::period_rows(p, period_ms, &registry));
+        });
+        if let Some(newest) = pending.back() {
+            write(&self.latest, Arc::new(newest.clone()));
+        }
+        while pending.len() > MAX_PENDING_PERIODS {
+            if let Some(lost) = pending.pop_front() {
+                let start = lost.first().map(|r| r.period_start_ms);
+                tracing::error!(period_start_ms = start, rows = lost.len(), "SLA period dropped: database unreachable too long");
+            }
+        }
+        let mut stored = false;
+        while let Some(rows) = pending.front() {
+            sla::persist(&self.db, rows).await?;
+            pending.pop_front();
+            stored = true;
+        }
+        Ok(stored)
+    }
+
+    /// Re-reads the RNIC registry from the database (the binary may also call it
+    /// right after a registration it knows about).
+    pub async fn refresh_registry(&self) -> anyhow::Result<()> {
+        let registry = self.loader.lock().await.load(&self.db).await?;
+        write(&self.registry, Arc::new(registry));
+        Ok(())
+    }
+
+    /// Ingest counters and per-host upload state.
+    pub fn stats(&self) -> IngestStats {
+        lock(&self.state).stats()
+    }
+
+    /// Rows of the most recently finalized period.
+    pub fn latest(&self) -> Arc<Vec<SlaRow>> {
+        read(&self.latest)
+    }
+
+    /// The database the analyzer stores into.
+    pub fn db(&self) -> &Db {
+        &self.db
+    }
+}
+
+/// Drives the analyzer until `cancel`: a finalization tick every second, a
+/// registry refresh every `registry_refresh_ms` (and within a second of an
+/// unknown RNIC showing up), then a final flush.
+pub async fn run(analyzer: Arc<Analyzer>, cancel: CancellationToken) {
+    let refresh_every = Duration::from_millis(analyzer.cfg.registry_refresh_ms);
+    let (mut last_refresh, mut last_tick) = (Instant::now(), Instant::now());
+    loop {
+        tokio::select! {
+            () = cancel.cancelled() => break,
+            () = analyzer.refresh_notify.notified() => {}
+            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+        }
+        let since = last_refresh.elapsed();
+        let wanted = analyzer.refresh_wanted.load(Ordering::Relaxed);
+        if since >= refresh_every || (wanted && since >= ON_DEMAND_REFRESH) {
+            analyzer.refresh_wanted.store(false, Ordering::Relaxed);
+            last_refresh = Instant::now();
+            if let Err(e) = analyzer.refresh_registry().await {
+                tracing::warn!("analyzer registry refresh failed: {e:#}");
+            }
+        }
+        if last_tick.elapsed() >= TICK_EVERY {
+            last_tick = Instant::now();
+            if let Err(e) = analyzer.tick(rocemesh_proto::now_unix_ms()).await {
+                tracing::warn!("analyzer tick failed: {e:#}");
+            }
+        }
+    }
+    if let Err(e) = analyzer.flush().await {
+        tracing::error!("analyzer flush at shutdown failed: {e:#}");
+    }
+}

@@ -1,0 +1,244 @@
+//! The hot path: a validated batch -> de-duplicated, attributed, bucketed records.
+//!
+//! Touches no database and allocates nothing per record: RNICs resolve through
+//! the dense [`Registry`] snapshot and records land in reusable period slots.
+
+use crate::registry::Registry;
+use crate::window::{Placement, Window};
+use rocemesh_proto::api::UploadAck;
+use rocemesh_proto::batch::{Batch, BatchError};
+use serde::{Deserialize, Serialize};
+use std::collections::{HashMap, VecDeque};
+use thiserror::Error;
+
+/// Recent (epoch, batch_seq) pairs remembered per host to recognise retries.
+const DEDUP_WINDOW: usize = 64;
+/// Hosts tracked at most; beyond, the longest-silent host is forgotten.
+const MAX_HOSTS: usize = 100_000;
+
+/// Why an upload was refused as a whole.
+#[derive(Debug, Error)]
+pub enum IngestError {
+    /// The body is not a valid result batch.
+    #[error(transparent)]
+    Batch(#[from] BatchError),
+}
+
+/// Batches refused whole, by reason (stable JSON field names).
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct RejectedBatches {
+    /// Shorter than a header.
+    pub truncated: u64,
+    /// Not a batch at all.
+    pub bad_magic: u64,
+    /// Unsupported version or record length.
+    pub bad_version: u64,
+    /// Count disagrees with the body length.
+    pub bad_length: u64,
+    /// Unknown header flags.
+    pub bad_flags: u64,
+    /// A record field out of range.
+    pub bad_record: u64,
+    /// Body above `MAX_BATCH_BYTES` (HTTP 413).
+    pub too_large: u64,
+    /// Wrong Content-Type (HTTP 415).
+    pub bad_content_type: u64,
+}
+
+impl RejectedBatches {
+    fn count(&mut self, e: &BatchError) {
+        let n = match e {
+            BatchError::Truncated(_) => &mut self.truncated,
+            BatchError::Magic => &mut self.bad_magic,
+            BatchError::Version { .. } => &mut self.bad_version,
+            BatchError::Length { .. } => &mut self.bad_length,
+            BatchError::Flags(_) => &mut self.bad_flags,
+            BatchError::Record { .. } => &mut self.bad_record,
+        };
+        *n += 1;
+    }
+}
+
+/// Records dropped from accepted batches, by reason.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct DroppedRecords {
+    /// Prober or target RNIC not in the registry.
+    pub unknown_rnic: u64,
+    /// For a period already finalized.
+    pub late: u64,
+    /// More than one period ahead of the analyzer's clock.
+    pub future: u64,
+}
+
+/// Upload state of one agent.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+pub struct HostStats {
+    /// Host id from the batch header.
+    pub host_id: u32,
+    /// Epoch of its latest batch.
+    pub epoch: u32,
+    /// When its latest batch arrived, ms since the Unix epoch.
+    pub last_upload_ms: i64,
+    /// Records the agent reports having dropped (cumulative in its epoch).
+    pub agent_dropped: u64,
+}
+
+/// `GET /api/v1/ingest/stats`: what came in and what was thrown away, and why.
+#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq, Eq)]
+pub struct IngestStats {
+    /// Batches taken (not rejected, not duplicates).
+    pub batches: u64,
+    /// Records aggregated.
+    pub records_accepted: u64,
+    /// Batches refused whole.
+    pub rejected_batches: RejectedBatches,
+    /// Retried batches recognised and ignored.
+    pub duplicate_batches: u64,
+    /// Records dropped from taken batches.
+    pub dropped_records: DroppedRecords,
+    /// Per uploading host, by host id.
+    pub hosts: Vec<HostStats>,
+}
+
+#[derive(Debug)]
+struct HostState {
+    stats: HostStats,
+    recent: VecDeque<(u32, u64)>,
+}
+
+/// Everything ingest mutates, behind one lock so a batch is applied atomically.
+#[derive(Debug)]
+pub struct IngestState {
+    /// Open periods.
+    pub window: Window,
+    hosts: HashMap<u32, HostState>,
+    batches: u64,
+    records_accepted: u64,
+    rejected: RejectedBatches,
+    duplicates: u64,
+    dropped: DroppedRecords,
+}
+
+/// Result of [`IngestState::apply`].
+#[derive(Debug)]
+pub struct Applied {
+    /// The reply to the agent.
+    pub ack: UploadAck,
+    /// Some record named an RNIC the registry does not know (worth a refresh).
+    pub unknown_rnic: bool,
+}
+
+impl IngestState {
+    /// Fresh counters around a window.
+    pub fn new(window: Window) -> Self {
+        Self {
+            window,
+            hosts: HashMap::new(),
+            batches: 0,
+            records_accepted: 0,
+            rejected: RejectedBatches::default(),
+            duplicates: 0,
+            dropped: DroppedRecords::default(),
+        }
+    }
+
+    /// Counts a batch decode failure.
+    pub fn reject(&mut self, e: &BatchError) {
+        self.rejected.count(e);
+    }
+
+    /// Counts an upload refused by the HTTP layer (size or content type).
+    pub fn reject_upload(&mut self, too_large: bool) {
+        if too_large {
+            self.rejected.too_large += 1;
+        } else {
+            self.rejected.bad_content_type += 1;
+        }
+    }
+
+    /// Applies a validated batch received at `now_ms`.
+    pub fn apply(&mut self, batch: &Batch<'_>, registry: &Registry, now_ms: i64) -> Applied {
+        let h = batch.header;
+        if self.note_upload(h.host_id, h.epoch, h.batch_seq, h.dropped, now_ms) {
+            self.duplicates += 1;
+            return Applied { ack: UploadAck { accepted: 0, dropped: 0, duplicate: true }, unknown_rnic: false };
+        }
+        self.batches += 1;
+        let mut dropped = DroppedRecords::default();
+        let mut accepted = 0u64;
+        let mut cached: Option<(i64, Placement)> = None;
+        for r in batch.records() {
+            let (Some(prober), Some(target)) = (registry.get(r.prober_rnic), registry.get(r.target_rnic)) else {
+                dropped.unknown_rnic += 1;
+                continue;
+            };
+            let p = self.window.period_of((r.send_unix_ns / 1_000_000) as i64);
+            let placement = match cached {
+                Some((cp, placement)) if cp == p => placement,
+                _ => {
+                    let placement = self.window.place(p, now_ms);
+                    if let Placement::Open(i) = placement {
+                        self.window.slot_mut(i).ensure_rnics(registry.id_bound());
+                    }
+                    cached = Some((p, placement));
+                    placement
+                }
+            };
+            match placement {
+                Placement::Open(i) => {
+                    self.window.slot_mut(i).add(&r, prober.tor, target.tor);
+                    accepted += 1;
+                }
+                Placement::Late => dropped.late += 1,
+                Placement::Future => dropped.future += 1,
+            }
+        }
+        self.records_accepted += accepted;
+        self.dropped.unknown_rnic += dropped.unknown_rnic;
+        self.dropped.late += dropped.late;
+        self.dropped.future += dropped.future;
+        Applied {
+            ack: UploadAck { accepted, dropped: dropped.unknown_rnic + dropped.late + dropped.future, duplicate: false },
+            unknown_rnic: dropped.unknown_rnic > 0,
+        }
+    }
+
+    /// Records an upload from a host; true when this (epoch, seq) was seen already.
+    fn note_upload(&mut self, host_id: u32, epoch: u32, seq: u64, agent_dropped: u64, now_ms: i64) -> bool {
+        if !self.hosts.contains_key(&host_id) && self.hosts.len() >= MAX_HOSTS {
+            let silent = self.hosts.values().min_by_key(|s| s.stats.last_upload_ms).map(|s| s.stats.host_id);
+            if let Some(silent) = silent {
+                self.hosts.remove(&silent);
+            }
+        }
+        let host = self.hosts.entry(host_id).or_insert_with(|| HostState {
+            stats: HostStats { host_id, epoch, last_upload_ms: now_ms, agent_dropped },
+            recent: VecDeque::with_capacity(DEDUP_WINDOW),
+        });
+        host.stats.last_upload_ms = now_ms;
+        if host.recent.contains(&(epoch, seq)) {
+            return true;
+        }
+        if host.recent.len() == DEDUP_WINDOW {
+            host.recent.pop_front();
+        }
+        host.recent.push_back((epoch, seq));
+        host.stats.epoch = epoch;
+        host.stats.agent_dropped = agent_dropped;
+        false
+    }
+
+    /// Snapshot of the counters.
+    pub fn stats(&self) -> IngestStats {
+        let mut hosts: Vec<HostStats> = self.hosts.values().map(|h| h.stats.clone()).collect();
+        hosts.sort_unstable_by_key(|h| h.host_id);
+        IngestStats {
+            batches: self.batches,
+            records_accepted: self.records_accepted,
+            rejected_batches: self.rejected.clone(),
+            duplicate_batches: self.duplicates,
+            dropped_records: self.dropped.clone(),
+            hosts,
+        }
+    }
+}

@@ -1,0 +1,179 @@
+//! Analysis periods: which period a record belongs to, which periods are still
+//! open, and when a period is due for finalization.
+//!
+//! Period `p` covers send times `[p * period_ms, (p + 1) * period_ms)` and stays
+//! open until `grace_ms` after its end, for late uploads. Records for finalized
+//! periods are late; records more than one period ahead of now are from a skewed
+//! clock. Open periods live in a small ring of reusable [`Period`] slots.
+
+pub mod histogram;
+pub mod period;
+
+pub use period::{MetricSet, Period};
+
+/// Where a record goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    /// Into the slot with this index.
+    Open(usize),
+    /// Its period is already finalized (or past its grace time).
+    Late,
+    /// Its period starts more than one period after now.
+    Future,
+}
+
+/// The ring of open periods.
+#[derive(Debug)]
+pub struct Window {
+    period_ms: i64,
+    grace_ms: i64,
+    slots: Vec<Period>,
+    /// Every period with an index at or below this one is finalized.
+    finalized_through: i64,
+}
+
+impl Window {
+    /// A window with no period finalized after `finalized_through_ms` (the start
+    /// of the newest period already persisted, if any).
+    pub fn new(period_ms: u64, grace_ms: u64, finalized_through_ms: Option<i64>) -> Self {
+        let period_ms = period_ms as i64;
+        // Open: the grace-time periods, the current one, the next one, and one
+        // spare so a tick running a little late never blocks a slot.
+        let slots = grace_ms.div_ceil(period_ms as u64) as usize + 4;
+        Self {
+            period_ms,
+            grace_ms: grace_ms as i64,
+            slots: (0..slots).map(|_| Period { index: i64::MIN, ..Period::default() }).collect(),
+            finalized_through: finalized_through_ms.map_or(i64::MIN, |ms| ms.div_euclid(period_ms)),
+        }
+    }
+
+    /// Period length in ms.
+    pub fn period_ms(&self) -> i64 {
+        self.period_ms
+    }
+
+    /// Index of the period holding a send time given in ms.
+    #[inline]
+    pub fn period_of(&self, send_ms: i64) -> i64 {
+        send_ms.div_euclid(self.period_ms)
+    }
+
+    /// Decides where records of period `p` go at time `now_ms`, readying its slot.
+    pub fn place(&mut self, p: i64, now_ms: i64) -> Placement {
+        if p <= self.finalized_through || self.is_due(p, now_ms) {
+            return Placement::Late;
+        }
+        if p > self.period_of(now_ms) + 1 {
+            return Placement::Future;
+        }
+        let i = p.rem_euclid(self.slots.len() as i64) as usize;
+        let slot = &mut self.slots[i];
+        if slot.index != p {
+            if !slot.is_empty() {
+                // An older period still waits for `tick`: nowhere to put this.
+                return Placement::Late;
+            }
+            slot.reset(p);
+        }
+        Placement::Open(i)
+    }
+
+    /// The slot a [`Placement::Open`] named.
+    #[inline]
+    pub fn slot_mut(&mut self, i: usize) -> &mut Period {
+        &mut self.slots[i]
+    }
+
+    fn is_due(&self, p: i64, now_ms: i64) -> bool {
+        (p + 1).saturating_mul(self.period_ms).saturating_add(self.grace_ms) <= now_ms
+    }
+
+    /// Hands every period due at `now_ms` (all open ones when `None`: shutdown)
+    /// to `emit`, oldest first, then clears its slot.
+    pub fn finalize(&mut self, now_ms: Option<i64>, mut emit: impl FnMut(&Period)) {
+        let mut order: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| {
+                let s = &self.slots[i];
+                !s.is_empty() && now_ms.is_none_or(|now| self.is_due(s.index, now))
+            })
+            .collect();
+        order.sort_unstable_by_key(|&i| self.slots[i].index);
+        for i in order {
+            let slot = &mut self.slots[i];
+            emit(slot);
+            self.finalized_through = self.finalized_through.max(slot.index);
+            let index = slot.index;
+            slot.reset(index);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
+
+    fn rec() -> ProbeResult {
+        ProbeResult {
+            prober_rnic: 0,
+            target_rnic: 1,
+            seq: 0,
+            target_qpn: 1,
+            send_unix_ns: 0,
+            network_rtt_ns: 5,
+            prober_delay_ns: 5,
+            responder_delay_ns: 5,
+            app_rtt_ns: 5,
+            src_port: 1,
+            dst_port: 2,
+            class: ProbeClass::TorMesh,
+            status: ProbeStatus::Ok,
+            ts_source: TimestampSource::Software,
+        }
+    }
+
+    fn put(w: &mut Window, send_ms: i64, now: i64) -> Placement {
+        let placement = w.place(w.period_of(send_ms), now);
+        if let Placement::Open(i) = placement {
+            let slot = w.slot_mut(i);
+            slot.ensure_rnics(2);
+            slot.add(&rec(), 0, 0);
+        }
+        placement
+    }
+
+    #[test]
+    fn late_future_and_due_periods() {
+        let mut w = Window::new(20_000, 7_000, None);
+        let now = 1_000_000; // period 50 = [1_000_000, 1_020_000)
+        assert!(matches!(put(&mut w, now, now), Placement::Open(_)));
+        assert!(matches!(put(&mut w, now - 1, now), Placement::Open(_))); // period 49, in grace
+        assert_eq!(put(&mut w, now - 20_001, now), Placement::Late); // period 48 ended 27 s ago
+        assert!(matches!(put(&mut w, now + 39_999, now), Placement::Open(_))); // period 51
+        assert_eq!(put(&mut w, now + 40_000, now), Placement::Future); // period 52
+        let mut seen = Vec::new();
+        w.finalize(Some(now + 6_999), |p| seen.push(p.index));
+        assert!(seen.is_empty());
+        w.finalize(Some(now + 7_000), |p| seen.push(p.index));
+        assert_eq!(seen, [49]);
+        // Finalized: a straggler for 49 is late even though time alone would not say so.
+        let mut w2 = Window::new(20_000, 7_000, Some(980_000));
+        assert_eq!(put(&mut w2, now - 1, now), Placement::Late);
+        w.finalize(None, |p| seen.push(p.index));
+        assert_eq!(seen, [49, 50, 51]);
+        assert_eq!(put(&mut w, now + 39_999, now), Placement::Late);
+    }
+
+    #[test]
+    fn a_stalled_tick_blocks_reuse_of_a_slot() {
+        let mut w = Window::new(1_000, 0, None); // 4 slots
+        assert!(matches!(put(&mut w, 10_000, 10_000), Placement::Open(_)));
+        // Period 14 maps onto the slot of period 10, which nobody finalized.
+        assert_eq!(put(&mut w, 14_000, 13_500), Placement::Late);
+        let mut n = 0;
+        w.finalize(Some(13_500), |_| n += 1);
+        assert_eq!(n, 1);
+        assert!(matches!(put(&mut w, 14_000, 13_500), Placement::Open(_)));
+    }
+}

@@ -1,0 +1,195 @@
+//! Aggregates of one analysis period: cluster, ToR pairs and RNICs.
+
+use super::histogram::Histogram;
+use rocemesh_proto::{ProbeResult, ProbeStatus};
+use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// Probe counts and delay distributions of one scope in one period.
+#[derive(Debug, Default)]
+pub struct MetricSet {
+    /// Probes counted.
+    pub probes: u64,
+    /// Of which timed out (any non-ok status).
+    pub timeouts: u64,
+    /// Network RTT of ok probes.
+    pub network_rtt: Histogram,
+    /// Prober processing delay of ok probes.
+    pub prober_delay: Histogram,
+    /// Responder processing delay of ok probes.
+    pub responder_delay: Histogram,
+    /// Application RTT of ok probes.
+    pub app_rtt: Histogram,
+}
+
+impl MetricSet {
+    /// Counts a probe and all four of its delays (cluster and ToR-pair scopes).
+    #[inline]
+    pub fn add_probe(&mut self, r: &ProbeResult) {
+        self.add_as_target(r);
+        if r.status == ProbeStatus::Ok {
+            self.prober_delay.insert(r.prober_delay_ns);
+        }
+    }
+
+    /// Counts a probe against its target RNIC: everything but the prober delay.
+    #[inline]
+    pub fn add_as_target(&mut self, r: &ProbeResult) {
+        self.probes += 1;
+        if r.status == ProbeStatus::Ok {
+            self.network_rtt.insert(r.network_rtt_ns);
+            self.responder_delay.insert(r.responder_delay_ns);
+            self.app_rtt.insert(r.app_rtt_ns);
+        } else {
+            self.timeouts += 1;
+        }
+    }
+
+    /// Counts a probe against its prober RNIC: only the prober delay is its own.
+    #[inline]
+    pub fn add_as_prober(&mut self, r: &ProbeResult) {
+        if r.status == ProbeStatus::Ok {
+            self.prober_delay.insert(r.prober_delay_ns);
+        }
+    }
+
+    /// True when nothing was recorded.
+    pub fn is_empty(&self) -> bool {
+        self.probes == 0 && self.prober_delay.count() == 0
+    }
+
+    /// Clears the counts, keeping allocations.
+    pub fn reset(&mut self) {
+        self.probes = 0;
+        self.timeouts = 0;
+        self.network_rtt.reset();
+        self.prober_delay.reset();
+        self.responder_delay.reset();
+        self.app_rtt.reset();
+    }
+}
+
+/// Multiplicative hasher for the small integer ToR-pair keys (the std SipHash
+/// would cost more than the rest of a record's aggregation).
+#[derive(Default)]
+pub struct PairHasher(u64);
+
+impl Hasher for PairHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u32(&mut self, v: u32) {
+        self.0 = u64::from(v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
+/// ToR pair key: prober ToR in the high half, target ToR in the low half.
+pub fn pair_key(prober_tor: u16, target_tor: u16) -> u32 {
+    (u32::from(prober_tor) << 16) | u32::from(target_tor)
+}
+
+/// Splits a [`pair_key`] back into (prober ToR, target ToR).
+pub fn split_pair_key(key: u32) -> (u16, u16) {
+    ((key >> 16) as u16, key as u16)
+}
+
+/// Everything aggregated for one period. Slots are reused period after period,
+/// so steady-state ingest allocates nothing.
+#[derive(Debug, Default)]
+pub struct Period {
+    /// Period index (`start_ms / period_ms`) this slot currently holds.
+    pub index: i64,
+    /// Whole-cluster aggregate.
+    pub cluster: MetricSet,
+    /// Per ToR pair, keyed by [`pair_key`]; empty entries stay for reuse.
+    pub tor_pairs: HashMap<u32, MetricSet, BuildHasherDefault<PairHasher>>,
+    /// Per RNIC id (dense).
+    pub rnics: Vec<MetricSet>,
+}
+
+impl Period {
+    /// Aggregates one record whose RNICs are known.
+    #[inline]
+    pub fn add(&mut self, r: &ProbeResult, prober_tor: u16, target_tor: u16) {
+        self.cluster.add_probe(r);
+        self.tor_pairs.entry(pair_key(prober_tor, target_tor)).or_default().add_probe(r);
+        let (target, prober) = (r.target_rnic as usize, r.prober_rnic as usize);
+        self.rnics[target].add_as_target(r);
+        self.rnics[prober].add_as_prober(r);
+    }
+
+    /// Makes room for RNIC ids below `len` (only grows when the registry grew).
+    pub fn ensure_rnics(&mut self, len: usize) {
+        if self.rnics.len() < len {
+            self.rnics.resize_with(len, MetricSet::default);
+        }
+    }
+
+    /// True when nothing was recorded in this slot.
+    pub fn is_empty(&self) -> bool {
+        self.cluster.probes == 0
+    }
+
+    /// Clears the slot for period `index`, keeping allocations.
+    pub fn reset(&mut self, index: i64) {
+        self.index = index;
+        if self.is_empty() {
+            return;
+        }
+        self.cluster.reset();
+        self.tor_pairs.values_mut().for_each(MetricSet::reset);
+        self.rnics.iter_mut().for_each(MetricSet::reset);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocemesh_proto::{ProbeClass, TimestampSource};
+
+    fn rec(prober: u32, target: u32, status: ProbeStatus, rtt: u32) -> ProbeResult {
+        ProbeResult {
+            prober_rnic: prober,
+            target_rnic: target,
+            seq: 0,
+            target_qpn: 1,
+            send_unix_ns: 0,
+            network_rtt_ns: rtt,
+            prober_delay_ns: 7_000,
+            responder_delay_ns: 3_000,
+            app_rtt_ns: rtt + 10_000,
+            src_port: 1,
+            dst_port: 2,
+            class: ProbeClass::TorMesh,
+            status,
+            ts_source: TimestampSource::Software,
+        }
+    }
+
+    #[test]
+    fn attributes_metrics_to_target_and_prober() {
+        let mut p = Period::default();
+        p.ensure_rnics(4);
+        p.add(&rec(1, 2, ProbeStatus::Ok, 10_000), 0, 1);
+        p.add(&rec(1, 2, ProbeStatus::Timeout, 0), 0, 1);
+        p.add(&rec(3, 1, ProbeStatus::Ok, 20_000), 1, 0);
+        assert_eq!((p.cluster.probes, p.cluster.timeouts), (3, 1));
+        assert_eq!(p.cluster.prober_delay.count(), 2);
+        let ab = &p.tor_pairs[&pair_key(0, 1)];
+        assert_eq!((ab.probes, ab.timeouts, ab.network_rtt.count()), (2, 1, 1));
+        // RNIC 1 probed (prober delay once, ok probe only) and was probed once.
+        let r1 = &p.rnics[1];
+        assert_eq!((r1.probes, r1.timeouts, r1.prober_delay.count(), r1.network_rtt.count()), (1, 0, 1, 1));
+        let r2 = &p.rnics[2];
+        assert_eq!((r2.probes, r2.timeouts, r2.prober_delay.count()), (2, 1, 0));
+        assert!(p.rnics[0].is_empty());
+        p.reset(9);
+        assert!(p.is_empty() && p.rnics.iter().all(MetricSet::is_empty) && p.index == 9);
+        assert_eq!(split_pair_key(pair_key(7, 300)), (7, 300));
+    }
+}
