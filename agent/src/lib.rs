@@ -1,1 +1,22 @@
-//! Per-host agent: discovers RNICs, registers, probes with the six-timestamp protocol, uploads results.
+//! Per-host agent: discovers RNICs, registers, probes with the six-timestamp protocol,
+//! uploads results.
+//!
+//! Data path: [`transport`] (UDP sockets with kernel timestamps) → [`probe`] (one
+//! prober/responder engine thread per RNIC) → [`upload`] (one bounded buffer, batches
+//! POSTed to the analyzer). [`control`] registers with the controller and hands the
+//! engines their pinglists; [`agent`] wires it all together behind [`start`].
+#![warn(missing_docs)]
+
+mod agent;
+pub mod config;
+pub mod control;
+pub mod discovery;
+pub mod probe;
+pub mod stats;
+mod stop;
+pub mod transport;
+pub mod upload;
+
+pub use agent::{AgentHandle, start};
+pub use config::{AgentConfig, RnicConfig};
+pub use stats::AgentStats;

@@ -1,0 +1,168 @@
+//! Wiring: binds every RNIC, starts one engine per RNIC, the control thread and the
+//! uploader, and stops them in order.
+
+use crate::config::AgentConfig;
+use crate::control::{ControlClient, ControlLoop, SharedRegistration};
+use crate::discovery;
+use crate::probe::engine::{EngineHandle, EngineIdentity};
+use crate::probe::prober::DEFAULT_MAX_OUTSTANDING;
+use crate::probe::random_qpn;
+use crate::stats::{AgentStats, Counters};
+use crate::stop::StopSignal;
+use crate::transport::udp::DEFAULT_SEND_SOCKETS;
+use crate::transport::{UdpOptions, UdpTransport};
+use crate::upload::buffer::ResultBuffer;
+use crate::upload::{DEFAULT_PERIOD, Uploader};
+use anyhow::{Context, Result};
+use rocemesh_proto::api::{RegisterRequest, RnicRegistration};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Timeout of regular uploads.
+const UPLOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// Budget of the last upload at shutdown.
+const FINAL_UPLOAD_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A running agent.
+pub struct AgentHandle {
+    epoch: u32,
+    counters: Arc<Counters>,
+    buffer: Arc<ResultBuffer>,
+    registration: SharedRegistration,
+    stop_control: Arc<StopSignal>,
+    stop_upload: Arc<StopSignal>,
+    engines: Arc<Vec<(String, EngineHandle)>>,
+    control: JoinHandle<()>,
+    uploader: JoinHandle<()>,
+}
+
+/// Starts the agent: binds every RNIC first (a missing IP is a clear error), starts
+/// probing and responding at once, then registers and uploads in the background.
+pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
+    cfg.validate()?;
+    raise_fd_limit();
+    let counters = Arc::new(Counters::default());
+    let buffer = Arc::new(ResultBuffer::new(cfg.buffer_capacity, counters.clone()));
+    let epoch = rand::random_range(1..=u32::MAX);
+    let token: u64 = rand::random();
+    let mut rnics = Vec::with_capacity(cfg.rnics.len());
+    let mut engines = Vec::with_capacity(cfg.rnics.len());
+    for r in &cfg.rnics {
+        let ip = match (r.ip, &r.interface) {
+            (Some(ip), _) => ip,
+            (None, Some(ifname)) => discovery::interface_ip(ifname).with_context(|| format!("RNIC {}", r.name))?,
+            (None, None) => anyhow::bail!("RNIC {}: give an ip or an interface", r.name),
+        };
+        let ifname = r.interface.clone().or_else(|| discovery::interface_of(ip));
+        let opts = UdpOptions {
+            ip,
+            port: cfg.port,
+            dscp: cfg.dscp,
+            hardware_timestamps_on: ifname.clone().filter(|_| cfg.hardware_timestamps),
+            max_send_sockets: DEFAULT_SEND_SOCKETS,
+        };
+        let transport = UdpTransport::open(opts, counters.clone()).with_context(|| format!("RNIC {}", r.name))?;
+        let qpn = random_qpn();
+        let id = EngineIdentity {
+            name: format!("rnic-{}", r.name),
+            qpn,
+            token,
+            port: cfg.port,
+            max_outstanding: DEFAULT_MAX_OUTSTANDING,
+        };
+        engines.push((r.name.clone(), EngineHandle::spawn(id, transport, counters.clone(), buffer.clone())?));
+        rnics.push(RnicRegistration {
+            ifname: r.name.clone(),
+            ip,
+            gid: None,
+            qpn,
+            port: cfg.port,
+            tor: r.tor.clone(),
+            rail: r.rail,
+            gateway: ifname.as_deref().and_then(discovery::gateway),
+        });
+    }
+    let engines = Arc::new(engines);
+    let registration: SharedRegistration = Arc::new(Mutex::new(None));
+    let stop_control = Arc::new(StopSignal::default());
+    let stop_upload = Arc::new(StopSignal::default());
+    let control = ControlLoop {
+        client: ControlClient::new(&cfg.controller_url, RegisterRequest { host: cfg.host.clone(), epoch, rnics }),
+        engines: engines.clone(),
+        analyzer_override: cfg.analyzer_url.clone(),
+        registration: registration.clone(),
+        counters: counters.clone(),
+        stop: stop_control.clone(),
+    };
+    let control = std::thread::Builder::new().name("control".into()).spawn(move || control.run())?;
+    let uploader = Uploader::new(buffer.clone(), counters.clone(), epoch, UPLOAD_TIMEOUT);
+    let (reg, st) = (registration.clone(), stop_upload.clone());
+    let uploader = std::thread::Builder::new().name("upload".into()).spawn(move || upload_loop(uploader, &reg, &st))?;
+    tracing::info!(host = %cfg.host, epoch, rnics = cfg.rnics.len(), "agent started");
+    Ok(AgentHandle { epoch, counters, buffer, registration, stop_control, stop_upload, engines, control, uploader })
+}
+
+/// Uploads every period once registered; at stop, one last upload within the final budget.
+fn upload_loop(mut uploader: Uploader, registration: &SharedRegistration, stop: &StopSignal) {
+    let current = || registration.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    loop {
+        let period = current().map_or(DEFAULT_PERIOD, |r| r.upload_period);
+        if stop.sleep(period) {
+            break;
+        }
+        if let Some(reg) = current() {
+            uploader.upload_all(&reg.analyzer_url, reg.host_id);
+        }
+    }
+    if let Some(reg) = current() {
+        uploader.set_timeout(FINAL_UPLOAD_TIMEOUT);
+        uploader.upload_chunk(&reg.analyzer_url, reg.host_id, u64::MAX);
+    }
+}
+
+/// Send sockets need many descriptors (512 per RNIC): lift the soft limit to the hard one.
+fn raise_fd_limit() {
+    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: plain syscalls on a valid rlimit struct.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max;
+            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
+}
+
+impl AgentHandle {
+    /// Snapshot of every counter.
+    pub fn stats(&self) -> AgentStats {
+        self.counters.snapshot(self.buffer.len())
+    }
+
+    /// Host id once registered.
+    pub fn host_id(&self) -> Option<u32> {
+        self.registration.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.host_id)
+    }
+
+    /// This incarnation's epoch.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Stops the engines (their last results are kept), does one last upload (≤ 2 s) and
+    /// joins every thread.
+    pub fn shutdown(self) -> Result<()> {
+        self.stop_control.stop();
+        let mut result = self.control.join().map_err(|_| anyhow::anyhow!("control thread panicked"));
+        // With the control thread gone, this handle holds the only reference to the engines.
+        let engines = Arc::try_unwrap(self.engines).map_err(|_| anyhow::anyhow!("engines still shared"))?;
+        for (name, engine) in engines {
+            if let Err(e) = engine.stop() {
+                result = result.and(Err(e.context(format!("RNIC {name}"))));
+            }
+        }
+        self.stop_upload.stop();
+        let upload = self.uploader.join().map_err(|_| anyhow::anyhow!("upload thread panicked"));
+        result.and(upload)
+    }
+}

@@ -1,0 +1,205 @@
+//! Agent configuration: what the binary reads from its config file and command line.
+
+use anyhow::{Context, Result, bail, ensure};
+use rocemesh_proto::api::{MAX_NAME_LEN, MAX_RNICS_PER_HOST};
+use serde::Deserialize;
+use std::net::IpAddr;
+
+/// Default UDP port of every responder (RoCE uses 4791; we sit next to it).
+pub const DEFAULT_PORT: u16 = 4792;
+/// Default capacity of the result buffer, in records.
+pub const DEFAULT_BUFFER_CAPACITY: usize = 100_000;
+
+/// Everything the agent needs to start.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentConfig {
+    /// Host name registered with the controller (unique in the cluster).
+    #[serde(default = "crate::discovery::hostname")]
+    pub host: String,
+    /// Base URL of the controller, e.g. `http://controller:8080`.
+    pub controller_url: String,
+    /// Analyzer base URL overriding the one the controller hands out.
+    #[serde(default)]
+    pub analyzer_url: Option<String>,
+    /// The RNICs to probe from and answer on (at least one).
+    pub rnics: Vec<RnicConfig>,
+    /// UDP port of every responder.
+    #[serde(default = "default_port")]
+    pub port: u16,
+    /// DSCP of probes and ACKs (0..=63), so they ride the RoCE traffic class.
+    #[serde(default)]
+    pub dscp: Option<u8>,
+    /// Results kept while the analyzer is unreachable; the oldest are dropped beyond it.
+    #[serde(default = "default_buffer_capacity")]
+    pub buffer_capacity: usize,
+    /// Try to switch the NICs to hardware timestamping (`SIOCSHWTSTAMP`, needs root).
+    #[serde(default)]
+    pub hardware_timestamps: bool,
+}
+
+fn default_port() -> u16 {
+    DEFAULT_PORT
+}
+
+fn default_buffer_capacity() -> usize {
+    DEFAULT_BUFFER_CAPACITY
+}
+
+impl AgentConfig {
+    /// A configuration with every optional field at its default.
+    pub fn new(controller_url: impl Into<String>, rnics: Vec<RnicConfig>) -> Self {
+        Self {
+            host: crate::discovery::hostname(),
+            controller_url: controller_url.into(),
+            analyzer_url: None,
+            rnics,
+            port: DEFAULT_PORT,
+            dscp: None,
+            buffer_capacity: DEFAULT_BUFFER_CAPACITY,
+            hardware_timestamps: false,
+        }
+    }
+
+    /// Checks the values that would otherwise fail later and less clearly.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(!self.host.is_empty() && self.host.len() <= MAX_NAME_LEN, "host name must be 1..={MAX_NAME_LEN} bytes");
+        ensure!(
+            self.controller_url.starts_with("http://") || self.controller_url.starts_with("https://"),
+            "controller_url must be an http(s) URL, got {:?}",
+            self.controller_url
+        );
+        ensure!(!self.rnics.is_empty(), "at least one RNIC must be configured");
+        ensure!(self.rnics.len() <= MAX_RNICS_PER_HOST, "at most {MAX_RNICS_PER_HOST} RNICs per host");
+        ensure!(self.port != 0, "port must not be 0");
+        ensure!(self.buffer_capacity > 0, "buffer_capacity must be at least 1");
+        if let Some(d) = self.dscp {
+            ensure!(d <= 63, "dscp must be 0..=63, got {d}");
+        }
+        for (i, r) in self.rnics.iter().enumerate() {
+            r.validate()?;
+            ensure!(!self.rnics[..i].iter().any(|o| o.name == r.name), "RNIC name {:?} given twice", r.name);
+        }
+        Ok(())
+    }
+}
+
+/// One RNIC: a name plus either its IP or the interface carrying it.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RnicConfig {
+    /// Stable name registered with the controller (e.g. `mlx5_0`).
+    pub name: String,
+    /// IP address to probe from and answer on.
+    #[serde(default)]
+    pub ip: Option<IpAddr>,
+    /// Interface whose address is used when `ip` is not given.
+    #[serde(default)]
+    pub interface: Option<String>,
+    /// ToR name, when known.
+    #[serde(default)]
+    pub tor: Option<String>,
+    /// Rail index in a rail-optimized fabric.
+    #[serde(default)]
+    pub rail: Option<u32>,
+}
+
+impl RnicConfig {
+    /// Parses the command-line form `name=ip[,tor=T][,rail=N]` or `name=@ifname[,...]`.
+    pub fn parse(spec: &str) -> Result<RnicConfig> {
+        let mut parts = spec.split(',');
+        let head = parts.next().unwrap_or_default();
+        let (name, addr) = head
+            .split_once('=')
+            .with_context(|| format!("RNIC spec {spec:?}: expected name=ip or name=@interface first"))?;
+        let mut rnic = RnicConfig { name: name.trim().to_string(), ip: None, interface: None, tor: None, rail: None };
+        let addr = addr.trim();
+        if let Some(ifname) = addr.strip_prefix('@') {
+            rnic.interface = Some(ifname.to_string());
+        } else {
+            rnic.ip = Some(addr.parse().with_context(|| format!("RNIC spec {spec:?}: {addr:?} is not an IP address"))?);
+        }
+        for part in parts {
+            let (key, value) = part
+                .split_once('=')
+                .with_context(|| format!("RNIC spec {spec:?}: {part:?} is not key=value"))?;
+            match key.trim() {
+                "tor" => rnic.tor = Some(value.trim().to_string()),
+                "rail" => {
+                    rnic.rail = Some(value.trim().parse().with_context(|| format!("RNIC spec {spec:?}: bad rail {value:?}"))?)
+                }
+                other => bail!("RNIC spec {spec:?}: unknown key {other:?} (expected tor or rail)"),
+            }
+        }
+        rnic.validate()?;
+        Ok(rnic)
+    }
+
+    fn validate(&self) -> Result<()> {
+        let name_ok = |s: &str| !s.is_empty() && s.len() <= MAX_NAME_LEN;
+        ensure!(name_ok(&self.name), "RNIC name must be 1..={MAX_NAME_LEN} bytes");
+        ensure!(
+            self.ip.is_some() || self.interface.is_some(),
+            "RNIC {}: give an ip or an interface",
+            self.name
+        );
+        if let Some(i) = &self.interface {
+            ensure!(!i.is_empty() && i.len() < libc::IFNAMSIZ, "RNIC {}: bad interface name {i:?}", self.name);
+        }
+        if let Some(t) = &self.tor {
+            ensure!(name_ok(t), "RNIC {}: ToR name must be 1..={MAX_NAME_LEN} bytes", self.name);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_both_cli_forms() {
+        let r = RnicConfig::parse("mlx5_0=10.0.0.1,tor=tor-a,rail=3").unwrap();
+        assert_eq!(r.name, "mlx5_0");
+        assert_eq!(r.ip, Some("10.0.0.1".parse().unwrap()));
+        assert_eq!((r.tor.as_deref(), r.rail), (Some("tor-a"), Some(3)));
+        let r = RnicConfig::parse("n1=@eth1").unwrap();
+        assert_eq!((r.ip, r.interface.as_deref()), (None, Some("eth1")));
+        assert_eq!(RnicConfig::parse("v6=fd00::1").unwrap().ip, Some("fd00::1".parse().unwrap()));
+    }
+
+    #[test]
+    fn parse_errors_say_what_is_wrong() {
+        for (spec, needle) in [
+            ("mlx5_0", "expected name=ip"),
+            ("a=10.0.0.300", "not an IP address"),
+            ("a=10.0.0.1,rail=x", "bad rail"),
+            ("a=10.0.0.1,color=red", "unknown key"),
+            ("a=10.0.0.1,tor", "not key=value"),
+            ("=10.0.0.1", "RNIC name"),
+            ("a=@", "bad interface"),
+            ("a=@waytoolonginterfacename", "bad interface"),
+        ] {
+            let err = format!("{:#}", RnicConfig::parse(spec).unwrap_err());
+            assert!(err.contains(needle), "{spec}: {err}");
+        }
+    }
+
+    #[test]
+    fn config_file_defaults_and_validation() {
+        let cfg: AgentConfig = toml::from_str(
+            "controller_url = \"http://c:1\"\n[[rnics]]\nname = \"a\"\nip = \"127.0.0.1\"\n",
+        )
+        .unwrap();
+        assert_eq!((cfg.port, cfg.buffer_capacity, cfg.hardware_timestamps), (DEFAULT_PORT, DEFAULT_BUFFER_CAPACITY, false));
+        assert!(!cfg.host.is_empty());
+        cfg.validate().unwrap();
+        assert!(toml::from_str::<AgentConfig>("controller_url = \"x\"\nrnics = []\nbogus = 1\n").is_err());
+        let mut bad = cfg.clone();
+        bad.rnics.push(bad.rnics[0].clone());
+        assert!(format!("{:#}", bad.validate().unwrap_err()).contains("twice"));
+        let mut bad = cfg;
+        bad.dscp = Some(64);
+        assert!(bad.validate().is_err());
+    }
+}

@@ -1,0 +1,229 @@
+//! One RNIC's event loop: a thread that sends due probes, answers probes, matches ACKs
+//! and TX stamps, and sleeps in the transport until the next send or deadline.
+
+use super::prober::{AckOutcome, Prober};
+use super::responder::Responder;
+use super::schedule::Schedule;
+use crate::stats::Counters;
+use crate::transport::{Endpoint, Transport, TransportEvent};
+use crate::upload::buffer::ResultBuffer;
+use rand::SeedableRng;
+use rand::rngs::StdRng;
+use rocemesh_proto::api::ProbeList;
+use rocemesh_proto::{Packet, PacketKind, ProbeResult};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Longest sleep: how soon a command or stop request is noticed when idle.
+const IDLE_WAKE: Duration = Duration::from_millis(50);
+/// Results are handed to the shared buffer in batches of at most this many.
+const RESULT_BATCH: usize = 256;
+/// Commands queued per engine (pinglist updates are rare).
+const COMMAND_QUEUE: usize = 8;
+
+/// Who an engine is: fixed for the life of the agent.
+#[derive(Debug, Clone)]
+pub struct EngineIdentity {
+    /// Thread name (e.g. `rnic-mlx5_0`).
+    pub name: String,
+    /// Our per-start QPN.
+    pub qpn: u32,
+    /// Per-start prober token.
+    pub token: u64,
+    /// The port ACKs are sent to (every agent's main port).
+    pub port: u16,
+    /// Bound of outstanding probes.
+    pub max_outstanding: usize,
+}
+
+/// A change the control plane hands an engine.
+#[derive(Debug)]
+pub enum Command {
+    /// Our controller-assigned RNIC id.
+    RnicId(u32),
+    /// New lists to probe, and the probe timeout.
+    Lists(Vec<ProbeList>, Duration),
+}
+
+/// Control of a running engine thread.
+#[derive(Debug)]
+pub struct EngineHandle {
+    commands: SyncSender<Command>,
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<()>,
+}
+
+impl EngineHandle {
+    /// Starts the engine thread over `transport`.
+    pub fn spawn<T: Transport + 'static>(
+        id: EngineIdentity,
+        transport: T,
+        counters: Arc<Counters>,
+        results: Arc<ResultBuffer>,
+    ) -> std::io::Result<Self> {
+        let (commands, rx) = sync_channel(COMMAND_QUEUE);
+        let stop = Arc::new(AtomicBool::new(false));
+        let engine = Engine {
+            prober: Prober::new(id.qpn, id.token, id.max_outstanding),
+            responder: Responder::new(id.qpn, id.port),
+            schedule: Schedule::default(),
+            transport,
+            counters,
+            results,
+            batch: Vec::with_capacity(RESULT_BATCH),
+            rng: StdRng::from_rng(&mut rand::rng()),
+            epoch: Instant::now(),
+            commands: rx,
+            stop: stop.clone(),
+        };
+        let thread = std::thread::Builder::new().name(id.name).spawn(move || engine.run())?;
+        Ok(Self { commands, stop, thread })
+    }
+
+    /// Queues a command; a full queue (engine wedged) is reported, never blocks.
+    pub fn send(&self, cmd: Command) -> anyhow::Result<()> {
+        match self.commands.try_send(cmd) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(_)) => anyhow::bail!("engine command queue full"),
+            Err(TrySendError::Disconnected(_)) => anyhow::bail!("engine thread has exited"),
+        }
+    }
+
+    /// Stops the engine, flushing its pending results, and joins it.
+    pub fn stop(self) -> anyhow::Result<()> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().map_err(|_| anyhow::anyhow!("engine thread panicked"))
+    }
+}
+
+struct Engine<T> {
+    prober: Prober,
+    responder: Responder,
+    schedule: Schedule,
+    transport: T,
+    counters: Arc<Counters>,
+    results: Arc<ResultBuffer>,
+    batch: Vec<ProbeResult>,
+    rng: StdRng,
+    /// Origin of the schedule's nanosecond clock.
+    epoch: Instant,
+    commands: Receiver<Command>,
+    stop: Arc<AtomicBool>,
+}
+
+impl<T: Transport> Engine<T> {
+    fn run(mut self) {
+        while !self.stop.load(Ordering::Relaxed) {
+            self.apply_commands();
+            let now = Instant::now();
+            self.send_due(now);
+            self.prober.expire(now, &mut self.batch);
+            self.responder.expire(now, &mut self.transport, &self.counters);
+            self.flush_results();
+            if let Err(e) = self.transport.wait(self.sleep_time()) {
+                tracing::error!(error = %e, "transport wait failed; engine stops");
+                break;
+            }
+            while let Some(ev) = self.transport.next_event() {
+                self.handle(ev);
+            }
+            self.prober.flush_awaiting(&mut self.batch);
+        }
+        self.flush_results();
+    }
+
+    fn apply_commands(&mut self) {
+        while let Ok(cmd) = self.commands.try_recv() {
+            match cmd {
+                Command::RnicId(id) => {
+                    self.prober.set_rnic_id(id);
+                    self.responder.set_rnic_id(id);
+                }
+                Command::Lists(lists, timeout) => {
+                    self.prober.set_timeout(timeout);
+                    self.schedule = Schedule::new(lists, self.clock_ns(Instant::now()), &mut self.rng);
+                }
+            }
+        }
+    }
+
+    fn clock_ns(&self, t: Instant) -> u64 {
+        t.saturating_duration_since(self.epoch).as_nanos() as u64
+    }
+
+    fn send_due(&mut self, now: Instant) {
+        let now_ns = self.clock_ns(now);
+        while let Some((class, target)) = self.schedule.pop_due(now_ns, &mut self.rng) {
+            let Some(probe) = self.prober.next_probe(class, target) else {
+                self.counters.outstanding_overflow.fetch_add(1, Relaxed);
+                continue;
+            };
+            let to = Endpoint { ip: target.ip, port: target.port, qpn: target.qpn };
+            let t1_wall_ns = rocemesh_proto::now_unix_ns();
+            let t1 = Instant::now();
+            match self.transport.send(&probe.encode(), to, target.src_port) {
+                Ok(tx) => {
+                    self.counters.probes_sent.fetch_add(1, Relaxed);
+                    self.prober.sent(&probe, target, t1, t1_wall_ns, tx);
+                }
+                Err(_) => {
+                    self.counters.send_errors.fetch_add(1, Relaxed);
+                }
+            }
+        }
+    }
+
+    fn sleep_time(&self) -> Duration {
+        let now = Instant::now();
+        let mut until = now + IDLE_WAKE;
+        if let Some(due) = self.schedule.next_due_ns() {
+            until = until.min(self.epoch + Duration::from_nanos(due));
+        }
+        for d in [self.prober.next_deadline(), self.responder.next_deadline()].into_iter().flatten() {
+            until = until.min(d);
+        }
+        until.saturating_duration_since(now)
+    }
+
+    fn handle(&mut self, ev: TransportEvent) {
+        match ev {
+            TransportEvent::TxStamp(token, stamp) => {
+                if !self.responder.on_tx_stamp(token, stamp, &mut self.transport, &self.counters) {
+                    self.prober.on_tx_stamp(token, stamp, &mut self.batch);
+                }
+            }
+            TransportEvent::Rx(rx) => {
+                let now = Instant::now();
+                let pkt = match Packet::decode(rx.payload()) {
+                    Ok(p) => p,
+                    Err(e) => {
+                        self.counters.count_drop(&e);
+                        return;
+                    }
+                };
+                match pkt.kind {
+                    PacketKind::Probe => self.responder.on_probe(&pkt, &rx, now, &mut self.transport, &self.counters),
+                    PacketKind::Ack1 | PacketKind::Ack2 => {
+                        if self.prober.on_ack(&pkt, rx.stamp, now, &mut self.batch) == AckOutcome::Unmatched {
+                            self.counters.unmatched_ack.fetch_add(1, Relaxed);
+                        }
+                    }
+                }
+            }
+        }
+        if self.batch.len() >= RESULT_BATCH {
+            self.flush_results();
+        }
+    }
+
+    fn flush_results(&mut self) {
+        for r in &self.batch {
+            self.counters.count_result(r.status, r.ts_source);
+        }
+        self.results.push_all(&mut self.batch);
+    }
+}

@@ -1,0 +1,172 @@
+//! When to probe whom: each list spreads its `pps` evenly over its targets, in a freshly
+//! shuffled order every round, on an absolute schedule that neither drifts nor bursts.
+
+use rand::Rng;
+use rand::seq::SliceRandom;
+use rocemesh_proto::ProbeClass;
+use rocemesh_proto::api::{PingTarget, ProbeList};
+
+/// Highest rate a single list may ask for (a bad pinglist must not flood the fabric).
+pub const MAX_LIST_PPS: f64 = 100_000.0;
+
+/// One list's round-robin over shuffled targets at a fixed interval.
+#[derive(Debug)]
+pub struct ListSchedule {
+    class: ProbeClass,
+    entries: Vec<PingTarget>,
+    order: Vec<usize>,
+    pos: usize,
+    interval_ns: u64,
+    next_ns: u64,
+}
+
+impl ListSchedule {
+    /// Starts a list at a random phase within its first interval; `None` when it has no
+    /// targets or no usable rate.
+    pub fn new<R: Rng>(list: ProbeList, now_ns: u64, rng: &mut R) -> Option<Self> {
+        if list.entries.is_empty() || !list.pps.is_finite() || list.pps <= 0.0 {
+            return None;
+        }
+        let interval_ns = (1e9 / list.pps.min(MAX_LIST_PPS)).round().max(1.0) as u64;
+        let mut order: Vec<usize> = (0..list.entries.len()).collect();
+        order.shuffle(rng);
+        Some(Self {
+            class: list.class,
+            entries: list.entries,
+            order,
+            pos: 0,
+            interval_ns,
+            next_ns: now_ns + rng.random_range(0..interval_ns),
+        })
+    }
+
+    /// When the next probe of this list is due.
+    pub fn next_due_ns(&self) -> u64 {
+        self.next_ns
+    }
+
+    /// The target due at `now_ns`, if any; advances the schedule by one slot. After a stall
+    /// the missed slots are skipped (keeping the phase) instead of being sent in a burst.
+    pub fn pop_due<R: Rng>(&mut self, now_ns: u64, rng: &mut R) -> Option<(ProbeClass, &PingTarget)> {
+        if now_ns < self.next_ns {
+            return None;
+        }
+        let idx = self.order[self.pos];
+        self.pos += 1;
+        if self.pos == self.order.len() {
+            self.pos = 0;
+            self.order.shuffle(rng);
+        }
+        self.next_ns += self.interval_ns;
+        if self.next_ns <= now_ns {
+            let behind = (now_ns - self.next_ns) / self.interval_ns + 1;
+            self.next_ns += behind * self.interval_ns;
+        }
+        Some((self.class, &self.entries[idx]))
+    }
+}
+
+/// All lists of one RNIC.
+#[derive(Debug, Default)]
+pub struct Schedule {
+    lists: Vec<ListSchedule>,
+}
+
+impl Schedule {
+    /// Schedules every usable list.
+    pub fn new<R: Rng>(lists: Vec<ProbeList>, now_ns: u64, rng: &mut R) -> Self {
+        Self { lists: lists.into_iter().filter_map(|l| ListSchedule::new(l, now_ns, rng)).collect() }
+    }
+
+    /// Earliest due time over all lists, `None` when there is nothing to probe.
+    pub fn next_due_ns(&self) -> Option<u64> {
+        self.lists.iter().map(ListSchedule::next_due_ns).min()
+    }
+
+    /// One target due at `now_ns`, from the most overdue list.
+    pub fn pop_due<R: Rng>(&mut self, now_ns: u64, rng: &mut R) -> Option<(ProbeClass, &PingTarget)> {
+        let list = self.lists.iter_mut().filter(|l| l.next_ns <= now_ns).min_by_key(|l| l.next_ns)?;
+        list.pop_due(now_ns, rng)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand::rngs::StdRng;
+    use std::collections::HashMap;
+
+    fn list(n: u16, pps: f64) -> ProbeList {
+        ProbeList {
+            class: ProbeClass::TorMesh,
+            pps,
+            entries: (0..n)
+                .map(|i| PingTarget {
+                    rnic_id: i as u32 + 1,
+                    ip: "10.0.0.1".parse().unwrap(),
+                    port: 4792,
+                    qpn: 5,
+                    src_port: 50_000 + i,
+                })
+                .collect(),
+        }
+    }
+
+    /// Drives a schedule on a simulated clock that wakes exactly when asked.
+    fn run(s: &mut Schedule, rng: &mut StdRng, until_ns: u64) -> Vec<(u64, u32)> {
+        let mut out = Vec::new();
+        while let Some(t) = s.next_due_ns().filter(|t| *t < until_ns) {
+            let (_, target) = s.pop_due(t, rng).unwrap();
+            out.push((t, target.rnic_id));
+        }
+        out
+    }
+
+    #[test]
+    fn rate_is_exact_and_every_entry_is_hit_once_per_round() {
+        let mut rng = StdRng::seed_from_u64(1);
+        let mut s = Schedule::new(vec![list(7, 150.0)], 0, &mut rng);
+        let sent = run(&mut s, &mut rng, 20_000_000_000);
+        let rate = sent.len() as f64 / 20.0;
+        assert!((rate - 150.0).abs() <= 1.5, "rate {rate}");
+        let rounds: Vec<Vec<u32>> = sent.chunks_exact(7).map(|c| c.iter().map(|(_, id)| *id).collect()).collect();
+        for r in &rounds {
+            let mut sorted = r.clone();
+            sorted.sort();
+            assert_eq!(sorted, (1..=7).collect::<Vec<_>>());
+        }
+        // Reshuffled: not every round in the same order.
+        assert!(rounds.windows(2).any(|w| w[0] != w[1]));
+        let mut per_target: HashMap<u32, usize> = HashMap::new();
+        sent.iter().for_each(|(_, id)| *per_target.entry(*id).or_default() += 1);
+        assert!(per_target.values().all(|&c| (c as f64 - 150.0 * 20.0 / 7.0).abs() <= 2.0));
+    }
+
+    #[test]
+    fn no_drift_and_no_burst_after_a_stall() {
+        let mut rng = StdRng::seed_from_u64(2);
+        let mut s = ListSchedule::new(list(3, 100.0), 0, &mut rng).unwrap();
+        let phase = s.next_due_ns();
+        // Late wake-ups do not shift the grid: slot k stays at phase + k * 10 ms.
+        for k in 0..50u64 {
+            let due = s.next_due_ns();
+            assert_eq!(due, phase + k * 10_000_000);
+            assert!(s.pop_due(due + 3_000_000, &mut rng).is_some());
+        }
+        // A 1 s stall yields ONE probe, then the schedule resumes on its grid in the future.
+        let stalled = s.next_due_ns() + 1_000_000_000;
+        assert!(s.pop_due(stalled, &mut rng).is_some());
+        assert!(s.pop_due(stalled, &mut rng).is_none());
+        assert!(s.next_due_ns() > stalled && (s.next_due_ns() - phase) % 10_000_000 == 0);
+    }
+
+    #[test]
+    fn unusable_lists_are_ignored() {
+        let mut rng = StdRng::seed_from_u64(3);
+        let s = Schedule::new(vec![list(0, 10.0), list(2, 0.0), list(2, f64::NAN), list(2, -1.0)], 0, &mut rng);
+        assert_eq!(s.next_due_ns(), None);
+        let capped = ListSchedule::new(list(1, 1e12), 0, &mut rng).unwrap();
+        assert_eq!(capped.interval_ns, 10_000);
+    }
+}

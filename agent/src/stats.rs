@@ -1,0 +1,142 @@
+//! Lock-free counters shared by every thread of the agent, and their snapshot.
+
+use rocemesh_proto::{PacketError, ProbeStatus, TimestampSource};
+use serde::Serialize;
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Reasons a received datagram is dropped, in counter order (`PacketError::reason`).
+const DROP_REASONS: [&str; 5] = ["truncated", "oversized", "foreign", "version", "malformed"];
+
+/// Live counters; every field is incremented with relaxed atomics from the hot path.
+#[derive(Debug, Default)]
+pub struct Counters {
+    /// PROBE packets sent.
+    pub probes_sent: AtomicU64,
+    /// Probes not sent because the outstanding table was full.
+    pub outstanding_overflow: AtomicU64,
+    /// Sends the kernel refused (e.g. no route).
+    pub send_errors: AtomicU64,
+    results_by_status: [AtomicU64; 3],
+    results_by_source: [AtomicU64; 3],
+    /// ACK1 + ACK2 packets sent by responders.
+    pub acks_sent: AtomicU64,
+    drops: [AtomicU64; 5],
+    /// PROBEs for a QPN or RNIC id that is not ours (dropped silently).
+    pub stale_qpn: AtomicU64,
+    /// ACKs that match no outstanding probe.
+    pub unmatched_ack: AtomicU64,
+    /// Probes/ACKs sent from the main socket because a source-port socket could not be bound.
+    pub send_socket_fallbacks: AtomicU64,
+    /// Results dropped because the upload buffer was full (oldest first).
+    pub records_dropped: AtomicU64,
+    /// Batches the analyzer accepted.
+    pub batches_uploaded: AtomicU64,
+    /// Upload attempts that failed with a transport error or 5xx (retried).
+    pub upload_failures: AtomicU64,
+    /// Batches the analyzer refused with 4xx (dropped).
+    pub batches_rejected: AtomicU64,
+    /// Pinglist changes applied.
+    pub pinglist_updates: AtomicU64,
+    /// Successful registrations with the controller.
+    pub registrations: AtomicU64,
+    /// Version (ETag) of the pinglist in force.
+    pub pinglist_version: Mutex<Option<String>>,
+}
+
+impl Counters {
+    /// Counts one finished probe.
+    pub fn count_result(&self, status: ProbeStatus, source: TimestampSource) {
+        self.results_by_status[status as usize].fetch_add(1, Ordering::Relaxed);
+        self.results_by_source[source as usize].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Counts one dropped datagram under its reason.
+    pub fn count_drop(&self, err: &PacketError) {
+        let i = DROP_REASONS.iter().position(|r| *r == err.reason()).unwrap_or(DROP_REASONS.len() - 1);
+        self.drops[i].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Takes a consistent-enough snapshot for reporting (`buffer_len` filled by the caller).
+    pub fn snapshot(&self, buffer_len: usize) -> AgentStats {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let statuses = [ProbeStatus::Ok, ProbeStatus::Timeout, ProbeStatus::Ack2Lost];
+        let sources = [TimestampSource::App, TimestampSource::Software, TimestampSource::Hardware];
+        AgentStats {
+            probes_sent: get(&self.probes_sent),
+            outstanding_overflow: get(&self.outstanding_overflow),
+            send_errors: get(&self.send_errors),
+            results_by_status: statuses
+                .iter()
+                .map(|s| (status_name(*s), get(&self.results_by_status[*s as usize])))
+                .collect(),
+            results_by_ts_source: sources
+                .iter()
+                .map(|s| (s.as_str(), get(&self.results_by_source[*s as usize])))
+                .collect(),
+            acks_sent: get(&self.acks_sent),
+            drops_by_reason: DROP_REASONS.iter().zip(&self.drops).map(|(r, c)| (*r, get(c))).collect(),
+            stale_qpn: get(&self.stale_qpn),
+            unmatched_ack: get(&self.unmatched_ack),
+            send_socket_fallbacks: get(&self.send_socket_fallbacks),
+            buffer_len,
+            records_dropped: get(&self.records_dropped),
+            batches_uploaded: get(&self.batches_uploaded),
+            upload_failures: get(&self.upload_failures),
+            batches_rejected: get(&self.batches_rejected),
+            pinglist_version: self.pinglist_version.lock().map(|v| v.clone()).unwrap_or(None),
+            pinglist_updates: get(&self.pinglist_updates),
+            registrations: get(&self.registrations),
+        }
+    }
+}
+
+fn status_name(s: ProbeStatus) -> &'static str {
+    match s {
+        ProbeStatus::Ok => "ok",
+        ProbeStatus::Timeout => "timeout",
+        ProbeStatus::Ack2Lost => "ack2_lost",
+    }
+}
+
+/// Point-in-time copy of every agent counter, for logs, `/metrics` and tests.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct AgentStats {
+    /// PROBE packets sent.
+    pub probes_sent: u64,
+    /// Probes skipped because too many were outstanding.
+    pub outstanding_overflow: u64,
+    /// Sends refused by the kernel.
+    pub send_errors: u64,
+    /// Finished probes per status (`ok`, `timeout`, `ack2_lost`).
+    pub results_by_status: BTreeMap<&'static str, u64>,
+    /// Finished probes per timestamp source of the RTT (`app`, `software`, `hardware`).
+    pub results_by_ts_source: BTreeMap<&'static str, u64>,
+    /// ACK1 + ACK2 sent.
+    pub acks_sent: u64,
+    /// Dropped datagrams per `PacketError::reason`.
+    pub drops_by_reason: BTreeMap<&'static str, u64>,
+    /// PROBEs for a QPN/RNIC that is not ours.
+    pub stale_qpn: u64,
+    /// ACKs matching no outstanding probe.
+    pub unmatched_ack: u64,
+    /// Sends that fell back to the main socket.
+    pub send_socket_fallbacks: u64,
+    /// Results waiting for upload.
+    pub buffer_len: usize,
+    /// Results dropped by the full buffer.
+    pub records_dropped: u64,
+    /// Batches accepted by the analyzer.
+    pub batches_uploaded: u64,
+    /// Failed upload attempts (retried).
+    pub upload_failures: u64,
+    /// Batches refused with 4xx.
+    pub batches_rejected: u64,
+    /// Pinglist version in force.
+    pub pinglist_version: Option<String>,
+    /// Pinglist changes applied.
+    pub pinglist_updates: u64,
+    /// Registrations done.
+    pub registrations: u64,
+}

@@ -1,0 +1,102 @@
+//! How probe packets get on and off the wire, with the timestamps the six-timestamp
+//! protocol needs.
+//!
+//! A [`Transport`] sends 64-byte payloads to an [`Endpoint`] from a chosen source port
+//! and reports two kinds of [`TransportEvent`]: received payloads with their RX stamp,
+//! and TX completions (the stamp of an earlier send, matched by [`TxToken`]). The UDP
+//! transport ([`udp`]) gets both from `SO_TIMESTAMPING`; an RDMA verbs transport gets
+//! them from completion-queue timestamps of a UD QP behind the same interface.
+
+pub mod timestamping;
+pub mod udp;
+
+use rocemesh_proto::TimestampSource;
+use rocemesh_proto::packet::PACKET_LEN;
+use std::io;
+use std::net::IpAddr;
+use std::time::Duration;
+
+pub use udp::{UdpOptions, UdpTransport};
+
+/// A kernel or NIC timestamp, in ns of the clock its source implies.
+///
+/// Only stamps of the same source are ever subtracted from each other: software stamps
+/// are `CLOCK_REALTIME`, hardware stamps the NIC's clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Stamp {
+    /// Nanoseconds on the source's clock.
+    pub ns: u64,
+    /// Where the stamp came from (`Software` or `Hardware`; never `App`).
+    pub source: TimestampSource,
+}
+
+/// Identifies one send so its TX completion can be matched to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct TxToken(pub u64);
+
+/// Where a packet goes: the peer's address and port, and its QPN (used by verbs only).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Endpoint {
+    /// Peer IP (verbs: the GID is derived from it).
+    pub ip: IpAddr,
+    /// Peer UDP port (udp transport) .
+    pub port: u16,
+    /// Peer QPN (verbs transport).
+    pub qpn: u32,
+}
+
+/// Receive buffer size: one byte more than a packet, so oversized datagrams are detected.
+pub const RX_BUF_LEN: usize = PACKET_LEN + 1;
+
+/// One received datagram.
+#[derive(Debug, Clone, Copy)]
+pub struct RxDatagram {
+    data: [u8; RX_BUF_LEN],
+    /// Real length of the datagram (may exceed the buffer).
+    pub len: usize,
+    /// Sender address.
+    pub peer_ip: IpAddr,
+    /// Sender source port (the probe's ECMP entropy; ACKs go back from it).
+    pub peer_port: u16,
+    /// RX timestamp ③/⑤, if the kernel or NIC gave one.
+    pub stamp: Option<Stamp>,
+}
+
+impl RxDatagram {
+    /// Builds a datagram from received bytes (at most [`RX_BUF_LEN`] of them are kept).
+    pub fn new(bytes: &[u8], len: usize, peer_ip: IpAddr, peer_port: u16, stamp: Option<Stamp>) -> Self {
+        let mut data = [0u8; RX_BUF_LEN];
+        let n = bytes.len().min(RX_BUF_LEN);
+        data[..n].copy_from_slice(&bytes[..n]);
+        Self { data, len, peer_ip, peer_port, stamp }
+    }
+
+    /// The received bytes (truncated to [`RX_BUF_LEN`]: enough to tell oversized from valid).
+    pub fn payload(&self) -> &[u8] {
+        &self.data[..self.len.min(RX_BUF_LEN)]
+    }
+}
+
+/// Something the transport observed.
+#[derive(Debug, Clone, Copy)]
+pub enum TransportEvent {
+    /// A datagram arrived.
+    Rx(RxDatagram),
+    /// A send left: its kernel/NIC TX timestamp (② or ④).
+    TxStamp(TxToken, Stamp),
+}
+
+/// A probe transport: sends payloads, reports receptions and TX timestamps as events.
+pub trait Transport: Send {
+    /// The local IP this transport speaks from.
+    fn local_ip(&self) -> IpAddr;
+
+    /// Sends `payload` to `to` from source port `src_port`; the token identifies the TX stamp.
+    fn send(&mut self, payload: &[u8; PACKET_LEN], to: Endpoint, src_port: u16) -> io::Result<TxToken>;
+
+    /// Blocks until an event may be available or `timeout` passed (no busy polling).
+    fn wait(&mut self, timeout: Duration) -> io::Result<()>;
+
+    /// Returns the next pending event without blocking; `None` once drained.
+    fn next_event(&mut self) -> Option<TransportEvent>;
+}

@@ -1,0 +1,349 @@
+//! The UDP transport: one main socket per RNIC at (ip, port) receiving PROBEs and ACKs,
+//! plus a bounded LRU of send sockets bound to (ip, src_port) for ECMP entropy.
+
+use super::timestamping::{self, ControlBuf};
+use super::{Endpoint, RX_BUF_LEN, RxDatagram, Transport, TransportEvent, TxToken};
+use crate::stats::Counters;
+use rocemesh_proto::packet::PACKET_LEN;
+use socket2::{Domain, Protocol, SockAddr, Socket, Type};
+use std::collections::HashMap;
+use std::io;
+use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Default bound of the per-source-port send socket cache.
+pub const DEFAULT_SEND_SOCKETS: usize = 512;
+/// epoll key of the main socket (send sockets use their port, < 2^16).
+const MAIN_KEY: u64 = 1 << 32;
+/// epoll events fetched per wait.
+const MAX_READY: usize = 64;
+
+/// Settings of a [`UdpTransport`].
+#[derive(Debug, Clone)]
+pub struct UdpOptions {
+    /// Local IP (must be assigned to this host).
+    pub ip: IpAddr,
+    /// Main port: where PROBEs and ACKs arrive.
+    pub port: u16,
+    /// DSCP for every packet sent.
+    pub dscp: Option<u8>,
+    /// Interface to switch to hardware timestamping, if wanted.
+    pub hardware_timestamps_on: Option<String>,
+    /// Most send sockets kept open.
+    pub max_send_sockets: usize,
+}
+
+/// One open socket and its `OPT_ID` send counter.
+struct Sock {
+    socket: Socket,
+    /// Unique per socket opened, so stamps of an evicted socket never match a new one.
+    generation: u32,
+    /// Sends so far = the OPT_ID the kernel gives the next send.
+    sent: u32,
+    last_used: u64,
+}
+
+/// UDP transport with `SO_TIMESTAMPING` on every socket, driven by epoll.
+pub struct UdpTransport {
+    opts: UdpOptions,
+    epoll: OwnedFd,
+    main: Sock,
+    send: HashMap<u16, Sock>,
+    generations: u32,
+    tick: u64,
+    ready: [libc::epoll_event; MAX_READY],
+    nready: usize,
+    cursor: usize,
+    rx_buf: [u8; RX_BUF_LEN],
+    control: ControlBuf,
+    counters: Arc<Counters>,
+}
+
+impl UdpTransport {
+    /// Binds the main socket; fails clearly when the IP is not on this host or the port is taken.
+    pub fn open(opts: UdpOptions, counters: Arc<Counters>) -> io::Result<Self> {
+        // SAFETY: plain syscall; the fd is owned below.
+        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
+        if ep < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `ep` is a fresh fd we own.
+        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        let socket = new_socket(&opts, opts.port, false).map_err(|e| {
+            let why = if e.kind() == io::ErrorKind::AddrNotAvailable {
+                "is not assigned to this host".to_string()
+            } else {
+                format!("cannot be bound: {e}")
+            };
+            io::Error::new(e.kind(), format!("{}:{} {why}", opts.ip, opts.port))
+        })?;
+        if let Some(ifname) = &opts.hardware_timestamps_on {
+            match timestamping::enable_hardware(socket.as_raw_fd(), ifname) {
+                Ok(()) => tracing::info!(ifname, "hardware timestamping enabled"),
+                Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                    tracing::info!(ifname, "NIC has no hardware timestamping; using software stamps")
+                }
+                Err(e) => tracing::warn!(ifname, error = %e, "SIOCSHWTSTAMP failed; using software stamps"),
+            }
+        }
+        epoll_ctl(ep, libc::EPOLL_CTL_ADD, socket.as_raw_fd(), MAIN_KEY)?;
+        Ok(Self {
+            opts,
+            epoll,
+            main: Sock { socket, generation: 0, sent: 0, last_used: 0 },
+            send: HashMap::new(),
+            generations: 0,
+            tick: 0,
+            ready: [libc::epoll_event { events: 0, u64: 0 }; MAX_READY],
+            nready: 0,
+            cursor: 0,
+            rx_buf: [0; RX_BUF_LEN],
+            control: ControlBuf::default(),
+            counters,
+        })
+    }
+
+    /// The main port actually bound (useful when configured as 0 in tests).
+    pub fn port(&self) -> u16 {
+        self.main.socket.local_addr().ok().and_then(|a| a.as_socket()).map_or(self.opts.port, |a| a.port())
+    }
+
+    /// The send socket for `src_port`, opening (and evicting the least recently used) as needed.
+    fn send_socket(&mut self, src_port: u16) -> &mut Sock {
+        self.tick += 1;
+        let tick = self.tick;
+        if src_port == 0 || src_port == self.opts.port {
+            return &mut self.main;
+        }
+        if !self.send.contains_key(&src_port) {
+            if self.send.len() >= self.opts.max_send_sockets.max(1) {
+                self.evict_lru();
+            }
+            match new_socket(&self.opts, src_port, true)
+                .and_then(|s| epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, s.as_raw_fd(), src_port as u64).map(|()| s))
+            {
+                Ok(socket) => {
+                    self.generations = self.generations.wrapping_add(1).max(1);
+                    self.send.insert(src_port, Sock { socket, generation: self.generations, sent: 0, last_used: tick });
+                }
+                Err(_) => {
+                    self.counters.send_socket_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return &mut self.main;
+                }
+            }
+        }
+        let sock = self.send.get_mut(&src_port).unwrap_or(&mut self.main);
+        sock.last_used = tick;
+        sock
+    }
+
+    fn evict_lru(&mut self) {
+        if let Some(port) = self.send.iter().min_by_key(|(_, s)| s.last_used).map(|(p, _)| *p) {
+            self.close_send_socket(port);
+        }
+    }
+
+    fn close_send_socket(&mut self, port: u16) {
+        if let Some(s) = self.send.remove(&port) {
+            let _ = epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, s.socket.as_raw_fd(), 0);
+        }
+    }
+
+    fn socket_by_key(&self, key: u64) -> Option<&Sock> {
+        if key == MAIN_KEY { Some(&self.main) } else { self.send.get(&(key as u16)) }
+    }
+
+    /// Reads one message from the socket behind `key`: error queue first, then data.
+    fn read_one(&mut self, key: u64) -> Option<TransportEvent> {
+        let (fd, generation) = self.socket_by_key(key).map(|s| (s.socket.as_raw_fd(), s.generation))?;
+        loop {
+            match timestamping::recv(fd, &mut [], true, &mut self.control) {
+                Ok(r) => match (r.control.tx_id, r.control.stamp) {
+                    (Some(id), Some(stamp)) => {
+                        return Some(TransportEvent::TxStamp(token(generation, id), stamp));
+                    }
+                    _ => continue, // some other error-queue message: nothing to report
+                },
+                Err(_) => break,
+            }
+        }
+        let r = timestamping::recv(fd, &mut self.rx_buf, false, &mut self.control).ok()?;
+        let peer = r.peer.unwrap_or(SocketAddr::new(self.opts.ip, 0));
+        Some(TransportEvent::Rx(RxDatagram::new(&self.rx_buf, r.len, peer.ip(), peer.port(), r.control.stamp)))
+    }
+}
+
+/// The token of send number `id` on the socket of generation `generation`.
+fn token(generation: u32, id: u32) -> TxToken {
+    TxToken(((generation as u64) << 32) | id as u64)
+}
+
+fn new_socket(opts: &UdpOptions, port: u16, shared: bool) -> io::Result<Socket> {
+    let domain = if opts.ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let socket = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
+    if shared {
+        socket.set_reuse_address(true)?;
+        socket.set_reuse_port(true)?;
+    }
+    socket.set_nonblocking(true)?;
+    timestamping::enable(socket.as_raw_fd())?;
+    if let Some(dscp) = opts.dscp {
+        let tos = (dscp as u32) << 2;
+        if opts.ip.is_ipv4() {
+            socket.set_tos_v4(tos)?;
+        } else {
+            socket.set_tclass_v6(tos)?;
+        }
+    }
+    socket.bind(&SockAddr::from(SocketAddr::new(opts.ip, port)))?;
+    Ok(socket)
+}
+
+fn epoll_ctl(ep: RawFd, op: libc::c_int, fd: RawFd, key: u64) -> io::Result<()> {
+    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: key };
+    // SAFETY: valid epoll and socket fds; `ev` lives for the call.
+    if unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+}
+
+impl Transport for UdpTransport {
+    fn local_ip(&self) -> IpAddr {
+        self.opts.ip
+    }
+
+    fn send(&mut self, payload: &[u8; PACKET_LEN], to: Endpoint, src_port: u16) -> io::Result<TxToken> {
+        let dest = SockAddr::from(SocketAddr::new(to.ip, to.port));
+        let sock = self.send_socket(src_port);
+        match sock.socket.send_to(payload, &dest) {
+            Ok(_) => {
+                let t = token(sock.generation, sock.sent);
+                sock.sent = sock.sent.wrapping_add(1);
+                Ok(t)
+            }
+            Err(e) => {
+                // The kernel may or may not have consumed an OPT_ID for the failed send; a
+                // fresh socket restarts the count so later stamps cannot be misattributed.
+                if sock.generation != 0 {
+                    self.close_send_socket(src_port);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        // Round up so a wake-up is never early (an early wake would spin until due).
+        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
+        // SAFETY: `ready` has room for MAX_READY events.
+        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), self.ready.as_mut_ptr(), MAX_READY as i32, ms) };
+        self.cursor = 0;
+        if n < 0 {
+            self.nready = 0;
+            let e = io::Error::last_os_error();
+            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+        }
+        self.nready = n as usize;
+        Ok(())
+    }
+
+    fn next_event(&mut self) -> Option<TransportEvent> {
+        while self.cursor < self.nready {
+            let key = self.ready[self.cursor].u64;
+            if let Some(ev) = self.read_one(key) {
+                return Some(ev);
+            }
+            self.cursor += 1;
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocemesh_proto::TimestampSource;
+    use std::time::Instant;
+
+    fn open(ip: &str, max_send_sockets: usize) -> UdpTransport {
+        let opts = UdpOptions {
+            ip: ip.parse().unwrap(),
+            port: 0,
+            dscp: Some(46),
+            hardware_timestamps_on: None,
+            max_send_sockets,
+        };
+        UdpTransport::open(opts, Arc::new(Counters::default())).unwrap()
+    }
+
+    fn events_until(t: &mut UdpTransport, want: usize) -> Vec<TransportEvent> {
+        let start = Instant::now();
+        let mut out = Vec::new();
+        while out.len() < want && start.elapsed() < Duration::from_secs(2) {
+            t.wait(Duration::from_millis(50)).unwrap();
+            while let Some(e) = t.next_event() {
+                out.push(e);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn software_stamps_on_loopback_from_the_chosen_source_port() {
+        let mut a = open("127.0.9.1", 4);
+        let mut b = open("127.0.9.2", 4);
+        let to_b = Endpoint { ip: "127.0.9.2".parse().unwrap(), port: b.port(), qpn: 0 };
+        let payload = [7u8; PACKET_LEN];
+        let t0 = a.send(&payload, to_b, 40_001).unwrap();
+        let t1 = a.send(&payload, to_b, 40_001).unwrap();
+        assert_ne!(t0, t1);
+        let tx = events_until(&mut a, 2);
+        let tokens: Vec<_> = tx
+            .iter()
+            .filter_map(|e| match e {
+                TransportEvent::TxStamp(t, s) => {
+                    assert_eq!(s.source, TimestampSource::Software);
+                    Some(*t)
+                }
+                TransportEvent::Rx(_) => None,
+            })
+            .collect();
+        assert_eq!(tokens, vec![t0, t1]);
+        let rx = events_until(&mut b, 2);
+        assert_eq!(rx.len(), 2);
+        for e in rx {
+            let TransportEvent::Rx(d) = e else { panic!("unexpected {e:?}") };
+            assert_eq!((d.peer_port, d.len, d.payload()), (40_001, PACKET_LEN, &payload[..]));
+            assert_eq!(d.stamp.map(|s| s.source), Some(TimestampSource::Software));
+        }
+    }
+
+    #[test]
+    fn send_sockets_are_bounded_and_unbindable_ports_fall_back() {
+        let mut a = open("127.0.9.3", 2);
+        let to = Endpoint { ip: "127.0.9.4".parse().unwrap(), port: 9, qpn: 0 };
+        for port in [40_010, 40_011, 40_012, 40_010] {
+            a.send(&[0; PACKET_LEN], to, port).unwrap();
+        }
+        assert_eq!(a.send.len(), 2);
+        assert!(a.send.contains_key(&40_010) && a.send.contains_key(&40_012));
+        // Port 1 needs privileges we do not have (or is taken): the main socket sends instead.
+        let blocker = std::net::UdpSocket::bind("127.0.9.3:40020").unwrap();
+        a.send(&[0; PACKET_LEN], to, 40_020).unwrap();
+        drop(blocker);
+        assert_eq!(a.counters.send_socket_fallbacks.load(std::sync::atomic::Ordering::Relaxed), 1);
+    }
+
+    #[test]
+    fn foreign_ip_is_a_clear_error() {
+        let opts = UdpOptions {
+            ip: "192.0.2.77".parse().unwrap(),
+            port: 4792,
+            dscp: None,
+            hardware_timestamps_on: None,
+            max_send_sockets: 1,
+        };
+        let err = UdpTransport::open(opts, Arc::new(Counters::default())).err().unwrap();
+        assert!(err.to_string().contains("is not assigned to this host"), "{err}");
+    }
+}

@@ -1,0 +1,125 @@
+//! Upload of results to the analyzer: bounded buffering ([`buffer`]) and periodic batch
+//! POSTs with retry-in-place semantics.
+
+pub mod buffer;
+
+use crate::stats::Counters;
+use buffer::ResultBuffer;
+use rocemesh_proto::api::{API_PREFIX, ErrorBody};
+use rocemesh_proto::batch::{BatchHeader, CONTENT_TYPE};
+use std::sync::atomic::Ordering::Relaxed;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Most records in one batch.
+pub const MAX_CHUNK: usize = 50_000;
+/// Upload period until the controller says otherwise.
+pub const DEFAULT_PERIOD: Duration = Duration::from_secs(5);
+
+/// What one POST achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum UploadOutcome {
+    /// The analyzer took the batch.
+    Accepted,
+    /// Transport error or 5xx: the records stay and the same batch_seq is retried.
+    Retry,
+    /// 4xx: the batch was dropped.
+    Rejected,
+}
+
+/// A batch that failed and must be re-sent under the same sequence number.
+#[derive(Debug, Clone, Copy)]
+struct Retry {
+    batch_seq: u64,
+    end: u64,
+}
+
+/// Sends the buffer's records as `proto::batch` bodies.
+#[derive(Debug)]
+pub struct Uploader {
+    http: ureq::Agent,
+    buffer: Arc<ResultBuffer>,
+    counters: Arc<Counters>,
+    epoch: u32,
+    next_seq: u64,
+    retry: Option<Retry>,
+}
+
+/// A blocking HTTP client that reports every status as a response (not an error).
+pub fn http_agent(timeout: Duration) -> ureq::Agent {
+    ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into()
+}
+
+impl Uploader {
+    /// An uploader for agent epoch `epoch`; batch numbers start at 1.
+    pub fn new(buffer: Arc<ResultBuffer>, counters: Arc<Counters>, epoch: u32, timeout: Duration) -> Self {
+        Self { http: http_agent(timeout), buffer, counters, epoch, next_seq: 1, retry: None }
+    }
+
+    /// Replaces the HTTP client (e.g. a short timeout for the last upload at shutdown).
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.http = http_agent(timeout);
+    }
+
+    /// Uploads everything buffered now, in chunks; an empty buffer still sends a heartbeat.
+    /// Stops at the first chunk that is not accepted.
+    pub fn upload_all(&mut self, analyzer_url: &str, host_id: u32) -> UploadOutcome {
+        let until = self.buffer.end();
+        loop {
+            let outcome = self.upload_chunk(analyzer_url, host_id, until);
+            if outcome != UploadOutcome::Accepted || self.buffer.head() >= until {
+                return outcome;
+            }
+        }
+    }
+
+    fn header(&self, batch_seq: u64) -> BatchHeader {
+        BatchHeader { host_id: 0, epoch: self.epoch, batch_seq, dropped: self.counters.records_dropped.load(Relaxed) }
+    }
+
+    /// Sends one batch (the pending retry first) and settles the buffer accordingly.
+    pub fn upload_chunk(&mut self, analyzer_url: &str, host_id: u32, until: u64) -> UploadOutcome {
+        let (batch_seq, limit) = match self.retry {
+            Some(r) => (r.batch_seq, r.end),
+            None => (self.next_seq, until),
+        };
+        let header = BatchHeader { host_id, ..self.header(batch_seq) };
+        let (body, end) = self.buffer.encode_front(header, limit, MAX_CHUNK);
+        let url = format!("{}{API_PREFIX}/results", analyzer_url.trim_end_matches('/'));
+        let outcome = match self.http.post(&url).header("Content-Type", CONTENT_TYPE).send(&body[..]) {
+            Ok(resp) if resp.status().is_success() => UploadOutcome::Accepted,
+            Ok(mut resp) if resp.status().is_client_error() => {
+                let why = resp
+                    .body_mut()
+                    .with_config()
+                    .limit(64 * 1024)
+                    .read_json::<ErrorBody>()
+                    .map_or_else(|_| "(no error body)".to_string(), |b| b.error);
+                tracing::warn!(status = resp.status().as_u16(), batch_seq, error = %why, "analyzer refused a batch; dropped");
+                UploadOutcome::Rejected
+            }
+            Ok(resp) => {
+                tracing::debug!(status = resp.status().as_u16(), batch_seq, "analyzer error; will retry");
+                UploadOutcome::Retry
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, batch_seq, "upload failed; will retry");
+                UploadOutcome::Retry
+            }
+        };
+        match outcome {
+            UploadOutcome::Accepted | UploadOutcome::Rejected => {
+                self.buffer.release(end);
+                self.retry = None;
+                self.next_seq = batch_seq + 1;
+                let c = if outcome == UploadOutcome::Accepted { &self.counters.batches_uploaded } else { &self.counters.batches_rejected };
+                c.fetch_add(1, Relaxed);
+            }
+            UploadOutcome::Retry => {
+                self.retry = Some(Retry { batch_seq, end });
+                self.counters.upload_failures.fetch_add(1, Relaxed);
+            }
+        }
+        outcome
+    }
+}
