@@ -12,7 +12,7 @@ use crate::stop::StopSignal;
 use crate::transport::udp::DEFAULT_SEND_SOCKETS;
 use crate::transport::{UdpOptions, UdpTransport};
 use crate::upload::buffer::ResultBuffer;
-use crate::upload::{DEFAULT_PERIOD, Uploader};
+use crate::upload::Uploader;
 use anyhow::{Context, Result};
 use rocemesh_proto::api::{RegisterRequest, RnicRegistration};
 use std::sync::{Arc, Mutex};
@@ -21,6 +21,8 @@ use std::time::Duration;
 
 /// Timeout of regular uploads.
 const UPLOAD_TIMEOUT: Duration = Duration::from_secs(10);
+/// How often the uploader looks for a registration before the first one.
+const UNREGISTERED_RECHECK: Duration = Duration::from_millis(100);
 /// Budget of the last upload at shutdown.
 const FINAL_UPLOAD_TIMEOUT: Duration = Duration::from_secs(2);
 
@@ -107,7 +109,8 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
 fn upload_loop(mut uploader: Uploader, registration: &SharedRegistration, stop: &StopSignal) {
     let current = || registration.lock().unwrap_or_else(|p| p.into_inner()).clone();
     loop {
-        let period = current().map_or(DEFAULT_PERIOD, |r| r.upload_period);
+        // Until registered there is nowhere to upload: check again soon.
+        let period = current().map_or(UNREGISTERED_RECHECK, |r| r.upload_period);
         if stop.sleep(period) {
             break;
         }

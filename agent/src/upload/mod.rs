@@ -13,8 +13,6 @@ use std::time::Duration;
 
 /// Most records in one batch.
 pub const MAX_CHUNK: usize = 50_000;
-/// Upload period until the controller says otherwise.
-pub const DEFAULT_PERIOD: Duration = Duration::from_secs(5);
 
 /// What one POST achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

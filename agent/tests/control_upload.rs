@@ -1,0 +1,226 @@
+//! The whole agent against a small real HTTP controller/analyzer on 127.0.0.1:
+//! registration, ETag polling, re-registration, uploads, analyzer outages.
+
+mod common;
+
+use common::{Request, Response, serve};
+use rocemesh_agent::{AgentConfig, RnicConfig, start};
+use rocemesh_proto::api::*;
+use rocemesh_proto::batch::{BatchHeader, decode_batch};
+use rocemesh_proto::{ProbeClass, ProbeStatus};
+use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+#[derive(Default)]
+struct Controller {
+    registrations: Vec<RegisterRequest>,
+    polls: usize,
+    not_modified: usize,
+    bad_queries: usize,
+}
+
+/// One upload the analyzer saw: header, record count, OK records, HTTP status answered.
+#[derive(Debug, Clone)]
+struct Upload {
+    header: BatchHeader,
+    records: usize,
+    ok: usize,
+    status: u16,
+}
+
+const HOST_ID: u32 = 7;
+const RNIC_ID: u32 = 11;
+
+/// A controller whose first pinglist poll answers 409 (so the agent re-registers) and whose
+/// pinglist makes the RNIC probe itself; `analyzer` is handed out in the registration.
+fn controller(state: Arc<Mutex<Controller>>, analyzer: Option<String>, pps: f64) -> impl Fn(&Request) -> Response {
+    move |req| {
+        let mut st = state.lock().unwrap();
+        match (req.method.as_str(), req.path.as_str()) {
+            ("POST", "/api/v1/agents/register") => {
+                let Ok(r) = serde_json::from_slice::<RegisterRequest>(&req.body) else {
+                    return Response::json(400, ErrorBody { error: "bad register body".into() });
+                };
+                let rnics = r
+                    .rnics
+                    .iter()
+                    .map(|n| RnicInfo {
+                        id: RNIC_ID,
+                        host_id: HOST_ID,
+                        host: r.host.clone(),
+                        ifname: n.ifname.clone(),
+                        ip: n.ip,
+                        gid: None,
+                        qpn: n.qpn,
+                        port: n.port,
+                        tor: n.tor.clone().unwrap_or_default(),
+                        rail: n.rail,
+                        epoch: r.epoch,
+                        registered_at_ms: 0,
+                    })
+                    .collect();
+                let resp = RegisterResponse {
+                    host_id: HOST_ID,
+                    epoch: r.epoch,
+                    rnics,
+                    analyzer_url: analyzer.clone(),
+                    upload_period_ms: 200,
+                    pinglist_poll_ms: 100,
+                };
+                st.registrations.push(r);
+                Response::json(200, resp)
+            }
+            ("GET", p) if p.starts_with("/api/v1/pinglists/7?epoch=") => {
+                let reg = st.registrations.last().cloned().unwrap();
+                if p != format!("/api/v1/pinglists/7?epoch={}", reg.epoch) {
+                    st.bad_queries += 1;
+                }
+                st.polls += 1;
+                if st.polls == 1 {
+                    return Response::json(409, ErrorBody { error: "stale epoch".into() });
+                }
+                if req.header("If-None-Match") == Some("\"v1\"") {
+                    st.not_modified += 1;
+                    return Response::empty(304);
+                }
+                let me = &reg.rnics[0];
+                let list = Pinglist {
+                    host_id: HOST_ID,
+                    version: "v1".into(),
+                    timeout_ms: 300,
+                    rnics: vec![RnicPinglist {
+                        rnic_id: RNIC_ID,
+                        lists: vec![ProbeList {
+                            class: ProbeClass::TorMesh,
+                            pps,
+                            entries: vec![PingTarget { rnic_id: RNIC_ID, ip: me.ip, port: me.port, qpn: me.qpn, src_port: 50_400 }],
+                        }],
+                    }],
+                };
+                let mut r = Response::json(200, list);
+                r.headers.push(("ETag".into(), "\"v1\"".into()));
+                r
+            }
+            _ => Response::json(404, ErrorBody { error: format!("no route {}", req.path) }),
+        }
+    }
+}
+
+/// Mode of the fake analyzer: 0 = down (503), 1 = accepts, 2 = refuses (400).
+fn analyzer(log: Arc<Mutex<Vec<Upload>>>, mode: Arc<AtomicU8>) -> impl Fn(&Request) -> Response {
+    move |req| {
+        if req.path != "/api/v1/results" || req.header("Content-Type") != Some(rocemesh_proto::batch::CONTENT_TYPE) {
+            return Response::json(404, ErrorBody { error: "wrong route or type".into() });
+        }
+        let Ok(b) = decode_batch(&req.body) else {
+            return Response::json(400, ErrorBody { error: "undecodable batch".into() });
+        };
+        let status = match mode.load(SeqCst) {
+            0 => 503,
+            1 => 200,
+            _ => 400,
+        };
+        let ok = b.records().filter(|r| r.status == ProbeStatus::Ok).count();
+        log.lock().unwrap().push(Upload { header: b.header, records: b.len(), ok, status });
+        match status {
+            200 => Response::json(200, UploadAck { accepted: b.len() as u64, dropped: 0, duplicate: false }),
+            400 => Response::json(400, ErrorBody { error: "refused for the test".into() }),
+            s => Response::empty(s),
+        }
+    }
+}
+
+fn config(controller_url: String, ip: &str, port: u16) -> AgentConfig {
+    let mut cfg = AgentConfig::new(controller_url, vec![RnicConfig::parse(&format!("r1={ip},tor=tor-a,rail=2")).unwrap()]);
+    cfg.host = "test-host".into();
+    cfg.port = port;
+    cfg.dscp = Some(26);
+    cfg
+}
+
+#[test]
+fn registers_polls_with_etag_and_uploads_to_the_controller_url() {
+    let state = Arc::new(Mutex::new(Controller::default()));
+    let uploads = Arc::new(Mutex::new(Vec::new()));
+    let ctl = controller(state.clone(), None, 100.0);
+    let ana = analyzer(uploads.clone(), Arc::new(AtomicU8::new(1)));
+    // One server plays both roles: with no analyzer URL anywhere, results go to the controller.
+    let url = serve(move |req| if req.path == "/api/v1/results" { ana(req) } else { ctl(req) });
+    let agent = start(config(url, "127.0.7.10", 47_941)).unwrap();
+    std::thread::sleep(Duration::from_millis(1_600));
+    let stats = agent.stats();
+    assert_eq!(agent.host_id(), Some(HOST_ID));
+    {
+        let st = state.lock().unwrap();
+        assert_eq!(st.registrations.len(), 2, "409 must trigger a new registration");
+        let r = &st.registrations[0];
+        assert_eq!((r.host.as_str(), r.epoch), ("test-host", agent.epoch()));
+        let n = &r.rnics[0];
+        assert_eq!((n.ifname.as_str(), n.ip.to_string().as_str(), n.port), ("r1", "127.0.7.10", 47_941));
+        assert_eq!((n.tor.as_deref(), n.rail), (Some("tor-a"), Some(2)));
+        assert!(n.qpn > 0 && n.qpn <= 0xff_ffff);
+        assert!(st.not_modified >= 3, "ETag polling: {} 304s", st.not_modified);
+        assert_eq!(st.bad_queries, 0);
+    }
+    assert_eq!((stats.registrations, stats.pinglist_updates), (2, 1));
+    assert_eq!(stats.pinglist_version.as_deref(), Some("v1"));
+    assert!(stats.probes_sent >= 80, "{stats:?}");
+    let before_shutdown = uploads.lock().unwrap().len();
+    agent.shutdown().unwrap();
+    let ups = uploads.lock().unwrap().clone();
+    assert!(before_shutdown >= 3 && ups.len() == before_shutdown + 1, "{} then {}", before_shutdown, ups.len());
+    for (i, u) in ups.iter().enumerate() {
+        assert_eq!((u.header.host_id, u.header.batch_seq, u.header.dropped), (HOST_ID, i as u64 + 1, 0));
+    }
+    assert!(ups.iter().all(|u| u.header.epoch == ups[0].header.epoch));
+    let ok: usize = ups.iter().map(|u| u.ok).sum();
+    assert!(ok >= 80, "{ok} OK results uploaded");
+}
+
+#[test]
+fn analyzer_outage_keeps_probing_bounds_the_buffer_and_retries_the_same_batch() {
+    let state = Arc::new(Mutex::new(Controller::default()));
+    let uploads = Arc::new(Mutex::new(Vec::new()));
+    let mode = Arc::new(AtomicU8::new(0));
+    let ana_url = serve(analyzer(uploads.clone(), mode.clone()));
+    // The controller names a dead analyzer; the configured URL overrides it.
+    let ctl_url = serve(controller(state, Some("http://127.0.0.1:9".into()), 200.0));
+    let mut cfg = config(ctl_url, "127.0.7.11", 47_942);
+    cfg.analyzer_url = Some(ana_url);
+    cfg.buffer_capacity = 40;
+    let agent = start(cfg).unwrap();
+    std::thread::sleep(Duration::from_millis(1_300));
+    let s = agent.stats();
+    assert!(s.upload_failures >= 2 && s.batches_uploaded == 0, "{s:?}");
+    assert!(s.buffer_len <= 40 && s.records_dropped > 0, "{s:?}");
+    let sent_during_outage = s.probes_sent;
+    assert!(sent_during_outage >= 100, "probing continues: {s:?}");
+    {
+        let ups = uploads.lock().unwrap();
+        assert!(ups.iter().all(|u| u.status == 503 && u.header.batch_seq == 1), "{ups:?}");
+    }
+    mode.store(1, SeqCst);
+    std::thread::sleep(Duration::from_millis(500));
+    mode.store(2, SeqCst);
+    std::thread::sleep(Duration::from_millis(500));
+    let s = agent.stats();
+    agent.shutdown().unwrap();
+    let ups = uploads.lock().unwrap().clone();
+    let first_ok = ups.iter().position(|u| u.status == 200).expect("an accepted upload");
+    assert_eq!(ups[first_ok].header.batch_seq, 1, "the retried batch keeps its number");
+    assert!(ups[first_ok].header.dropped > 0 && ups[first_ok].records <= 40);
+    // After that every attempt gets a new number, accepted or refused alike.
+    for w in ups[first_ok..].windows(2) {
+        assert_eq!(w[1].header.batch_seq, w[0].header.batch_seq + 1, "{ups:?}");
+    }
+    assert!(s.batches_uploaded >= 1 && s.batches_rejected >= 1, "{s:?}");
+    assert!(s.probes_sent > sent_during_outage);
+}
+
+#[test]
+fn an_ip_not_on_this_host_is_a_clear_error() {
+    let cfg = config("http://127.0.0.1:9".into(), "192.0.2.55", 47_943);
+    let err = format!("{:#}", start(cfg).err().unwrap());
+    assert!(err.contains("RNIC r1") && err.contains("192.0.2.55") && err.contains("not assigned"), "{err}");
+}
