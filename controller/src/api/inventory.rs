@@ -1,0 +1,51 @@
+//! Read-only views of the registry (for operators, the analyzer and service tracing)
+//! and host decommissioning.
+
+use super::error::ApiError;
+use super::extract::ApiPath;
+use crate::state::ControllerState;
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use rocemesh_proto::api::{HostInfo, RnicInfo, TopologyInfo};
+use std::net::IpAddr;
+
+/// `GET /rnics`.
+pub(super) async fn rnics(State(state): State<ControllerState>) -> Json<Vec<RnicInfo>> {
+    Json(state.rnics())
+}
+
+/// `GET /rnics/{id}`.
+pub(super) async fn rnic(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<Json<RnicInfo>, ApiError> {
+    state.rnic(id).map(Json).ok_or_else(|| ApiError::not_found(format!("unknown RNIC {id}")))
+}
+
+/// `GET /rnics/by-ip/{ip}`: the current comm info (QPN, port) of the RNIC owning an IP.
+pub(super) async fn rnic_by_ip(State(state): State<ControllerState>, ApiPath(ip): ApiPath<String>) -> Result<Json<RnicInfo>, ApiError> {
+    let ip: IpAddr = ip.parse().map_err(|_| ApiError::bad_request(format!("{ip:?} is not an IP address")))?;
+    state.rnic_by_ip(ip).map(Json).ok_or_else(|| ApiError::not_found(format!("no RNIC has ip {ip}")))
+}
+
+/// `GET /hosts`.
+pub(super) async fn hosts(State(state): State<ControllerState>) -> Json<Vec<HostInfo>> {
+    Json(state.hosts())
+}
+
+/// `GET /hosts/{id}`.
+pub(super) async fn host(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<Json<HostInfo>, ApiError> {
+    state.host(id).map(Json).ok_or_else(|| ApiError::not_found(format!("unknown host {id}")))
+}
+
+/// `DELETE /hosts/{id}`: decommission; 204 when done.
+pub(super) async fn delete_host(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<StatusCode, ApiError> {
+    if state.delete_host(id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("unknown host {id}")))
+    }
+}
+
+/// `GET /topology`.
+pub(super) async fn topology(State(state): State<ControllerState>) -> Json<TopologyInfo> {
+    Json(state.topology())
+}

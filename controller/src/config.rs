@@ -1,0 +1,138 @@
+//! Controller settings: probing rates, pinglist rotation, timers told to agents.
+
+use serde::Deserialize;
+use std::path::PathBuf;
+
+/// Everything an operator can tune on the controller; every field has a default.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ControllerConfig {
+    /// Probes per second each RNIC sends over its whole ToR-mesh list.
+    pub tormesh_pps: f64,
+    /// Rate of each inter-ToR 5-tuple, so every covered uplink sees at least this per direction.
+    pub intertor_link_pps: f64,
+    /// P of R-Pingmesh Eq. 1: probability that the inter-ToR tuples cover every path.
+    pub coverage_probability: f64,
+    /// N of Eq. 1 (parallel cross-ToR paths); overrides the topology file; default 4.
+    pub parallel_paths: Option<u32>,
+    /// How often a fraction of the inter-ToR 5-tuples is replaced.
+    pub rotation_period_ms: u64,
+    /// Fraction of inter-ToR 5-tuples replaced per rotation.
+    pub rotation_fraction: f64,
+    /// How often agents poll their pinglist (told to agents).
+    pub pinglist_poll_ms: u64,
+    /// How often agents upload results (told to agents).
+    pub upload_period_ms: u64,
+    /// Probe timeout (told to agents in the pinglist).
+    pub probe_timeout_ms: u64,
+    /// Analyzer base URL told to agents; `None` = the controller's own URL.
+    pub analyzer_url: Option<String>,
+    /// Optional TOML file mapping hosts and RNICs to ToRs.
+    pub topology_file: Option<PathBuf>,
+    /// Lowest UDP source port used in pinglists.
+    pub src_port_min: u16,
+    /// Highest UDP source port used in pinglists.
+    pub src_port_max: u16,
+}
+
+/// N of Eq. 1 when neither the config nor the topology file says.
+pub const DEFAULT_PARALLEL_PATHS: u32 = 4;
+/// Largest N accepted: k grows like N ln N and every ToR gets k tuples.
+pub const MAX_PARALLEL_PATHS: u32 = 1024;
+
+impl Default for ControllerConfig {
+    fn default() -> Self {
+        Self {
+            tormesh_pps: 10.0,
+            intertor_link_pps: 10.0,
+            coverage_probability: 0.99,
+            parallel_paths: None,
+            rotation_period_ms: 3_600_000,
+            rotation_fraction: 0.2,
+            pinglist_poll_ms: 30_000,
+            upload_period_ms: 5_000,
+            probe_timeout_ms: 500,
+            analyzer_url: None,
+            topology_file: None,
+            src_port_min: 49152,
+            src_port_max: 65535,
+        }
+    }
+}
+
+impl ControllerConfig {
+    /// Rejects values that would make pinglists meaningless, naming the field.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let positive = |name: &str, v: f64| {
+            anyhow::ensure!(v.is_finite() && v > 0.0, "{name} must be a positive number, got {v}");
+            Ok(())
+        };
+        positive("tormesh_pps", self.tormesh_pps)?;
+        positive("intertor_link_pps", self.intertor_link_pps)?;
+        let p = self.coverage_probability;
+        anyhow::ensure!(p > 0.0 && p < 1.0, "coverage_probability must be in (0, 1), got {p}");
+        if let Some(n) = self.parallel_paths {
+            validate_parallel_paths(n)?;
+        }
+        let f = self.rotation_fraction;
+        anyhow::ensure!((0.0..=1.0).contains(&f), "rotation_fraction must be in [0, 1], got {f}");
+        for (name, v) in [
+            ("rotation_period_ms", self.rotation_period_ms),
+            ("pinglist_poll_ms", self.pinglist_poll_ms),
+            ("upload_period_ms", self.upload_period_ms),
+            ("probe_timeout_ms", self.probe_timeout_ms),
+        ] {
+            anyhow::ensure!(v > 0, "{name} must be positive");
+        }
+        anyhow::ensure!(
+            self.src_port_min > 0 && self.src_port_min <= self.src_port_max,
+            "source port range {}..={} is empty or starts at 0",
+            self.src_port_min,
+            self.src_port_max
+        );
+        Ok(())
+    }
+}
+
+/// Checks N of Eq. 1 wherever it comes from (config or topology file).
+pub(crate) fn validate_parallel_paths(n: u32) -> anyhow::Result<()> {
+    anyhow::ensure!(
+        (1..=MAX_PARALLEL_PATHS).contains(&n),
+        "parallel_paths must be in 1..={MAX_PARALLEL_PATHS}, got {n}"
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_valid_and_bad_values_are_named() {
+        ControllerConfig::default().validate().unwrap();
+        let bad = [
+            ControllerConfig { tormesh_pps: 0.0, ..Default::default() },
+            ControllerConfig { intertor_link_pps: f64::NAN, ..Default::default() },
+            ControllerConfig { coverage_probability: 1.0, ..Default::default() },
+            ControllerConfig { parallel_paths: Some(0), ..Default::default() },
+            ControllerConfig { rotation_fraction: 1.5, ..Default::default() },
+            ControllerConfig { rotation_period_ms: 0, ..Default::default() },
+            ControllerConfig { src_port_min: 60000, src_port_max: 50000, ..Default::default() },
+        ];
+        let names = ["tormesh_pps", "intertor_link_pps", "coverage_probability", "parallel_paths",
+            "rotation_fraction", "rotation_period_ms", "source port"];
+        for (cfg, name) in bad.iter().zip(names) {
+            let err = cfg.validate().unwrap_err().to_string();
+            assert!(err.contains(name), "{err}");
+        }
+    }
+
+    #[test]
+    fn unknown_fields_are_refused() {
+        let err = toml::from_str::<ControllerConfig>("tormesh_ppps = 3.0").unwrap_err().to_string();
+        assert!(err.contains("tormesh_ppps"), "{err}");
+        let cfg: ControllerConfig = toml::from_str("tormesh_pps = 3.0").unwrap();
+        assert_eq!(cfg.tormesh_pps, 3.0);
+        assert_eq!(cfg.src_port_max, 65535);
+    }
+}

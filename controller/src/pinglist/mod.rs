@@ -1,0 +1,127 @@
+//! Pinglists: pure functions of (registry, settings, rotation number), cached per
+//! registry generation and rotation, versioned by a hash of their content so an agent's
+//! poll is a cheap 304 unless its own lists changed.
+
+pub mod coverage;
+pub(crate) mod intertor;
+mod tormesh;
+
+use crate::hash::{port_in_range, stable_hash};
+use crate::registry::{Registry, RnicRecord};
+use rocemesh_proto::ProbeClass;
+use rocemesh_proto::api::{PingTarget, Pinglist, ProbeList, RnicPinglist, TorInfo};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+
+/// Inclusive UDP source-port range pinglists draw from.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct PortRange {
+    pub(crate) min: u16,
+    pub(crate) max: u16,
+}
+
+impl PortRange {
+    /// The port a hash selects.
+    pub(crate) fn pick(self, h: u64) -> u16 {
+        port_in_range(h, self.min, self.max)
+    }
+}
+
+/// Everything besides the registry that shapes pinglists (fixed at start).
+#[derive(Debug, Clone)]
+pub(crate) struct PinglistParams {
+    pub(crate) tormesh_pps: f64,
+    pub(crate) intertor_link_pps: f64,
+    /// k of Eq. 1.
+    pub(crate) tuples_per_tor: u32,
+    /// Slots refreshed per rotation: ceil(rotation_fraction * k).
+    pub(crate) rotated_per_period: u32,
+    pub(crate) ports: PortRange,
+    pub(crate) timeout_ms: u64,
+}
+
+fn target(t: &RnicRecord, src_port: u16) -> PingTarget {
+    PingTarget { rnic_id: t.id, ip: t.ip, port: t.port, qpn: t.qpn, src_port }
+}
+
+/// RNICs grouped by resolved ToR, each group sorted by id.
+pub(crate) fn tor_groups(reg: &Registry) -> BTreeMap<&str, Vec<&RnicRecord>> {
+    let mut groups: BTreeMap<&str, Vec<&RnicRecord>> = BTreeMap::new();
+    for r in reg.rnics() {
+        groups.entry(r.tor.as_str()).or_default().push(r);
+    }
+    groups
+}
+
+/// The ToRs as the API shows them.
+pub(crate) fn tor_infos(reg: &Registry) -> Vec<TorInfo> {
+    tor_groups(reg)
+        .into_iter()
+        .map(|(name, g)| TorInfo { name: name.to_string(), rnics: g.iter().map(|r| r.id).collect() })
+        .collect()
+}
+
+/// Every host's pinglist.
+pub(crate) fn build_all(reg: &Registry, p: &PinglistParams, rotation: u64) -> HashMap<u32, Arc<Pinglist>> {
+    let groups = tor_groups(reg);
+    let mut intertor: HashMap<u32, Vec<PingTarget>> = HashMap::new();
+    for t in intertor::tuples(&groups, p.tuples_per_tor, p.rotated_per_period, rotation, p.ports) {
+        intertor.entry(t.src.id).or_default().push(target(t.dst, t.src_port));
+    }
+    let mut per_host: HashMap<u32, Vec<RnicPinglist>> = reg.hosts().map(|h| (h.id, Vec::new())).collect();
+    for group in groups.values() {
+        for r in group {
+            let mut lists = Vec::new();
+            let mesh = tormesh::targets(group, r, p.ports);
+            if !mesh.is_empty() {
+                lists.push(ProbeList { class: ProbeClass::TorMesh, pps: p.tormesh_pps, entries: mesh });
+            }
+            if let Some(entries) = intertor.remove(&r.id) {
+                let pps = entries.len() as f64 * p.intertor_link_pps;
+                lists.push(ProbeList { class: ProbeClass::InterTor, pps, entries });
+            }
+            per_host.entry(r.host_id).or_default().push(RnicPinglist { rnic_id: r.id, lists });
+        }
+    }
+    per_host
+        .into_iter()
+        .map(|(host_id, mut rnics)| {
+            rnics.sort_by_key(|r| r.rnic_id);
+            (host_id, Arc::new(versioned(host_id, p.timeout_ms, rnics)))
+        })
+        .collect()
+}
+
+/// A pinglist with its version: a hash of everything in it, so equal content keeps its ETag.
+fn versioned(host_id: u32, timeout_ms: u64, rnics: Vec<RnicPinglist>) -> Pinglist {
+    let mut list = Pinglist { host_id, version: String::new(), timeout_ms, rnics };
+    let content = serde_json::to_vec(&list).unwrap_or_default();
+    list.version = format!("{:016x}", stable_hash(&[&content]));
+    list
+}
+
+/// Pinglists of the last (registry generation, rotation) asked for.
+#[derive(Default)]
+pub(crate) struct PinglistCache {
+    built: Mutex<Option<Built>>,
+}
+
+struct Built {
+    generation: u64,
+    rotation: u64,
+    lists: HashMap<u32, Arc<Pinglist>>,
+}
+
+impl PinglistCache {
+    /// The pinglist of `host_id`, rebuilding all lists first if the registry or the
+    /// rotation moved on. One caller rebuilds; concurrent callers wait for its result.
+    pub(crate) fn get(&self, reg: &Registry, p: &PinglistParams, rotation: u64, host_id: u32) -> Option<Arc<Pinglist>> {
+        let mut built = self.built.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let fresh = matches!(&*built, Some(b) if b.generation == reg.generation() && b.rotation == rotation);
+        if !fresh {
+            let lists = build_all(reg, p, rotation);
+            *built = Some(Built { generation: reg.generation(), rotation, lists });
+        }
+        built.as_ref().and_then(|b| b.lists.get(&host_id).cloned())
+    }
+}

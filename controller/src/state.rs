@@ -1,0 +1,193 @@
+//! The controller's shared state: settings, topology, the registry mirror of the database,
+//! and the pinglist cache. Every change is committed to the database before it is
+//! applied in memory and acknowledged.
+
+use crate::api::error::ApiError;
+use crate::config::{ControllerConfig, DEFAULT_PARALLEL_PATHS};
+use crate::pinglist::{self, PinglistCache, PinglistParams, PortRange, coverage};
+use crate::registry::{self, Registry, validate};
+use crate::topology::{Topology, UNKNOWN_TOR};
+use rocemesh_proto::api::{HostInfo, Pinglist, RegisterRequest, RegisterResponse, RnicInfo, TopologyInfo};
+use rocemesh_store::Db;
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+
+/// Shared controller state; cheap to clone (one `Arc`).
+#[derive(Clone)]
+pub struct ControllerState {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    db: Db,
+    cfg: ControllerConfig,
+    topology: Topology,
+    parallel_paths: u32,
+    params: PinglistParams,
+    registry: RwLock<Registry>,
+    /// Serializes writers: plan, commit, apply must not interleave.
+    writer: tokio::sync::Mutex<()>,
+    pinglists: PinglistCache,
+    warned_unknown_tor: AtomicBool,
+}
+
+/// What `GET /pinglists/{host}` can end in besides a list.
+pub(crate) enum PinglistError {
+    UnknownHost,
+    StaleEpoch { current: u32 },
+}
+
+impl ControllerState {
+    /// Validates the settings, reads the topology file and loads the registry from `db`
+    /// (a restarted controller serves the same ids and pinglists).
+    pub async fn new(db: Db, cfg: ControllerConfig) -> anyhow::Result<Self> {
+        cfg.validate()?;
+        let topology = match &cfg.topology_file {
+            Some(path) => Topology::load(path)?,
+            None => Topology::default(),
+        };
+        let parallel_paths = cfg.parallel_paths.or(topology.parallel_paths).unwrap_or(DEFAULT_PARALLEL_PATHS);
+        let tuples_per_tor = coverage::tuples_per_tor(parallel_paths, cfg.coverage_probability);
+        let rotated = (cfg.rotation_fraction * f64::from(tuples_per_tor)).ceil() as u32;
+        let params = PinglistParams {
+            tormesh_pps: cfg.tormesh_pps,
+            intertor_link_pps: cfg.intertor_link_pps,
+            tuples_per_tor,
+            rotated_per_period: rotated.min(tuples_per_tor),
+            ports: PortRange { min: cfg.src_port_min, max: cfg.src_port_max },
+            timeout_ms: cfg.probe_timeout_ms,
+        };
+        let (hosts, rnics) = registry::load(&db, &topology).await?;
+        tracing::info!(hosts = hosts.len(), rnics = rnics.len(), parallel_paths, tuples_per_tor, "registry loaded");
+        let state = Self {
+            inner: Arc::new(Inner {
+                db,
+                cfg,
+                topology,
+                parallel_paths,
+                params,
+                registry: RwLock::new(Registry::from_records(hosts, rnics)),
+                writer: tokio::sync::Mutex::new(()),
+                pinglists: PinglistCache::default(),
+                warned_unknown_tor: AtomicBool::new(false),
+            }),
+        };
+        state.warn_unknown_tors();
+        Ok(state)
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
+        self.inner.registry.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
+        self.inner.registry.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Logs (once per process) that some RNICs could not be placed under a ToR.
+    fn warn_unknown_tors(&self) {
+        let unplaced: Vec<String> = {
+            let reg = self.read();
+            reg.rnics()
+                .filter(|r| r.tor == UNKNOWN_TOR)
+                .map(|r| format!("{}/{}", reg.host(r.host_id).map_or("?", |h| h.name.as_str()), r.ifname))
+                .collect()
+        };
+        if !unplaced.is_empty() && !self.inner.warned_unknown_tor.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                rnics = ?unplaced,
+                "RNICs without a ToR (no topology entry, agent hint or gateway) share ToR \"{UNKNOWN_TOR}\"; further ones are not logged"
+            );
+        }
+    }
+
+    /// Registers (or re-registers) a host: validate, commit to the database, then apply.
+    pub(crate) async fn register(&self, req: RegisterRequest) -> Result<RegisterResponse, ApiError> {
+        validate::request(&req).map_err(ApiError::bad_request)?;
+        let _writer = self.inner.writer.lock().await;
+        let plan = self
+            .read()
+            .plan_registration(&req, &self.inner.topology, rocemesh_proto::now_unix_ms())
+            .map_err(ApiError::bad_request)?;
+        let (host_id, rnic_ids) = registry::save_registration(&self.inner.db, &plan).await.map_err(ApiError::internal)?;
+        let epoch = plan.host.epoch;
+        let rnics: Vec<RnicInfo> = {
+            let mut reg = self.write();
+            reg.apply_registration(plan, host_id, &rnic_ids);
+            rnic_ids.iter().filter_map(|id| reg.rnic_info(*id)).collect()
+        };
+        tracing::info!(host = %req.host, host_id, epoch, rnics = rnics.len(), "host registered");
+        self.warn_unknown_tors();
+        let cfg = &self.inner.cfg;
+        Ok(RegisterResponse {
+            host_id,
+            epoch,
+            rnics,
+            analyzer_url: cfg.analyzer_url.clone(),
+            upload_period_ms: cfg.upload_period_ms,
+            pinglist_poll_ms: cfg.pinglist_poll_ms,
+        })
+    }
+
+    /// Decommissions a host and its RNICs; `false` if it was unknown.
+    pub(crate) async fn delete_host(&self, host_id: u32) -> Result<bool, ApiError> {
+        let _writer = self.inner.writer.lock().await;
+        if self.read().host(host_id).is_none() {
+            return Ok(false);
+        }
+        registry::delete_host(&self.inner.db, host_id).await.map_err(ApiError::internal)?;
+        self.write().remove_host(host_id);
+        tracing::info!(host_id, "host decommissioned");
+        Ok(true)
+    }
+
+    /// The host's current pinglist, checked against the agent's epoch when it sends one.
+    pub(crate) fn pinglist(&self, host_id: u32, epoch: Option<u32>) -> Result<Arc<Pinglist>, PinglistError> {
+        let rotation = rocemesh_proto::now_unix_ms().max(0) as u64 / self.inner.cfg.rotation_period_ms;
+        let reg = self.read();
+        let host = reg.host(host_id).ok_or(PinglistError::UnknownHost)?;
+        if let Some(e) = epoch
+            && e != host.epoch
+        {
+            return Err(PinglistError::StaleEpoch { current: host.epoch });
+        }
+        self.inner.pinglists.get(&reg, &self.inner.params, rotation, host_id).ok_or(PinglistError::UnknownHost)
+    }
+
+    /// All RNICs by id.
+    pub(crate) fn rnics(&self) -> Vec<RnicInfo> {
+        let reg = self.read();
+        reg.rnics().filter_map(|r| reg.rnic_info(r.id)).collect()
+    }
+
+    /// One RNIC.
+    pub(crate) fn rnic(&self, id: u32) -> Option<RnicInfo> {
+        self.read().rnic_info(id)
+    }
+
+    /// The RNIC owning an IP (comm info for service tracing).
+    pub(crate) fn rnic_by_ip(&self, ip: IpAddr) -> Option<RnicInfo> {
+        self.read().rnic_by_ip(ip)
+    }
+
+    /// All hosts by id.
+    pub(crate) fn hosts(&self) -> Vec<HostInfo> {
+        let reg = self.read();
+        reg.hosts().filter_map(|h| reg.host_info(h.id)).collect()
+    }
+
+    /// One host.
+    pub(crate) fn host(&self, id: u32) -> Option<HostInfo> {
+        self.read().host_info(id)
+    }
+
+    /// ToRs with their RNICs, N and k.
+    pub(crate) fn topology(&self) -> TopologyInfo {
+        TopologyInfo {
+            tors: pinglist::tor_infos(&self.read()),
+            parallel_paths: self.inner.parallel_paths,
+            tuples_per_tor: self.inner.params.tuples_per_tor,
+        }
+    }
+}
