@@ -141,6 +141,9 @@ impl Fabric {
             }
             netns::ip_batch(Some(ns), &lines)?;
         }
+        for h in &t.hosts {
+            netns::ip_batch(Some(&h.netns), &host_rules(h))?;
+        }
         for ns in t.namespaces() {
             netns::ip_batch(Some(ns), &self.route_lines(ns))?;
         }
@@ -270,11 +273,15 @@ impl Fabric {
     }
 }
 
+/// Source-based policy rules of a host: traffic from an RNIC's address uses its own table.
+fn host_rules(h: &Host) -> Vec<String> {
+    h.rnics.iter().map(|r| format!("rule add from {} table {} pref {}", r.ip, r.table, 1000 + r.table)).collect()
+}
+
 fn host_routes(h: &Host) -> Vec<String> {
     let mut lines = Vec::new();
     for r in &h.rnics {
         lines.push(format!("route replace default via {} dev {} table {}", r.gateway, r.ifname, r.table));
-        lines.push(format!("rule replace from {} table {} pref {}", r.ip, r.table, 1000 + r.table));
     }
     if let Some(first) = h.rnics.first() {
         lines.push(format!("route replace default via {} dev {} src {}", first.gateway, first.ifname, first.ip));
@@ -300,8 +307,8 @@ mod tests {
     fn multi_rnic_host_routes_by_source() {
         let spec = FabricSpec { rnics_per_host: 2, ..FabricSpec::default() };
         let t = Topology::new(&spec);
+        assert!(host_rules(&t.hosts[0]).contains(&"rule add from 198.18.0.3 table 101 pref 1101".to_string()));
         let lines = host_routes(&t.hosts[0]);
-        assert!(lines.contains(&"rule replace from 198.18.0.3 table 101 pref 1101".to_string()));
         assert!(lines.contains(&"route replace default via 198.18.0.2 dev r1 table 101".to_string()));
     }
 }
