@@ -125,3 +125,6 @@ impl PinglistCache {
         built.as_ref().and_then(|b| b.lists.get(&host_id).cloned())
     }
 }
+
+#[cfg(test)]
+mod tests;

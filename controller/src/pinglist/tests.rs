@@ -1,0 +1,188 @@
+//! Pinglist generation on synthetic registries: ToR-mesh completeness, inter-ToR coverage
+//! under simulated ECMP, rotation, determinism and versioning.
+
+use super::*;
+use crate::hash::stable_hash;
+use crate::registry::{HostRecord, RnicRecord};
+use std::collections::HashSet;
+
+/// `tors` ToRs with `hosts_per_tor` hosts each, two RNICs per host under the same ToR.
+fn registry(tors: u32, hosts_per_tor: u32) -> Registry {
+    let mut hosts = Vec::new();
+    let mut rnics = Vec::new();
+    for t in 0..tors {
+        for h in 0..hosts_per_tor {
+            let host_id = t * hosts_per_tor + h + 1;
+            hosts.push(HostRecord { id: host_id, name: format!("host-{host_id}"), epoch: 1, registrations: 1, registered_at_ms: 0 });
+            for n in 0..2u32 {
+                let id = host_id * 2 + n;
+                rnics.push(RnicRecord {
+                    id,
+                    host_id,
+                    ifname: format!("eth{n}"),
+                    ip: format!("10.{t}.{h}.{}", n + 1).parse().unwrap(),
+                    gid: None,
+                    qpn: 100 + id,
+                    port: 4791,
+                    tor: format!("tor-{t:02}"),
+                    tor_hint: None,
+                    rail: None,
+                    gateway: None,
+                    epoch: 1,
+                    registered_at_ms: 0,
+                });
+            }
+        }
+    }
+    Registry::from_records(hosts, rnics)
+}
+
+fn params(k: u32, m: u32) -> PinglistParams {
+    PinglistParams {
+        tormesh_pps: 10.0,
+        intertor_link_pps: 10.0,
+        tuples_per_tor: k,
+        rotated_per_period: m,
+        ports: PortRange { min: 49152, max: 65535 },
+        timeout_ms: 500,
+    }
+}
+
+fn list(lists: &HashMap<u32, Arc<Pinglist>>, rnic: u32, class: ProbeClass) -> Option<&ProbeList> {
+    lists.values().flat_map(|p| &p.rnics).find(|r| r.rnic_id == rnic)?.lists.iter().find(|l| l.class == class)
+}
+
+#[test]
+fn tormesh_lists_hold_exactly_the_other_rnics_of_the_tor() {
+    let reg = registry(3, 4);
+    let lists = build_all(&reg, &params(21, 5), 0);
+    assert_eq!(lists.len(), 12, "one pinglist per host");
+    for r in reg.rnics() {
+        let mesh = list(&lists, r.id, ProbeClass::TorMesh).expect("every RNIC has a ToR-mesh list");
+        assert_eq!(mesh.pps, 10.0);
+        let got: HashSet<u32> = mesh.entries.iter().map(|e| e.rnic_id).collect();
+        let want: HashSet<u32> = reg.rnics().filter(|o| o.tor == r.tor && o.id != r.id).map(|o| o.id).collect();
+        assert_eq!(got, want);
+        assert_eq!(mesh.entries.len(), want.len(), "no duplicates");
+        for e in &mesh.entries {
+            let t = reg.rnics().find(|o| o.id == e.rnic_id).unwrap();
+            assert_eq!((e.ip, e.port, e.qpn), (t.ip, t.port, t.qpn));
+            assert!(e.src_port >= 49152);
+        }
+    }
+}
+
+#[test]
+fn a_single_tor_has_no_inter_tor_lists() {
+    let reg = registry(1, 3);
+    let lists = build_all(&reg, &params(21, 5), 0);
+    assert!(reg.rnics().all(|r| list(&lists, r.id, ProbeClass::InterTor).is_none()));
+}
+
+#[test]
+fn inter_tor_tuples_leave_their_tor_and_set_the_rate() {
+    let reg = registry(5, 3);
+    let (k, m) = (21, 5);
+    let groups = tor_groups(&reg);
+    let tuples = intertor::tuples(&groups, k, m, 7, PortRange { min: 49152, max: 65535 });
+    assert_eq!(tuples.len(), 5 * k as usize);
+    for (tor_index, chunk) in tuples.chunks(k as usize).enumerate() {
+        let tor = format!("tor-{tor_index:02}");
+        assert!(chunk.iter().all(|t| t.src.tor == tor && t.dst.tor != tor));
+        // Cycling over the other ToRs: with 4 others and 21 slots each gets 5 or 6.
+        let mut per_dst: HashMap<&str, usize> = HashMap::new();
+        for t in chunk {
+            *per_dst.entry(t.dst.tor.as_str()).or_default() += 1;
+        }
+        assert_eq!(per_dst.len(), 4);
+        assert!(per_dst.values().all(|&n| n == 5 || n == 6), "{per_dst:?}");
+    }
+    // Every ToR is a destination k times in total: incoming uplinks get as many tuples.
+    let mut incoming: HashMap<&str, usize> = HashMap::new();
+    for t in &tuples {
+        *incoming.entry(t.dst.tor.as_str()).or_default() += 1;
+    }
+    assert!(incoming.values().all(|&n| n == k as usize), "{incoming:?}");
+    // Each tuple lands in its source RNIC's list, probed at intertor_link_pps.
+    let lists = build_all(&reg, &params(k, m), 7);
+    let listed: usize = reg
+        .rnics()
+        .filter_map(|r| list(&lists, r.id, ProbeClass::InterTor))
+        .map(|l| {
+            assert_eq!(l.pps, l.entries.len() as f64 * 10.0);
+            l.entries.len()
+        })
+        .sum();
+    assert_eq!(listed, tuples.len());
+}
+
+#[test]
+fn inter_tor_tuples_cover_all_ecmp_paths_with_probability_p() {
+    // ECMP modelled as a uniform hash of the 5-tuple onto N paths, salted per trial;
+    // trials also vary the rotation, so both the hash and the tuples change.
+    let n = 4u32;
+    let k = coverage::tuples_per_tor(n, 0.99);
+    let reg = registry(4, 4);
+    let groups = tor_groups(&reg);
+    let ports = PortRange { min: 49152, max: 65535 };
+    let (mut trials, mut covered) = (0u32, 0u32);
+    for seed in 0u64..500 {
+        let tuples = intertor::tuples(&groups, k, k, seed, ports);
+        for chunk in tuples.chunks(k as usize) {
+            let mut paths = 0u32;
+            for t in chunk {
+                let h = stable_hash(&[
+                    b"ecmp",
+                    &seed.to_le_bytes(),
+                    t.src.ip.to_string().as_bytes(),
+                    t.dst.ip.to_string().as_bytes(),
+                    &t.src_port.to_le_bytes(),
+                    &t.dst.port.to_le_bytes(),
+                ]);
+                paths |= 1 << (h % u64::from(n));
+            }
+            trials += 1;
+            covered += u32::from(paths == (1 << n) - 1);
+        }
+    }
+    let rate = f64::from(covered) / f64::from(trials);
+    assert!(rate >= 0.98, "all {n} paths covered in {covered}/{trials} trials");
+}
+
+#[test]
+fn each_rotation_changes_exactly_m_slots() {
+    let reg = registry(3, 4);
+    let groups = tor_groups(&reg);
+    let ports = PortRange { min: 49152, max: 65535 };
+    let (k, m) = (21u32, 5u32);
+    for r in [0u64, 1, 2, 3, 4, 5, 1000] {
+        let changed_gens = (0..k).filter(|&i| intertor::slot_generation(i, k, m, r) != intertor::slot_generation(i, k, m, r + 1)).count();
+        assert_eq!(changed_gens, m as usize, "rotation {r}");
+        let before = intertor::tuples(&groups, k, m, r, ports);
+        let after = intertor::tuples(&groups, k, m, r + 1, ports);
+        for (a, b) in before.chunks(k as usize).zip(after.chunks(k as usize)) {
+            let changed = a.iter().zip(b).filter(|(x, y)| (x.src.id, x.dst.id, x.src_port) != (y.src.id, y.dst.id, y.src_port)).count();
+            assert_eq!(changed, m as usize, "rotation {r}");
+        }
+    }
+    // After ceil(k / m) rotations every slot has been refreshed.
+    let gens0: Vec<u64> = (0..k).map(|i| intertor::slot_generation(i, k, m, 10)).collect();
+    let gens1: Vec<u64> = (0..k).map(|i| intertor::slot_generation(i, k, m, 10 + u64::from(k.div_ceil(m)))).collect();
+    assert!(gens0.iter().zip(&gens1).all(|(a, b)| a != b));
+    // m = 0 freezes the tuples.
+    assert!((0..k).all(|i| intertor::slot_generation(i, k, 0, 5) == intertor::slot_generation(i, k, 0, 6)));
+}
+
+#[test]
+fn output_is_deterministic_and_versions_follow_content() {
+    let reg = registry(3, 2);
+    let a = build_all(&reg, &params(21, 5), 3);
+    let b = build_all(&registry(3, 2), &params(21, 5), 3);
+    assert_eq!(a, b);
+    let rotated = build_all(&reg, &params(21, 5), 4);
+    let changed = a.keys().filter(|h| a[h].version != rotated[h].version).count();
+    assert!(changed > 0, "a rotation changes some hosts' lists");
+    for (h, list) in &rotated {
+        assert_eq!(list.version == a[h].version, list.rnics == a[h].rnics, "host {h}: version tracks content");
+    }
+}
