@@ -127,7 +127,16 @@ impl Fabric {
                 .links
                 .iter()
                 .filter(|l| l.a.netns == ns)
-                .map(|l| format!("link add {} type veth peer name {} netns {}", l.a.ifname, l.b.ifname, l.b.netns))
+                .map(|l| {
+                    format!(
+                        "link add {} address {} type veth peer name {} address {} netns {}",
+                        l.a.ifname,
+                        mac_of(l.a.ip),
+                        l.b.ifname,
+                        mac_of(l.b.ip),
+                        l.b.netns
+                    )
+                })
                 .collect();
             netns::ip_batch(Some(ns), &lines)?;
         }
@@ -145,15 +154,31 @@ impl Fabric {
             netns::ip_batch(Some(&h.netns), &host_rules(h))?;
         }
         for ns in t.namespaces() {
-            netns::ip_batch(Some(ns), &self.route_lines(ns))?;
+            netns::ip_batch(Some(ns), &self.restore_lines(ns))?;
         }
         Ok(())
     }
 
-    /// The non-connected routes of namespace `ns` as idempotent `ip` batch lines (`route
-    /// replace`): used to build the fabric and to restore routes the kernel flushed when an
-    /// interface went administratively down.
-    pub(crate) fn route_lines(&self, ns: &str) -> Vec<String> {
+    /// Static neighbours and non-connected routes of namespace `ns` as idempotent `ip` batch
+    /// lines (`neigh replace`, `route replace`): used to build the fabric and to restore what
+    /// the kernel flushed when an interface went administratively down.
+    ///
+    /// Neighbours are permanent (MACs derive from addresses) so a link that comes back carries
+    /// traffic at once, without ARP retries stretching a short flap into seconds of loss.
+    pub(crate) fn restore_lines(&self, ns: &str) -> Vec<String> {
+        let t = &self.topology;
+        let mut lines: Vec<String> = t
+            .links
+            .iter()
+            .flat_map(|l| [(&l.a, &l.b), (&l.b, &l.a)])
+            .filter(|(me, _)| me.netns == ns)
+            .map(|(me, peer)| format!("neigh replace {} lladdr {} dev {} nud permanent", peer.ip, mac_of(peer.ip), me.ifname))
+            .collect();
+        lines.extend(self.route_lines(ns));
+        lines
+    }
+
+    fn route_lines(&self, ns: &str) -> Vec<String> {
         let t = &self.topology;
         if let Some(h) = t.hosts.iter().find(|h| h.netns == ns) {
             return host_routes(h);
@@ -271,6 +296,12 @@ impl Fabric {
         let is_spine = t.spines.iter().any(|s| s.name == dev && s.kind == NodeKind::Spine);
         Ok(is_spine.then_some(dev))
     }
+}
+
+/// Locally administered MAC of the interface holding `ip` (02:00 + the IPv4 address).
+fn mac_of(ip: Ipv4Addr) -> String {
+    let [a, b, c, d] = ip.octets();
+    format!("02:00:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
 }
 
 /// Source-based policy rules of a host: traffic from an RNIC's address uses its own table.

@@ -1,7 +1,8 @@
 //! Link, RNIC and spine down/flap with `ip link set down/up`.
 //!
-//! Taking an interface administratively down makes the kernel flush routes through it, so
-//! every "up" step also restores that namespace's routes (idempotent `route replace`). The
+//! Taking an interface administratively down makes the kernel flush routes and neighbours
+//! through it, so every "up" step also restores that namespace's static neighbours and routes
+//! (idempotent `neigh/route replace`). The
 //! peer of a downed veth only loses carrier; its routes stay (LINKDOWN) and, with
 //! `ignore_routes_with_linkdown=0`, it keeps sending its ECMP share into the dead link.
 
@@ -22,7 +23,7 @@ fn down(ctx: &mut Install, ends: &[Endpoint], flap_period_ms: Option<u32>) -> Re
     let mut restore = Vec::new();
     for ns in &namespaces {
         let path = log_path(&prefix, &format!("f{}-{ns}-routes", ctx.id));
-        std::fs::write(&path, ctx.fabric.route_lines(ns).join("\n") + "\n")
+        std::fs::write(&path, ctx.fabric.restore_lines(ns).join("\n") + "\n")
             .with_context(|| format!("writing {}", path.display()))?;
         restore.push(format!("ip -n {ns} -force -batch {}", path.display()));
     }

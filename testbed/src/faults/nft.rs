@@ -49,7 +49,7 @@ pub(super) fn flow_drop(ctx: &mut Install, flow: &FiveTuple, at: Option<&str>) -
     let ns = flow_drop_router(ctx.fabric, flow, at)?.netns.clone();
     let table = ctx.object_name();
     let ruleset = format!(
-        "table ip {table} {{\n chain drop {{\n  type filter hook forward priority 0;\n  \
+        "table ip {table} {{\n chain flowdrop {{\n  type filter hook forward priority 0;\n  \
          ip saddr {} ip daddr {} udp sport {} udp dport {} drop\n }}\n}}\n",
         flow.src, flow.dst, flow.sport, flow.dport
     );
