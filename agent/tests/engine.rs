@@ -52,6 +52,9 @@ fn two_rnics_probe_each_other_with_software_stamps() {
     let port = 47_931;
     let a = node("127.0.7.1", port, 0x11, 1);
     let b = node("127.0.7.2", port, 0x22, 2);
+    // The kernel enables RX timestamping through deferred work; until then results are
+    // (correctly) flagged App. Let it settle so every result below must be Software.
+    std::thread::sleep(Duration::from_millis(100));
     let list = |to: &Node, id, base: u16| ProbeList {
         class: ProbeClass::TorMesh,
         pps: 100.0,

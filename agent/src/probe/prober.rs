@@ -64,9 +64,11 @@ impl Prober {
             next_seq: 0,
             timeout: DEFAULT_TIMEOUT,
             max_outstanding,
-            table: HashMap::with_capacity(max_outstanding),
-            expiry: VecDeque::with_capacity(max_outstanding),
-            by_tx: HashMap::with_capacity(max_outstanding),
+            // Grown on demand up to the bound (then reused): no per-probe allocation in
+            // steady state, and an idle agent does not pay for the worst case.
+            table: HashMap::new(),
+            expiry: VecDeque::new(),
+            by_tx: HashMap::new(),
             awaiting_tx: Vec::with_capacity(64),
         }
     }

@@ -42,8 +42,8 @@ impl Responder {
             qpn,
             rnic_id: 0,
             port,
-            pending: HashMap::with_capacity(MAX_PENDING),
-            order: VecDeque::with_capacity(MAX_PENDING),
+            pending: HashMap::new(),
+            order: VecDeque::new(),
         }
     }
 
@@ -82,10 +82,10 @@ impl Responder {
     pub fn on_tx_stamp<T: Transport>(&mut self, token: TxToken, t4: Stamp, transport: &mut T, counters: &Counters) -> bool {
         let Some(p) = self.pending.get(&token) else { return false };
         // Only a stamp on ③'s clock helps; otherwise wait for a better one or the deadline.
-        if p.t3.is_some_and(|t3| t3.source == t4.source) {
-            if let Some(p) = self.pending.remove(&token) {
-                self.send_ack2(&p, Some(t4), transport, counters);
-            }
+        if p.t3.is_some_and(|t3| t3.source == t4.source)
+            && let Some(p) = self.pending.remove(&token)
+        {
+            self.send_ack2(&p, Some(t4), transport, counters);
         }
         true
     }

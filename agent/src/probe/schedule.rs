@@ -158,7 +158,7 @@ mod tests {
         let stalled = s.next_due_ns() + 1_000_000_000;
         assert!(s.pop_due(stalled, &mut rng).is_some());
         assert!(s.pop_due(stalled, &mut rng).is_none());
-        assert!(s.next_due_ns() > stalled && (s.next_due_ns() - phase) % 10_000_000 == 0);
+        assert!(s.next_due_ns() > stalled && (s.next_due_ns() - phase).is_multiple_of(10_000_000));
     }
 
     #[test]

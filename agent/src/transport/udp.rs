@@ -155,23 +155,33 @@ impl UdpTransport {
         if key == MAIN_KEY { Some(&self.main) } else { self.send.get(&(key as u16)) }
     }
 
-    /// Reads one message from the socket behind `key`: error queue first, then data.
-    fn read_one(&mut self, key: u64) -> Option<TransportEvent> {
+    /// Reads one message from the socket behind `key`, guided by its epoll `events`
+    /// (EPOLLERR: TX stamps on the error queue; EPOLLIN: a datagram). Bits of sources
+    /// found empty are cleared so nothing is read twice in vain.
+    fn read_one(&mut self, key: u64, events: &mut u32) -> Option<TransportEvent> {
         let (fd, generation) = self.socket_by_key(key).map(|s| (s.socket.as_raw_fd(), s.generation))?;
-        loop {
+        while *events & libc::EPOLLERR as u32 != 0 {
             match timestamping::recv(fd, &mut [], true, &mut self.control) {
-                Ok(r) => match (r.control.tx_id, r.control.stamp) {
-                    (Some(id), Some(stamp)) => {
+                Ok(r) => {
+                    if let (Some(id), Some(stamp)) = (r.control.tx_id, r.control.stamp) {
                         return Some(TransportEvent::TxStamp(token(generation, id), stamp));
                     }
-                    _ => continue, // some other error-queue message: nothing to report
-                },
-                Err(_) => break,
+                    // Other error-queue messages (none expected) are read and ignored.
+                }
+                Err(_) => *events &= !(libc::EPOLLERR as u32),
             }
         }
-        let r = timestamping::recv(fd, &mut self.rx_buf, false, &mut self.control).ok()?;
-        let peer = r.peer.unwrap_or(SocketAddr::new(self.opts.ip, 0));
-        Some(TransportEvent::Rx(RxDatagram::new(&self.rx_buf, r.len, peer.ip(), peer.port(), r.control.stamp)))
+        if *events & libc::EPOLLIN as u32 != 0 {
+            match timestamping::recv(fd, &mut self.rx_buf, false, &mut self.control) {
+                Ok(r) => {
+                    let peer = r.peer.unwrap_or(SocketAddr::new(self.opts.ip, 0));
+                    let d = RxDatagram::new(&self.rx_buf, r.len, peer.ip(), peer.port(), r.control.stamp);
+                    return Some(TransportEvent::Rx(d));
+                }
+                Err(_) => *events &= !(libc::EPOLLIN as u32),
+            }
+        }
+        None
     }
 }
 
@@ -249,9 +259,12 @@ impl Transport for UdpTransport {
 
     fn next_event(&mut self) -> Option<TransportEvent> {
         while self.cursor < self.nready {
-            let key = self.ready[self.cursor].u64;
-            if let Some(ev) = self.read_one(key) {
-                return Some(ev);
+            let libc::epoll_event { events, u64: key } = self.ready[self.cursor];
+            let mut events = events;
+            let ev = self.read_one(key, &mut events);
+            self.ready[self.cursor].events = events;
+            if ev.is_some() {
+                return ev;
             }
             self.cursor += 1;
         }
@@ -292,6 +305,8 @@ mod tests {
     fn software_stamps_on_loopback_from_the_chosen_source_port() {
         let mut a = open("127.0.9.1", 4);
         let mut b = open("127.0.9.2", 4);
+        // The kernel turns RX timestamping on through deferred work: give it a moment.
+        std::thread::sleep(Duration::from_millis(100));
         let to_b = Endpoint { ip: "127.0.9.2".parse().unwrap(), port: b.port(), qpn: 0 };
         let payload = [7u8; PACKET_LEN];
         let t0 = a.send(&payload, to_b, 40_001).unwrap();
@@ -327,7 +342,7 @@ mod tests {
         }
         assert_eq!(a.send.len(), 2);
         assert!(a.send.contains_key(&40_010) && a.send.contains_key(&40_012));
-        // Port 1 needs privileges we do not have (or is taken): the main socket sends instead.
+        // A port another socket holds exclusively cannot be bound: the main socket sends instead.
         let blocker = std::net::UdpSocket::bind("127.0.9.3:40020").unwrap();
         a.send(&[0; PACKET_LEN], to, 40_020).unwrap();
         drop(blocker);
