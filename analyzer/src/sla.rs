@@ -4,7 +4,7 @@ use crate::registry::Registry;
 use crate::window::{MetricSet, Period};
 use anyhow::Context;
 use rocemesh_proto::api::{Quantiles, SlaRow, SlaScope};
-use rocemesh_store::Db;
+use rocemesh_store::{Backend, Db};
 use serde::Deserialize;
 use sqlx::Row;
 use std::fmt::Write as _;
@@ -74,6 +74,9 @@ fn quantile_params(q: &Quantiles) -> [Option<i64>; 4] {
 /// Stores the rows of finalized periods in one transaction (multi-row inserts).
 /// A row already stored for the same (scope, key, period) is kept as it was.
 pub async fn persist(db: &Db, rows: &[SlaRow]) -> anyhow::Result<()> {
+    // SQLite resolves `$N` names by a linear search per parameter, which makes a
+    // 10,000-parameter statement take ~0.3 s; its positional `?` binds in order.
+    let positional = db.backend() == Backend::Sqlite;
     let mut tx = db.pool().begin().await.context("starting the SLA transaction")?;
     for chunk in rows.chunks(INSERT_CHUNK) {
         let mut sql = format!("INSERT INTO sla_periods ({COLUMNS}) VALUES ");
@@ -81,7 +84,11 @@ pub async fn persist(db: &Db, rows: &[SlaRow]) -> anyhow::Result<()> {
             sql.push_str(if i == 0 { "(" } else { ", (" });
             for c in 0..N_COLUMNS {
                 let sep = if c == 0 { "" } else { ", " };
-                let _ = write!(sql, "{sep}${}", i * N_COLUMNS + c + 1);
+                if positional {
+                    let _ = write!(sql, "{sep}?");
+                } else {
+                    let _ = write!(sql, "{sep}${}", i * N_COLUMNS + c + 1);
+                }
             }
             sql.push(')');
         }
