@@ -7,8 +7,8 @@ use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
 use crate::netns;
-use crate::state::{State, StateLock};
 use crate::spec::FabricSpec;
+use crate::state::{State, StateLock};
 use crate::topology::{Host, Link, NodeKind, Rnic, Topology, tor_prefix};
 
 /// A UDP flow: the 5-tuple ECMP hashes on (protocol is always UDP).
@@ -42,7 +42,10 @@ impl HelperCommand {
     /// executable or one directory up (cargo puts test binaries in `target/*/deps`).
     pub fn locate() -> Result<HelperCommand> {
         if let Some(p) = std::env::var_os("ROCEMESH_TESTBED_HELPER") {
-            return Ok(HelperCommand { program: p.into(), args: vec![] });
+            return Ok(HelperCommand {
+                program: p.into(),
+                args: vec![],
+            });
         }
         let exe = std::env::current_exe().context("current_exe")?;
         let found = exe
@@ -52,8 +55,14 @@ impl HelperCommand {
             .map(|dir| dir.join(HELPER_BIN))
             .find(|p| p.is_file());
         match found {
-            Some(program) => Ok(HelperCommand { program, args: vec![] }),
-            None => bail!("{HELPER_BIN} not found near {}; set ROCEMESH_TESTBED_HELPER", exe.display()),
+            Some(program) => Ok(HelperCommand {
+                program,
+                args: vec![],
+            }),
+            None => bail!(
+                "{HELPER_BIN} not found near {}; set ROCEMESH_TESTBED_HELPER",
+                exe.display()
+            ),
         }
     }
 }
@@ -85,7 +94,10 @@ const ROUTER_SYSCTLS: &[&str] = &[
 ];
 
 /// sysctls of host namespaces: source-routed multi-RNIC hosts must not drop by reverse path.
-const HOST_SYSCTLS: &[&str] = &["net.ipv4.conf.all.rp_filter=0", "net.ipv4.conf.default.rp_filter=0"];
+const HOST_SYSCTLS: &[&str] = &[
+    "net.ipv4.conf.all.rp_filter=0",
+    "net.ipv4.conf.default.rp_filter=0",
+];
 
 fn is_fabric_netns(prefix: &str, name: &str) -> bool {
     name.strip_prefix(prefix)
@@ -101,8 +113,15 @@ impl Fabric {
         Fabric::down(&spec.prefix)?;
         let topology = Topology::new(spec);
         let lock = StateLock::acquire(&spec.prefix)?;
-        lock.save(&State { spec: spec.clone(), next_id: 1, faults: vec![] })?;
-        let fabric = Fabric { topology, helper: None };
+        lock.save(&State {
+            spec: spec.clone(),
+            next_id: 1,
+            faults: vec![],
+        })?;
+        let fabric = Fabric {
+            topology,
+            helper: None,
+        };
         if let Err(e) = fabric.build() {
             drop(lock);
             let _ = Fabric::down(&spec.prefix);
@@ -119,7 +138,10 @@ impl Fabric {
             netns::exec(&h.netns, &[&["sysctl", "-q", "-w"], HOST_SYSCTLS].concat())?;
         }
         for r in t.tors.iter().chain(&t.spines) {
-            netns::exec(&r.netns, &[&["sysctl", "-q", "-w"], ROUTER_SYSCTLS].concat())?;
+            netns::exec(
+                &r.netns,
+                &[&["sysctl", "-q", "-w"], ROUTER_SYSCTLS].concat(),
+            )?;
         }
         // Veths are created inside their namespaces: nothing ever appears in the root one.
         for ns in t.namespaces() {
@@ -172,7 +194,14 @@ impl Fabric {
             .iter()
             .flat_map(|l| [(&l.a, &l.b), (&l.b, &l.a)])
             .filter(|(me, _)| me.netns == ns)
-            .map(|(me, peer)| format!("neigh replace {} lladdr {} dev {} nud permanent", peer.ip, mac_of(peer.ip), me.ifname))
+            .map(|(me, peer)| {
+                format!(
+                    "neigh replace {} lladdr {} dev {} nud permanent",
+                    peer.ip,
+                    mac_of(peer.ip),
+                    me.ifname
+                )
+            })
             .collect();
         lines.extend(self.route_lines(ns));
         lines
@@ -192,16 +221,29 @@ impl Fabric {
                 .collect();
             return (0..t.tors.len())
                 .filter(|&other| other != ti)
-                .map(|other| format!("route replace {}/24 {}", tor_prefix(other as u8), nexthops.join(" ")))
+                .map(|other| {
+                    format!(
+                        "route replace {}/24 {}",
+                        tor_prefix(other as u8),
+                        nexthops.join(" ")
+                    )
+                })
                 .collect();
         }
-        let Some(spine) = t.spines.iter().find(|r| r.netns == ns) else { return vec![] };
+        let Some(spine) = t.spines.iter().find(|r| r.netns == ns) else {
+            return vec![];
+        };
         t.tors
             .iter()
             .enumerate()
             .filter_map(|(ti, tor)| {
                 let l = t.link(&format!("{}-{}", tor.name, spine.name))?;
-                Some(format!("route replace {}/24 via {} dev {}", tor_prefix(ti as u8), l.a.ip, l.b.ifname))
+                Some(format!(
+                    "route replace {}/24 via {} dev {}",
+                    tor_prefix(ti as u8),
+                    l.a.ip,
+                    l.b.ifname
+                ))
             })
             .collect()
     }
@@ -209,7 +251,10 @@ impl Fabric {
     /// Opens a fabric that is up (e.g. from another process) using its state file.
     pub fn open(prefix: &str) -> Result<Fabric> {
         let state = StateLock::acquire(prefix)?.load_existing()?;
-        Ok(Fabric { topology: Topology::new(&state.spec), helper: None })
+        Ok(Fabric {
+            topology: Topology::new(&state.spec),
+            helper: None,
+        })
     }
 
     /// Removes everything of fabric `prefix`, even after a crash: active faults are cleared
@@ -222,14 +267,20 @@ impl Fabric {
                 crate::faults::undo_all(&fault.undo, true);
             }
         }
-        let namespaces: Vec<String> = netns::list()?.into_iter().filter(|n| is_fabric_netns(prefix, n)).collect();
+        let namespaces: Vec<String> = netns::list()?
+            .into_iter()
+            .filter(|n| is_fabric_netns(prefix, n))
+            .collect();
         for ns in &namespaces {
             for pid in netns::pids(ns).unwrap_or_default() {
                 // SAFETY: killing a process that lives in one of this fabric's namespaces.
                 unsafe { libc::kill(pid, libc::SIGKILL) };
             }
         }
-        let dels: Vec<String> = namespaces.iter().map(|ns| format!("netns del {ns}")).collect();
+        let dels: Vec<String> = namespaces
+            .iter()
+            .map(|ns| format!("netns del {ns}"))
+            .collect();
         netns::ip_batch(None, &dels)?;
         lock.remove()
     }
@@ -281,19 +332,42 @@ impl Fabric {
     /// to; `None` when the destination is on the same ToR (no spine involved).
     pub fn spine_for(&self, flow: &FiveTuple) -> Result<Option<String>> {
         let t = &self.topology;
-        let (_, src) = t.rnic_by_ip(flow.src).with_context(|| format!("{} is not an RNIC", flow.src))?;
+        let (_, src) = t
+            .rnic_by_ip(flow.src)
+            .with_context(|| format!("{} is not an RNIC", flow.src))?;
         let tor = &t.tors[usize::from(src.tor)];
         let (sport, dport) = (flow.sport.to_string(), flow.dport.to_string());
         let out = netns::run(
             "ip",
             &[
-                "-j", "-n", &tor.netns, "route", "get", &flow.dst.to_string(), "from", &flow.src.to_string(),
-                "iif", &src.name, "ipproto", "udp", "sport", &sport, "dport", &dport,
+                "-j",
+                "-n",
+                &tor.netns,
+                "route",
+                "get",
+                &flow.dst.to_string(),
+                "from",
+                &flow.src.to_string(),
+                "iif",
+                &src.name,
+                "ipproto",
+                "udp",
+                "sport",
+                &sport,
+                "dport",
+                &dport,
             ],
         )?;
-        let routes: Vec<RouteGet> = serde_json::from_str(&out).with_context(|| format!("parsing `ip route get`: {out}"))?;
-        let dev = routes.first().map(|r| r.dev.clone()).with_context(|| format!("no route in {out}"))?;
-        let is_spine = t.spines.iter().any(|s| s.name == dev && s.kind == NodeKind::Spine);
+        let routes: Vec<RouteGet> =
+            serde_json::from_str(&out).with_context(|| format!("parsing `ip route get`: {out}"))?;
+        let dev = routes
+            .first()
+            .map(|r| r.dev.clone())
+            .with_context(|| format!("no route in {out}"))?;
+        let is_spine = t
+            .spines
+            .iter()
+            .any(|s| s.name == dev && s.kind == NodeKind::Spine);
         Ok(is_spine.then_some(dev))
     }
 }
@@ -306,16 +380,32 @@ fn mac_of(ip: Ipv4Addr) -> String {
 
 /// Source-based policy rules of a host: traffic from an RNIC's address uses its own table.
 fn host_rules(h: &Host) -> Vec<String> {
-    h.rnics.iter().map(|r| format!("rule add from {} table {} pref {}", r.ip, r.table, 1000 + r.table)).collect()
+    h.rnics
+        .iter()
+        .map(|r| {
+            format!(
+                "rule add from {} table {} pref {}",
+                r.ip,
+                r.table,
+                1000 + r.table
+            )
+        })
+        .collect()
 }
 
 fn host_routes(h: &Host) -> Vec<String> {
     let mut lines = Vec::new();
     for r in &h.rnics {
-        lines.push(format!("route replace default via {} dev {} table {}", r.gateway, r.ifname, r.table));
+        lines.push(format!(
+            "route replace default via {} dev {} table {}",
+            r.gateway, r.ifname, r.table
+        ));
     }
     if let Some(first) = h.rnics.first() {
-        lines.push(format!("route replace default via {} dev {} src {}", first.gateway, first.ifname, first.ip));
+        lines.push(format!(
+            "route replace default via {} dev {} src {}",
+            first.gateway, first.ifname, first.ip
+        ));
     }
     lines
 }
@@ -336,10 +426,18 @@ mod tests {
 
     #[test]
     fn multi_rnic_host_routes_by_source() {
-        let spec = FabricSpec { rnics_per_host: 2, ..FabricSpec::default() };
+        let spec = FabricSpec {
+            rnics_per_host: 2,
+            ..FabricSpec::default()
+        };
         let t = Topology::new(&spec);
-        assert!(host_rules(&t.hosts[0]).contains(&"rule add from 198.18.0.3 table 101 pref 1101".to_string()));
+        assert!(
+            host_rules(&t.hosts[0])
+                .contains(&"rule add from 198.18.0.3 table 101 pref 1101".to_string())
+        );
         let lines = host_routes(&t.hosts[0]);
-        assert!(lines.contains(&"route replace default via 198.18.0.2 dev r1 table 101".to_string()));
+        assert!(
+            lines.contains(&"route replace default via 198.18.0.2 dev r1 table 101".to_string())
+        );
     }
 }

@@ -17,15 +17,24 @@ pub fn run(program: &str, args: &[&str]) -> Result<String> {
 pub fn run_with_stdin(program: &str, args: &[&str], stdin: Option<&str>) -> Result<String> {
     let mut cmd = Command::new(program);
     cmd.args(args)
-        .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
+        .stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     let shown = || format!("{program} {}", args.join(" "));
-    let mut child = cmd.spawn().with_context(|| format!("cannot start `{}`", shown()))?;
+    let mut child = cmd
+        .spawn()
+        .with_context(|| format!("cannot start `{}`", shown()))?;
     if let (Some(input), Some(mut pipe)) = (stdin, child.stdin.take()) {
-        pipe.write_all(input.as_bytes()).with_context(|| format!("writing stdin of `{}`", shown()))?;
+        pipe.write_all(input.as_bytes())
+            .with_context(|| format!("writing stdin of `{}`", shown()))?;
     }
-    let out = child.wait_with_output().with_context(|| format!("waiting for `{}`", shown()))?;
+    let out = child
+        .wait_with_output()
+        .with_context(|| format!("waiting for `{}`", shown()))?;
     if !out.status.success() {
         bail!(
             "`{}` failed ({}): {}{}",
@@ -70,7 +79,11 @@ pub fn ip_batch(ns: Option<&str>, lines: &[String]) -> Result<()> {
 /// Names of all network namespaces (`ip netns list`).
 pub fn list() -> Result<Vec<String>> {
     let out = run("ip", &["netns", "list"])?;
-    Ok(out.lines().filter_map(|l| l.split_whitespace().next()).map(str::to_string).collect())
+    Ok(out
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .map(str::to_string)
+        .collect())
 }
 
 /// Pids of the processes inside namespace `ns`.
@@ -83,7 +96,8 @@ pub fn pids(ns: &str) -> Result<Vec<i32>> {
 /// that namespace for their whole life, so tests and tools can send real traffic from any host.
 pub fn in_netns<T: Send + 'static>(ns: &str, f: impl FnOnce() -> T + Send + 'static) -> Result<T> {
     let path = format!("/var/run/netns/{ns}");
-    let file = File::open(&path).with_context(|| format!("namespace {ns} does not exist ({path})"))?;
+    let file =
+        File::open(&path).with_context(|| format!("namespace {ns} does not exist ({path})"))?;
     let handle = std::thread::spawn(move || {
         // SAFETY: setns on a valid namespace fd affects only this (new, private) thread.
         if unsafe { libc::setns(file.as_raw_fd(), libc::CLONE_NEWNET) } != 0 {

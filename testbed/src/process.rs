@@ -44,15 +44,25 @@ impl TrackedProcess {
         cmd.process_group(0)
             .stdin(Stdio::null())
             .stderr(log_file)
-            .stdout(if wait_ready { Stdio::piped() } else { Stdio::null() });
-        let mut child = cmd.spawn().with_context(|| format!("cannot start {cmd:?}"))?;
+            .stdout(if wait_ready {
+                Stdio::piped()
+            } else {
+                Stdio::null()
+            });
+        let mut child = cmd
+            .spawn()
+            .with_context(|| format!("cannot start {cmd:?}"))?;
         let pid = child.id();
-        let tracked = TrackedProcess { pid, start_time: start_time(pid).unwrap_or(0) };
+        let tracked = TrackedProcess {
+            pid,
+            start_time: start_time(pid).unwrap_or(0),
+        };
         if let Some(stdout) = child.stdout.take() {
             let (tx, rx) = mpsc::channel();
             std::thread::spawn(move || {
                 let mut line = String::new();
-                let ok = BufReader::new(stdout).read_line(&mut line).is_ok() && line.trim() == READY_LINE;
+                let ok = BufReader::new(stdout).read_line(&mut line).is_ok()
+                    && line.trim() == READY_LINE;
                 let _ = tx.send(ok);
             });
             if rx.recv_timeout(READY_TIMEOUT) != Ok(true) {
@@ -72,7 +82,10 @@ impl TrackedProcess {
         let alive = start_time(self.pid) == Some(self.start_time);
         let zombie = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
             .ok()
-            .and_then(|s| s.rfind(')').map(|i| s[i + 1..].trim_start().starts_with('Z')))
+            .and_then(|s| {
+                s.rfind(')')
+                    .map(|i| s[i + 1..].trim_start().starts_with('Z'))
+            })
             .unwrap_or(false);
         alive && !zombie
     }
@@ -80,7 +93,9 @@ impl TrackedProcess {
     /// Terminates the process group (SIGTERM, then SIGKILL) and reaps the leader if it is our
     /// child. A process that is already gone is fine.
     pub fn kill(&self) {
-        let Ok(pid) = i32::try_from(self.pid) else { return };
+        let Ok(pid) = i32::try_from(self.pid) else {
+            return;
+        };
         for signal in [libc::SIGTERM, libc::SIGKILL] {
             if !self.is_alive() {
                 break;
@@ -117,7 +132,9 @@ mod tests {
 
         let mut cmd = Command::new("sh");
         cmd.args(["-c", "echo oops >&2; exit 1"]);
-        let err = TrackedProcess::spawn(cmd, &log, true).unwrap_err().to_string();
+        let err = TrackedProcess::spawn(cmd, &log, true)
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("oops"), "{err}");
         let _ = std::fs::remove_file(log);
     }

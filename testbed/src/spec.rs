@@ -84,7 +84,7 @@ impl FabricSpec {
         {
             bail!("tors, spines, hosts_per_tor and rnics_per_host must all be at least 1");
         }
-        if self.rail_optimized && self.tors % self.rnics_per_host != 0 {
+        if self.rail_optimized && !self.tors.is_multiple_of(self.rnics_per_host) {
             bail!(
                 "rail-optimized fabric needs tors ({}) to be a multiple of rnics_per_host ({})",
                 self.tors,
@@ -106,7 +106,9 @@ impl FabricSpec {
             format!("{p}-s{}", self.spines - 1),
         ];
         if let Some(name) = longest.iter().find(|n| n.len() > MAX_NAME_LEN) {
-            bail!("name {name:?} is longer than {MAX_NAME_LEN} characters (IFNAMSIZ); shorten the prefix");
+            bail!(
+                "name {name:?} is longer than {MAX_NAME_LEN} characters (IFNAMSIZ); shorten the prefix"
+            );
         }
         Ok(())
     }

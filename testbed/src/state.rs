@@ -25,7 +25,11 @@ pub enum Undo {
     /// Stop a process started for the fault.
     Kill(TrackedProcess),
     /// Move a process back to its cgroup and remove the fault's cgroup directory.
-    Cgroup { dir: String, pid: u32, original_procs: String },
+    Cgroup {
+        dir: String,
+        pid: u32,
+        original_procs: String,
+    },
 }
 
 /// A fault currently in effect.
@@ -83,7 +87,10 @@ impl StateLock {
         if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX) } != 0 {
             return Err(std::io::Error::last_os_error()).context("flock state lock");
         }
-        Ok(StateLock { _file: file, prefix: prefix.to_string() })
+        Ok(StateLock {
+            _file: file,
+            prefix: prefix.to_string(),
+        })
     }
 
     /// Reads the state file, `None` if the fabric is not up.
@@ -102,7 +109,11 @@ impl StateLock {
     pub fn load_existing(&self) -> Result<State> {
         match self.load()? {
             Some(s) => Ok(s),
-            None => bail!("fabric {:?} is not up (no {})", self.prefix, state_path(&self.prefix).display()),
+            None => bail!(
+                "fabric {:?} is not up (no {})",
+                self.prefix,
+                state_path(&self.prefix).display()
+            ),
         }
     }
 
@@ -110,7 +121,8 @@ impl StateLock {
     pub fn save(&self, state: &State) -> Result<()> {
         let path = state_path(&self.prefix);
         let tmp = path.with_extension("json.tmp");
-        fs::write(&tmp, serde_json::to_vec_pretty(state)?).with_context(|| format!("writing {}", tmp.display()))?;
+        fs::write(&tmp, serde_json::to_vec_pretty(state)?)
+            .with_context(|| format!("writing {}", tmp.display()))?;
         fs::rename(&tmp, &path).with_context(|| format!("renaming to {}", path.display()))
     }
 
@@ -119,7 +131,9 @@ impl StateLock {
         let logs = format!("{}-", self.prefix);
         for entry in fs::read_dir(STATE_DIR)?.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            if name == format!("{}.json", self.prefix) || (name.starts_with(&logs) && name.ends_with(".log")) {
+            if name == format!("{}.json", self.prefix)
+                || (name.starts_with(&logs) && name.ends_with(".log"))
+            {
                 fs::remove_file(entry.path()).with_context(|| format!("removing {name}"))?;
             }
         }

@@ -124,10 +124,17 @@ impl Topology {
     /// Computes the topology of a spec (call [`FabricSpec::validate`] first).
     pub fn new(spec: &FabricSpec) -> Topology {
         let p = &spec.prefix;
-        let router = |name: String, kind| Router { netns: format!("{p}-{name}"), name, kind };
-        let tors: Vec<Router> = (0..spec.tors).map(|t| router(format!("t{t}"), NodeKind::Tor)).collect();
-        let spines: Vec<Router> =
-            (0..spec.spines).map(|s| router(format!("s{s}"), NodeKind::Spine)).collect();
+        let router = |name: String, kind| Router {
+            netns: format!("{p}-{name}"),
+            name,
+            kind,
+        };
+        let tors: Vec<Router> = (0..spec.tors)
+            .map(|t| router(format!("t{t}"), NodeKind::Tor))
+            .collect();
+        let spines: Vec<Router> = (0..spec.spines)
+            .map(|s| router(format!("s{s}"), NodeKind::Spine))
+            .collect();
         let mut slots = vec![0u8; usize::from(spec.tors)];
         let mut hosts = Vec::with_capacity(spec.host_count());
         let mut links = Vec::new();
@@ -151,7 +158,12 @@ impl Topology {
                 let ifname = format!("r{rail}");
                 links.push(Link {
                     name: link.clone(),
-                    a: Endpoint { node: name.clone(), netns: netns.clone(), ifname: ifname.clone(), ip },
+                    a: Endpoint {
+                        node: name.clone(),
+                        netns: netns.clone(),
+                        ifname: ifname.clone(),
+                        ip,
+                    },
                     b: Endpoint {
                         node: format!("t{tor}"),
                         netns: tors[usize::from(tor)].netns.clone(),
@@ -177,18 +189,39 @@ impl Topology {
                 let (tor_ip, spine_ip) = tor_spine_ips(t * spines.len() + s);
                 links.push(Link {
                     name: format!("{}-{}", tor.name, spine.name),
-                    a: Endpoint { node: tor.name.clone(), netns: tor.netns.clone(), ifname: spine.name.clone(), ip: tor_ip },
-                    b: Endpoint { node: spine.name.clone(), netns: spine.netns.clone(), ifname: tor.name.clone(), ip: spine_ip },
+                    a: Endpoint {
+                        node: tor.name.clone(),
+                        netns: tor.netns.clone(),
+                        ifname: spine.name.clone(),
+                        ip: tor_ip,
+                    },
+                    b: Endpoint {
+                        node: spine.name.clone(),
+                        netns: spine.netns.clone(),
+                        ifname: tor.name.clone(),
+                        ip: spine_ip,
+                    },
                 });
             }
         }
-        Topology { spec: spec.clone(), hosts, tors, spines, links }
+        Topology {
+            spec: spec.clone(),
+            hosts,
+            tors,
+            spines,
+            links,
+        }
     }
 
     /// All namespaces of the fabric (hosts, ToRs, spines).
     pub fn namespaces(&self) -> impl Iterator<Item = &str> {
         let hosts = self.hosts.iter().map(|h| h.netns.as_str());
-        hosts.chain(self.tors.iter().chain(&self.spines).map(|r| r.netns.as_str()))
+        hosts.chain(
+            self.tors
+                .iter()
+                .chain(&self.spines)
+                .map(|r| r.netns.as_str()),
+        )
     }
 
     /// The link with this name ("t0-s1", "h3r0-t0").
@@ -198,22 +231,31 @@ impl Topology {
 
     /// The RNIC with this name ("h3r0") and its host.
     pub fn rnic(&self, name: &str) -> Option<(&Host, &Rnic)> {
-        self.hosts.iter().find_map(|h| h.rnics.iter().find(|r| r.name == name).map(|r| (h, r)))
+        self.hosts
+            .iter()
+            .find_map(|h| h.rnics.iter().find(|r| r.name == name).map(|r| (h, r)))
     }
 
     /// The RNIC owning this address and its host.
     pub fn rnic_by_ip(&self, ip: Ipv4Addr) -> Option<(&Host, &Rnic)> {
-        self.hosts.iter().find_map(|h| h.rnics.iter().find(|r| r.ip == ip).map(|r| (h, r)))
+        self.hosts
+            .iter()
+            .find_map(|h| h.rnics.iter().find(|r| r.ip == ip).map(|r| (h, r)))
     }
 
     /// The router (ToR or spine) with this short name.
     pub fn router(&self, name: &str) -> Option<&Router> {
-        self.tors.iter().chain(&self.spines).find(|r| r.name == name)
+        self.tors
+            .iter()
+            .chain(&self.spines)
+            .find(|r| r.name == name)
     }
 
     /// Links attached to a node (by short name).
     pub fn links_of<'a>(&'a self, node: &'a str) -> impl Iterator<Item = &'a Link> + 'a {
-        self.links.iter().filter(move |l| l.a.node == node || l.b.node == node)
+        self.links
+            .iter()
+            .filter(move |l| l.a.node == node || l.b.node == node)
     }
 }
 
@@ -228,20 +270,39 @@ mod tests {
         assert_eq!(t.links.len(), 4 + 4);
         assert_eq!(t.namespaces().count(), 8);
         let (_, r) = t.rnic("h3r0").unwrap();
-        assert_eq!((r.tor, r.ip, r.gateway), (1, Ipv4Addr::new(198, 18, 1, 3), Ipv4Addr::new(198, 18, 1, 2)));
+        assert_eq!(
+            (r.tor, r.ip, r.gateway),
+            (
+                1,
+                Ipv4Addr::new(198, 18, 1, 3),
+                Ipv4Addr::new(198, 18, 1, 2)
+            )
+        );
         let l = t.link("t1-s0").unwrap();
         assert_eq!((l.a.ifname.as_str(), l.b.ifname.as_str()), ("s0", "t1"));
-        assert_eq!((l.a.ip, l.b.ip), (Ipv4Addr::new(198, 19, 0, 4), Ipv4Addr::new(198, 19, 0, 5)));
+        assert_eq!(
+            (l.a.ip, l.b.ip),
+            (Ipv4Addr::new(198, 19, 0, 4), Ipv4Addr::new(198, 19, 0, 5))
+        );
         assert_eq!(t.link("h3r0-t1").unwrap().b.ifname, "h3r0");
         assert_eq!(t.links_of("s1").count(), 2);
     }
 
     #[test]
     fn addresses_are_unique_and_in_benchmark_range() {
-        let spec = FabricSpec { tors: 4, spines: 3, hosts_per_tor: 5, rnics_per_host: 2, ..FabricSpec::default() };
+        let spec = FabricSpec {
+            tors: 4,
+            spines: 3,
+            hosts_per_tor: 5,
+            rnics_per_host: 2,
+            ..FabricSpec::default()
+        };
         let t = Topology::new(&spec);
         let mut ips: Vec<Ipv4Addr> = t.links.iter().flat_map(|l| [l.a.ip, l.b.ip]).collect();
-        assert!(ips.iter().all(|ip| ip.octets()[0] == 198 && (ip.octets()[1] & 0xfe) == 18));
+        assert!(
+            ips.iter()
+                .all(|ip| ip.octets()[0] == 198 && (ip.octets()[1] & 0xfe) == 18)
+        );
         let n = ips.len();
         ips.sort();
         ips.dedup();
@@ -252,9 +313,18 @@ mod tests {
 
     #[test]
     fn rail_optimized_puts_rail_i_on_tor_i_of_pod() {
-        let spec = FabricSpec { tors: 4, rnics_per_host: 2, rail_optimized: true, ..FabricSpec::default() };
+        let spec = FabricSpec {
+            tors: 4,
+            rnics_per_host: 2,
+            rail_optimized: true,
+            ..FabricSpec::default()
+        };
         let t = Topology::new(&spec);
-        let tors: Vec<Vec<u8>> = t.hosts.iter().map(|h| h.rnics.iter().map(|r| r.tor).collect()).collect();
+        let tors: Vec<Vec<u8>> = t
+            .hosts
+            .iter()
+            .map(|h| h.rnics.iter().map(|r| r.tor).collect())
+            .collect();
         assert_eq!(tors, vec![vec![0, 1], vec![0, 1], vec![2, 3], vec![2, 3]]);
         assert_eq!(t.hosts[1].rnics[1].link, "h1r1-t1");
     }

@@ -19,13 +19,20 @@ fn every_rnic_reaches_every_other() {
     assert_eq!(names.len(), 4);
     for a in &names {
         for b in names.iter().filter(|b| *b != a) {
-            assert_eq!(f.deliver(a, 5000, b, 6000, 5, Duration::ZERO), 5, "{a} -> {b}");
+            assert_eq!(
+                f.deliver(a, 5000, b, 6000, 5, Duration::ZERO),
+                5,
+                "{a} -> {b}"
+            );
         }
     }
     // Addresses only from the RFC 2544 range.
     for l in f.0.links() {
         for ip in [l.a.ip, l.b.ip] {
-            assert!(Ipv4Addr::new(198, 18, 0, 0) <= ip && ip <= Ipv4Addr::new(198, 19, 255, 255), "{ip}");
+            assert!(
+                Ipv4Addr::new(198, 18, 0, 0) <= ip && ip <= Ipv4Addr::new(198, 19, 255, 255),
+                "{ip}"
+            );
         }
     }
 }
@@ -37,25 +44,58 @@ fn ecmp_spreads_source_ports_and_is_deterministic() {
     }
     let f = Fixture::default("tbecmp");
     let (src, dst) = (f.ip("h0r0"), f.ip("h2r0"));
-    let spine = |sport| f.0.spine_for(&FiveTuple { src, dst, sport, dport: 4791 }).unwrap().unwrap();
+    let spine = |sport| {
+        f.0.spine_for(&FiveTuple {
+            src,
+            dst,
+            sport,
+            dport: 4791,
+        })
+        .unwrap()
+        .unwrap()
+    };
     let first: Vec<String> = (10000..10032).map(spine).collect();
-    assert!(first.iter().any(|s| s == "s0") && first.iter().any(|s| s == "s1"), "{first:?}");
+    assert!(
+        first.iter().any(|s| s == "s0") && first.iter().any(|s| s == "s1"),
+        "{first:?}"
+    );
     let again: Vec<String> = (10000..10032).map(spine).collect();
     assert_eq!(first, again, "same 5-tuple, same spine");
     // Same-ToR flows use no spine.
-    let local = FiveTuple { src, dst: f.ip("h1r0"), sport: 1, dport: 2 };
+    let local = FiveTuple {
+        src,
+        dst: f.ip("h1r0"),
+        sport: 1,
+        dport: 2,
+    };
     assert_eq!(f.0.spine_for(&local).unwrap(), None);
 
     // The kernel's forwarding agrees with its answer: count packets arriving at each spine.
     for want in ["s0", "s1"] {
         let sport = f.sports_via("h0r0", "h2r0", 4791, want, 20000, 1)[0];
         let ns = |s: &str| format!("tbecmp-{s}");
-        let before: Vec<u64> = ["s0", "s1"].iter().map(|s| f.if_counter(&ns(s), "t0", "rx_packets")).collect();
-        assert_eq!(f.deliver("h0r0", sport, "h2r0", 4791, 50, Duration::ZERO), 50);
-        let after: Vec<u64> = ["s0", "s1"].iter().map(|s| f.if_counter(&ns(s), "t0", "rx_packets")).collect();
+        let before: Vec<u64> = ["s0", "s1"]
+            .iter()
+            .map(|s| f.if_counter(&ns(s), "t0", "rx_packets"))
+            .collect();
+        assert_eq!(
+            f.deliver("h0r0", sport, "h2r0", 4791, 50, Duration::ZERO),
+            50
+        );
+        let after: Vec<u64> = ["s0", "s1"]
+            .iter()
+            .map(|s| f.if_counter(&ns(s), "t0", "rx_packets"))
+            .collect();
         let via: Vec<u64> = after.iter().zip(&before).map(|(a, b)| a - b).collect();
-        let (hit, other) = if want == "s0" { (via[0], via[1]) } else { (via[1], via[0]) };
-        assert!(hit >= 50 && other < 10, "flow for {want}: per-spine packets {via:?}");
+        let (hit, other) = if want == "s0" {
+            (via[0], via[1])
+        } else {
+            (via[1], via[0])
+        };
+        assert!(
+            hit >= 50 && other < 10,
+            "flow for {want}: per-spine packets {via:?}"
+        );
     }
 }
 
@@ -63,28 +103,41 @@ fn ecmp_spreads_source_ports_and_is_deterministic() {
 /// as R-Pingmesh's traceroute does) and returns (ICMP source, type) per TTL.
 fn traceroute(f: &Fixture) -> Vec<Option<(Ipv4Addr, u8)>> {
     let (src, dst) = (f.ip("h0r0"), f.ip("h2r0"));
-    let icmp = netns::in_netns(&f.netns_of("h0r0"), || Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4)))
-        .unwrap()
+    let icmp = netns::in_netns(&f.netns_of("h0r0"), || {
+        Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))
+    })
+    .unwrap()
+    .unwrap();
+    icmp.set_read_timeout(Some(Duration::from_millis(200)))
         .unwrap();
-    icmp.set_read_timeout(Some(Duration::from_millis(200))).unwrap();
     let probe = f.socket("h0r0", 33000);
     (1..=4u32)
         .map(|ttl| {
             let dport = 33434;
             probe.set_ttl(ttl).unwrap();
-            probe.send_to(b"trace", SocketAddrV4::new(dst, dport)).unwrap();
+            probe
+                .send_to(b"trace", SocketAddrV4::new(dst, dport))
+                .unwrap();
             let deadline = Instant::now() + Duration::from_secs(1);
             let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1500];
             while Instant::now() < deadline {
                 let Ok(n) = icmp.recv(&mut buf) else { continue };
                 // SAFETY: recv initialised the first n bytes.
-                let pkt: Vec<u8> = buf[..n].iter().map(|b| unsafe { b.assume_init() }).collect();
+                let pkt: Vec<u8> = buf[..n]
+                    .iter()
+                    .map(|b| unsafe { b.assume_init() })
+                    .collect();
                 let ihl = usize::from(pkt[0] & 0xf) * 4;
                 let from = Ipv4Addr::new(pkt[12], pkt[13], pkt[14], pkt[15]);
                 let kind = pkt[ihl];
                 // Quoted packet: IP header (20 bytes here) then the UDP header of our probe.
                 let quoted = ihl + 8;
-                let q_src = Ipv4Addr::new(pkt[quoted + 12], pkt[quoted + 13], pkt[quoted + 14], pkt[quoted + 15]);
+                let q_src = Ipv4Addr::new(
+                    pkt[quoted + 12],
+                    pkt[quoted + 13],
+                    pkt[quoted + 14],
+                    pkt[quoted + 15],
+                );
                 let q_dport = u16::from_be_bytes([pkt[quoted + 22], pkt[quoted + 23]]);
                 if q_src == src && q_dport == dport {
                     return Some((from, kind));
@@ -101,16 +154,40 @@ fn ttl_limited_udp_gets_time_exceeded_from_each_hop() {
         return;
     }
     let f = Fixture::default("tbtrace");
-    let spine = f.0.spine_for(&FiveTuple { src: f.ip("h0r0"), dst: f.ip("h2r0"), sport: 33000, dport: 33434 }).unwrap().unwrap();
+    let spine =
+        f.0.spine_for(&FiveTuple {
+            src: f.ip("h0r0"),
+            dst: f.ip("h2r0"),
+            sport: 33000,
+            dport: 33434,
+        })
+        .unwrap()
+        .unwrap();
     let t = f.0.topology();
     let up = t.link(&format!("t0-{spine}")).unwrap();
     let hops = traceroute(&f);
     let tor0 = t.link("h0r0-t0").unwrap().b.ip;
-    assert_eq!(hops[0], Some((tor0, 11)), "hop 1 is ToR t0 (its port facing h0r0)");
-    assert_eq!(hops[1], Some((up.b.ip, 11)), "hop 2 is {spine} (its port facing t0)");
+    assert_eq!(
+        hops[0],
+        Some((tor0, 11)),
+        "hop 1 is ToR t0 (its port facing h0r0)"
+    );
+    assert_eq!(
+        hops[1],
+        Some((up.b.ip, 11)),
+        "hop 2 is {spine} (its port facing t0)"
+    );
     let down = t.link(&format!("t1-{spine}")).unwrap();
-    assert_eq!(hops[2], Some((down.a.ip, 11)), "hop 3 is ToR t1 (its port facing {spine})");
-    assert_eq!(hops[3], Some((f.ip("h2r0"), 3)), "hop 4: destination answers port unreachable");
+    assert_eq!(
+        hops[2],
+        Some((down.a.ip, 11)),
+        "hop 3 is ToR t1 (its port facing {spine})"
+    );
+    assert_eq!(
+        hops[3],
+        Some((f.ip("h2r0"), 3)),
+        "hop 4: destination answers port unreachable"
+    );
 }
 
 #[test]
@@ -125,21 +202,34 @@ fn two_prefixes_coexist_and_down_removes_everything() {
     assert_eq!(b.deliver("h0r0", 5000, "h3r0", 6000, 5, Duration::ZERO), 5);
 
     // A running helper process and a process started inside a host namespace.
-    let delay = rocemesh_testbed::Fault::Delay { link: "t0-s0".into(), direction: rocemesh_testbed::Direction::Both, ms: 5 };
+    let delay = rocemesh_testbed::Fault::Delay {
+        link: "t0-s0".into(),
+        direction: rocemesh_testbed::Direction::Both,
+        ms: 5,
+    };
     a.0.apply(&delay).unwrap();
-    let mut sleeper = netns::command("tbpa-h1", "sleep").arg("60").spawn().unwrap();
+    let mut sleeper = netns::command("tbpa-h1", "sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
     let helper_pids = netns::pids("tbpa-s0").unwrap();
     assert_eq!(helper_pids.len(), 1, "one NFQUEUE helper in tbpa-s0");
 
     // up() again is idempotent: it rebuilds the same fabric from scratch.
     let again = Fabric::up(a.0.spec()).unwrap();
     assert!(again.active_faults().unwrap().is_empty());
-    assert!(std::fs::metadata(format!("/proc/{}", helper_pids[0])).is_err(), "helper killed by rebuild");
+    assert!(
+        std::fs::metadata(format!("/proc/{}", helper_pids[0])).is_err(),
+        "helper killed by rebuild"
+    );
     assert_eq!(namespaces_of("tbpa").len(), 8);
 
     Fabric::down("tbpa").unwrap();
     assert!(namespaces_of("tbpa").is_empty());
-    assert!(sleeper.wait().is_ok(), "process inside the fabric was killed");
+    assert!(
+        sleeper.wait().is_ok(),
+        "process inside the fabric was killed"
+    );
     assert!(!std::path::Path::new("/run/rocemesh-testbed/tbpa.json").exists());
     // The other fabric is untouched.
     assert_eq!(namespaces_of("tbpb").len(), 8);
@@ -152,17 +242,34 @@ fn multi_rnic_rail_optimized_hosts_route_by_source() {
     if !root_or_skip() {
         return;
     }
-    let spec = FabricSpec { prefix: "tbrail".into(), rnics_per_host: 2, rail_optimized: true, ..FabricSpec::default() };
+    let spec = FabricSpec {
+        prefix: "tbrail".into(),
+        rnics_per_host: 2,
+        rail_optimized: true,
+        ..FabricSpec::default()
+    };
     let f = Fixture::up(spec);
     assert_eq!(f.0.hosts().len(), 2);
     let t = f.0.topology();
     assert_eq!(t.rnic("h1r1").unwrap().1.tor, 1);
     // Same rail: through ToR t1 only; cross rail: through a spine. Every pair works.
-    for (a, b) in [("h0r0", "h1r0"), ("h0r1", "h1r1"), ("h0r0", "h1r1"), ("h1r1", "h0r0")] {
-        assert_eq!(f.deliver(a, 5000, b, 6000, 5, Duration::ZERO), 5, "{a} -> {b}");
+    for (a, b) in [
+        ("h0r0", "h1r0"),
+        ("h0r1", "h1r1"),
+        ("h0r0", "h1r1"),
+        ("h1r1", "h0r0"),
+    ] {
+        assert_eq!(
+            f.deliver(a, 5000, b, 6000, 5, Duration::ZERO),
+            5,
+            "{a} -> {b}"
+        );
     }
     // Traffic from r1 leaves through r1 (policy routing), not the main-table default via r0.
     let before = f.if_counter("tbrail-h0", "r1", "tx_packets");
-    assert_eq!(f.deliver("h0r1", 5000, "h1r1", 6000, 20, Duration::ZERO), 20);
+    assert_eq!(
+        f.deliver("h0r1", 5000, "h1r1", 6000, 20, Duration::ZERO),
+        20
+    );
     assert!(f.if_counter("tbrail-h0", "r1", "tx_packets") - before >= 20);
 }

@@ -19,26 +19,43 @@ const PERIOD_US: u32 = 100_000;
 
 /// The host whose namespace `pid` lives in, or the process itself if it is outside the fabric.
 pub(super) fn owner(fabric: &Fabric, pid: u32) -> Result<GroundTruth> {
-    let ns = fs::metadata(format!("/proc/{pid}/ns/net")).with_context(|| format!("no process {pid}"))?;
+    let ns =
+        fs::metadata(format!("/proc/{pid}/ns/net")).with_context(|| format!("no process {pid}"))?;
     let host = fabric.hosts().iter().find(|h| {
-        fs::metadata(format!("/var/run/netns/{}", h.netns)).is_ok_and(|m| m.ino() == ns.ino() && m.dev() == ns.dev())
+        fs::metadata(format!("/var/run/netns/{}", h.netns))
+            .is_ok_and(|m| m.ino() == ns.ino() && m.dev() == ns.dev())
     });
     Ok(match host {
-        Some(h) => GroundTruth { kind: ComponentKind::Host, name: h.name.clone() },
-        None => GroundTruth { kind: ComponentKind::Process, name: pid.to_string() },
+        Some(h) => GroundTruth {
+            kind: ComponentKind::Host,
+            name: h.name.clone(),
+        },
+        None => GroundTruth {
+            kind: ComponentKind::Process,
+            name: pid.to_string(),
+        },
     })
 }
 
 /// The `cgroup.procs` file of the cpu cgroup `pid` is in now.
 fn current_procs(pid: u32) -> Result<String> {
-    let text = fs::read_to_string(format!("/proc/{pid}/cgroup")).with_context(|| format!("no process {pid}"))?;
+    let text = fs::read_to_string(format!("/proc/{pid}/cgroup"))
+        .with_context(|| format!("no process {pid}"))?;
     let rel = text
         .lines()
-        .filter_map(|l| l.splitn(3, ':').nth(1).zip(l.splitn(3, ':').nth(2)))
+        .filter_map(|l| {
+            // "hierarchy-id:controller-list:path"
+            let mut parts = l.splitn(3, ':');
+            parts.next();
+            Some((parts.next()?, parts.next()?))
+        })
         .find(|(controllers, _)| controllers.split(',').any(|c| c == "cpu"))
         .map(|(_, path)| path.to_string())
         .with_context(|| format!("process {pid} has no cgroup v1 cpu controller"))?;
-    Ok(format!("{CPU_CGROUP_ROOT}{}/cgroup.procs", rel.trim_end_matches('/')))
+    Ok(format!(
+        "{CPU_CGROUP_ROOT}{}/cgroup.procs",
+        rel.trim_end_matches('/')
+    ))
 }
 
 fn write(path: &str, value: &str) -> Result<()> {
@@ -50,11 +67,22 @@ pub(super) fn starve(ctx: &mut Install, pid: u32, percent: u8) -> Result<()> {
         bail!("cgroup v1 cpu controller not mounted at {CPU_CGROUP_ROOT}");
     }
     let original_procs = current_procs(pid)?;
-    let dir = format!("{CPU_CGROUP_ROOT}/rocemesh-testbed-{}-f{}", ctx.fabric.spec().prefix, ctx.id);
+    let dir = format!(
+        "{CPU_CGROUP_ROOT}/rocemesh-testbed-{}-f{}",
+        ctx.fabric.spec().prefix,
+        ctx.id
+    );
     fs::create_dir_all(&dir).with_context(|| format!("creating {dir}"))?;
-    ctx.undo.push(Undo::Cgroup { dir: dir.clone(), pid, original_procs });
+    ctx.undo.push(Undo::Cgroup {
+        dir: dir.clone(),
+        pid,
+        original_procs,
+    });
     write(&format!("{dir}/cpu.cfs_period_us"), &PERIOD_US.to_string())?;
-    write(&format!("{dir}/cpu.cfs_quota_us"), &(PERIOD_US / 100 * u32::from(percent)).to_string())?;
+    write(
+        &format!("{dir}/cpu.cfs_quota_us"),
+        &(PERIOD_US / 100 * u32::from(percent)).to_string(),
+    )?;
     write(&format!("{dir}/cgroup.procs"), &pid.to_string())
 }
 

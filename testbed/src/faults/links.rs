@@ -28,17 +28,29 @@ fn down(ctx: &mut Install, ends: &[Endpoint], flap_period_ms: Option<u32>) -> Re
         restore.push(format!("ip -n {ns} -force -batch {}", path.display()));
     }
     let set = |state: &str| -> Vec<String> {
-        ends.iter().map(|e| format!("ip -n {} link set {} {state}", e.netns, e.ifname)).collect()
+        ends.iter()
+            .map(|e| format!("ip -n {} link set {} {state}", e.netns, e.ifname))
+            .collect()
     };
     let up_script = [set("up"), restore].concat().join("; ");
     let down_script = set("down").join("; ");
     // Undo (run in reverse): the flapper is killed first, then everything is brought up.
-    ctx.undo.push(Undo::Command(vec!["sh".into(), "-c".into(), format!("{up_script}; true")]));
+    ctx.undo.push(Undo::Command(vec![
+        "sh".into(),
+        "-c".into(),
+        format!("{up_script}; true"),
+    ]));
     match flap_period_ms {
         None => {
-            let out = Command::new("sh").args(["-c", &down_script]).output().context("running sh")?;
+            let out = Command::new("sh")
+                .args(["-c", &down_script])
+                .output()
+                .context("running sh")?;
             if !out.status.success() {
-                anyhow::bail!("`{down_script}` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+                anyhow::bail!(
+                    "`{down_script}` failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                );
             }
         }
         Some(period) => {
@@ -46,7 +58,9 @@ fn down(ctx: &mut Install, ends: &[Endpoint], flap_period_ms: Option<u32>) -> Re
             let mut cmd = Command::new("sh");
             cmd.args([
                 "-c",
-                &format!("while :; do {down_script}; sleep {half}; {up_script}; sleep {half}; done"),
+                &format!(
+                    "while :; do {down_script}; sleep {half}; {up_script}; sleep {half}; done"
+                ),
             ]);
             ctx.spawn(cmd, "flap", false)?;
         }
@@ -62,14 +76,22 @@ pub(super) fn link_down(ctx: &mut Install, link: &str, flap_period_ms: Option<u3
 
 /// RNIC down/flap: the host's interface goes down, its ToR's port loses carrier.
 pub(super) fn rnic_down(ctx: &mut Install, rnic: &str, flap_period_ms: Option<u32>) -> Result<()> {
-    let (_, r) = ctx.fabric.topology().rnic(rnic).with_context(|| format!("unknown RNIC {rnic:?}"))?;
+    let (_, r) = ctx
+        .fabric
+        .topology()
+        .rnic(rnic)
+        .with_context(|| format!("unknown RNIC {rnic:?}"))?;
     let end = ctx.link(&r.link)?.a.clone();
     down(ctx, &[end], flap_period_ms)
 }
 
 /// Spine down: all its interfaces go down; ToRs keep hashing flows onto it (blackhole).
 pub(super) fn spine_down(ctx: &mut Install, spine: &str) -> Result<()> {
-    let ends: Vec<Endpoint> =
-        ctx.fabric.topology().links_of(spine).map(|l| l.b.clone()).collect();
+    let ends: Vec<Endpoint> = ctx
+        .fabric
+        .topology()
+        .links_of(spine)
+        .map(|l| l.b.clone())
+        .collect();
     down(ctx, &ends, None)
 }

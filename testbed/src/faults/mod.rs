@@ -57,16 +57,33 @@ pub struct Background {
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Fault {
     /// Random loss of `percent` % of IPv4 packets (nftables netdev ingress on the receiving end).
-    Loss { link: String, direction: Direction, percent: u8 },
+    Loss {
+        link: String,
+        direction: Direction,
+        percent: u8,
+    },
     /// Silent drop of one UDP 5-tuple at router `at` ("t0", "s1"; default: the source's ToR).
     FlowDrop { flow: FiveTuple, at: Option<String> },
     /// Extra latency of `ms` ms (iptables NFQUEUE at the link's upper end + user-space delayer).
-    Delay { link: String, direction: Direction, ms: u32 },
+    Delay {
+        link: String,
+        direction: Direction,
+        ms: u32,
+    },
     /// Flip one UDP payload byte of `percent` % of packets, leaving the checksum wrong.
-    Corrupt { link: String, direction: Direction, percent: u8 },
+    Corrupt {
+        link: String,
+        direction: Direction,
+        percent: u8,
+    },
     /// Congestion / PFC-like pause: tbf at `rate_kbit` on the sending end, optionally filled by
     /// background traffic.
-    Congestion { link: String, direction: Direction, rate_kbit: u32, background: Option<Background> },
+    Congestion {
+        link: String,
+        direction: Direction,
+        rate_kbit: u32,
+        background: Option<Background>,
+    },
     /// The link's upper end goes administratively down; the lower end loses carrier and keeps
     /// forwarding into it (blackholing its ECMP share, `ignore_routes_with_linkdown=0`).
     LinkDown { link: String },
@@ -128,7 +145,9 @@ impl Install<'_> {
     pub fn command(&mut self, argv: &[&str], undo_argv: &[&str]) -> Result<()> {
         let (program, args) = argv.split_first().context("empty command")?;
         netns::run(program, args)?;
-        self.undo.push(Undo::Command(undo_argv.iter().map(|s| s.to_string()).collect()));
+        self.undo.push(Undo::Command(
+            undo_argv.iter().map(|s| s.to_string()).collect(),
+        ));
         Ok(())
     }
 
@@ -146,12 +165,18 @@ impl Install<'_> {
     }
 
     pub fn link(&self, name: &str) -> Result<&Link> {
-        self.fabric.topology().link(name).with_context(|| format!("unknown link {name:?}"))
+        self.fabric
+            .topology()
+            .link(name)
+            .with_context(|| format!("unknown link {name:?}"))
     }
 }
 
 fn truth(kind: ComponentKind, name: &str) -> GroundTruth {
-    GroundTruth { kind, name: name.to_string() }
+    GroundTruth {
+        kind,
+        name: name.to_string(),
+    }
 }
 
 /// Ends receiving traffic in `direction` across `link`.
@@ -183,7 +208,11 @@ pub(crate) fn undo_all(steps: &[Undo], best_effort: bool) -> Option<anyhow::Erro
                 p.kill();
                 Ok(())
             }
-            Undo::Cgroup { dir, pid, original_procs } => cpu::release(dir, *pid, original_procs),
+            Undo::Cgroup {
+                dir,
+                pid,
+                original_procs,
+            } => cpu::release(dir, *pid, original_procs),
         };
         if let Err(e) = res {
             tracing::warn!("undo step {step:?} failed: {e:#}");
@@ -200,19 +229,30 @@ impl Fault {
     fn ground_truth(&self, fabric: &Fabric) -> Result<GroundTruth> {
         let t = fabric.topology();
         let link = |name: &str| {
-            t.link(name).map(|_| truth(ComponentKind::Link, name)).with_context(|| format!("unknown link {name:?}"))
+            t.link(name)
+                .map(|_| truth(ComponentKind::Link, name))
+                .with_context(|| format!("unknown link {name:?}"))
         };
         let rnic = |name: &str| {
-            t.rnic(name).map(|_| truth(ComponentKind::Rnic, name)).with_context(|| format!("unknown RNIC {name:?}"))
+            t.rnic(name)
+                .map(|_| truth(ComponentKind::Rnic, name))
+                .with_context(|| format!("unknown RNIC {name:?}"))
         };
         match self {
-            Fault::Loss { link: l, percent, .. } | Fault::Corrupt { link: l, percent, .. } => {
+            Fault::Loss {
+                link: l, percent, ..
+            }
+            | Fault::Corrupt {
+                link: l, percent, ..
+            } => {
                 if *percent > 100 {
                     bail!("percent {percent} > 100");
                 }
                 link(l)
             }
-            Fault::Delay { link: l, .. } | Fault::Congestion { link: l, .. } | Fault::LinkDown { link: l } => link(l),
+            Fault::Delay { link: l, .. }
+            | Fault::Congestion { link: l, .. }
+            | Fault::LinkDown { link: l } => link(l),
             Fault::LinkFlap { link: l, period_ms } => {
                 if *period_ms < 20 {
                     bail!("flap period {period_ms} ms is below 20 ms");
@@ -245,13 +285,28 @@ impl Fault {
 
     fn install(&self, ctx: &mut Install) -> Result<()> {
         match self {
-            Fault::Loss { link, direction, percent } => nft::loss(ctx, link, *direction, *percent),
+            Fault::Loss {
+                link,
+                direction,
+                percent,
+            } => nft::loss(ctx, link, *direction, *percent),
             Fault::FlowDrop { flow, at } => nft::flow_drop(ctx, flow, at.as_deref()),
-            Fault::Delay { link, direction, ms } => nfqueue::install(ctx, link, *direction, *ms, 0),
-            Fault::Corrupt { link, direction, percent } => nfqueue::install(ctx, link, *direction, 0, *percent),
-            Fault::Congestion { link, direction, rate_kbit, background } => {
-                shaping::congestion(ctx, link, *direction, *rate_kbit, background.as_ref())
-            }
+            Fault::Delay {
+                link,
+                direction,
+                ms,
+            } => nfqueue::install(ctx, link, *direction, *ms, 0),
+            Fault::Corrupt {
+                link,
+                direction,
+                percent,
+            } => nfqueue::install(ctx, link, *direction, 0, *percent),
+            Fault::Congestion {
+                link,
+                direction,
+                rate_kbit,
+                background,
+            } => shaping::congestion(ctx, link, *direction, *rate_kbit, background.as_ref()),
             Fault::LinkDown { link } => links::link_down(ctx, link, None),
             Fault::LinkFlap { link, period_ms } => links::link_down(ctx, link, Some(*period_ms)),
             Fault::RnicDown { rnic } => links::rnic_down(ctx, rnic, None),
@@ -270,12 +325,21 @@ impl Fabric {
         let mut state = lock.load_existing()?;
         let id = state.next_id;
         state.next_id = state.next_id.checked_add(1).unwrap_or(1);
-        let mut ctx = Install { fabric: self, id, undo: Vec::new() };
+        let mut ctx = Install {
+            fabric: self,
+            id,
+            undo: Vec::new(),
+        };
         if let Err(e) = fault.install(&mut ctx) {
             undo_all(&ctx.undo, true);
             return Err(e.context(format!("applying {fault:?}")));
         }
-        state.faults.push(ActiveFault { id, fault: fault.clone(), truth: truth.clone(), undo: ctx.undo });
+        state.faults.push(ActiveFault {
+            id,
+            fault: fault.clone(),
+            truth: truth.clone(),
+            undo: ctx.undo,
+        });
         if let Err(e) = lock.save(&state) {
             if let Some(f) = state.faults.pop() {
                 undo_all(&f.undo, true);
@@ -290,7 +354,11 @@ impl Fabric {
     pub fn clear(&self, id: u16) -> Result<()> {
         let lock = StateLock::acquire(&self.spec().prefix)?;
         let mut state = lock.load_existing()?;
-        let pos = state.faults.iter().position(|f| f.id == id).with_context(|| format!("no active fault {id}"))?;
+        let pos = state
+            .faults
+            .iter()
+            .position(|f| f.id == id)
+            .with_context(|| format!("no active fault {id}"))?;
         let fault = state.faults.remove(pos);
         let err = undo_all(&fault.undo, false);
         lock.save(&state)?;
@@ -310,6 +378,8 @@ impl Fabric {
 
     /// Faults in effect, with their ground truth.
     pub fn active_faults(&self) -> Result<Vec<ActiveFault>> {
-        Ok(StateLock::acquire(&self.spec().prefix)?.load_existing()?.faults)
+        Ok(StateLock::acquire(&self.spec().prefix)?
+            .load_existing()?
+            .faults)
     }
 }

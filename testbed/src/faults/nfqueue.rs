@@ -3,15 +3,22 @@
 //! and/or flips a UDP payload byte (see [`crate::helper`]). The queue number is the fault id;
 //! `--queue-bypass` lets traffic through unharmed if the helper dies.
 
-use anyhow::Result;
+use anyhow::{Result, bail};
 
 use super::{Direction, Install};
 
-/// iptables front end used for NFQUEUE rules. The nftables `queue` statement is not
-/// available on every kernel; the xtables NFQUEUE target through iptables-legacy is.
-const IPTABLES: &str = "iptables-legacy";
+/// iptables front ends tried in order for NFQUEUE rules. The nftables `queue` statement is
+/// not compiled into every kernel; iptables-nft's NFQUEUE works on the reference machine, and
+/// iptables-legacy (the xtables target) is the fallback where it does not.
+const IPTABLES: [&str; 2] = ["iptables-nft", "iptables-legacy"];
 
-pub(super) fn install(ctx: &mut Install, link: &str, direction: Direction, delay_ms: u32, corrupt_percent: u8) -> Result<()> {
+pub(super) fn install(
+    ctx: &mut Install,
+    link: &str,
+    direction: Direction,
+    delay_ms: u32,
+    corrupt_percent: u8,
+) -> Result<()> {
     let end = ctx.link(link)?.b.clone();
     let helper = ctx.fabric.helper()?;
     let queue = ctx.id.to_string();
@@ -31,11 +38,40 @@ pub(super) fn install(ctx: &mut Install, link: &str, direction: Direction, delay
         rules.push(["POSTROUTING", "-o"]);
     }
     for [chain, dir_flag] in rules {
-        let rule = [dir_flag, &end.ifname, "-j", "NFQUEUE", "--queue-num", &queue, "--queue-bypass"];
-        let base = ["ip", "netns", "exec", &end.netns, IPTABLES, "-w", "-t", "mangle"];
-        let add: Vec<&str> = base.iter().chain(&["-A", chain]).chain(&rule).copied().collect();
-        let del: Vec<&str> = base.iter().chain(&["-D", chain]).chain(&rule).copied().collect();
-        ctx.command(&add, &del)?;
+        let rule = [
+            dir_flag,
+            &end.ifname,
+            "-j",
+            "NFQUEUE",
+            "--queue-num",
+            &queue,
+            "--queue-bypass",
+        ];
+        let mut failures = Vec::new();
+        for iptables in IPTABLES {
+            let base = [
+                "ip", "netns", "exec", &end.netns, iptables, "-w", "-t", "mangle",
+            ];
+            let add: Vec<&str> = base
+                .iter()
+                .chain(&["-A", chain])
+                .chain(&rule)
+                .copied()
+                .collect();
+            let del: Vec<&str> = base
+                .iter()
+                .chain(&["-D", chain])
+                .chain(&rule)
+                .copied()
+                .collect();
+            match ctx.command(&add, &del) {
+                Ok(()) => break,
+                Err(e) => failures.push(format!("{e:#}")),
+            }
+        }
+        if failures.len() == IPTABLES.len() {
+            bail!("cannot add NFQUEUE rule: {}", failures.join("; "));
+        }
     }
     Ok(())
 }

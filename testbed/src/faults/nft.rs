@@ -10,9 +10,17 @@ use crate::topology::Router;
 
 /// Loads `ruleset` into namespace `ns` and records deletion of table `family name`.
 fn add_table(ctx: &mut Install, ns: &str, family: &str, name: &str, ruleset: &str) -> Result<()> {
-    netns::run_with_stdin("ip", &["netns", "exec", ns, "nft", "-f", "-"], Some(ruleset))?;
+    netns::run_with_stdin(
+        "ip",
+        &["netns", "exec", ns, "nft", "-f", "-"],
+        Some(ruleset),
+    )?;
     ctx.undo.push(super::Undo::Command(
-        ["ip", "netns", "exec", ns, "nft", "delete", "table", family, name].map(String::from).to_vec(),
+        [
+            "ip", "netns", "exec", ns, "nft", "delete", "table", family, name,
+        ]
+        .map(String::from)
+        .to_vec(),
     ));
     Ok(())
 }
@@ -20,8 +28,10 @@ fn add_table(ctx: &mut Install, ns: &str, family: &str, name: &str, ruleset: &st
 /// Drops `percent` % of IPv4 packets arriving at the receiving end(s) of `link`.
 pub(super) fn loss(ctx: &mut Install, link: &str, direction: Direction, percent: u8) -> Result<()> {
     let table = ctx.object_name();
-    let ends: Vec<(String, String)> =
-        receivers(ctx.link(link)?, direction).into_iter().map(|e| (e.netns.clone(), e.ifname.clone())).collect();
+    let ends: Vec<(String, String)> = receivers(ctx.link(link)?, direction)
+        .into_iter()
+        .map(|e| (e.netns.clone(), e.ifname.clone()))
+        .collect();
     for (ns, ifname) in ends {
         let ruleset = format!(
             "table netdev {table} {{\n chain loss {{\n  type filter hook ingress device \"{ifname}\" priority 0;\n  \
@@ -33,12 +43,20 @@ pub(super) fn loss(ctx: &mut Install, link: &str, direction: Direction, percent:
 }
 
 /// The router a flow drop is placed in: `at` if given, else the source RNIC's ToR.
-pub(super) fn flow_drop_router<'a>(fabric: &'a Fabric, flow: &FiveTuple, at: Option<&str>) -> Result<&'a Router> {
+pub(super) fn flow_drop_router<'a>(
+    fabric: &'a Fabric,
+    flow: &FiveTuple,
+    at: Option<&str>,
+) -> Result<&'a Router> {
     let t = fabric.topology();
     match at {
-        Some(name) => t.router(name).with_context(|| format!("unknown router {name:?}")),
+        Some(name) => t
+            .router(name)
+            .with_context(|| format!("unknown router {name:?}")),
         None => {
-            let Some((_, rnic)) = t.rnic_by_ip(flow.src) else { bail!("{} is not an RNIC of the fabric", flow.src) };
+            let Some((_, rnic)) = t.rnic_by_ip(flow.src) else {
+                bail!("{} is not an RNIC of the fabric", flow.src)
+            };
             Ok(&t.tors[usize::from(rnic.tor)])
         }
     }

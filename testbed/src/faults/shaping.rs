@@ -36,16 +36,27 @@ pub(super) fn congestion(
         let base = ["ip", "netns", "exec", &e.netns, "tc", "qdisc"];
         let add: Vec<&str> = base
             .iter()
-            .chain(&["add", "dev", &e.ifname, "root", "tbf", "rate", &rate, "burst", &burst, "latency", &latency])
+            .chain(&[
+                "add", "dev", &e.ifname, "root", "tbf", "rate", &rate, "burst", &burst, "latency",
+                &latency,
+            ])
             .copied()
             .collect();
-        let del: Vec<&str> = base.iter().chain(&["del", "dev", &e.ifname, "root"]).copied().collect();
+        let del: Vec<&str> = base
+            .iter()
+            .chain(&["del", "dev", &e.ifname, "root"])
+            .copied()
+            .collect();
         ctx.command(&add, &del)?;
     }
     if let Some(bg) = background {
         let t = ctx.fabric.topology();
-        let (host, from) = t.rnic(&bg.from).with_context(|| format!("unknown RNIC {:?}", bg.from))?;
-        let (_, to) = t.rnic(&bg.to).with_context(|| format!("unknown RNIC {:?}", bg.to))?;
+        let (host, from) = t
+            .rnic(&bg.from)
+            .with_context(|| format!("unknown RNIC {:?}", bg.from))?;
+        let (_, to) = t
+            .rnic(&bg.to)
+            .with_context(|| format!("unknown RNIC {:?}", bg.to))?;
         let helper = ctx.fabric.helper()?;
         let mut cmd = netns::command(&host.netns, &helper.program.to_string_lossy());
         cmd.args(&helper.args).args([

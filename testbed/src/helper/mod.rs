@@ -16,8 +16,11 @@ use anyhow::{Context, Result, bail};
 const USAGE: &str = "usage: nfq QUEUE DELAY_MS CORRUPT_PERCENT | blast SRC_IP DST_IP:PORT MBPS";
 
 fn arg<T: FromStr>(args: &[String], i: usize, what: &str) -> Result<T> {
-    let s = args.get(i).with_context(|| format!("missing {what}; {USAGE}"))?;
-    s.parse().map_err(|_| anyhow::anyhow!("invalid {what} {s:?}; {USAGE}"))
+    let s = args
+        .get(i)
+        .with_context(|| format!("missing {what}; {USAGE}"))?;
+    s.parse()
+        .map_err(|_| anyhow::anyhow!("invalid {what} {s:?}; {USAGE}"))
 }
 
 /// Signals readiness to the parent (which waits for this line).
@@ -57,8 +60,23 @@ mod tests {
     fn bad_arguments_are_clear_errors() {
         let v = |s: &str| s.split_whitespace().map(String::from).collect::<Vec<_>>();
         assert!(run(&v("")).unwrap_err().to_string().contains("usage"));
-        assert!(run(&v("nfq x 1 0")).unwrap_err().to_string().contains("invalid QUEUE"));
-        assert!(run(&v("nfq 1 1 101")).unwrap_err().to_string().contains("> 100"));
-        assert!(run(&v("blast 1.2.3.4")).unwrap_err().to_string().contains("missing DST"));
+        assert!(
+            run(&v("nfq x 1 0"))
+                .unwrap_err()
+                .to_string()
+                .contains("invalid QUEUE")
+        );
+        assert!(
+            run(&v("nfq 1 1 101"))
+                .unwrap_err()
+                .to_string()
+                .contains("> 100")
+        );
+        assert!(
+            run(&v("blast 1.2.3.4"))
+                .unwrap_err()
+                .to_string()
+                .contains("missing DST")
+        );
     }
 }

@@ -28,7 +28,9 @@ fn udp_payload_offset(packet: &[u8]) -> Option<usize> {
 
 /// Flips one payload byte of a UDP packet; false (untouched) for anything else.
 pub(crate) fn corrupt(packet: &mut [u8], rng: &mut impl Rng) -> bool {
-    let Some(start) = udp_payload_offset(packet) else { return false };
+    let Some(start) = udp_payload_offset(packet) else {
+        return false;
+    };
     let i = rng.random_range(start..packet.len());
     packet[i] ^= 0xff;
     true
@@ -36,7 +38,8 @@ pub(crate) fn corrupt(packet: &mut [u8], rng: &mut impl Rng) -> bool {
 
 pub(super) fn run(queue_num: u16, delay: Duration, corrupt_percent: u8) -> Result<()> {
     let mut q = Queue::open().context("opening NFQUEUE netlink socket")?;
-    q.bind(queue_num).with_context(|| format!("binding NFQUEUE {queue_num}"))?;
+    q.bind(queue_num)
+        .with_context(|| format!("binding NFQUEUE {queue_num}"))?;
     q.set_queue_max_len(queue_num, MAX_HELD as u32)?;
     q.set_fail_open(queue_num, true)?;
     q.set_nonblocking(true);
@@ -70,7 +73,9 @@ pub(super) fn run(queue_num: u16, delay: Duration, corrupt_percent: u8) -> Resul
                 q.verdict(msg).context("NFQUEUE verdict")?;
             }
         }
-        let wait = held.front().map_or(POLL, |(due, _)| due.saturating_duration_since(now).min(POLL));
+        let wait = held.front().map_or(POLL, |(due, _)| {
+            due.saturating_duration_since(now).min(POLL)
+        });
         std::thread::sleep(wait);
     }
 }

@@ -22,12 +22,18 @@ pub struct Fixture(pub Fabric);
 
 impl Fixture {
     pub fn up(spec: FabricSpec) -> Fixture {
-        let helper = HelperCommand { program: env!("CARGO_BIN_EXE_rocemesh-testbed-helper").into(), args: vec![] };
+        let helper = HelperCommand {
+            program: env!("CARGO_BIN_EXE_rocemesh-testbed-helper").into(),
+            args: vec![],
+        };
         Fixture(Fabric::up(&spec).expect("fabric up").with_helper(helper))
     }
 
     pub fn default(prefix: &str) -> Fixture {
-        Fixture::up(FabricSpec { prefix: prefix.into(), ..FabricSpec::default() })
+        Fixture::up(FabricSpec {
+            prefix: prefix.into(),
+            ..FabricSpec::default()
+        })
     }
 
     pub fn ip(&self, rnic: &str) -> Ipv4Addr {
@@ -44,12 +50,21 @@ impl Fixture {
         let sock = netns::in_netns(&self.netns_of(rnic), move || UdpSocket::bind((ip, port)))
             .expect("setns")
             .expect("bind");
-        sock.set_read_timeout(Some(Duration::from_millis(300))).expect("timeout");
+        sock.set_read_timeout(Some(Duration::from_millis(300)))
+            .expect("timeout");
         sock
     }
 
     /// Sends `n` numbered datagrams of one flow at `interval` and returns how many arrived.
-    pub fn deliver(&self, from: &str, sport: u16, to: &str, dport: u16, n: u32, interval: Duration) -> u32 {
+    pub fn deliver(
+        &self,
+        from: &str,
+        sport: u16,
+        to: &str,
+        dport: u16,
+        n: u32,
+        interval: Duration,
+    ) -> u32 {
         let rx = self.socket(to, dport);
         let tx = self.socket(from, sport);
         let dst = SocketAddrV4::new(self.ip(to), dport);
@@ -72,7 +87,8 @@ impl Fixture {
             }
         }
         rx.set_nonblocking(false).expect("blocking");
-        rx.set_read_timeout(Some(Duration::from_millis(400))).expect("timeout");
+        rx.set_read_timeout(Some(Duration::from_millis(400)))
+            .expect("timeout");
         mark(&rx, &mut seen);
         seen.iter().filter(|s| **s).count() as u32
     }
@@ -81,7 +97,8 @@ impl Fixture {
     /// than half arrived.
     pub fn latency(&self, from: &str, to: &str, n: u32) -> Option<Duration> {
         let rx = self.socket(to, 7100);
-        rx.set_read_timeout(Some(Duration::from_millis(800))).expect("timeout");
+        rx.set_read_timeout(Some(Duration::from_millis(800)))
+            .expect("timeout");
         let tx = self.socket(from, 7101);
         let dst = SocketAddrV4::new(self.ip(to), 7100);
         let mut samples = Vec::new();
@@ -104,11 +121,24 @@ impl Fixture {
     }
 
     /// Source ports (from `base`) of flows `from`→`to` that the kernel hashes onto `spine`.
-    pub fn sports_via(&self, from: &str, to: &str, dport: u16, spine: &str, base: u16, count: usize) -> Vec<u16> {
+    pub fn sports_via(
+        &self,
+        from: &str,
+        to: &str,
+        dport: u16,
+        spine: &str,
+        base: u16,
+        count: usize,
+    ) -> Vec<u16> {
         let (src, dst) = (self.ip(from), self.ip(to));
         (base..base + 200)
             .filter(|&sport| {
-                let flow = rocemesh_testbed::FiveTuple { src, dst, sport, dport };
+                let flow = rocemesh_testbed::FiveTuple {
+                    src,
+                    dst,
+                    sport,
+                    dport,
+                };
                 self.0.spine_for(&flow).expect("route get").as_deref() == Some(spine)
             })
             .take(count)
@@ -118,7 +148,12 @@ impl Fixture {
     /// A counter from /sys/class/net/IF/statistics in namespace `ns`.
     pub fn if_counter(&self, ns: &str, ifname: &str, counter: &str) -> u64 {
         let path = format!("/sys/class/net/{ifname}/statistics/{counter}");
-        self.0.exec(ns, &["cat", &path]).expect("cat").trim().parse().expect("counter")
+        self.0
+            .exec(ns, &["cat", &path])
+            .expect("cat")
+            .trim()
+            .parse()
+            .expect("counter")
     }
 }
 
@@ -133,5 +168,9 @@ impl Drop for Fixture {
 
 /// Namespaces currently present whose name starts with `{prefix}-`.
 pub fn namespaces_of(prefix: &str) -> Vec<String> {
-    netns::list().expect("netns list").into_iter().filter(|n| n.starts_with(&format!("{prefix}-"))).collect()
+    netns::list()
+        .expect("netns list")
+        .into_iter()
+        .filter(|n| n.starts_with(&format!("{prefix}-")))
+        .collect()
 }
