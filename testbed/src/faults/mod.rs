@@ -58,45 +58,87 @@ pub struct Background {
 pub enum Fault {
     /// Random loss of `percent` % of IPv4 packets (nftables netdev ingress on the receiving end).
     Loss {
+        /// Link name, e.g. "t0-s1" or "h3r0-t0".
         link: String,
+        /// Which way(s) across the link.
         direction: Direction,
+        /// Share affected: % of packets (Loss, Corrupt) or of one core (CpuStarve).
         percent: u8,
     },
     /// Silent drop of one UDP 5-tuple at router `at` ("t0", "s1"; default: the source's ToR).
-    FlowDrop { flow: FiveTuple, at: Option<String> },
+    FlowDrop {
+        /// The UDP flow to drop.
+        flow: FiveTuple,
+        /// Router dropping it ("t0", "s1"); `None` = the source RNIC's ToR.
+        at: Option<String>,
+    },
     /// Extra latency of `ms` ms (iptables NFQUEUE at the link's upper end + user-space delayer).
     Delay {
+        /// Link name, e.g. "t0-s1" or "h3r0-t0".
         link: String,
+        /// Which way(s) across the link.
         direction: Direction,
+        /// Added one-way latency in milliseconds.
         ms: u32,
     },
     /// Flip one UDP payload byte of `percent` % of packets, leaving the checksum wrong.
     Corrupt {
+        /// Link name, e.g. "t0-s1" or "h3r0-t0".
         link: String,
+        /// Which way(s) across the link.
         direction: Direction,
+        /// Share affected: % of packets (Loss, Corrupt) or of one core (CpuStarve).
         percent: u8,
     },
     /// Congestion / PFC-like pause: tbf at `rate_kbit` on the sending end, optionally filled by
     /// background traffic.
     Congestion {
+        /// Link name, e.g. "t0-s1" or "h3r0-t0".
         link: String,
+        /// Which way(s) across the link.
         direction: Direction,
+        /// Shaped rate in kbit/s.
         rate_kbit: u32,
+        /// Traffic that fills the shaped link, if any.
         background: Option<Background>,
     },
     /// The link's upper end goes administratively down; the lower end loses carrier and keeps
     /// forwarding into it (blackholing its ECMP share, `ignore_routes_with_linkdown=0`).
-    LinkDown { link: String },
+    LinkDown {
+        /// Link name, e.g. "t0-s1" or "h3r0-t0".
+        link: String,
+    },
     /// [`Fault::LinkDown`] toggled every `period_ms / 2`.
-    LinkFlap { link: String, period_ms: u32 },
+    LinkFlap {
+        /// Link name, e.g. "t0-s1" or "h3r0-t0".
+        link: String,
+        /// Full down+up cycle in milliseconds (at least 20).
+        period_ms: u32,
+    },
     /// The RNIC ("h3r0") goes down on the host.
-    RnicDown { rnic: String },
+    RnicDown {
+        /// RNIC name, e.g. "h3r0".
+        rnic: String,
+    },
     /// [`Fault::RnicDown`] toggled every `period_ms / 2`.
-    RnicFlap { rnic: String, period_ms: u32 },
+    RnicFlap {
+        /// RNIC name, e.g. "h3r0".
+        rnic: String,
+        /// Full down+up cycle in milliseconds (at least 20).
+        period_ms: u32,
+    },
     /// Every interface of a spine ("s1") goes down.
-    SpineDown { spine: String },
+    SpineDown {
+        /// Spine name, e.g. "s1".
+        spine: String,
+    },
     /// Limit process `pid` to `percent` % of one CPU (cgroup v1 cpu.cfs_quota_us).
-    CpuStarve { pid: u32, percent: u8 },
+    CpuStarve {
+        /// Process to starve (e.g. an agent).
+        pid: u32,
+        /// Share of packets affected, 0..=100 (CPU: share of one core, 1..=100).
+        percent: u8,
+    },
 }
 
 /// Kind of component a fault is attributed to.
