@@ -26,8 +26,11 @@ pub enum Undo {
     Kill(TrackedProcess),
     /// Move a process back to its cgroup and remove the fault's cgroup directory.
     Cgroup {
+        /// The fault's cgroup directory.
         dir: String,
+        /// The starved process.
         pid: u32,
+        /// `cgroup.procs` of the cgroup it came from.
         original_procs: String,
     },
 }
