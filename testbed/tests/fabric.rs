@@ -208,6 +208,22 @@ fn two_prefixes_coexist_and_down_removes_everything() {
         ms: 5,
     };
     a.0.apply(&delay).unwrap();
+    let flap = rocemesh_testbed::Fault::LinkFlap {
+        link: "t1-s1".into(),
+        period_ms: 1000,
+    };
+    a.0.apply(&flap).unwrap();
+    let started: Vec<u32> =
+        a.0.active_faults()
+            .unwrap()
+            .iter()
+            .flat_map(|f| f.undo.clone())
+            .filter_map(|u| match u {
+                rocemesh_testbed::state::Undo::Kill(p) => Some(p.pid),
+                _ => None,
+            })
+            .collect();
+    assert_eq!(started.len(), 2, "NFQUEUE helper and flapper");
     let mut sleeper = netns::command("tbpa-h1", "sleep")
         .arg("60")
         .spawn()
