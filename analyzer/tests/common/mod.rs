@@ -1,0 +1,72 @@
+//! Helpers shared by the analyzer integration tests.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
+use rocemesh_proto::batch::{BatchHeader, encode_batch};
+use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
+use rocemesh_store::Db;
+use std::sync::Arc;
+
+pub const PERIOD: i64 = 20_000;
+pub const GRACE: i64 = 7_000;
+
+/// A time 10 s into a period, near the real clock (the HTTP path stamps real time).
+pub fn mid_period_now() -> i64 {
+    rocemesh_proto::now_unix_ms() / PERIOD * PERIOD + 10_000
+}
+
+/// Registers RNICs `(id, host_id, tor)` the way the controller would.
+pub async fn seed(db: &Db, rnics: &[(u32, u32, &str)]) {
+    for &(id, host, tor) in rnics {
+        sqlx::query(
+            "INSERT INTO hosts (id, name, epoch, registrations, registered_at_ms) VALUES ($1, $2, 1, 1, 0) \
+             ON CONFLICT (id) DO NOTHING",
+        )
+        .bind(i64::from(host))
+        .bind(format!("host-{host}"))
+        .execute(db.pool())
+        .await
+        .unwrap();
+        sqlx::query(
+            "INSERT INTO rnics (id, host_id, ifname, ip, qpn, port, tor, epoch, registered_at_ms) \
+             VALUES ($1, $2, $3, $4, 7, 4791, $5, 1, 0)",
+        )
+        .bind(i64::from(id))
+        .bind(i64::from(host))
+        .bind(format!("eth{id}"))
+        .bind(format!("10.0.0.{id}"))
+        .bind(tor)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    }
+}
+
+/// The standard test fabric: RNICs 1, 2 on tor-a (host 1), 3 on tor-b (host 2).
+pub async fn analyzer(db: &Db) -> Arc<Analyzer> {
+    seed(db, &[(1, 1, "tor-a"), (2, 1, "tor-a"), (3, 2, "tor-b")]).await;
+    Analyzer::new(db.clone(), AnalyzerConfig::default()).await.unwrap()
+}
+
+pub fn rec(prober: u32, target: u32, send_ms: i64, ok: bool, rtt: u32) -> ProbeResult {
+    ProbeResult {
+        prober_rnic: prober,
+        target_rnic: target,
+        seq: 0,
+        target_qpn: 7,
+        send_unix_ns: send_ms as u64 * 1_000_000,
+        network_rtt_ns: if ok { rtt } else { 0 },
+        prober_delay_ns: 4_000,
+        responder_delay_ns: 2_000,
+        app_rtt_ns: rtt + 6_000,
+        src_port: 50_000,
+        dst_port: 4791,
+        class: ProbeClass::TorMesh,
+        status: if ok { ProbeStatus::Ok } else { ProbeStatus::Timeout },
+        ts_source: TimestampSource::Software,
+    }
+}
+
+pub fn batch(host_id: u32, epoch: u32, batch_seq: u64, records: &[ProbeResult]) -> Vec<u8> {
+    encode_batch(BatchHeader { host_id, epoch, batch_seq, dropped: 3 }, records)
+}
