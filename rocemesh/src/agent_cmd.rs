@@ -46,7 +46,7 @@ impl AgentArgs {
                 let Some(controller) = &self.controller else {
                     bail!("--controller URL is required (or --config FILE)");
                 };
-                AgentConfig::new(controller.clone())
+                AgentConfig::new(controller.clone(), Vec::new())
             }
         };
         if let Some(c) = &self.controller {

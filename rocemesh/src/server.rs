@@ -109,7 +109,7 @@ pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
     let http = tokio::spawn(async move {
         axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
     });
-    tracing::info!(role = roles.name(), %addr, database = %db.backend_name(), "listening");
+    tracing::info!(role = roles.name(), %addr, database = ?db.backend(), "listening");
     Ok(RunningServer { addr, analyzer, cancel, http, background })
 }
 

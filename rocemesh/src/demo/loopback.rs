@@ -15,9 +15,7 @@ fn rnic_ip(h: u8, r: u8) -> IpAddr {
 }
 
 fn agent_config(url: &str, h: u8, args: &DemoArgs) -> AgentConfig {
-    let mut cfg = AgentConfig::new(url.to_string());
-    cfg.host = format!("demo-host-{h}");
-    cfg.rnics = (0..args.rnics_per_host)
+    let rnics = (0..args.rnics_per_host)
         .map(|r| RnicConfig {
             name: format!("rnic{r}"),
             ip: Some(rnic_ip(h, r)),
@@ -26,6 +24,8 @@ fn agent_config(url: &str, h: u8, args: &DemoArgs) -> AgentConfig {
             rail: Some(r as u32),
         })
         .collect();
+    let mut cfg = AgentConfig::new(url, rnics);
+    cfg.host = format!("demo-host-{h}");
     cfg
 }
 
@@ -45,7 +45,14 @@ fn print_period(url: &str, last: &mut i64) -> Result<()> {
     *last = c.period_start_ms;
     let mut pairs = fetch_latest(url, "tor_pair")?;
     pairs.sort_by(|a, b| a.key.cmp(&b.key));
-    println!("\n-- period starting {} ms, {} s --", c.period_start_ms, c.period_ms / 1000);
+    let secs_of_day = (c.period_start_ms / 1000).rem_euclid(86_400);
+    println!(
+        "\n-- period {:02}:{:02}:{:02} UTC, {} s --",
+        secs_of_day / 3600,
+        secs_of_day / 60 % 60,
+        secs_of_day % 60,
+        c.period_ms / 1000
+    );
     println!("{}", table::header());
     println!("{}", table::row(c));
     for p in &pairs {
