@@ -87,7 +87,12 @@ async fn registry_db(path: &std::path::Path) -> anyhow::Result<Db> {
         .bind(i64::from(rnic))
         .bind(i64::from(host_of(rnic)))
         .bind(format!("eth{}", rnic % RNICS_PER_HOST))
-        .bind(format!("10.{}.{}.{}", rnic >> 16, (rnic >> 8) & 255, rnic & 255))
+        .bind(format!(
+            "10.{}.{}.{}",
+            rnic >> 16,
+            (rnic >> 8) & 255,
+            rnic & 255
+        ))
         .bind(format!("tor-{}", tor_of(rnic)))
         .execute(&mut *tx)
         .await?;
@@ -109,8 +114,15 @@ fn make_batch(rng: &mut StdRng, host: u32, now_ms: i64) -> (Vec<ProbeResult>, Ba
             };
             let target = tor * (RNICS / TORS) + 1 + rng.random_range(0..RNICS / TORS);
             let ok = rng.random_bool(0.95);
-            let rtt = if rng.random_bool(0.01) { rng.random_range(50_000..2_000_000) } else { rng.random_range(4_000..15_000) };
-            let (pd, rd) = (rng.random_range(2_000..20_000), rng.random_range(1_000..8_000));
+            let rtt = if rng.random_bool(0.01) {
+                rng.random_range(50_000..2_000_000)
+            } else {
+                rng.random_range(4_000..15_000)
+            };
+            let (pd, rd) = (
+                rng.random_range(2_000..20_000),
+                rng.random_range(1_000..8_000),
+            );
             ProbeResult {
                 prober_rnic: prober,
                 target_rnic: target,
@@ -123,21 +135,43 @@ fn make_batch(rng: &mut StdRng, host: u32, now_ms: i64) -> (Vec<ProbeResult>, Ba
                 app_rtt_ns: rtt + pd + rd,
                 src_port: rng.random_range(49_152..65_535),
                 dst_port: 4791,
-                class: if tor == tor_of(prober) { ProbeClass::TorMesh } else { ProbeClass::InterTor },
-                status: if ok { ProbeStatus::Ok } else { ProbeStatus::Timeout },
+                class: if tor == tor_of(prober) {
+                    ProbeClass::TorMesh
+                } else {
+                    ProbeClass::InterTor
+                },
+                status: if ok {
+                    ProbeStatus::Ok
+                } else {
+                    ProbeStatus::Timeout
+                },
                 ts_source: TimestampSource::Software,
             }
         })
         .collect();
-    (records, BatchHeader { host_id: host, epoch: 1, batch_seq: 0, dropped: 0 })
+    (
+        records,
+        BatchHeader {
+            host_id: host,
+            epoch: 1,
+            batch_seq: 0,
+            dropped: 0,
+        },
+    )
 }
 
 fn human(v: f64) -> String {
-    if v >= 1e6 { format!("{:.2}M", v / 1e6) } else { format!("{:.0}k", v / 1e3) }
+    if v >= 1e6 {
+        format!("{:.2}M", v / 1e6)
+    } else {
+        format!("{:.0}k", v / 1e3)
+    }
 }
 
 fn main() -> anyhow::Result<()> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
     let dir = std::env::temp_dir().join(format!("rocemesh-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir)?;
     let result = rt.block_on(bench(&dir.join("bench.db")));
@@ -175,7 +209,10 @@ async fn bench(db_path: &std::path::Path) -> anyhow::Result<()> {
     }
     let ingest_s = start.elapsed().as_secs_f64();
     let total = (TOTAL_BATCHES * BATCH_RECORDS) as u64;
-    anyhow::ensure!(accepted == total, "only {accepted} of {total} records accepted");
+    anyhow::ensure!(
+        accepted == total,
+        "only {accepted} of {total} records accepted"
+    );
 
     let start = Instant::now();
     analyzer.tick(now + period + cfg.grace_ms as i64).await?;
@@ -194,10 +231,22 @@ async fn bench(db_path: &std::path::Path) -> anyhow::Result<()> {
 
     println!("| metric | value | target |");
     println!("|---|---|---|");
-    println!("| ingest+aggregate results/s (1 core) | {} | >= 1,000,000 |", human(rps));
+    println!(
+        "| ingest+aggregate results/s (1 core) | {} | >= 1,000,000 |",
+        human(rps)
+    );
     println!("| records ingested | {total} in {ingest_s:.2} s | >= 5,000,000 |");
-    println!("| finalize+store {RNICS}-RNIC period ms ({rows} rows) | {finalize_ms:.0} | < period ({period} ms) |");
-    println!("| baseline: JSON decode records/s (serde_json) | {} | (binary / JSON = {:.1}x) |", human(json_rps), rps / json_rps);
-    println!("| batch bytes per record: binary / JSON | 48 / {} | |", json.len() / json_records.len());
+    println!(
+        "| finalize+store {RNICS}-RNIC period ms ({rows} rows) | {finalize_ms:.0} | < period ({period} ms) |"
+    );
+    println!(
+        "| baseline: JSON decode records/s (serde_json) | {} | (binary / JSON = {:.1}x) |",
+        human(json_rps),
+        rps / json_rps
+    );
+    println!(
+        "| batch bytes per record: binary / JSON | 48 / {} | |",
+        json.len() / json_records.len()
+    );
     Ok(())
 }

@@ -35,7 +35,10 @@ pub fn router(analyzer: Arc<Analyzer>) -> Router {
 }
 
 fn is_batch_content_type(headers: &HeaderMap) -> bool {
-    let Some(v) = headers.get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+    let Some(v) = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+    else {
         return false;
     };
     let mime = v.split(';').next().unwrap_or("").trim();
@@ -58,16 +61,23 @@ async fn post_results(
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             a.count_refused_upload(true);
-            return Err(error(e.status(), format!("batch larger than {MAX_BATCH_BYTES} bytes")));
+            return Err(error(
+                e.status(),
+                format!("batch larger than {MAX_BATCH_BYTES} bytes"),
+            ));
         }
         Err(e) => return Err(error(e.status(), e.body_text())),
     };
     // A large batch takes milliseconds to aggregate: keep it off the async workers.
-    let ingest = tokio::task::spawn_blocking(move || a.ingest(&body, rocemesh_proto::now_unix_ms()));
+    let ingest =
+        tokio::task::spawn_blocking(move || a.ingest(&body, rocemesh_proto::now_unix_ms()));
     match ingest.await {
         Ok(Ok(ack)) => Ok(Json(ack)),
         Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, e.to_string())),
-        Err(e) => Err(error(StatusCode::INTERNAL_SERVER_ERROR, format!("ingest failed: {e}"))),
+        Err(e) => Err(error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("ingest failed: {e}"),
+        )),
     }
 }
 
@@ -76,7 +86,8 @@ async fn get_sla(
     q: Result<Query<SlaQuery>, QueryRejection>,
 ) -> Result<Json<Vec<SlaRow>>, ApiError> {
     let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
-    q.checked_limit().map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
+    q.checked_limit()
+        .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
     sla::query(a.db(), &q)
         .await
         .map(Json)

@@ -75,9 +75,20 @@ mod tests {
         let c: AnalyzerConfig = serde_json::from_str(r#"{"period_ms": 5000}"#).unwrap();
         assert_eq!((c.period_ms, c.grace_ms), (5_000, 7_000));
         c.validate().unwrap();
-        let bad = AnalyzerConfig { period_ms: 0, ..AnalyzerConfig::default() };
-        assert!(bad.validate().unwrap_err().to_string().contains("period_ms"));
-        let bad = AnalyzerConfig { grace_ms: 100_000, ..AnalyzerConfig::default() };
+        let bad = AnalyzerConfig {
+            period_ms: 0,
+            ..AnalyzerConfig::default()
+        };
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("period_ms")
+        );
+        let bad = AnalyzerConfig {
+            grace_ms: 100_000,
+            ..AnalyzerConfig::default()
+        };
         assert!(bad.validate().unwrap_err().to_string().contains("grace_ms"));
         assert!(serde_json::from_str::<AnalyzerConfig>(r#"{"perod_ms": 1}"#).is_err());
     }

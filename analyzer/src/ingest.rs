@@ -161,14 +161,23 @@ impl IngestState {
         let h = batch.header;
         if self.note_upload(h.host_id, h.epoch, h.batch_seq, h.dropped, now_ms) {
             self.duplicates += 1;
-            return Applied { ack: UploadAck { accepted: 0, dropped: 0, duplicate: true }, unknown_rnic: false };
+            return Applied {
+                ack: UploadAck {
+                    accepted: 0,
+                    dropped: 0,
+                    duplicate: true,
+                },
+                unknown_rnic: false,
+            };
         }
         self.batches += 1;
         let mut dropped = DroppedRecords::default();
         let mut accepted = 0u64;
         let mut cached: Option<(i64, Placement)> = None;
         for r in batch.records() {
-            let (Some(prober), Some(target)) = (registry.get(r.prober_rnic), registry.get(r.target_rnic)) else {
+            let (Some(prober), Some(target)) =
+                (registry.get(r.prober_rnic), registry.get(r.target_rnic))
+            else {
                 dropped.unknown_rnic += 1;
                 continue;
             };
@@ -198,21 +207,41 @@ impl IngestState {
         self.dropped.late += dropped.late;
         self.dropped.future += dropped.future;
         Applied {
-            ack: UploadAck { accepted, dropped: dropped.unknown_rnic + dropped.late + dropped.future, duplicate: false },
+            ack: UploadAck {
+                accepted,
+                dropped: dropped.unknown_rnic + dropped.late + dropped.future,
+                duplicate: false,
+            },
             unknown_rnic: dropped.unknown_rnic > 0,
         }
     }
 
     /// Records an upload from a host; true when this (epoch, seq) was seen already.
-    fn note_upload(&mut self, host_id: u32, epoch: u32, seq: u64, agent_dropped: u64, now_ms: i64) -> bool {
+    fn note_upload(
+        &mut self,
+        host_id: u32,
+        epoch: u32,
+        seq: u64,
+        agent_dropped: u64,
+        now_ms: i64,
+    ) -> bool {
         if !self.hosts.contains_key(&host_id) && self.hosts.len() >= MAX_HOSTS {
-            let silent = self.hosts.values().min_by_key(|s| s.stats.last_upload_ms).map(|s| s.stats.host_id);
+            let silent = self
+                .hosts
+                .values()
+                .min_by_key(|s| s.stats.last_upload_ms)
+                .map(|s| s.stats.host_id);
             if let Some(silent) = silent {
                 self.hosts.remove(&silent);
             }
         }
         let host = self.hosts.entry(host_id).or_insert_with(|| HostState {
-            stats: HostStats { host_id, epoch, last_upload_ms: now_ms, agent_dropped },
+            stats: HostStats {
+                host_id,
+                epoch,
+                last_upload_ms: now_ms,
+                agent_dropped,
+            },
             recent: VecDeque::with_capacity(DEDUP_WINDOW),
         });
         host.stats.last_upload_ms = now_ms;

@@ -79,7 +79,11 @@ impl Analyzer {
             None => Vec::new(),
         };
         Ok(Arc::new(Self {
-            state: Mutex::new(IngestState::new(Window::new(cfg.period_ms, cfg.grace_ms, newest))),
+            state: Mutex::new(IngestState::new(Window::new(
+                cfg.period_ms,
+                cfg.grace_ms,
+                newest,
+            ))),
             registry: RwLock::new(Arc::new(registry)),
             loader: tokio::sync::Mutex::new(loader),
             refresh_wanted: AtomicBool::new(false),
@@ -149,7 +153,11 @@ impl Analyzer {
         while pending.len() > MAX_PENDING_PERIODS {
             if let Some(lost) = pending.pop_front() {
                 let start = lost.first().map(|r| r.period_start_ms);
-                tracing::error!(period_start_ms = start, rows = lost.len(), "SLA period dropped: database unreachable too long");
+                tracing::error!(
+                    period_start_ms = start,
+                    rows = lost.len(),
+                    "SLA period dropped: database unreachable too long"
+                );
             }
         }
         let mut stored = false;

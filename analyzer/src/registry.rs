@@ -70,10 +70,11 @@ pub struct RegistryLoader {
 impl RegistryLoader {
     /// Reads every RNIC from the `rnics` table into a fresh snapshot.
     pub async fn load(&mut self, db: &Db) -> anyhow::Result<Registry> {
-        let rows: Vec<(i64, i64, Option<String>)> = sqlx::query_as("SELECT id, host_id, tor FROM rnics")
-            .fetch_all(db.pool())
-            .await
-            .context("reading the RNIC registry")?;
+        let rows: Vec<(i64, i64, Option<String>)> =
+            sqlx::query_as("SELECT id, host_id, tor FROM rnics")
+                .fetch_all(db.pool())
+                .await
+                .context("reading the RNIC registry")?;
         let mut entries = Vec::with_capacity(rows.len());
         for (id, host_id, tor) in rows {
             let (Ok(id), Ok(host_id)) = (u32::try_from(id), u32::try_from(host_id)) else {
@@ -81,7 +82,11 @@ impl RegistryLoader {
                 continue;
             };
             if id > MAX_RNIC_ID {
-                tracing::warn!(id, max = MAX_RNIC_ID, "RNIC id too large for the analyzer cache, ignored");
+                tracing::warn!(
+                    id,
+                    max = MAX_RNIC_ID,
+                    "RNIC id too large for the analyzer cache, ignored"
+                );
                 continue;
             }
             let Some(tor) = self.intern(tor.as_deref().unwrap_or("")) else {
@@ -114,9 +119,15 @@ mod tests {
         let a = l.intern("tor-a");
         let b = l.intern("tor-b");
         assert_eq!((a, b, l.intern("tor-a")), (Some(0), Some(1), Some(0)));
-        let r = Registry::new([(5, RnicEntry { host_id: 2, tor: 1 })], l.names.clone().into());
+        let r = Registry::new(
+            [(5, RnicEntry { host_id: 2, tor: 1 })],
+            l.names.clone().into(),
+        );
         assert_eq!(r.get(5), Some(RnicEntry { host_id: 2, tor: 1 }));
         assert_eq!((r.get(4), r.get(6), r.get(u32::MAX)), (None, None, None));
-        assert_eq!((r.id_bound(), r.tor_name(1), r.tor_name(9)), (6, "tor-b", "?"));
+        assert_eq!(
+            (r.id_bound(), r.tor_name(1), r.tor_name(9)),
+            (6, "tor-b", "?")
+        );
     }
 }

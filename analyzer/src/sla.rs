@@ -32,7 +32,11 @@ fn row(start_ms: i64, period_ms: i64, scope: SlaScope, key: String, m: &MetricSe
         key,
         probes: m.probes as i64,
         timeouts: m.timeouts as i64,
-        timeout_rate: if m.probes == 0 { 0.0 } else { m.timeouts as f64 / m.probes as f64 },
+        timeout_rate: if m.probes == 0 {
+            0.0
+        } else {
+            m.timeouts as f64 / m.probes as f64
+        },
         network_rtt_ns: m.network_rtt.quantiles(),
         prober_delay_ns: m.prober_delay.quantiles(),
         responder_delay_ns: m.responder_delay.quantiles(),
@@ -44,7 +48,13 @@ fn row(start_ms: i64, period_ms: i64, scope: SlaScope, key: String, m: &MetricSe
 /// each group sorted by key).
 pub fn period_rows(p: &Period, period_ms: i64, registry: &Registry) -> Vec<SlaRow> {
     let start = p.index * period_ms;
-    let mut rows = vec![row(start, period_ms, SlaScope::Cluster, "cluster".into(), &p.cluster)];
+    let mut rows = vec![row(
+        start,
+        period_ms,
+        SlaScope::Cluster,
+        "cluster".into(),
+        &p.cluster,
+    )];
     let mut pairs: Vec<SlaRow> = p
         .tor_pairs
         .iter()
@@ -77,7 +87,11 @@ pub async fn persist(db: &Db, rows: &[SlaRow]) -> anyhow::Result<()> {
     // SQLite resolves `$N` names by a linear search per parameter, which makes a
     // 10,000-parameter statement take ~0.3 s; its positional `?` binds in order.
     let positional = db.backend() == Backend::Sqlite;
-    let mut tx = db.pool().begin().await.context("starting the SLA transaction")?;
+    let mut tx = db
+        .pool()
+        .begin()
+        .await
+        .context("starting the SLA transaction")?;
     for chunk in rows.chunks(INSERT_CHUNK) {
         let mut sql = format!("INSERT INTO sla_periods ({COLUMNS}) VALUES ");
         for i in 0..chunk.len() {
@@ -102,7 +116,12 @@ pub async fn persist(db: &Db, rows: &[SlaRow]) -> anyhow::Result<()> {
                 .bind(r.key.as_str())
                 .bind(r.probes)
                 .bind(r.timeouts);
-            for q4 in [&r.network_rtt_ns, &r.prober_delay_ns, &r.responder_delay_ns, &r.app_rtt_ns] {
+            for q4 in [
+                &r.network_rtt_ns,
+                &r.prober_delay_ns,
+                &r.responder_delay_ns,
+                &r.app_rtt_ns,
+            ] {
                 for v in quantile_params(q4) {
                     q = q.bind(v);
                 }
@@ -162,7 +181,9 @@ impl SlaQuery {
         if (1..=MAX_LIMIT).contains(&limit) {
             Ok(limit)
         } else {
-            Err(format!("limit must be between 1 and {MAX_LIMIT}, got {limit}"))
+            Err(format!(
+                "limit must be between 1 and {MAX_LIMIT}, got {limit}"
+            ))
         }
     }
 }
@@ -171,24 +192,44 @@ impl SlaQuery {
 pub async fn query(db: &Db, q: &SlaQuery) -> anyhow::Result<Vec<SlaRow>> {
     let limit = q.checked_limit().map_err(anyhow::Error::msg)?;
     let (from, to) = (q.from_ms.unwrap_or(i64::MIN), q.to_ms.unwrap_or(i64::MAX));
-    let key_filter = if q.key.is_some() { " AND scope_key = $5" } else { "" };
+    let key_filter = if q.key.is_some() {
+        " AND scope_key = $5"
+    } else {
+        ""
+    };
     let sql = format!(
         "SELECT {COLUMNS} FROM sla_periods WHERE scope = $1 AND period_start_ms >= $2 AND period_start_ms < $3\
          {key_filter} ORDER BY period_start_ms DESC, scope_key LIMIT $4"
     );
-    let mut query = sqlx::query(&sql).bind(q.scope.as_str()).bind(from).bind(to).bind(i64::from(limit));
+    let mut query = sqlx::query(&sql)
+        .bind(q.scope.as_str())
+        .bind(from)
+        .bind(to)
+        .bind(i64::from(limit));
     if let Some(k) = &q.key {
         query = query.bind(k.as_str());
     }
-    let rows = query.fetch_all(db.pool()).await.context("querying SLA rows")?;
+    let rows = query
+        .fetch_all(db.pool())
+        .await
+        .context("querying SLA rows")?;
     rows.iter().map(decode_row).collect()
 }
 
 /// Every stored row of the period starting at `start_ms` (the "latest" view after a restart).
 pub async fn period(db: &Db, start_ms: i64) -> anyhow::Result<Vec<SlaRow>> {
-    let sql = format!("SELECT {COLUMNS} FROM sla_periods WHERE period_start_ms = $1 ORDER BY scope, scope_key");
-    let rows = sqlx::query(&sql).bind(start_ms).fetch_all(db.pool()).await.context("reading an SLA period")?;
-    let mut rows = rows.iter().map(decode_row).collect::<anyhow::Result<Vec<_>>>()?;
+    let sql = format!(
+        "SELECT {COLUMNS} FROM sla_periods WHERE period_start_ms = $1 ORDER BY scope, scope_key"
+    );
+    let rows = sqlx::query(&sql)
+        .bind(start_ms)
+        .fetch_all(db.pool())
+        .await
+        .context("reading an SLA period")?;
+    let mut rows = rows
+        .iter()
+        .map(decode_row)
+        .collect::<anyhow::Result<Vec<_>>>()?;
     rows.sort_by_key(|r| r.scope);
     Ok(rows)
 }
@@ -203,9 +244,15 @@ fn decode_row(r: &sqlx::any::AnyRow) -> anyhow::Result<SlaRow> {
     };
     let quantiles = |first: usize| -> anyhow::Result<Quantiles> {
         let v = |i: usize| -> anyhow::Result<Option<u64>> {
-            Ok(r.try_get::<Option<i64>, _>(first + i)?.map(|v| v.max(0) as u64))
+            Ok(r.try_get::<Option<i64>, _>(first + i)?
+                .map(|v| v.max(0) as u64))
         };
-        Ok(Quantiles { p50: v(0)?, p90: v(1)?, p99: v(2)?, p999: v(3)? })
+        Ok(Quantiles {
+            p50: v(0)?,
+            p90: v(1)?,
+            p99: v(2)?,
+            p999: v(3)?,
+        })
     };
     let probes: i64 = r.try_get(4)?;
     let timeouts: i64 = r.try_get(5)?;
@@ -216,7 +263,11 @@ fn decode_row(r: &sqlx::any::AnyRow) -> anyhow::Result<SlaRow> {
         key: r.try_get(3)?,
         probes,
         timeouts,
-        timeout_rate: if probes > 0 { timeouts as f64 / probes as f64 } else { 0.0 },
+        timeout_rate: if probes > 0 {
+            timeouts as f64 / probes as f64
+        } else {
+            0.0
+        },
         network_rtt_ns: quantiles(6)?,
         prober_delay_ns: quantiles(10)?,
         responder_delay_ns: quantiles(14)?,

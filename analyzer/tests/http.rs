@@ -12,14 +12,25 @@ use std::sync::Arc;
 async fn serve(a: Arc<Analyzer>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, rocemesh_analyzer::router(a)).await.unwrap() });
+    tokio::spawn(async move {
+        axum::serve(listener, rocemesh_analyzer::router(a))
+            .await
+            .unwrap()
+    });
     format!("http://{addr}/api/v1")
 }
 
 /// One blocking request; returns (status, body text).
-async fn call(url: String, content_type: Option<&'static str>, body: Option<Vec<u8>>) -> (u16, String) {
+async fn call(
+    url: String,
+    content_type: Option<&'static str>,
+    body: Option<Vec<u8>>,
+) -> (u16, String) {
     tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder().http_status_as_error(false).build().into();
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
         let mut resp = match body {
             Some(b) => {
                 let mut req = agent.post(&url);
@@ -48,7 +59,9 @@ async fn get<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> T {
 }
 
 fn error_text(body: &str) -> String {
-    serde_json::from_str::<ErrorBody>(body).unwrap_or_else(|_| panic!("not an ErrorBody: {body}")).error
+    serde_json::from_str::<ErrorBody>(body)
+        .unwrap_or_else(|_| panic!("not an ErrorBody: {body}"))
+        .error
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -57,7 +70,12 @@ async fn malformed_uploads_are_refused_and_change_nothing() {
     let a = analyzer(&db).await;
     let base = serve(a.clone()).await;
     let now = rocemesh_proto::now_unix_ms();
-    let good = batch(1, 1, 1, &[rec(1, 2, now, true, 9_000), rec(1, 2, now, true, 9_000)]);
+    let good = batch(
+        1,
+        1,
+        1,
+        &[rec(1, 2, now, true, 9_000), rec(1, 2, now, true, 9_000)],
+    );
 
     let mut bad_record = good.clone();
     bad_record[HEADER_LEN + RECORD_LEN + 45] = 9; // second record: unknown status
@@ -79,18 +97,35 @@ async fn malformed_uploads_are_refused_and_change_nothing() {
     assert!(error_text(&b).contains(CONTENT_TYPE));
     let (s, _) = post(&base, None, good.clone()).await;
     assert_eq!(s, 415);
-    let (s, b) = post(&base, Some("application/octet-stream"), vec![0; MAX_BATCH_BYTES + 1]).await;
+    let (s, b) = post(
+        &base,
+        Some("application/octet-stream"),
+        vec![0; MAX_BATCH_BYTES + 1],
+    )
+    .await;
     assert_eq!(s, 413, "{b}");
     assert!(error_text(&b).contains("larger than"));
 
     let stats: IngestStats = get(&base, "/ingest/stats").await;
     let r = &stats.rejected_batches;
-    assert_eq!((r.bad_record, r.bad_length, r.bad_magic, r.truncated), (1, 1, 1, 1));
+    assert_eq!(
+        (r.bad_record, r.bad_length, r.bad_magic, r.truncated),
+        (1, 1, 1, 1)
+    );
     assert_eq!((r.bad_content_type, r.too_large), (2, 1));
-    assert_eq!((stats.batches, stats.records_accepted, stats.hosts.len()), (0, 0, 0), "nothing else changed");
+    assert_eq!(
+        (stats.batches, stats.records_accepted, stats.hosts.len()),
+        (0, 0, 0),
+        "nothing else changed"
+    );
 
     // The batch is accepted once it is sent properly, with either content type.
-    let (s, b) = post(&base, Some("application/octet-stream; charset=binary"), good).await;
+    let (s, b) = post(
+        &base,
+        Some("application/octet-stream; charset=binary"),
+        good,
+    )
+    .await;
     assert_eq!(s, 200, "{b}");
     let ack: UploadAck = serde_json::from_str(&b).unwrap();
     assert_eq!((ack.accepted, ack.dropped, ack.duplicate), (2, 0, false));
@@ -102,11 +137,19 @@ async fn uploaded_results_are_queryable_over_http() {
         let a = analyzer(&db).await;
         let base = serve(a.clone()).await;
         let now = rocemesh_proto::now_unix_ms();
-        let records = [rec(1, 3, now, true, 30_000), rec(2, 3, now, false, 0), rec(3, 1, now, true, 40_000)];
+        let records = [
+            rec(1, 3, now, true, 30_000),
+            rec(2, 3, now, false, 0),
+            rec(3, 1, now, true, 40_000),
+        ];
         let (s, b) = post(&base, Some(CONTENT_TYPE), batch(1, 1, 1, &records)).await;
         assert_eq!(s, 200, "{name}: {b}");
         let (s, b) = post(&base, Some(CONTENT_TYPE), batch(1, 1, 1, &records)).await;
-        assert_eq!((s, serde_json::from_str::<UploadAck>(&b).unwrap().duplicate), (200, true), "{name}");
+        assert_eq!(
+            (s, serde_json::from_str::<UploadAck>(&b).unwrap().duplicate),
+            (200, true),
+            "{name}"
+        );
         a.flush().await.unwrap();
 
         let cluster: Vec<SlaRow> = get(&base, "/sla?scope=cluster").await;
@@ -114,27 +157,63 @@ async fn uploaded_results_are_queryable_over_http() {
         assert_eq!((cluster[0].probes, cluster[0].timeouts), (3, 1), "{name}");
         let pairs: Vec<SlaRow> = get(&base, "/sla?scope=tor_pair&key=tor-a-%3Etor-b").await;
         assert_eq!(pairs.len(), 1, "{name}");
-        assert_eq!((pairs[0].key.as_str(), pairs[0].probes, pairs[0].network_rtt_ns.p50), ("tor-a->tor-b", 2, Some(30_000)));
+        assert_eq!(
+            (
+                pairs[0].key.as_str(),
+                pairs[0].probes,
+                pairs[0].network_rtt_ns.p50
+            ),
+            ("tor-a->tor-b", 2, Some(30_000))
+        );
         let start = cluster[0].period_start_ms;
         let none: Vec<SlaRow> = get(&base, &format!("/sla?scope=rnic&from_ms={}", start + 1)).await;
         assert!(none.is_empty(), "{name}");
         // RNIC 2 only probed, and its one probe timed out: it has no figures.
-        let rnics: Vec<SlaRow> = get(&base, &format!("/sla?scope=rnic&from_ms={start}&to_ms={}", start + 1)).await;
-        assert_eq!(rnics.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(), ["1", "3"], "{name}");
+        let rnics: Vec<SlaRow> = get(
+            &base,
+            &format!("/sla?scope=rnic&from_ms={start}&to_ms={}", start + 1),
+        )
+        .await;
+        assert_eq!(
+            rnics.iter().map(|r| r.key.as_str()).collect::<Vec<_>>(),
+            ["1", "3"],
+            "{name}"
+        );
         let first: Vec<SlaRow> = get(&base, "/sla?scope=rnic&limit=1").await;
         assert_eq!((first.len(), first[0].key.as_str()), (1, "1"), "{name}");
 
         let latest: Vec<SlaRow> = get(&base, "/sla/latest?scope=rnic&key=3").await;
-        assert_eq!((latest.len(), latest[0].probes, latest[0].timeouts), (1, 2, 1), "{name}");
+        assert_eq!(
+            (latest.len(), latest[0].probes, latest[0].timeouts),
+            (1, 2, 1),
+            "{name}"
+        );
         assert!(latest.iter().all(|r| r.scope == SlaScope::Rnic));
 
         let stats: IngestStats = get(&base, "/ingest/stats").await;
-        assert_eq!((stats.batches, stats.duplicate_batches, stats.records_accepted), (1, 1, 3), "{name}");
-        assert_eq!((stats.hosts[0].host_id, stats.hosts[0].agent_dropped), (1, 3));
+        assert_eq!(
+            (
+                stats.batches,
+                stats.duplicate_batches,
+                stats.records_accepted
+            ),
+            (1, 1, 3),
+            "{name}"
+        );
+        assert_eq!(
+            (stats.hosts[0].host_id, stats.hosts[0].agent_dropped),
+            (1, 3)
+        );
 
-        for bad in ["/sla?scope=galaxy", "/sla", "/sla?scope=rnic&limit=0", "/sla?scope=rnic&limit=10001",
-            "/sla?scope=rnic&from_ms=yesterday", "/sla?scope=rnic&colour=red", "/sla/latest?scope=x"]
-        {
+        for bad in [
+            "/sla?scope=galaxy",
+            "/sla",
+            "/sla?scope=rnic&limit=0",
+            "/sla?scope=rnic&limit=10001",
+            "/sla?scope=rnic&from_ms=yesterday",
+            "/sla?scope=rnic&colour=red",
+            "/sla/latest?scope=x",
+        ] {
             let (s, b) = call(format!("{base}{bad}"), None, None).await;
             assert_eq!(s, 400, "{name} {bad}: {b}");
             assert!(!error_text(&b).is_empty());

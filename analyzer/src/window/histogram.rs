@@ -105,7 +105,8 @@ impl Histogram {
     pub fn quantiles(&self) -> Quantiles {
         let mut out = [None; 4];
         if let (Some(map), true) = (self.map.as_deref(), self.count > 0) {
-            let ranks = LEVELS.map(|q| ((q * self.count as f64).ceil() as u64).clamp(1, self.count));
+            let ranks =
+                LEVELS.map(|q| ((q * self.count as f64).ceil() as u64).clamp(1, self.count));
             let mut next = 0;
             let mut seen = 0u64;
             'walk: for (block_no, &slot) in map.iter().enumerate() {
@@ -125,7 +126,12 @@ impl Histogram {
                 }
             }
         }
-        Quantiles { p50: out[0], p90: out[1], p99: out[2], p999: out[3] }
+        Quantiles {
+            p50: out[0],
+            p90: out[1],
+            p99: out[2],
+            p999: out[3],
+        }
     }
 }
 
@@ -153,7 +159,11 @@ mod tests {
             let want = exact(&sorted, *q);
             let g = g.expect("non-empty histogram has quantiles");
             let err = (g as f64 - want as f64).abs() / (want.max(1) as f64);
-            assert!(err <= 0.01, "q{q}: got {g}, exact {want}, error {err} (n = {})", values.len());
+            assert!(
+                err <= 0.01,
+                "q{q}: got {g}, exact {want}, error {err} (n = {})",
+                values.len()
+            );
         }
         assert_eq!(h.count(), values.len() as u64);
     }
@@ -166,7 +176,10 @@ mod tests {
             assert!(b >= last && b < BUCKETS);
             last = b;
             let mid = value_of(b) as f64;
-            assert!((mid - v as f64).abs() <= (v as f64) / 128.0 + 0.5, "{v} -> {mid}");
+            assert!(
+                (mid - v as f64).abs() <= (v as f64) / 128.0 + 0.5,
+                "{v} -> {mid}"
+            );
         }
         assert_eq!(bucket_of(u32::MAX), BUCKETS - 1);
     }
@@ -186,12 +199,18 @@ mod tests {
     fn matches_exact_quantiles_on_random_data() {
         let mut rng = StdRng::seed_from_u64(7);
         // Log-uniform over 10 ns .. 4 s, large sample.
-        let wide: Vec<u32> = (0..100_000).map(|_| 10f64.powf(rng.random_range(1.0..9.6)) as u32).collect();
+        let wide: Vec<u32> = (0..100_000)
+            .map(|_| 10f64.powf(rng.random_range(1.0..9.6)) as u32)
+            .collect();
         check(&wide);
         // Realistic RTTs: 8-12 us body with a 1 % tail up to 2 ms.
         let rtt: Vec<u32> = (0..50_000)
             .map(|_| {
-                if rng.random_bool(0.01) { rng.random_range(100_000..2_000_000) } else { rng.random_range(8_000..12_000) }
+                if rng.random_bool(0.01) {
+                    rng.random_range(100_000..2_000_000)
+                } else {
+                    rng.random_range(8_000..12_000)
+                }
             })
             .collect();
         check(&rtt);

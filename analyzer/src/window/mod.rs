@@ -43,7 +43,12 @@ impl Window {
         Self {
             period_ms,
             grace_ms: grace_ms as i64,
-            slots: (0..slots).map(|_| Period { index: i64::MIN, ..Period::default() }).collect(),
+            slots: (0..slots)
+                .map(|_| Period {
+                    index: i64::MIN,
+                    ..Period::default()
+                })
+                .collect(),
             finalized_through: finalized_through_ms.map_or(i64::MIN, |ms| ms.div_euclid(period_ms)),
         }
     }
@@ -86,7 +91,10 @@ impl Window {
     }
 
     fn is_due(&self, p: i64, now_ms: i64) -> bool {
-        (p + 1).saturating_mul(self.period_ms).saturating_add(self.grace_ms) <= now_ms
+        (p + 1)
+            .saturating_mul(self.period_ms)
+            .saturating_add(self.grace_ms)
+            <= now_ms
     }
 
     /// Hands every period due at `now_ms` (all open ones when `None`: shutdown)

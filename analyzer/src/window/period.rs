@@ -117,7 +117,10 @@ impl Period {
     #[inline]
     pub fn add(&mut self, r: &ProbeResult, prober_tor: u16, target_tor: u16) {
         self.cluster.add_probe(r);
-        self.tor_pairs.entry(pair_key(prober_tor, target_tor)).or_default().add_probe(r);
+        self.tor_pairs
+            .entry(pair_key(prober_tor, target_tor))
+            .or_default()
+            .add_probe(r);
         let (target, prober) = (r.target_rnic as usize, r.prober_rnic as usize);
         self.rnics[target].add_as_target(r);
         self.rnics[prober].add_as_prober(r);
@@ -184,7 +187,15 @@ mod tests {
         assert_eq!((ab.probes, ab.timeouts, ab.network_rtt.count()), (2, 1, 1));
         // RNIC 1 probed (prober delay once, ok probe only) and was probed once.
         let r1 = &p.rnics[1];
-        assert_eq!((r1.probes, r1.timeouts, r1.prober_delay.count(), r1.network_rtt.count()), (1, 0, 1, 1));
+        assert_eq!(
+            (
+                r1.probes,
+                r1.timeouts,
+                r1.prober_delay.count(),
+                r1.network_rtt.count()
+            ),
+            (1, 0, 1, 1)
+        );
         let r2 = &p.rnics[2];
         assert_eq!((r2.probes, r2.timeouts, r2.prober_delay.count()), (2, 1, 0));
         assert!(p.rnics[0].is_empty());

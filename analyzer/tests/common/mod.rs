@@ -45,7 +45,9 @@ pub async fn seed(db: &Db, rnics: &[(u32, u32, &str)]) {
 /// The standard test fabric: RNICs 1, 2 on tor-a (host 1), 3 on tor-b (host 2).
 pub async fn analyzer(db: &Db) -> Arc<Analyzer> {
     seed(db, &[(1, 1, "tor-a"), (2, 1, "tor-a"), (3, 2, "tor-b")]).await;
-    Analyzer::new(db.clone(), AnalyzerConfig::default()).await.unwrap()
+    Analyzer::new(db.clone(), AnalyzerConfig::default())
+        .await
+        .unwrap()
 }
 
 pub fn rec(prober: u32, target: u32, send_ms: i64, ok: bool, rtt: u32) -> ProbeResult {
@@ -62,11 +64,23 @@ pub fn rec(prober: u32, target: u32, send_ms: i64, ok: bool, rtt: u32) -> ProbeR
         src_port: 50_000,
         dst_port: 4791,
         class: ProbeClass::TorMesh,
-        status: if ok { ProbeStatus::Ok } else { ProbeStatus::Timeout },
+        status: if ok {
+            ProbeStatus::Ok
+        } else {
+            ProbeStatus::Timeout
+        },
         ts_source: TimestampSource::Software,
     }
 }
 
 pub fn batch(host_id: u32, epoch: u32, batch_seq: u64, records: &[ProbeResult]) -> Vec<u8> {
-    encode_batch(BatchHeader { host_id, epoch, batch_seq, dropped: 3 }, records)
+    encode_batch(
+        BatchHeader {
+            host_id,
+            epoch,
+            batch_seq,
+            dropped: 3,
+        },
+        records,
+    )
 }
