@@ -230,7 +230,8 @@ pub async fn period(db: &Db, start_ms: i64) -> anyhow::Result<Vec<SlaRow>> {
         .iter()
         .map(decode_row)
         .collect::<anyhow::Result<Vec<_>>>()?;
-    rows.sort_by_key(|r| r.scope);
+    // The in-memory order: scope, then key (RNIC ids numerically).
+    rows.sort_by_cached_key(|r| (r.scope, r.key.parse::<u64>().ok(), r.key.clone()));
     Ok(rows)
 }
 
