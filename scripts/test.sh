@@ -11,6 +11,9 @@ as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
 need=()
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
 command -v ip >/dev/null 2>&1 || need+=(iproute2)
+command -v nft >/dev/null 2>&1 || need+=(nftables)
+command -v iptables >/dev/null 2>&1 || need+=(iptables)
+command -v sysctl >/dev/null 2>&1 || need+=(procps)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   as_root apt-get update -qq

@@ -39,6 +39,8 @@ pub struct RejectedBatches {
     pub bad_flags: u64,
     /// A record field out of range.
     pub bad_record: u64,
+    /// Malformed path section.
+    pub bad_paths: u64,
     /// Body above `MAX_BATCH_BYTES` (HTTP 413).
     pub too_large: u64,
     /// Wrong Content-Type (HTTP 415).
@@ -54,6 +56,7 @@ impl RejectedBatches {
             BatchError::Length { .. } => &mut self.bad_length,
             BatchError::Flags(_) => &mut self.bad_flags,
             BatchError::Record { .. } => &mut self.bad_record,
+            BatchError::Paths(_) => &mut self.bad_paths,
         };
         *n += 1;
     }

@@ -11,7 +11,7 @@
 //!  8  4  count        number of records
 //! 12  4  host_id      controller-assigned host id of the uploading agent
 //! 16  4  epoch        agent epoch (new at every agent start)
-//! 20  4  flags        must be zero in version 1
+//! 20  4  flags        bit0: a path section (see `path`) follows the records; others zero
 //! 24  8  batch_seq    per-epoch sequence; a retried batch keeps its number
 //! 32  8  dropped      records the agent dropped so far (buffer overflow), cumulative
 //! record
@@ -32,10 +32,13 @@
 //! 47  1  reserved          must be zero
 //! ```
 //!
+//! With flag bit 0 the records are followed by a path section (`crate::path`).
+//!
 //! Decoding is all-or-nothing: any inconsistency rejects the whole batch, so a
 //! malformed upload stores nothing.
 
 use crate::packet::{ProbeClass, TimestampSource};
+use crate::path::{TracedPath, decode_paths, encode_paths};
 use thiserror::Error;
 
 /// Batch header length in bytes.
@@ -50,6 +53,8 @@ pub const BATCH_VERSION: u16 = 1;
 pub const MAX_RECORDS: u32 = 262_144;
 /// Largest well-formed batch body, for HTTP body limits.
 pub const MAX_BATCH_BYTES: usize = HEADER_LEN + RECORD_LEN * MAX_RECORDS as usize;
+/// Header flag: a path section follows the records.
+pub const FLAG_PATHS: u32 = 1;
 /// MIME type of a batch body.
 pub const CONTENT_TYPE: &str = "application/vnd.rocemesh.results.v1";
 
@@ -155,6 +160,9 @@ pub enum BatchError {
     /// Unknown flags.
     #[error("batch flags {0:#x} not understood")]
     Flags(u32),
+    /// The path section is malformed.
+    #[error("path section: {0}")]
+    Paths(String),
     /// A record field is out of range.
     #[error("record {index}: {what}")]
     Record {
@@ -221,6 +229,16 @@ impl BatchEncoder {
         self.buf[8..12].copy_from_slice(&self.count.to_le_bytes());
         self.buf
     }
+
+    /// Finishes the body with a path section (omitted when `paths` is empty).
+    pub fn finish_with_paths(self, paths: &[TracedPath]) -> Vec<u8> {
+        let mut buf = self.finish();
+        if !paths.is_empty() {
+            buf[20..24].copy_from_slice(&FLAG_PATHS.to_le_bytes());
+            encode_paths(&mut buf, paths);
+        }
+        buf
+    }
 }
 
 /// Encodes a whole batch.
@@ -233,11 +251,13 @@ pub fn encode_batch(header: BatchHeader, records: &[ProbeResult]) -> Vec<u8> {
 }
 
 /// A validated batch; records are decoded lazily and cannot fail any more.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Batch<'a> {
     /// Header fields.
     pub header: BatchHeader,
     records: &'a [u8],
+    /// Traced paths carried by the batch (empty without a path section).
+    pub paths: Vec<TracedPath>,
 }
 
 impl<'a> Batch<'a> {
@@ -315,15 +335,18 @@ pub fn decode_batch(body: &[u8]) -> Result<Batch<'_>, BatchError> {
         return Err(BatchError::Version { version, record_len });
     }
     let count = le_u32(body, 8);
-    let rest = body.len() - HEADER_LEN;
-    if count > MAX_RECORDS || rest != count as usize * RECORD_LEN {
-        return Err(BatchError::Length { count, body: body.len() });
-    }
     let flags = le_u32(body, 20);
-    if flags != 0 {
+    if flags & !FLAG_PATHS != 0 {
         return Err(BatchError::Flags(flags));
     }
-    let records = &body[HEADER_LEN..];
+    let rest = body.len() - HEADER_LEN;
+    let records_len = count as usize * RECORD_LEN;
+    let has_paths = flags & FLAG_PATHS != 0;
+    if count > MAX_RECORDS || rest < records_len || (!has_paths && rest != records_len) {
+        return Err(BatchError::Length { count, body: body.len() });
+    }
+    let records = &body[HEADER_LEN..HEADER_LEN + records_len];
+    let paths = if has_paths { decode_paths(&body[HEADER_LEN + records_len..]).map_err(BatchError::Paths)? } else { Vec::new() };
     for (index, c) in records.chunks_exact(RECORD_LEN).enumerate() {
         decode_record(c).map_err(|what| BatchError::Record { index, what })?;
     }
@@ -335,6 +358,7 @@ pub fn decode_batch(body: &[u8]) -> Result<Batch<'_>, BatchError> {
             dropped: le_u64(body, 32),
         },
         records,
+        paths,
     })
 }
 
@@ -376,6 +400,31 @@ mod tests {
     }
 
     #[test]
+    fn paths_ride_after_the_records() {
+        let path = TracedPath {
+            src: "198.18.0.1".parse().unwrap(),
+            dst: "198.18.1.1".parse().unwrap(),
+            src_port: 50_001,
+            dst_port: 4792,
+            traced_at_unix_ns: 7,
+            reached: true,
+            ack_direction: false,
+            hops: vec![Some("198.18.0.0".parse().unwrap()), None, Some("198.19.0.3".parse().unwrap())],
+        };
+        let mut e = BatchEncoder::new(header(), 2);
+        e.push(&rec(1));
+        e.push(&rec(2));
+        let body = e.finish_with_paths(std::slice::from_ref(&path));
+        let b = decode_batch(&body).unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!(b.paths, vec![path]);
+        assert_eq!(b.records().nth(1), Some(rec(2)));
+        // Without paths, the flag stays clear and the body is the plain v1 layout.
+        let plain = BatchEncoder::new(header(), 0).finish_with_paths(&[]);
+        assert_eq!(&plain[20..24], &[0, 0, 0, 0]);
+    }
+
+    #[test]
     fn empty_batch_is_a_heartbeat() {
         let body = encode_batch(header(), &[]);
         let b = decode_batch(&body).unwrap();
@@ -397,8 +446,11 @@ mod tests {
         v[4] = 2;
         assert!(matches!(decode_batch(&v), Err(BatchError::Version { .. })));
         let mut f = body.clone();
-        f[20] = 1;
-        assert_eq!(decode_batch(&f).unwrap_err(), BatchError::Flags(1));
+        f[20] = 2;
+        assert_eq!(decode_batch(&f).unwrap_err(), BatchError::Flags(2));
+        let mut p = body.clone();
+        p[20] = 1; // claims a path section that is not there
+        assert!(matches!(decode_batch(&p), Err(BatchError::Paths(_))));
         // Second record with an unknown status: the whole batch goes.
         let mut s = body.clone();
         s[HEADER_LEN + RECORD_LEN + 45] = 7;

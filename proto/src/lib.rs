@@ -2,12 +2,14 @@
 //!
 //! - [`packet`]: the 64-byte PROBE/ACK1/ACK2 payload both transports carry;
 //! - [`batch`]: the binary result batches agents upload to the analyzer;
+//! - [`path`]: traced paths, uploaded in a batch's optional path section;
 //! - [`api`]: JSON types of the REST API.
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod batch;
 pub mod packet;
+pub mod path;
 
 pub use batch::{ProbeResult, ProbeStatus};
 pub use packet::{Packet, PacketError, PacketKind, ProbeClass, TimestampSource};

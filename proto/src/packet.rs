@@ -7,7 +7,7 @@
 //! offset size field
 //!  0      2   magic            0x52 0x4D ("RM")
 //!  2      1   version          1
-//!  3      1   kind             1 = PROBE, 2 = ACK1, 3 = ACK2
+//!  3      1   kind             1 = PROBE, 2 = ACK1, 3 = ACK2, 4 = TRACE
 //!  4      1   flags            bit0: responder timestamps are hardware (ACK2)
 //!                              bit1: responder timestamps are software (ACK2)
 //!                              other bits must be zero
@@ -50,6 +50,9 @@ pub enum PacketKind {
     Ack1 = 2,
     /// Responder → prober, carries the responder delay ④−③.
     Ack2 = 3,
+    /// A TTL-limited traceroute packet on a probe's or ACK's own 5-tuple; receivers
+    /// count and ignore it.
+    Trace = 4,
 }
 
 impl PacketKind {
@@ -58,6 +61,7 @@ impl PacketKind {
             1 => Some(Self::Probe),
             2 => Some(Self::Ack1),
             3 => Some(Self::Ack2),
+            4 => Some(Self::Trace),
             _ => None,
         }
     }
@@ -224,6 +228,11 @@ impl Packet {
         }
     }
 
+    /// A TRACE packet for the 5-tuple of this probe (or of its ACKs).
+    pub fn trace(&self) -> Self {
+        Self { kind: PacketKind::Trace, ..*self }
+    }
+
     /// The ACK1 a responder with QPN `responder_qpn` sends for this probe.
     pub fn ack1(&self, responder_qpn: u32) -> Self {
         Self { kind: PacketKind::Ack1, responder_qpn, ..*self }
@@ -312,7 +321,7 @@ impl Packet {
             responder_delay_ns: u64_at(32),
             prober_token: u64_at(40),
         };
-        if kind == PacketKind::Probe && (p.responder_qpn != 0 || p.responder_delay_ns != 0 || flags != 0) {
+        if matches!(kind, PacketKind::Probe | PacketKind::Trace) && (p.responder_qpn != 0 || p.responder_delay_ns != 0 || flags != 0) {
             return Err(PacketError::Malformed("probe carries responder fields"));
         }
         if kind == PacketKind::Ack1 && (p.responder_delay_ns != 0 || flags != 0) {
@@ -333,7 +342,7 @@ mod tests {
     #[test]
     fn round_trips_every_kind() {
         let p = sample();
-        for pkt in [p, p.ack1(0x0012_3456), p.ack2(0x0012_3456, 12_345, TimestampSource::Software)] {
+        for pkt in [p, p.trace(), p.ack1(0x0012_3456), p.ack2(0x0012_3456, 12_345, TimestampSource::Software)] {
             let bytes = pkt.encode();
             assert_eq!(bytes.len(), PACKET_LEN);
             assert_eq!(Packet::decode(&bytes), Ok(pkt));
@@ -366,7 +375,7 @@ mod tests {
         let mut v = good;
         v[2] = 9;
         assert_eq!(Packet::decode(&v), Err(PacketError::Version(9)));
-        for (i, val) in [(3usize, 0u8), (3, 4), (5, 0), (5, 9), (4, 0x80), (6, 1), (63, 1)] {
+        for (i, val) in [(3usize, 0u8), (3, 5), (5, 0), (5, 9), (4, 0x80), (6, 1), (63, 1)] {
             let mut m = good;
             m[i] = val;
             assert!(matches!(Packet::decode(&m), Err(PacketError::Malformed(_))), "byte {i}={val}");

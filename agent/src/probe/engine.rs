@@ -212,6 +212,8 @@ impl<T: Transport> Engine<T> {
                             self.counters.unmatched_ack.fetch_add(1, Relaxed);
                         }
                     }
+                    // A traceroute packet that reached its destination: nothing to answer.
+                    PacketKind::Trace => {}
                 }
             }
         }
