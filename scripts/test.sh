@@ -38,4 +38,12 @@ echo "test.sh: PostgreSQL on port $pgport"
 
 # --- tests -----------------------------------------------------------------------
 cargo check --workspace --locked --benches
-cargo test --workspace --locked
+log="$pgdir/cargo-test.log"
+set +e
+cargo test --workspace --locked 2>&1 | tee "$log"
+status=${PIPESTATUS[0]}
+set -e
+# One closing line for the whole run (cargo prints one per test binary).
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
+     END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"
+exit "$status"
