@@ -262,3 +262,102 @@ pub struct UploadAck {
     /// True when the batch was a retry already counted.
     pub duplicate: bool,
 }
+
+/// What kind of component a problem is blamed on.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum ComponentKind {
+    /// An RNIC, its cable or the ToR port it plugs into (R-Pingmesh cannot tell them apart);
+    /// name `"<host>/<ifname>"`.
+    Rnic,
+    /// A switch-to-switch link; name from the fabric map (e.g. `"t0-s1"`), else
+    /// `"<ip>-><ip>"` of the traceroute hops around it.
+    Link,
+    /// A switch; name from the fabric map (e.g. `"s1"`), else its hop address.
+    Switch,
+    /// A host (down, or too busy to answer: CPU noise); name = host name.
+    Host,
+    /// The rocemesh agent itself (restart, QPN reset); name = host name.
+    Agent,
+}
+
+/// The category of a problem; decides whether the network is to blame.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemKind {
+    /// The agent stopped uploading (R-Pingmesh: host down). Not a network problem.
+    HostDown,
+    /// Probes named a stale QPN: the agent restarted. Not a network problem.
+    AgentRestart,
+    /// A host's RNICs fail together or its processing delay is high: CPU, not network.
+    HostNoise,
+    /// An RNIC drops or is down (ToR-mesh evidence).
+    RnicFault,
+    /// A switch link drops, corrupts, flaps or is down (tomography).
+    LinkFault,
+    /// A whole switch misbehaves (tomography over its links).
+    SwitchFault,
+    /// Latency on a component is anomalous (no loss).
+    HighLatency,
+}
+
+impl ProblemKind {
+    /// True when this kind of problem is the network's fault.
+    pub fn is_network(self) -> bool {
+        matches!(self, Self::RnicFault | Self::LinkFault | Self::SwitchFault | Self::HighLatency)
+    }
+}
+
+/// Lifecycle of a problem.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[serde(rename_all = "snake_case")]
+pub enum ProblemState {
+    /// The symptom is present.
+    Active,
+    /// The symptom stopped; kept for history.
+    Resolved,
+}
+
+/// The numbers behind a verdict.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+pub struct Evidence {
+    /// Probes considered for this component in the last window.
+    pub probes: u64,
+    /// Of which timed out (or were anomalous).
+    pub timeouts: u64,
+    /// Tomography votes: failed paths crossing the component.
+    pub votes: u64,
+    /// Paths through the component that succeeded in the same window.
+    pub ok_paths: u64,
+    /// A few example paths (hop lists) behind the verdict.
+    pub example_paths: Vec<String>,
+    /// Free-text explanation (which rule fired, thresholds).
+    pub detail: String,
+}
+
+/// A diagnosed problem, as stored and served under `/api/v1/problems`.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct Problem {
+    /// Database id.
+    pub id: i64,
+    /// Category.
+    pub kind: ProblemKind,
+    /// Kind of the blamed component.
+    pub component_kind: ComponentKind,
+    /// Name of the blamed component.
+    pub component: String,
+    /// Active or resolved.
+    pub state: ProblemState,
+    /// Confidence in [0, 1].
+    pub confidence: f64,
+    /// True when the network is to blame (`kind.is_network()`).
+    pub network: bool,
+    /// First evidence, ms since the Unix epoch.
+    pub first_seen_ms: i64,
+    /// Latest evidence.
+    pub last_seen_ms: i64,
+    /// When it was resolved.
+    pub resolved_ms: Option<i64>,
+    /// Evidence at the latest update.
+    pub evidence: Evidence,
+}
