@@ -175,6 +175,9 @@ impl Fabric {
         for h in &t.hosts {
             netns::ip_batch(Some(&h.netns), &host_rules(h))?;
         }
+        if t.spec.management {
+            crate::management::build(t)?;
+        }
         for ns in t.namespaces() {
             netns::ip_batch(Some(ns), &self.restore_lines(ns))?;
         }
@@ -281,8 +284,15 @@ impl Fabric {
             .iter()
             .map(|ns| format!("netns del {ns}"))
             .collect();
+        crate::management::remove(prefix);
         netns::ip_batch(None, &dels)?;
         lock.remove()
+    }
+
+    /// Address servers listen on in the root namespace so agents in host namespaces reach
+    /// them over the management network.
+    pub fn management_ip(&self) -> std::net::Ipv4Addr {
+        crate::management::ROOT_IP
     }
 
     /// Uses `helper` to start fault helpers instead of [`HelperCommand::locate`].

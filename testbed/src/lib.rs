@@ -11,6 +11,7 @@
 pub mod fabric;
 pub mod faults;
 pub mod helper;
+pub mod management;
 pub mod netns;
 pub mod process;
 pub mod spec;

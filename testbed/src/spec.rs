@@ -27,6 +27,9 @@ pub struct FabricSpec {
     pub rnics_per_host: u8,
     /// Rail-optimized: RNIC i of every host of a pod connects to ToR i of the pod.
     pub rail_optimized: bool,
+    /// Build the management network (root-namespace bridge; one fabric at a time may have it).
+    #[serde(default)]
+    pub management: bool,
 }
 
 impl Default for FabricSpec {
@@ -39,6 +42,7 @@ impl Default for FabricSpec {
             hosts_per_tor: 2,
             rnics_per_host: 1,
             rail_optimized: false,
+            management: false,
         }
     }
 }
@@ -97,13 +101,23 @@ impl FabricSpec {
                 self.rnic_links_per_tor()
             );
         }
-        if usize::from(self.tors) * usize::from(self.spines) > 32768 {
-            bail!("tors × spines exceeds the 32768 /31 links of 198.19.0.0/16");
+        if usize::from(self.tors) * usize::from(self.spines) > 32_000 {
+            bail!(
+                "tors × spines exceeds the 32000 /31 links below the management subnet 198.19.254.0/24"
+            );
+        }
+        if self.host_count() > crate::management::MAX_HOSTS {
+            bail!(
+                "{} hosts exceed the {} management addresses",
+                self.host_count(),
+                crate::management::MAX_HOSTS
+            );
         }
         let longest = [
             format!("{p}-h{}", self.host_count().saturating_sub(1)),
             format!("{p}-t{}", self.tors - 1),
             format!("{p}-s{}", self.spines - 1),
+            crate::management::root_veth_name(p, self.host_count().saturating_sub(1)),
         ];
         if let Some(name) = longest.iter().find(|n| n.len() > MAX_NAME_LEN) {
             bail!(

@@ -58,6 +58,8 @@ pub struct Host {
     pub netns: String,
     /// The host's RNICs, by rail.
     pub rnics: Vec<Rnic>,
+    /// Its address on the management network (reaches servers in the root namespace).
+    pub mgmt_ip: Ipv4Addr,
 }
 
 /// A ToR or spine router namespace.
@@ -182,7 +184,12 @@ impl Topology {
                     link,
                 });
             }
-            hosts.push(Host { name, netns, rnics });
+            hosts.push(Host {
+                name,
+                netns,
+                rnics,
+                mgmt_ip: crate::management::host_ip(h),
+            });
         }
         for (t, tor) in tors.iter().enumerate() {
             for (s, spine) in spines.iter().enumerate() {

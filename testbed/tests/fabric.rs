@@ -289,3 +289,57 @@ fn multi_rnic_rail_optimized_hosts_route_by_source() {
     );
     assert!(f.if_counter("tbrail-h0", "r1", "tx_packets") - before >= 20);
 }
+
+#[test]
+fn management_network_reaches_the_root_namespace_and_is_removed() {
+    if !root_or_skip() {
+        return;
+    }
+    let spec = FabricSpec {
+        prefix: "tbmg".into(),
+        management: true,
+        ..FabricSpec::default()
+    };
+    let fabric = Fabric::up(&spec).unwrap();
+    let listener = std::net::TcpListener::bind((fabric.management_ip(), 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let accepted = std::thread::spawn(move || listener.accept().map(|(_, peer)| peer.ip()));
+    let host = &fabric.hosts()[3];
+    let target = format!("{}:{port}", fabric.management_ip());
+    let out = netns::exec(
+        &host.netns,
+        &[
+            "bash",
+            "-c",
+            &format!(
+                "exec 3<>/dev/tcp/{}/{port} && echo connected",
+                fabric.management_ip()
+            ),
+        ],
+    );
+    assert!(
+        out.unwrap().contains("connected"),
+        "host cannot reach {target}"
+    );
+    assert_eq!(
+        accepted.join().unwrap().unwrap(),
+        std::net::IpAddr::V4(host.mgmt_ip)
+    );
+    // A second fabric cannot take the same management subnet.
+    let other = FabricSpec {
+        prefix: "tbmh".into(),
+        management: true,
+        ..FabricSpec::default()
+    };
+    assert!(Fabric::up(&other).is_err());
+    assert!(
+        namespaces_of("tbmh").is_empty(),
+        "a refused fabric left namespaces behind"
+    );
+    Fabric::down("tbmg").unwrap();
+    let links = netns::run("ip", &["-o", "link", "show"]).unwrap();
+    assert!(
+        !links.contains("tbmg-"),
+        "management bridge or veth left behind: {links}"
+    );
+}
