@@ -25,29 +25,61 @@ fn cpu_ticks() -> anyhow::Result<u64> {
 
 fn rss_kb() -> anyhow::Result<u64> {
     let status = std::fs::read_to_string("/proc/self/status")?;
-    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap_or("VmRSS: 0 kB");
+    let line = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .unwrap_or("VmRSS: 0 kB");
     Ok(line.split_whitespace().nth(1).unwrap_or("0").parse()?)
 }
 
 fn main() -> anyhow::Result<()> {
-    let secs: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(10);
+    let secs: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
     let counters = Arc::new(Counters::default());
     let results = Arc::new(ResultBuffer::new(100_000, counters.clone()));
     let ip = |i: u32| format!("127.0.6.{}", i + 1).parse().expect("valid ip");
     let qpn = |i: u32| 0x1000 + i;
     let mut engines = Vec::new();
     for i in 0..RNICS {
-        let opts = UdpOptions { ip: ip(i), port: PORT, dscp: None, hardware_timestamps_on: None, max_send_sockets: 512 };
+        let opts = UdpOptions {
+            ip: ip(i),
+            port: PORT,
+            dscp: None,
+            hardware_timestamps_on: None,
+            max_send_sockets: 512,
+        };
         let t = UdpTransport::open(opts, counters.clone())?;
-        let id = EngineIdentity { name: format!("rnic{i}"), qpn: qpn(i), token: 42 + i as u64, port: PORT, max_outstanding: 16_384 };
+        let id = EngineIdentity {
+            name: format!("rnic{i}"),
+            qpn: qpn(i),
+            token: 42 + i as u64,
+            port: PORT,
+            max_outstanding: 16_384,
+            trace: None,
+        };
         let e = EngineHandle::spawn(id, t, counters.clone(), results.clone())?;
         e.send(Command::RnicId(i + 1))?;
         let entries = (0..RNICS)
             .filter(|j| *j != i)
             .flat_map(|j| (0..4u16).map(move |k| (j, k)))
-            .map(|(j, k)| PingTarget { rnic_id: j + 1, ip: ip(j), port: PORT, qpn: qpn(j), src_port: 50_000 + (j as u16) * 8 + k })
+            .map(|(j, k)| PingTarget {
+                rnic_id: j + 1,
+                ip: ip(j),
+                port: PORT,
+                qpn: qpn(j),
+                src_port: 50_000 + (j as u16) * 8 + k,
+            })
             .collect();
-        e.send(Command::Lists(vec![ProbeList { class: ProbeClass::TorMesh, pps: PPS, entries }], Duration::from_millis(500)))?;
+        e.send(Command::Lists(
+            vec![ProbeList {
+                class: ProbeClass::TorMesh,
+                pps: PPS,
+                entries,
+            }],
+            Duration::from_millis(500),
+        ))?;
         engines.push(e);
     }
     std::thread::sleep(Duration::from_secs(2));

@@ -9,10 +9,11 @@ use crate::probe::prober::DEFAULT_MAX_OUTSTANDING;
 use crate::probe::random_qpn;
 use crate::stats::{AgentStats, Counters};
 use crate::stop::StopSignal;
+use crate::trace::{TracerHandle, TracerOptions};
 use crate::transport::udp::DEFAULT_SEND_SOCKETS;
 use crate::transport::{UdpOptions, UdpTransport};
-use crate::upload::buffer::ResultBuffer;
 use crate::upload::Uploader;
+use crate::upload::buffer::{Marks, ResultBuffer};
 use anyhow::{Context, Result};
 use rocemesh_proto::api::{RegisterRequest, RnicRegistration};
 use std::sync::{Arc, Mutex};
@@ -35,6 +36,7 @@ pub struct AgentHandle {
     stop_control: Arc<StopSignal>,
     stop_upload: Arc<StopSignal>,
     engines: Arc<Vec<(String, EngineHandle)>>,
+    tracer: Option<TracerHandle>,
     control: JoinHandle<()>,
     uploader: JoinHandle<()>,
 }
@@ -48,12 +50,25 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     let buffer = Arc::new(ResultBuffer::new(cfg.buffer_capacity, counters.clone()));
     let epoch = rand::random_range(1..=u32::MAX);
     let token: u64 = rand::random();
+    let tracer = if cfg.trace_enabled {
+        let opts = TracerOptions {
+            max_hops: cfg.trace_max_hops,
+            pps: cfg.trace_pps,
+            refresh: Duration::from_millis(cfg.trace_refresh_ms),
+            dscp: cfg.dscp,
+        };
+        Some(TracerHandle::spawn(opts, counters.clone(), buffer.clone())?)
+    } else {
+        None
+    };
     let mut rnics = Vec::with_capacity(cfg.rnics.len());
     let mut engines = Vec::with_capacity(cfg.rnics.len());
     for r in &cfg.rnics {
         let ip = match (r.ip, &r.interface) {
             (Some(ip), _) => ip,
-            (None, Some(ifname)) => discovery::interface_ip(ifname).with_context(|| format!("RNIC {}", r.name))?,
+            (None, Some(ifname)) => {
+                discovery::interface_ip(ifname).with_context(|| format!("RNIC {}", r.name))?
+            }
             (None, None) => anyhow::bail!("RNIC {}: give an ip or an interface", r.name),
         };
         let ifname = r.interface.clone().or_else(|| discovery::interface_of(ip));
@@ -64,7 +79,8 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
             hardware_timestamps_on: ifname.clone().filter(|_| cfg.hardware_timestamps),
             max_send_sockets: DEFAULT_SEND_SOCKETS,
         };
-        let transport = UdpTransport::open(opts, counters.clone()).with_context(|| format!("RNIC {}", r.name))?;
+        let transport = UdpTransport::open(opts, counters.clone())
+            .with_context(|| format!("RNIC {}", r.name))?;
         let qpn = random_qpn();
         let id = EngineIdentity {
             name: format!("rnic-{}", r.name),
@@ -72,8 +88,12 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
             token,
             port: cfg.port,
             max_outstanding: DEFAULT_MAX_OUTSTANDING,
+            trace: tracer.as_ref().map(TracerHandle::feed),
         };
-        engines.push((r.name.clone(), EngineHandle::spawn(id, transport, counters.clone(), buffer.clone())?));
+        engines.push((
+            r.name.clone(),
+            EngineHandle::spawn(id, transport, counters.clone(), buffer.clone())?,
+        ));
         rnics.push(RnicRegistration {
             ifname: r.name.clone(),
             ip,
@@ -90,24 +110,51 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     let stop_control = Arc::new(StopSignal::default());
     let stop_upload = Arc::new(StopSignal::default());
     let control = ControlLoop {
-        client: ControlClient::new(&cfg.controller_url, RegisterRequest { host: cfg.host.clone(), epoch, rnics }),
+        client: ControlClient::new(
+            &cfg.controller_url,
+            RegisterRequest {
+                host: cfg.host.clone(),
+                epoch,
+                rnics,
+            },
+        ),
         engines: engines.clone(),
         analyzer_override: cfg.analyzer_url.clone(),
         registration: registration.clone(),
         counters: counters.clone(),
         stop: stop_control.clone(),
     };
-    let control = std::thread::Builder::new().name("control".into()).spawn(move || control.run())?;
+    let control = std::thread::Builder::new()
+        .name("control".into())
+        .spawn(move || control.run())?;
     let uploader = Uploader::new(buffer.clone(), counters.clone(), epoch, UPLOAD_TIMEOUT);
     let (reg, st) = (registration.clone(), stop_upload.clone());
-    let uploader = std::thread::Builder::new().name("upload".into()).spawn(move || upload_loop(uploader, &reg, &st))?;
+    let uploader = std::thread::Builder::new()
+        .name("upload".into())
+        .spawn(move || upload_loop(uploader, &reg, &st))?;
     tracing::info!(host = %cfg.host, epoch, rnics = cfg.rnics.len(), "agent started");
-    Ok(AgentHandle { epoch, counters, buffer, registration, stop_control, stop_upload, engines, control, uploader })
+    Ok(AgentHandle {
+        epoch,
+        counters,
+        buffer,
+        registration,
+        stop_control,
+        stop_upload,
+        engines,
+        tracer,
+        control,
+        uploader,
+    })
 }
 
 /// Uploads every period once registered; at stop, one last upload within the final budget.
 fn upload_loop(mut uploader: Uploader, registration: &SharedRegistration, stop: &StopSignal) {
-    let current = || registration.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let current = || {
+        registration
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    };
     loop {
         // Until registered there is nowhere to upload: check again soon.
         let period = current().map_or(UNREGISTERED_RECHECK, |r| r.upload_period);
@@ -120,13 +167,16 @@ fn upload_loop(mut uploader: Uploader, registration: &SharedRegistration, stop: 
     }
     if let Some(reg) = current() {
         uploader.set_timeout(FINAL_UPLOAD_TIMEOUT);
-        uploader.upload_chunk(&reg.analyzer_url, reg.host_id, u64::MAX);
+        uploader.upload_chunk(&reg.analyzer_url, reg.host_id, Marks::ALL);
     }
 }
 
 /// Send sockets need many descriptors (512 per RNIC): lift the soft limit to the hard one.
 fn raise_fd_limit() {
-    let mut lim = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
     // SAFETY: plain syscalls on a valid rlimit struct.
     unsafe {
         if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
@@ -144,7 +194,11 @@ impl AgentHandle {
 
     /// Host id once registered.
     pub fn host_id(&self) -> Option<u32> {
-        self.registration.lock().unwrap_or_else(|p| p.into_inner()).as_ref().map(|r| r.host_id)
+        self.registration
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+            .map(|r| r.host_id)
     }
 
     /// This incarnation's epoch.
@@ -156,16 +210,28 @@ impl AgentHandle {
     /// joins every thread.
     pub fn shutdown(self) -> Result<()> {
         self.stop_control.stop();
-        let mut result = self.control.join().map_err(|_| anyhow::anyhow!("control thread panicked"));
+        let mut result = self
+            .control
+            .join()
+            .map_err(|_| anyhow::anyhow!("control thread panicked"));
         // With the control thread gone, this handle holds the only reference to the engines.
-        let engines = Arc::try_unwrap(self.engines).map_err(|_| anyhow::anyhow!("engines still shared"))?;
+        let engines =
+            Arc::try_unwrap(self.engines).map_err(|_| anyhow::anyhow!("engines still shared"))?;
         for (name, engine) in engines {
             if let Err(e) = engine.stop() {
                 result = result.and(Err(e.context(format!("RNIC {name}"))));
             }
         }
+        if let Some(t) = self.tracer
+            && let Err(e) = t.stop()
+        {
+            result = result.and(Err(e));
+        }
         self.stop_upload.stop();
-        let upload = self.uploader.join().map_err(|_| anyhow::anyhow!("upload thread panicked"));
+        let upload = self
+            .uploader
+            .join()
+            .map_err(|_| anyhow::anyhow!("upload thread panicked"));
         result.and(upload)
     }
 }

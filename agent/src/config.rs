@@ -36,6 +36,41 @@ pub struct AgentConfig {
     /// Try to switch the NICs to hardware timestamping (`SIOCSHWTSTAMP`, needs root).
     #[serde(default)]
     pub hardware_timestamps: bool,
+    /// Trace the path of every probe and ACK 5-tuple (traceroute on the 5-tuple itself).
+    #[serde(default = "default_true")]
+    pub trace_enabled: bool,
+    /// Highest TTL of a trace (1..=16).
+    #[serde(default = "default_trace_max_hops")]
+    pub trace_max_hops: u8,
+    /// TRACE packets per second for the whole agent (switches rate-limit their ICMP).
+    #[serde(default = "default_trace_pps")]
+    pub trace_pps: f64,
+    /// How often every 5-tuple is traced again, in ms (timeouts trigger a trace at once).
+    #[serde(default = "default_trace_refresh_ms")]
+    pub trace_refresh_ms: u64,
+}
+
+/// Default highest TTL of a trace: a 3-tier Clos is at most 5 routers deep.
+pub const DEFAULT_TRACE_MAX_HOPS: u8 = 8;
+/// Default TRACE packets per second per agent.
+pub const DEFAULT_TRACE_PPS: f64 = 40.0;
+/// Default refresh period of every traced path.
+pub const DEFAULT_TRACE_REFRESH_MS: u64 = 60_000;
+
+fn default_true() -> bool {
+    true
+}
+
+fn default_trace_max_hops() -> u8 {
+    DEFAULT_TRACE_MAX_HOPS
+}
+
+fn default_trace_pps() -> f64 {
+    DEFAULT_TRACE_PPS
+}
+
+fn default_trace_refresh_ms() -> u64 {
+    DEFAULT_TRACE_REFRESH_MS
 }
 
 fn default_port() -> u16 {
@@ -58,27 +93,64 @@ impl AgentConfig {
             dscp: None,
             buffer_capacity: DEFAULT_BUFFER_CAPACITY,
             hardware_timestamps: false,
+            trace_enabled: true,
+            trace_max_hops: DEFAULT_TRACE_MAX_HOPS,
+            trace_pps: DEFAULT_TRACE_PPS,
+            trace_refresh_ms: DEFAULT_TRACE_REFRESH_MS,
         }
     }
 
     /// Checks the values that would otherwise fail later and less clearly.
     pub fn validate(&self) -> Result<()> {
-        ensure!(!self.host.is_empty() && self.host.len() <= MAX_NAME_LEN, "host name must be 1..={MAX_NAME_LEN} bytes");
         ensure!(
-            self.controller_url.starts_with("http://") || self.controller_url.starts_with("https://"),
+            !self.host.is_empty() && self.host.len() <= MAX_NAME_LEN,
+            "host name must be 1..={MAX_NAME_LEN} bytes"
+        );
+        ensure!(
+            self.controller_url.starts_with("http://")
+                || self.controller_url.starts_with("https://"),
             "controller_url must be an http(s) URL, got {:?}",
             self.controller_url
         );
-        ensure!(!self.rnics.is_empty(), "at least one RNIC must be configured");
-        ensure!(self.rnics.len() <= MAX_RNICS_PER_HOST, "at most {MAX_RNICS_PER_HOST} RNICs per host");
+        ensure!(
+            !self.rnics.is_empty(),
+            "at least one RNIC must be configured"
+        );
+        ensure!(
+            self.rnics.len() <= MAX_RNICS_PER_HOST,
+            "at most {MAX_RNICS_PER_HOST} RNICs per host"
+        );
         ensure!(self.port != 0, "port must not be 0");
-        ensure!(self.buffer_capacity > 0, "buffer_capacity must be at least 1");
+        ensure!(
+            self.buffer_capacity > 0,
+            "buffer_capacity must be at least 1"
+        );
         if let Some(d) = self.dscp {
             ensure!(d <= 63, "dscp must be 0..=63, got {d}");
         }
+        let max = rocemesh_proto::path::MAX_HOPS;
+        ensure!(
+            (1..=max).contains(&usize::from(self.trace_max_hops)),
+            "trace_max_hops must be 1..={max}, got {}",
+            self.trace_max_hops
+        );
+        ensure!(
+            self.trace_pps.is_finite() && (0.1..=10_000.0).contains(&self.trace_pps),
+            "trace_pps must be 0.1..=10000, got {}",
+            self.trace_pps
+        );
+        ensure!(
+            self.trace_refresh_ms >= 1_000,
+            "trace_refresh_ms must be at least 1000, got {}",
+            self.trace_refresh_ms
+        );
         for (i, r) in self.rnics.iter().enumerate() {
             r.validate()?;
-            ensure!(!self.rnics[..i].iter().any(|o| o.name == r.name), "RNIC name {:?} given twice", r.name);
+            ensure!(
+                !self.rnics[..i].iter().any(|o| o.name == r.name),
+                "RNIC name {:?} given twice",
+                r.name
+            );
         }
         Ok(())
     }
@@ -109,15 +181,24 @@ impl RnicConfig {
     pub fn parse(spec: &str) -> Result<RnicConfig> {
         let mut parts = spec.split(',');
         let head = parts.next().unwrap_or_default();
-        let (name, addr) = head
-            .split_once('=')
-            .with_context(|| format!("RNIC spec {spec:?}: expected name=ip or name=@interface first"))?;
-        let mut rnic = RnicConfig { name: name.trim().to_string(), ip: None, interface: None, tor: None, rail: None };
+        let (name, addr) = head.split_once('=').with_context(|| {
+            format!("RNIC spec {spec:?}: expected name=ip or name=@interface first")
+        })?;
+        let mut rnic = RnicConfig {
+            name: name.trim().to_string(),
+            ip: None,
+            interface: None,
+            tor: None,
+            rail: None,
+        };
         let addr = addr.trim();
         if let Some(ifname) = addr.strip_prefix('@') {
             rnic.interface = Some(ifname.to_string());
         } else {
-            rnic.ip = Some(addr.parse().with_context(|| format!("RNIC spec {spec:?}: {addr:?} is not an IP address"))?);
+            rnic.ip =
+                Some(addr.parse().with_context(|| {
+                    format!("RNIC spec {spec:?}: {addr:?} is not an IP address")
+                })?);
         }
         for part in parts {
             let (key, value) = part
@@ -126,7 +207,12 @@ impl RnicConfig {
             match key.trim() {
                 "tor" => rnic.tor = Some(value.trim().to_string()),
                 "rail" => {
-                    rnic.rail = Some(value.trim().parse().with_context(|| format!("RNIC spec {spec:?}: bad rail {value:?}"))?)
+                    rnic.rail = Some(
+                        value
+                            .trim()
+                            .parse()
+                            .with_context(|| format!("RNIC spec {spec:?}: bad rail {value:?}"))?,
+                    )
                 }
                 other => bail!("RNIC spec {spec:?}: unknown key {other:?} (expected tor or rail)"),
             }
@@ -137,17 +223,28 @@ impl RnicConfig {
 
     fn validate(&self) -> Result<()> {
         let name_ok = |s: &str| !s.is_empty() && s.len() <= MAX_NAME_LEN;
-        ensure!(name_ok(&self.name), "RNIC name must be 1..={MAX_NAME_LEN} bytes");
+        ensure!(
+            name_ok(&self.name),
+            "RNIC name must be 1..={MAX_NAME_LEN} bytes"
+        );
         ensure!(
             self.ip.is_some() || self.interface.is_some(),
             "RNIC {}: give an ip or an interface",
             self.name
         );
         if let Some(i) = &self.interface {
-            ensure!(!i.is_empty() && i.len() < libc::IFNAMSIZ, "RNIC {}: bad interface name {i:?}", self.name);
+            ensure!(
+                !i.is_empty() && i.len() < libc::IFNAMSIZ,
+                "RNIC {}: bad interface name {i:?}",
+                self.name
+            );
         }
         if let Some(t) = &self.tor {
-            ensure!(name_ok(t), "RNIC {}: ToR name must be 1..={MAX_NAME_LEN} bytes", self.name);
+            ensure!(
+                name_ok(t),
+                "RNIC {}: ToR name must be 1..={MAX_NAME_LEN} bytes",
+                self.name
+            );
         }
         Ok(())
     }
@@ -165,7 +262,10 @@ mod tests {
         assert_eq!((r.tor.as_deref(), r.rail), (Some("tor-a"), Some(3)));
         let r = RnicConfig::parse("n1=@eth1").unwrap();
         assert_eq!((r.ip, r.interface.as_deref()), (None, Some("eth1")));
-        assert_eq!(RnicConfig::parse("v6=fd00::1").unwrap().ip, Some("fd00::1".parse().unwrap()));
+        assert_eq!(
+            RnicConfig::parse("v6=fd00::1").unwrap().ip,
+            Some("fd00::1".parse().unwrap())
+        );
     }
 
     #[test]
@@ -191,15 +291,58 @@ mod tests {
             "controller_url = \"http://c:1\"\n[[rnics]]\nname = \"a\"\nip = \"127.0.0.1\"\n",
         )
         .unwrap();
-        assert_eq!((cfg.port, cfg.buffer_capacity, cfg.hardware_timestamps), (DEFAULT_PORT, DEFAULT_BUFFER_CAPACITY, false));
+        assert_eq!(
+            (cfg.port, cfg.buffer_capacity, cfg.hardware_timestamps),
+            (DEFAULT_PORT, DEFAULT_BUFFER_CAPACITY, false)
+        );
+        assert!(cfg.trace_enabled);
+        assert_eq!(
+            (cfg.trace_max_hops, cfg.trace_pps, cfg.trace_refresh_ms),
+            (8, 40.0, 60_000)
+        );
         assert!(!cfg.host.is_empty());
         cfg.validate().unwrap();
-        assert!(toml::from_str::<AgentConfig>("controller_url = \"x\"\nrnics = []\nbogus = 1\n").is_err());
+        assert!(
+            toml::from_str::<AgentConfig>("controller_url = \"x\"\nrnics = []\nbogus = 1\n")
+                .is_err()
+        );
         let mut bad = cfg.clone();
         bad.rnics.push(bad.rnics[0].clone());
         assert!(format!("{:#}", bad.validate().unwrap_err()).contains("twice"));
-        let mut bad = cfg;
+        let mut bad = cfg.clone();
         bad.dscp = Some(64);
         assert!(bad.validate().is_err());
+        for (hops, pps, refresh, needle) in [
+            (0, 40.0, 60_000, "trace_max_hops"),
+            (17, 40.0, 60_000, "trace_max_hops"),
+            (8, 0.0, 60_000, "trace_pps"),
+            (8, f64::NAN, 60_000, "trace_pps"),
+            (8, 40.0, 10, "trace_refresh_ms"),
+        ] {
+            let bad = AgentConfig {
+                trace_max_hops: hops,
+                trace_pps: pps,
+                trace_refresh_ms: refresh,
+                ..cfg.clone()
+            };
+            assert!(
+                format!("{:#}", bad.validate().unwrap_err()).contains(needle),
+                "{needle}"
+            );
+        }
+        let traced: AgentConfig = toml::from_str(
+            "controller_url = \"http://c:1\"\ntrace_enabled = false\ntrace_pps = 5.5\ntrace_max_hops = 4\ntrace_refresh_ms = 2000\n[[rnics]]\nname = \"a\"\nip = \"127.0.0.1\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                traced.trace_enabled,
+                traced.trace_pps,
+                traced.trace_max_hops,
+                traced.trace_refresh_ms
+            ),
+            (false, 5.5, 4, 2000)
+        );
+        traced.validate().unwrap();
     }
 }

@@ -62,23 +62,43 @@ pub struct ControlClient {
 impl ControlClient {
     /// A client registering `request` at `controller_url`.
     pub fn new(controller_url: &str, request: RegisterRequest) -> Self {
-        Self { http: http_agent(REQUEST_TIMEOUT), base: controller_url.trim_end_matches('/').to_string(), request }
+        Self {
+            http: http_agent(REQUEST_TIMEOUT),
+            base: controller_url.trim_end_matches('/').to_string(),
+            request,
+        }
     }
 
     /// `POST /api/v1/agents/register`.
     pub fn register(&self) -> Result<RegisterResponse> {
         let url = format!("{}{API_PREFIX}/agents/register", self.base);
-        let mut resp = self.http.post(&url).send_json(&self.request).with_context(|| format!("POST {url}"))?;
+        let mut resp = self
+            .http
+            .post(&url)
+            .send_json(&self.request)
+            .with_context(|| format!("POST {url}"))?;
         if !resp.status().is_success() {
-            let body = resp.body_mut().with_config().limit(64 * 1024).read_to_string().unwrap_or_default();
+            let body = resp
+                .body_mut()
+                .with_config()
+                .limit(64 * 1024)
+                .read_to_string()
+                .unwrap_or_default();
             bail!("POST {url}: HTTP {}: {}", resp.status(), body.trim());
         }
-        resp.body_mut().with_config().limit(MAX_PINGLIST_BYTES).read_json().with_context(|| format!("POST {url}: bad reply"))
+        resp.body_mut()
+            .with_config()
+            .limit(MAX_PINGLIST_BYTES)
+            .read_json()
+            .with_context(|| format!("POST {url}: bad reply"))
     }
 
     /// `GET /api/v1/pinglists/{host_id}?epoch=` with `If-None-Match`.
     pub fn poll(&self, host_id: u32, etag: Option<&str>) -> Result<Poll> {
-        let url = format!("{}{API_PREFIX}/pinglists/{host_id}?epoch={}", self.base, self.request.epoch);
+        let url = format!(
+            "{}{API_PREFIX}/pinglists/{host_id}?epoch={}",
+            self.base, self.request.epoch
+        );
         let mut req = self.http.get(&url);
         if let Some(tag) = etag {
             req = req.header("If-None-Match", tag);
@@ -88,7 +108,11 @@ impl ControlClient {
             304 => Ok(Poll::Unchanged),
             404 | 409 => Ok(Poll::Reregister),
             200 => {
-                let tag = resp.headers().get("etag").and_then(|v| v.to_str().ok()).map(str::to_string);
+                let tag = resp
+                    .headers()
+                    .get("etag")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
                 let list: Pinglist = resp
                     .body_mut()
                     .with_config()
@@ -159,7 +183,9 @@ impl ControlLoop {
             }
             match self.client.register() {
                 Ok(resp) => return Some(self.apply_registration(&resp)),
-                Err(e) => tracing::warn!(error = %format!("{e:#}"), retry_in = ?delay, "registration failed"),
+                Err(e) => {
+                    tracing::warn!(error = %format!("{e:#}"), retry_in = ?delay, "registration failed")
+                }
             }
             if self.stop.sleep(delay) {
                 return None;
@@ -211,7 +237,11 @@ impl ControlLoop {
                 tracing::warn!(rnic = %name, error = %e, "cannot hand the RNIC its pinglist");
             }
         }
-        *self.counters.pinglist_version.lock().unwrap_or_else(|p| p.into_inner()) = Some(list.version.clone());
+        *self
+            .counters
+            .pinglist_version
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(list.version.clone());
         self.counters.pinglist_updates.fetch_add(1, Relaxed);
     }
 }

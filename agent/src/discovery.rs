@@ -30,7 +30,9 @@ pub fn interface_addresses() -> Result<Vec<(String, IpAddr)>> {
         let ifa = unsafe { &*cur };
         if let Some(ip) = unsafe { sockaddr_ip(ifa.ifa_addr) } {
             // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            let name = unsafe { CStr::from_ptr(ifa.ifa_name) }.to_string_lossy().into_owned();
+            let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
+                .to_string_lossy()
+                .into_owned();
             out.push((name, ip));
         }
         cur = ifa.ifa_next;
@@ -51,7 +53,9 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
         match (*sa).sa_family as i32 {
             libc::AF_INET => {
                 let sin = &*(sa as *const libc::sockaddr_in);
-                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr))))
+                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                    sin.sin_addr.s_addr,
+                ))))
             }
             libc::AF_INET6 => {
                 let sin6 = &*(sa as *const libc::sockaddr_in6);
@@ -79,7 +83,11 @@ pub fn interface_ip(ifname: &str) -> Result<IpAddr> {
 
 /// The interface carrying `ip`, if it is listed (127.x aliases of `lo` are not).
 pub fn interface_of(ip: IpAddr) -> Option<String> {
-    interface_addresses().ok()?.into_iter().find(|(_, a)| *a == ip).map(|(n, _)| n)
+    interface_addresses()
+        .ok()?
+        .into_iter()
+        .find(|(_, a)| *a == ip)
+        .map(|(n, _)| n)
 }
 
 /// Default gateway of `ifname` from `/proc/net/route`, if it has one.
@@ -111,7 +119,10 @@ mod tests {
                      eth0\t00000000\t0101A8C0\t0003\t0\t0\t0\t00000000\n\
                      eth0\t0001A8C0\t00000000\t0001\t0\t0\t0\t00FFFFFF\n\
                      eth1\t0000000A\t00000000\t0001\t0\t0\t0\t000000FF\n";
-        assert_eq!(parse_route_gateway(table, "eth0"), Some("192.168.1.1".parse().unwrap()));
+        assert_eq!(
+            parse_route_gateway(table, "eth0"),
+            Some("192.168.1.1".parse().unwrap())
+        );
         assert_eq!(parse_route_gateway(table, "eth1"), None);
         assert_eq!(parse_route_gateway("garbage\nx y\n", "x"), None);
     }
@@ -119,7 +130,10 @@ mod tests {
     #[test]
     fn loopback_is_discovered() {
         assert_eq!(interface_ip("lo").unwrap(), IpAddr::V4(Ipv4Addr::LOCALHOST));
-        assert_eq!(interface_of(IpAddr::V4(Ipv4Addr::LOCALHOST)).as_deref(), Some("lo"));
+        assert_eq!(
+            interface_of(IpAddr::V4(Ipv4Addr::LOCALHOST)).as_deref(),
+            Some("lo")
+        );
         assert!(interface_ip("nonexistent0").is_err());
         assert!(!hostname().is_empty());
     }

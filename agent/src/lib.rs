@@ -4,7 +4,8 @@
 //! Data path: [`transport`] (UDP sockets with kernel timestamps) → [`probe`] (one
 //! prober/responder engine thread per RNIC) → [`upload`] (one bounded buffer, batches
 //! POSTed to the analyzer). [`control`] registers with the controller and hands the
-//! engines their pinglists; [`agent`] wires it all together behind [`start`].
+//! engines their pinglists; [`trace`] traces the path of every probe and ACK 5-tuple;
+//! [`agent`] wires it all together behind [`start`].
 #![warn(missing_docs)]
 
 mod agent;
@@ -14,6 +15,7 @@ pub mod discovery;
 pub mod probe;
 pub mod stats;
 mod stop;
+pub mod trace;
 pub mod transport;
 pub mod upload;
 

@@ -43,6 +43,19 @@ pub struct Counters {
     pub registrations: AtomicU64,
     /// Version (ETag) of the pinglist in force.
     pub pinglist_version: Mutex<Option<String>>,
+    /// Traceroutes begun.
+    pub traces_started: AtomicU64,
+    /// TRACE packets sent (one per TTL).
+    pub trace_packets_sent: AtomicU64,
+    /// ICMP errors read for TRACE packets.
+    pub icmp_answers: AtomicU64,
+    /// Traced paths the analyzer accepted.
+    pub paths_uploaded: AtomicU64,
+    /// Trace requests lost because the tracer's queue or 5-tuple table was full (the rate
+    /// limit cannot keep up).
+    pub trace_drops: AtomicU64,
+    /// TRACE packets that reached one of our RNICs (counted and ignored).
+    pub trace_received: AtomicU64,
 }
 
 impl Counters {
@@ -54,7 +67,10 @@ impl Counters {
 
     /// Counts one dropped datagram under its reason.
     pub fn count_drop(&self, err: &PacketError) {
-        let i = DROP_REASONS.iter().position(|r| *r == err.reason()).unwrap_or(DROP_REASONS.len() - 1);
+        let i = DROP_REASONS
+            .iter()
+            .position(|r| *r == err.reason())
+            .unwrap_or(DROP_REASONS.len() - 1);
         self.drops[i].fetch_add(1, Ordering::Relaxed);
     }
 
@@ -62,7 +78,11 @@ impl Counters {
     pub fn snapshot(&self, buffer_len: usize) -> AgentStats {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         let statuses = [ProbeStatus::Ok, ProbeStatus::Timeout, ProbeStatus::Ack2Lost];
-        let sources = [TimestampSource::App, TimestampSource::Software, TimestampSource::Hardware];
+        let sources = [
+            TimestampSource::App,
+            TimestampSource::Software,
+            TimestampSource::Hardware,
+        ];
         AgentStats {
             probes_sent: get(&self.probes_sent),
             outstanding_overflow: get(&self.outstanding_overflow),
@@ -76,7 +96,11 @@ impl Counters {
                 .map(|s| (s.as_str(), get(&self.results_by_source[*s as usize])))
                 .collect(),
             acks_sent: get(&self.acks_sent),
-            drops_by_reason: DROP_REASONS.iter().zip(&self.drops).map(|(r, c)| (*r, get(c))).collect(),
+            drops_by_reason: DROP_REASONS
+                .iter()
+                .zip(&self.drops)
+                .map(|(r, c)| (*r, get(c)))
+                .collect(),
             stale_qpn: get(&self.stale_qpn),
             unmatched_ack: get(&self.unmatched_ack),
             send_socket_fallbacks: get(&self.send_socket_fallbacks),
@@ -85,9 +109,19 @@ impl Counters {
             batches_uploaded: get(&self.batches_uploaded),
             upload_failures: get(&self.upload_failures),
             batches_rejected: get(&self.batches_rejected),
-            pinglist_version: self.pinglist_version.lock().map(|v| v.clone()).unwrap_or(None),
+            pinglist_version: self
+                .pinglist_version
+                .lock()
+                .map(|v| v.clone())
+                .unwrap_or(None),
             pinglist_updates: get(&self.pinglist_updates),
             registrations: get(&self.registrations),
+            traces_started: get(&self.traces_started),
+            trace_packets_sent: get(&self.trace_packets_sent),
+            icmp_answers: get(&self.icmp_answers),
+            paths_uploaded: get(&self.paths_uploaded),
+            trace_drops: get(&self.trace_drops),
+            trace_received: get(&self.trace_received),
         }
     }
 }
@@ -139,4 +173,16 @@ pub struct AgentStats {
     pub pinglist_updates: u64,
     /// Registrations done.
     pub registrations: u64,
+    /// Traceroutes begun.
+    pub traces_started: u64,
+    /// TRACE packets sent.
+    pub trace_packets_sent: u64,
+    /// ICMP answers to TRACE packets.
+    pub icmp_answers: u64,
+    /// Paths accepted by the analyzer.
+    pub paths_uploaded: u64,
+    /// Trace requests lost to full queues/tables.
+    pub trace_drops: u64,
+    /// TRACE packets that reached us.
+    pub trace_received: u64,
 }

@@ -31,7 +31,11 @@ impl StopSignal {
             if left.is_zero() {
                 break;
             }
-            g = self.cv.wait_timeout(g, left).unwrap_or_else(|p| p.into_inner()).0;
+            g = self
+                .cv
+                .wait_timeout(g, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
         }
         *g
     }

@@ -7,6 +7,7 @@ use common::{Request, Response, serve};
 use rocemesh_agent::{AgentConfig, RnicConfig, start};
 use rocemesh_proto::api::*;
 use rocemesh_proto::batch::{BatchHeader, decode_batch};
+use rocemesh_proto::path::TracedPath;
 use rocemesh_proto::{ProbeClass, ProbeStatus};
 use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
@@ -20,12 +21,14 @@ struct Controller {
     bad_queries: usize,
 }
 
-/// One upload the analyzer saw: header, record count, OK records, HTTP status answered.
+/// One upload the analyzer saw: header, record count, OK records, traced paths, HTTP
+/// status answered.
 #[derive(Debug, Clone)]
 struct Upload {
     header: BatchHeader,
     records: usize,
     ok: usize,
+    paths: Vec<TracedPath>,
     status: u16,
 }
 
@@ -34,13 +37,22 @@ const RNIC_ID: u32 = 11;
 
 /// A controller whose first pinglist poll answers 409 (so the agent re-registers) and whose
 /// pinglist makes the RNIC probe itself; `analyzer` is handed out in the registration.
-fn controller(state: Arc<Mutex<Controller>>, analyzer: Option<String>, pps: f64) -> impl Fn(&Request) -> Response {
+fn controller(
+    state: Arc<Mutex<Controller>>,
+    analyzer: Option<String>,
+    pps: f64,
+) -> impl Fn(&Request) -> Response {
     move |req| {
         let mut st = state.lock().unwrap();
         match (req.method.as_str(), req.path.as_str()) {
             ("POST", "/api/v1/agents/register") => {
                 let Ok(r) = serde_json::from_slice::<RegisterRequest>(&req.body) else {
-                    return Response::json(400, ErrorBody { error: "bad register body".into() });
+                    return Response::json(
+                        400,
+                        ErrorBody {
+                            error: "bad register body".into(),
+                        },
+                    );
                 };
                 let rnics = r
                     .rnics
@@ -78,7 +90,12 @@ fn controller(state: Arc<Mutex<Controller>>, analyzer: Option<String>, pps: f64)
                 }
                 st.polls += 1;
                 if st.polls == 1 {
-                    return Response::json(409, ErrorBody { error: "stale epoch".into() });
+                    return Response::json(
+                        409,
+                        ErrorBody {
+                            error: "stale epoch".into(),
+                        },
+                    );
                 }
                 if req.header("If-None-Match") == Some("\"v1\"") {
                     st.not_modified += 1;
@@ -94,7 +111,13 @@ fn controller(state: Arc<Mutex<Controller>>, analyzer: Option<String>, pps: f64)
                         lists: vec![ProbeList {
                             class: ProbeClass::TorMesh,
                             pps,
-                            entries: vec![PingTarget { rnic_id: RNIC_ID, ip: me.ip, port: me.port, qpn: me.qpn, src_port: 50_400 }],
+                            entries: vec![PingTarget {
+                                rnic_id: RNIC_ID,
+                                ip: me.ip,
+                                port: me.port,
+                                qpn: me.qpn,
+                                src_port: 50_400,
+                            }],
                         }],
                     }],
                 };
@@ -102,7 +125,12 @@ fn controller(state: Arc<Mutex<Controller>>, analyzer: Option<String>, pps: f64)
                 r.headers.push(("ETag".into(), "\"v1\"".into()));
                 r
             }
-            _ => Response::json(404, ErrorBody { error: format!("no route {}", req.path) }),
+            _ => Response::json(
+                404,
+                ErrorBody {
+                    error: format!("no route {}", req.path),
+                },
+            ),
         }
     }
 }
@@ -110,11 +138,23 @@ fn controller(state: Arc<Mutex<Controller>>, analyzer: Option<String>, pps: f64)
 /// Mode of the fake analyzer: 0 = down (503), 1 = accepts, 2 = refuses (400).
 fn analyzer(log: Arc<Mutex<Vec<Upload>>>, mode: Arc<AtomicU8>) -> impl Fn(&Request) -> Response {
     move |req| {
-        if req.path != "/api/v1/results" || req.header("Content-Type") != Some(rocemesh_proto::batch::CONTENT_TYPE) {
-            return Response::json(404, ErrorBody { error: "wrong route or type".into() });
+        if req.path != "/api/v1/results"
+            || req.header("Content-Type") != Some(rocemesh_proto::batch::CONTENT_TYPE)
+        {
+            return Response::json(
+                404,
+                ErrorBody {
+                    error: "wrong route or type".into(),
+                },
+            );
         }
         let Ok(b) = decode_batch(&req.body) else {
-            return Response::json(400, ErrorBody { error: "undecodable batch".into() });
+            return Response::json(
+                400,
+                ErrorBody {
+                    error: "undecodable batch".into(),
+                },
+            );
         };
         let status = match mode.load(SeqCst) {
             0 => 503,
@@ -122,17 +162,38 @@ fn analyzer(log: Arc<Mutex<Vec<Upload>>>, mode: Arc<AtomicU8>) -> impl Fn(&Reque
             _ => 400,
         };
         let ok = b.records().filter(|r| r.status == ProbeStatus::Ok).count();
-        log.lock().unwrap().push(Upload { header: b.header, records: b.len(), ok, status });
+        log.lock().unwrap().push(Upload {
+            header: b.header,
+            records: b.len(),
+            ok,
+            paths: b.paths.clone(),
+            status,
+        });
         match status {
-            200 => Response::json(200, UploadAck { accepted: b.len() as u64, dropped: 0, duplicate: false }),
-            400 => Response::json(400, ErrorBody { error: "refused for the test".into() }),
+            200 => Response::json(
+                200,
+                UploadAck {
+                    accepted: b.len() as u64,
+                    dropped: 0,
+                    duplicate: false,
+                },
+            ),
+            400 => Response::json(
+                400,
+                ErrorBody {
+                    error: "refused for the test".into(),
+                },
+            ),
             s => Response::empty(s),
         }
     }
 }
 
 fn config(controller_url: String, ip: &str, port: u16) -> AgentConfig {
-    let mut cfg = AgentConfig::new(controller_url, vec![RnicConfig::parse(&format!("r1={ip},tor=tor-a,rail=2")).unwrap()]);
+    let mut cfg = AgentConfig::new(
+        controller_url,
+        vec![RnicConfig::parse(&format!("r1={ip},tor=tor-a,rail=2")).unwrap()],
+    );
     cfg.host = "test-host".into();
     cfg.port = port;
     cfg.dscp = Some(26);
@@ -146,21 +207,38 @@ fn registers_polls_with_etag_and_uploads_to_the_controller_url() {
     let ctl = controller(state.clone(), None, 100.0);
     let ana = analyzer(uploads.clone(), Arc::new(AtomicU8::new(1)));
     // One server plays both roles: with no analyzer URL anywhere, results go to the controller.
-    let url = serve(move |req| if req.path == "/api/v1/results" { ana(req) } else { ctl(req) });
+    let url = serve(move |req| {
+        if req.path == "/api/v1/results" {
+            ana(req)
+        } else {
+            ctl(req)
+        }
+    });
     let agent = start(config(url, "127.0.7.10", 47_941)).unwrap();
     std::thread::sleep(Duration::from_millis(1_600));
     let stats = agent.stats();
     assert_eq!(agent.host_id(), Some(HOST_ID));
     {
         let st = state.lock().unwrap();
-        assert_eq!(st.registrations.len(), 2, "409 must trigger a new registration");
+        assert_eq!(
+            st.registrations.len(),
+            2,
+            "409 must trigger a new registration"
+        );
         let r = &st.registrations[0];
         assert_eq!((r.host.as_str(), r.epoch), ("test-host", agent.epoch()));
         let n = &r.rnics[0];
-        assert_eq!((n.ifname.as_str(), n.ip.to_string().as_str(), n.port), ("r1", "127.0.7.10", 47_941));
+        assert_eq!(
+            (n.ifname.as_str(), n.ip.to_string().as_str(), n.port),
+            ("r1", "127.0.7.10", 47_941)
+        );
         assert_eq!((n.tor.as_deref(), n.rail), (Some("tor-a"), Some(2)));
         assert!(n.qpn > 0 && n.qpn <= 0xff_ffff);
-        assert!(st.not_modified >= 3, "ETag polling: {} 304s", st.not_modified);
+        assert!(
+            st.not_modified >= 3,
+            "ETag polling: {} 304s",
+            st.not_modified
+        );
         assert_eq!(st.bad_queries, 0);
     }
     assert_eq!((stats.registrations, stats.pinglist_updates), (2, 1));
@@ -169,13 +247,35 @@ fn registers_polls_with_etag_and_uploads_to_the_controller_url() {
     let before_shutdown = uploads.lock().unwrap().len();
     agent.shutdown().unwrap();
     let ups = uploads.lock().unwrap().clone();
-    assert!(before_shutdown >= 3 && ups.len() == before_shutdown + 1, "{} then {}", before_shutdown, ups.len());
+    assert!(
+        before_shutdown >= 3 && ups.len() == before_shutdown + 1,
+        "{} then {}",
+        before_shutdown,
+        ups.len()
+    );
     for (i, u) in ups.iter().enumerate() {
-        assert_eq!((u.header.host_id, u.header.batch_seq, u.header.dropped), (HOST_ID, i as u64 + 1, 0));
+        assert_eq!(
+            (u.header.host_id, u.header.batch_seq, u.header.dropped),
+            (HOST_ID, i as u64 + 1, 0)
+        );
     }
     assert!(ups.iter().all(|u| u.header.epoch == ups[0].header.epoch));
     let ok: usize = ups.iter().map(|u| u.ok).sum();
     assert!(ok >= 80, "{ok} OK results uploaded");
+    // The RNIC probes itself: its probe 5-tuple and the ACK 5-tuple learned from answering
+    // are traced and ride the batches (loopback has no router, so never "reached").
+    let paths: Vec<&TracedPath> = ups.iter().flat_map(|u| &u.paths).collect();
+    for ack in [false, true] {
+        let p = paths
+            .iter()
+            .find(|p| p.ack_direction == ack)
+            .unwrap_or_else(|| panic!("ack={ack}: {paths:?}"));
+        assert_eq!(
+            (p.src.to_string(), p.dst.to_string(), p.src_port, p.dst_port),
+            ("127.0.7.10".into(), "127.0.7.10".into(), 50_400, 47_941)
+        );
+        assert!(!p.reached && p.hops.iter().all(Option::is_none), "{p:?}");
+    }
 }
 
 #[test]
@@ -198,7 +298,11 @@ fn analyzer_outage_keeps_probing_bounds_the_buffer_and_retries_the_same_batch() 
     assert!(sent_during_outage >= 100, "probing continues: {s:?}");
     {
         let ups = uploads.lock().unwrap();
-        assert!(ups.iter().all(|u| u.status == 503 && u.header.batch_seq == 1), "{ups:?}");
+        assert!(
+            ups.iter()
+                .all(|u| u.status == 503 && u.header.batch_seq == 1),
+            "{ups:?}"
+        );
     }
     mode.store(1, SeqCst);
     std::thread::sleep(Duration::from_millis(500));
@@ -207,14 +311,36 @@ fn analyzer_outage_keeps_probing_bounds_the_buffer_and_retries_the_same_batch() 
     let s = agent.stats();
     agent.shutdown().unwrap();
     let ups = uploads.lock().unwrap().clone();
-    let first_ok = ups.iter().position(|u| u.status == 200).expect("an accepted upload");
-    assert_eq!(ups[first_ok].header.batch_seq, 1, "the retried batch keeps its number");
+    let first_ok = ups
+        .iter()
+        .position(|u| u.status == 200)
+        .expect("an accepted upload");
+    assert_eq!(
+        ups[first_ok].header.batch_seq, 1,
+        "the retried batch keeps its number"
+    );
     assert!(ups[first_ok].header.dropped > 0 && ups[first_ok].records <= 40);
     // After that every attempt gets a new number, accepted or refused alike.
     for w in ups[first_ok..].windows(2) {
         assert_eq!(w[1].header.batch_seq, w[0].header.batch_seq + 1, "{ups:?}");
     }
     assert!(s.batches_uploaded >= 1 && s.batches_rejected >= 1, "{s:?}");
+    // Paths of a failed batch are kept for its retry, and every path is counted once accepted.
+    let retried: Vec<usize> = ups
+        .iter()
+        .filter(|u| u.header.batch_seq == 1)
+        .map(|u| u.paths.len())
+        .collect();
+    assert!(retried.windows(2).all(|w| w[0] == w[1]), "{retried:?}");
+    let accepted_paths: usize = ups
+        .iter()
+        .filter(|u| u.status == 200)
+        .map(|u| u.paths.len())
+        .sum();
+    assert!(
+        accepted_paths >= 2 && s.paths_uploaded == accepted_paths as u64,
+        "{accepted_paths} {s:?}"
+    );
     assert!(s.probes_sent > sent_during_outage);
 }
 
@@ -222,5 +348,8 @@ fn analyzer_outage_keeps_probing_bounds_the_buffer_and_retries_the_same_batch() 
 fn an_ip_not_on_this_host_is_a_clear_error() {
     let cfg = config("http://127.0.0.1:9".into(), "192.0.2.55", 47_943);
     let err = format!("{:#}", start(cfg).err().unwrap());
-    assert!(err.contains("RNIC r1") && err.contains("192.0.2.55") && err.contains("not assigned"), "{err}");
+    assert!(
+        err.contains("RNIC r1") && err.contains("192.0.2.55") && err.contains("not assigned"),
+        "{err}"
+    );
 }

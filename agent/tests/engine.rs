@@ -3,7 +3,7 @@
 use rocemesh_agent::probe::engine::{Command, EngineHandle, EngineIdentity};
 use rocemesh_agent::stats::Counters;
 use rocemesh_agent::transport::{UdpOptions, UdpTransport};
-use rocemesh_agent::upload::buffer::ResultBuffer;
+use rocemesh_agent::upload::buffer::{Marks, ResultBuffer};
 use rocemesh_proto::api::{PingTarget, ProbeList};
 use rocemesh_proto::batch::{BatchHeader, decode_batch};
 use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
@@ -25,12 +25,31 @@ fn node(ip: &str, port: u16, qpn: u32, rnic_id: u32) -> Node {
     let ip: IpAddr = ip.parse().unwrap();
     let counters = Arc::new(Counters::default());
     let results = Arc::new(ResultBuffer::new(100_000, counters.clone()));
-    let opts = UdpOptions { ip, port, dscp: None, hardware_timestamps_on: None, max_send_sockets: 16 };
+    let opts = UdpOptions {
+        ip,
+        port,
+        dscp: None,
+        hardware_timestamps_on: None,
+        max_send_sockets: 16,
+    };
     let transport = UdpTransport::open(opts, counters.clone()).unwrap();
-    let id = EngineIdentity { name: format!("test-{ip}"), qpn, token: rand_token(qpn), port, max_outstanding: 1024 };
+    let id = EngineIdentity {
+        name: format!("test-{ip}"),
+        qpn,
+        token: rand_token(qpn),
+        port,
+        max_outstanding: 1024,
+        trace: None,
+    };
     let engine = EngineHandle::spawn(id, transport, counters.clone(), results.clone()).unwrap();
     engine.send(Command::RnicId(rnic_id)).unwrap();
-    Node { ip, qpn, engine, counters, results }
+    Node {
+        ip,
+        qpn,
+        engine,
+        counters,
+        results,
+    }
 }
 
 fn rand_token(seed: u32) -> u64 {
@@ -38,12 +57,23 @@ fn rand_token(seed: u32) -> u64 {
 }
 
 fn target(to: &Node, rnic_id: u32, port: u16, qpn: u32, src_port: u16) -> PingTarget {
-    PingTarget { rnic_id, ip: to.ip, port, qpn, src_port }
+    PingTarget {
+        rnic_id,
+        ip: to.ip,
+        port,
+        qpn,
+        src_port,
+    }
 }
 
 fn results(buffer: &ResultBuffer) -> Vec<ProbeResult> {
-    let h = BatchHeader { host_id: 0, epoch: 0, batch_seq: 0, dropped: 0 };
-    let (body, _) = buffer.encode_front(h, u64::MAX, usize::MAX);
+    let h = BatchHeader {
+        host_id: 0,
+        epoch: 0,
+        batch_seq: 0,
+        dropped: 0,
+    };
+    let body = buffer.encode_front(h, Marks::ALL, usize::MAX).body;
     decode_batch(&body).unwrap().records().collect()
 }
 
@@ -58,10 +88,23 @@ fn two_rnics_probe_each_other_with_software_stamps() {
     let list = |to: &Node, id, base: u16| ProbeList {
         class: ProbeClass::TorMesh,
         pps: 100.0,
-        entries: vec![target(to, id, port, to.qpn, base), target(to, id, port, to.qpn, base + 1)],
+        entries: vec![
+            target(to, id, port, to.qpn, base),
+            target(to, id, port, to.qpn, base + 1),
+        ],
     };
-    a.engine.send(Command::Lists(vec![list(&b, 2, 50_100)], Duration::from_millis(500))).unwrap();
-    b.engine.send(Command::Lists(vec![list(&a, 1, 50_200)], Duration::from_millis(500))).unwrap();
+    a.engine
+        .send(Command::Lists(
+            vec![list(&b, 2, 50_100)],
+            Duration::from_millis(500),
+        ))
+        .unwrap();
+    b.engine
+        .send(Command::Lists(
+            vec![list(&a, 1, 50_200)],
+            Duration::from_millis(500),
+        ))
+        .unwrap();
     std::thread::sleep(Duration::from_millis(2_000));
     let (ra, rb) = (results(&a.results), results(&b.results));
     for (n, rs, base) in [(&a, &ra, 50_100u16), (&b, &rb, 50_200)] {
@@ -70,8 +113,14 @@ fn two_rnics_probe_each_other_with_software_stamps() {
         for r in rs.iter() {
             assert_eq!(r.status, ProbeStatus::Ok, "{r:?}");
             assert_eq!(r.ts_source, TimestampSource::Software, "{r:?}");
-            assert!(r.network_rtt_ns > 0 && r.network_rtt_ns < r.app_rtt_ns, "{r:?}");
-            assert!(r.responder_delay_ns > 0 && r.app_rtt_ns < 50_000_000, "{r:?}");
+            assert!(
+                r.network_rtt_ns > 0 && r.network_rtt_ns < r.app_rtt_ns,
+                "{r:?}"
+            );
+            assert!(
+                r.responder_delay_ns > 0 && r.app_rtt_ns < 50_000_000,
+                "{r:?}"
+            );
             *per_port.entry(r.src_port).or_default() += 1;
         }
         // 50 pps per target for ~2 s (minus the last timeout window).
@@ -91,13 +140,21 @@ fn a_stale_qpn_gets_no_answer() {
     let port = 47_932;
     let a = node("127.0.7.3", port, 0x33, 3);
     let b = node("127.0.7.4", port, 0x44, 4);
-    let list = ProbeList { class: ProbeClass::InterTor, pps: 50.0, entries: vec![target(&b, 4, port, 0x45, 50_300)] };
-    a.engine.send(Command::Lists(vec![list], Duration::from_millis(200))).unwrap();
+    let list = ProbeList {
+        class: ProbeClass::InterTor,
+        pps: 50.0,
+        entries: vec![target(&b, 4, port, 0x45, 50_300)],
+    };
+    a.engine
+        .send(Command::Lists(vec![list], Duration::from_millis(200)))
+        .unwrap();
     std::thread::sleep(Duration::from_millis(1_000));
     a.engine.stop().unwrap();
     let rs = results(&a.results);
     assert!(rs.len() >= 30, "{} results", rs.len());
-    assert!(rs.iter().all(|r| r.status == ProbeStatus::Timeout && r.network_rtt_ns == 0 && r.target_qpn == 0x45));
+    assert!(rs.iter().all(|r| r.status == ProbeStatus::Timeout
+        && r.network_rtt_ns == 0
+        && r.target_qpn == 0x45));
     assert!(b.counters.stale_qpn.load(Relaxed) >= 40);
     assert_eq!(b.counters.acks_sent.load(Relaxed), 0);
     b.engine.stop().unwrap();
@@ -109,7 +166,8 @@ fn garbage_is_counted_and_never_answered() {
     let b = node("127.0.7.6", port, 0x66, 6);
     // ACKs go to the prober's main port, so the fake prober listens there.
     let sock = UdpSocket::bind(("127.0.7.5", port)).unwrap();
-    sock.set_read_timeout(Some(Duration::from_millis(300))).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
     let probe = rocemesh_proto::Packet::probe(ProbeClass::TorMesh, 1, 5, 0x55, 6, 0x66, 9).encode();
     let mut bad_version = probe;
     bad_version[2] = 7;
@@ -117,15 +175,31 @@ fn garbage_is_counted_and_never_answered() {
     bad_kind[3] = 9;
     let oversized = [probe.as_slice(), &[0u8; 100]].concat();
     let dest = format!("127.0.7.6:{port}");
-    for d in [&b"hello world"[..], &probe[..20], &oversized, &bad_version, &bad_kind, &[]] {
+    for d in [
+        &b"hello world"[..],
+        &probe[..20],
+        &oversized,
+        &bad_version,
+        &bad_kind,
+        &[],
+    ] {
         sock.send_to(d, &dest).unwrap();
     }
     let mut buf = [0u8; 256];
     let err = sock.recv_from(&mut buf).unwrap_err();
-    assert!(matches!(err.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut), "{err}");
+    assert!(
+        matches!(
+            err.kind(),
+            std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+        ),
+        "{err}"
+    );
     let s = b.counters.snapshot(0);
     let drops = |r: &str| s.drops_by_reason[r];
-    assert_eq!((drops("foreign"), drops("truncated"), drops("oversized")), (1, 2, 1));
+    assert_eq!(
+        (drops("foreign"), drops("truncated"), drops("oversized")),
+        (1, 2, 1)
+    );
     assert_eq!((drops("version"), drops("malformed")), (1, 1));
     assert_eq!(s.acks_sent, 0);
     // A valid probe from the same socket IS answered: the silence above was meaningful.

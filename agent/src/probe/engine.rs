@@ -5,16 +5,17 @@ use super::prober::{AckOutcome, Prober};
 use super::responder::Responder;
 use super::schedule::Schedule;
 use crate::stats::Counters;
+use crate::trace::{TraceFeed, TraceKey};
 use crate::transport::{Endpoint, Transport, TransportEvent};
 use crate::upload::buffer::ResultBuffer;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rocemesh_proto::api::ProbeList;
 use rocemesh_proto::{Packet, PacketKind, ProbeResult};
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -26,7 +27,7 @@ const RESULT_BATCH: usize = 256;
 const COMMAND_QUEUE: usize = 8;
 
 /// Who an engine is: fixed for the life of the agent.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct EngineIdentity {
     /// Thread name (e.g. `rnic-mlx5_0`).
     pub name: String,
@@ -38,6 +39,8 @@ pub struct EngineIdentity {
     pub port: u16,
     /// Bound of outstanding probes.
     pub max_outstanding: usize,
+    /// Where to report 5-tuples to trace (`None`: path tracing off).
+    pub trace: Option<TraceFeed>,
 }
 
 /// A change the control plane hands an engine.
@@ -79,9 +82,16 @@ impl EngineHandle {
             epoch: Instant::now(),
             commands: rx,
             stop: stop.clone(),
+            trace: id.trace,
         };
-        let thread = std::thread::Builder::new().name(id.name).spawn(move || engine.run())?;
-        Ok(Self { commands, stop, thread })
+        let thread = std::thread::Builder::new()
+            .name(id.name)
+            .spawn(move || engine.run())?;
+        Ok(Self {
+            commands,
+            stop,
+            thread,
+        })
     }
 
     /// Queues a command; a full queue (engine wedged) is reported, never blocks.
@@ -96,7 +106,9 @@ impl EngineHandle {
     /// Stops the engine, flushing its pending results, and joins it.
     pub fn stop(self) -> anyhow::Result<()> {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().map_err(|_| anyhow::anyhow!("engine thread panicked"))
+        self.thread
+            .join()
+            .map_err(|_| anyhow::anyhow!("engine thread panicked"))
     }
 }
 
@@ -113,6 +125,7 @@ struct Engine<T> {
     epoch: Instant,
     commands: Receiver<Command>,
     stop: Arc<AtomicBool>,
+    trace: Option<TraceFeed>,
 }
 
 impl<T: Transport> Engine<T> {
@@ -122,7 +135,9 @@ impl<T: Transport> Engine<T> {
             let now = Instant::now();
             self.send_due(now);
             self.prober.expire(now, &mut self.batch);
-            self.responder.expire(now, &mut self.transport, &self.counters);
+            self.report_timeouts(now);
+            self.responder
+                .expire(now, &mut self.transport, &self.counters);
             self.flush_results();
             if let Err(e) = self.transport.wait(self.sleep_time()) {
                 tracing::error!(error = %e, "transport wait failed; engine stops");
@@ -145,7 +160,11 @@ impl<T: Transport> Engine<T> {
                 }
                 Command::Lists(lists, timeout) => {
                     self.prober.set_timeout(timeout);
-                    self.schedule = Schedule::new(lists, self.clock_ns(Instant::now()), &mut self.rng);
+                    if let Some(t) = &self.trace {
+                        t.pinglist(self.transport.local_ip(), &lists);
+                    }
+                    self.schedule =
+                        Schedule::new(lists, self.clock_ns(Instant::now()), &mut self.rng);
                 }
             }
         }
@@ -162,7 +181,11 @@ impl<T: Transport> Engine<T> {
                 self.counters.outstanding_overflow.fetch_add(1, Relaxed);
                 continue;
             };
-            let to = Endpoint { ip: target.ip, port: target.port, qpn: target.qpn };
+            let to = Endpoint {
+                ip: target.ip,
+                port: target.port,
+                qpn: target.qpn,
+            };
             let t1_wall_ns = rocemesh_proto::now_unix_ns();
             let t1 = Instant::now();
             match self.transport.send(&probe.encode(), to, target.src_port) {
@@ -177,13 +200,36 @@ impl<T: Transport> Engine<T> {
         }
     }
 
+    /// Asks the tracer to trace the 5-tuples of timed-out probes ahead of its queue.
+    fn report_timeouts(&mut self, now: Instant) {
+        let src = self.transport.local_ip();
+        let timeouts = self.prober.take_timeouts();
+        if let Some(t) = &mut self.trace {
+            for target in timeouts {
+                t.timed_out(
+                    TraceKey {
+                        src,
+                        dst: target.ip,
+                        src_port: target.src_port,
+                        dst_port: target.port,
+                        ack_direction: false,
+                    },
+                    now,
+                );
+            }
+        }
+    }
+
     fn sleep_time(&self) -> Duration {
         let now = Instant::now();
         let mut until = now + IDLE_WAKE;
         if let Some(due) = self.schedule.next_due_ns() {
             until = until.min(self.epoch + Duration::from_nanos(due));
         }
-        for d in [self.prober.next_deadline(), self.responder.next_deadline()].into_iter().flatten() {
+        for d in [self.prober.next_deadline(), self.responder.next_deadline()]
+            .into_iter()
+            .flatten()
+        {
             until = until.min(d);
         }
         until.saturating_duration_since(now)
@@ -192,7 +238,10 @@ impl<T: Transport> Engine<T> {
     fn handle(&mut self, ev: TransportEvent) {
         match ev {
             TransportEvent::TxStamp(token, stamp) => {
-                if !self.responder.on_tx_stamp(token, stamp, &mut self.transport, &self.counters) {
+                if !self
+                    .responder
+                    .on_tx_stamp(token, stamp, &mut self.transport, &self.counters)
+                {
                     self.prober.on_tx_stamp(token, stamp, &mut self.batch);
                 }
             }
@@ -206,14 +255,37 @@ impl<T: Transport> Engine<T> {
                     }
                 };
                 match pkt.kind {
-                    PacketKind::Probe => self.responder.on_probe(&pkt, &rx, now, &mut self.transport, &self.counters),
+                    PacketKind::Probe => {
+                        if self.responder.on_probe(
+                            &pkt,
+                            &rx,
+                            now,
+                            &mut self.transport,
+                            &self.counters,
+                        ) && let Some(t) = &mut self.trace
+                        {
+                            let src = self.transport.local_ip();
+                            let key = TraceKey {
+                                src,
+                                dst: rx.peer_ip,
+                                src_port: rx.peer_port,
+                                dst_port: self.responder.ack_port(),
+                                ack_direction: true,
+                            };
+                            t.answered(key, now);
+                        }
+                    }
                     PacketKind::Ack1 | PacketKind::Ack2 => {
-                        if self.prober.on_ack(&pkt, rx.stamp, now, &mut self.batch) == AckOutcome::Unmatched {
+                        if self.prober.on_ack(&pkt, rx.stamp, now, &mut self.batch)
+                            == AckOutcome::Unmatched
+                        {
                             self.counters.unmatched_ack.fetch_add(1, Relaxed);
                         }
                     }
-                    // A traceroute packet that reached its destination: nothing to answer.
-                    PacketKind::Trace => {}
+                    // A traceroute packet that reached its destination: counted, never answered.
+                    PacketKind::Trace => {
+                        self.counters.trace_received.fetch_add(1, Relaxed);
+                    }
                 }
             }
         }

@@ -52,7 +52,12 @@ pub struct Prober {
     by_tx: HashMap<TxToken, u32>,
     /// Probes with both ACKs but no ② yet: finished after the current event batch.
     awaiting_tx: Vec<u32>,
+    /// Targets of probes that timed out since the last [`Prober::take_timeouts`] (bounded).
+    timed_out: Vec<PingTarget>,
 }
+
+/// Most timed-out targets remembered between two [`Prober::take_timeouts`].
+const MAX_TIMED_OUT: usize = 1024;
 
 impl Prober {
     /// A prober with QPN `qpn` and incarnation token `token`.
@@ -70,6 +75,7 @@ impl Prober {
             expiry: VecDeque::new(),
             by_tx: HashMap::new(),
             awaiting_tx: Vec::with_capacity(64),
+            timed_out: Vec::new(),
         }
     }
 
@@ -90,11 +96,26 @@ impl Prober {
         }
         let seq = self.next_seq;
         self.next_seq = self.next_seq.wrapping_add(1);
-        Some(Packet::probe(class, seq, self.rnic_id, self.qpn, target.rnic_id, target.qpn, self.token))
+        Some(Packet::probe(
+            class,
+            seq,
+            self.rnic_id,
+            self.qpn,
+            target.rnic_id,
+            target.qpn,
+            self.token,
+        ))
     }
 
     /// Records that `probe` left at ① = (`t1`, `t1_wall_ns`) with TX token `tx`.
-    pub fn sent(&mut self, probe: &Packet, target: &PingTarget, t1: Instant, t1_wall_ns: u64, tx: TxToken) {
+    pub fn sent(
+        &mut self,
+        probe: &Packet,
+        target: &PingTarget,
+        t1: Instant,
+        t1_wall_ns: u64,
+        tx: TxToken,
+    ) {
         let entry = Outstanding {
             class: probe.class,
             target: target.clone(),
@@ -112,7 +133,9 @@ impl Prober {
 
     /// Takes ② for a probe; returns false when the token is not one of ours.
     pub fn on_tx_stamp(&mut self, tx: TxToken, stamp: Stamp, out: &mut Vec<ProbeResult>) -> bool {
-        let Some(&seq) = self.by_tx.get(&tx) else { return false };
+        let Some(&seq) = self.by_tx.get(&tx) else {
+            return false;
+        };
         if let Some(e) = self.table.get_mut(&seq) {
             // A NIC may report software then hardware for the same send: keep the best.
             if e.t2.is_none_or(|old| stamp.source > old.source) {
@@ -126,8 +149,16 @@ impl Prober {
     }
 
     /// Takes an ACK1/ACK2 received with stamp ⑤ at application time ⑥ = `now`.
-    pub fn on_ack(&mut self, ack: &Packet, rx: Option<Stamp>, now: Instant, out: &mut Vec<ProbeResult>) -> AckOutcome {
-        let Some(e) = self.table.get_mut(&ack.seq) else { return AckOutcome::Unmatched };
+    pub fn on_ack(
+        &mut self,
+        ack: &Packet,
+        rx: Option<Stamp>,
+        now: Instant,
+        out: &mut Vec<ProbeResult>,
+    ) -> AckOutcome {
+        let Some(e) = self.table.get_mut(&ack.seq) else {
+            return AckOutcome::Unmatched;
+        };
         let ours = ack.prober_token == self.token
             && ack.prober_qpn == self.qpn
             && ack.target_rnic == e.target.rnic_id
@@ -138,7 +169,9 @@ impl Prober {
         }
         match ack.kind {
             PacketKind::Ack1 if e.ack1.is_none() => e.ack1 = Some((rx, now)),
-            PacketKind::Ack2 if e.ack2.is_none() => e.ack2 = Some((ack.responder_delay_ns, ack.responder_ts)),
+            PacketKind::Ack2 if e.ack2.is_none() => {
+                e.ack2 = Some((ack.responder_delay_ns, ack.responder_ts))
+            }
             _ => return AckOutcome::Unmatched,
         }
         if e.ack1.is_some() && e.ack2.is_some() {
@@ -176,6 +209,11 @@ impl Prober {
         self.expiry.front().map(|(d, _)| *d)
     }
 
+    /// The targets whose probes timed out (no ACK at all) since the last call.
+    pub fn take_timeouts(&mut self) -> std::vec::Drain<'_, PingTarget> {
+        self.timed_out.drain(..)
+    }
+
     /// Number of probes in flight.
     pub fn outstanding(&self) -> usize {
         self.table.len()
@@ -183,7 +221,9 @@ impl Prober {
 
     /// Removes a probe and emits its result (OK when both ACKs arrived, else a timeout).
     fn finish(&mut self, seq: u32, out: &mut Vec<ProbeResult>) {
-        let Some(e) = self.table.remove(&seq) else { return };
+        let Some(e) = self.table.remove(&seq) else {
+            return;
+        };
         self.by_tx.remove(&e.tx);
         let mut r = ProbeResult {
             prober_rnic: self.rnic_id,
@@ -220,9 +260,14 @@ impl Prober {
             }
             (Some((_, t6)), None) => {
                 r.status = ProbeStatus::Ack2Lost;
-                r.app_rtt_ns = u32::try_from(t6.saturating_duration_since(e.t1).as_nanos()).unwrap_or(u32::MAX);
+                r.app_rtt_ns = u32::try_from(t6.saturating_duration_since(e.t1).as_nanos())
+                    .unwrap_or(u32::MAX);
             }
-            _ => {}
+            _ => {
+                if self.timed_out.len() < MAX_TIMED_OUT {
+                    self.timed_out.push(e.target);
+                }
+            }
         }
         out.push(r);
     }
@@ -235,11 +280,20 @@ mod tests {
     const WALL: u64 = 1_700_000_000_000_000_000;
 
     fn target(id: u32) -> PingTarget {
-        PingTarget { rnic_id: id, ip: "127.0.0.2".parse().unwrap(), port: 4792, qpn: 77, src_port: 50_001 }
+        PingTarget {
+            rnic_id: id,
+            ip: "127.0.0.2".parse().unwrap(),
+            port: 4792,
+            qpn: 77,
+            src_port: 50_001,
+        }
     }
 
     fn sw(ns: u64) -> Stamp {
-        Stamp { ns: WALL + ns, source: TimestampSource::Software }
+        Stamp {
+            ns: WALL + ns,
+            source: TimestampSource::Software,
+        }
     }
 
     /// Sends one probe at `t0`; returns it.
@@ -259,16 +313,39 @@ mod tests {
         assert!(p.on_tx_stamp(TxToken(10), sw(20_000), &mut out));
         assert!(!p.on_tx_stamp(TxToken(11), sw(20_000), &mut out));
         let t6 = t0 + Duration::from_micros(109);
-        assert_eq!(p.on_ack(&probe.ack1(77), Some(sw(73_000)), t6, &mut out), AckOutcome::Recorded);
+        assert_eq!(
+            p.on_ack(&probe.ack1(77), Some(sw(73_000)), t6, &mut out),
+            AckOutcome::Recorded
+        );
         assert!(out.is_empty());
-        p.on_ack(&probe.ack2(77, 20_000, TimestampSource::Software), None, t6, &mut out);
+        p.on_ack(
+            &probe.ack2(77, 20_000, TimestampSource::Software),
+            None,
+            t6,
+            &mut out,
+        );
         assert_eq!(out.len(), 1);
         let r = out[0];
-        assert_eq!((r.status, r.ts_source, r.network_rtt_ns, r.app_rtt_ns), (ProbeStatus::Ok, TimestampSource::Software, 33_000, 109_000));
-        assert_eq!((r.prober_rnic, r.target_rnic, r.seq, r.target_qpn, r.src_port), (1, 2, probe.seq, 77, 50_001));
+        assert_eq!(
+            (r.status, r.ts_source, r.network_rtt_ns, r.app_rtt_ns),
+            (ProbeStatus::Ok, TimestampSource::Software, 33_000, 109_000)
+        );
+        assert_eq!(
+            (
+                r.prober_rnic,
+                r.target_rnic,
+                r.seq,
+                r.target_qpn,
+                r.src_port
+            ),
+            (1, 2, probe.seq, 77, 50_001)
+        );
         assert_eq!(p.outstanding(), 0);
         // A late duplicate is unmatched.
-        assert_eq!(p.on_ack(&probe.ack1(77), None, t6, &mut out), AckOutcome::Unmatched);
+        assert_eq!(
+            p.on_ack(&probe.ack1(77), None, t6, &mut out),
+            AckOutcome::Unmatched
+        );
     }
 
     #[test]
@@ -279,15 +356,23 @@ mod tests {
         let silent = send(&mut p, t0, 1);
         let half = send(&mut p, t0 + Duration::from_millis(1), 2);
         let mut out = Vec::new();
-        p.on_ack(&half.ack1(77), None, t0 + Duration::from_millis(2), &mut out);
+        p.on_ack(
+            &half.ack1(77),
+            None,
+            t0 + Duration::from_millis(2),
+            &mut out,
+        );
         p.expire(t0 + Duration::from_millis(499), &mut out);
         assert!(out.is_empty());
         assert_eq!(p.next_deadline(), Some(t0 + Duration::from_millis(500)));
         p.expire(t0 + Duration::from_millis(501), &mut out);
-        assert_eq!(out.iter().map(|r| (r.seq, r.status)).collect::<Vec<_>>(), vec![
-            (silent.seq, ProbeStatus::Timeout),
-            (half.seq, ProbeStatus::Ack2Lost)
-        ]);
+        assert_eq!(
+            out.iter().map(|r| (r.seq, r.status)).collect::<Vec<_>>(),
+            vec![
+                (silent.seq, ProbeStatus::Timeout),
+                (half.seq, ProbeStatus::Ack2Lost)
+            ]
+        );
         assert!(out.iter().all(|r| r.network_rtt_ns == 0));
         assert_eq!(out[1].app_rtt_ns, 1_000_000);
         assert_eq!(p.outstanding(), 0);
@@ -300,19 +385,41 @@ mod tests {
         let t0 = Instant::now();
         let probe = send(&mut p, t0, 1);
         let mut out = Vec::new();
-        let wrong_token = Packet { prober_token: 1, ..probe.ack1(77) };
-        let wrong_target = Packet { target_qpn: 78, ..probe.ack1(77) };
-        let wrong_seq = Packet { seq: 1234, ..probe.ack1(77) };
+        let wrong_token = Packet {
+            prober_token: 1,
+            ..probe.ack1(77)
+        };
+        let wrong_target = Packet {
+            target_qpn: 78,
+            ..probe.ack1(77)
+        };
+        let wrong_seq = Packet {
+            seq: 1234,
+            ..probe.ack1(77)
+        };
         for ack in [wrong_token, wrong_target, wrong_seq] {
             assert_eq!(p.on_ack(&ack, None, t0, &mut out), AckOutcome::Unmatched);
         }
         send(&mut p, t0, 2);
         assert!(p.next_probe(ProbeClass::TorMesh, &target(2)).is_none());
         // Both ACKs without ② yet: finished with app stamps after the batch.
-        p.on_ack(&probe.ack1(77), None, t0 + Duration::from_micros(50), &mut out);
-        p.on_ack(&probe.ack2(77, 10_000, TimestampSource::Software), None, t0 + Duration::from_micros(50), &mut out);
+        p.on_ack(
+            &probe.ack1(77),
+            None,
+            t0 + Duration::from_micros(50),
+            &mut out,
+        );
+        p.on_ack(
+            &probe.ack2(77, 10_000, TimestampSource::Software),
+            None,
+            t0 + Duration::from_micros(50),
+            &mut out,
+        );
         assert!(out.is_empty());
         p.flush_awaiting(&mut out);
-        assert_eq!((out[0].status, out[0].ts_source, out[0].network_rtt_ns), (ProbeStatus::Ok, TimestampSource::App, 40_000));
+        assert_eq!(
+            (out[0].status, out[0].ts_source, out[0].network_rtt_ns),
+            (ProbeStatus::Ok, TimestampSource::App, 40_000)
+        );
     }
 }

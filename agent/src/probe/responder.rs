@@ -52,35 +52,70 @@ impl Responder {
         self.rnic_id = id;
     }
 
-    /// Handles a PROBE received as `rx` (③ = its RX stamp, `t3_app` = when we read it).
-    pub fn on_probe<T: Transport>(&mut self, probe: &Packet, rx: &RxDatagram, t3_app: Instant, transport: &mut T, counters: &Counters) {
-        if probe.target_qpn != self.qpn || (self.rnic_id != 0 && probe.target_rnic != self.rnic_id) {
+    /// Handles a PROBE received as `rx` (③ = its RX stamp, `t3_app` = when we read it);
+    /// returns true when it was answered.
+    pub fn on_probe<T: Transport>(
+        &mut self,
+        probe: &Packet,
+        rx: &RxDatagram,
+        t3_app: Instant,
+        transport: &mut T,
+        counters: &Counters,
+    ) -> bool {
+        if probe.target_qpn != self.qpn || (self.rnic_id != 0 && probe.target_rnic != self.rnic_id)
+        {
             counters.stale_qpn.fetch_add(1, Relaxed);
-            return;
+            return false;
         }
-        let to = Endpoint { ip: rx.peer_ip, port: self.port, qpn: probe.prober_qpn };
+        let to = Endpoint {
+            ip: rx.peer_ip,
+            port: self.port,
+            qpn: probe.prober_qpn,
+        };
         let src_port = rx.peer_port;
         let token = match transport.send(&probe.ack1(self.qpn).encode(), to, src_port) {
             Ok(t) => t,
             Err(_) => {
                 counters.send_errors.fetch_add(1, Relaxed);
-                return;
+                return false;
             }
         };
         counters.acks_sent.fetch_add(1, Relaxed);
         let t4_app = Instant::now();
-        let p = PendingAck2 { probe: *probe, to, src_port, t3: rx.stamp, t3_app, t4_app, deadline: t4_app + TX_STAMP_WAIT };
+        let p = PendingAck2 {
+            probe: *probe,
+            to,
+            src_port,
+            t3: rx.stamp,
+            t3_app,
+            t4_app,
+            deadline: t4_app + TX_STAMP_WAIT,
+        };
         if p.t3.is_none() || self.pending.len() >= MAX_PENDING {
             self.send_ack2(&p, None, transport, counters);
         } else {
             self.pending.insert(token, p);
             self.order.push_back(token);
         }
+        true
+    }
+
+    /// The port our ACKs go to (the probers' main port).
+    pub fn ack_port(&self) -> u16 {
+        self.port
     }
 
     /// Takes ④ for an ACK1; returns false when the token is not one of ours.
-    pub fn on_tx_stamp<T: Transport>(&mut self, token: TxToken, t4: Stamp, transport: &mut T, counters: &Counters) -> bool {
-        let Some(p) = self.pending.get(&token) else { return false };
+    pub fn on_tx_stamp<T: Transport>(
+        &mut self,
+        token: TxToken,
+        t4: Stamp,
+        transport: &mut T,
+        counters: &Counters,
+    ) -> bool {
+        let Some(p) = self.pending.get(&token) else {
+            return false;
+        };
         // Only a stamp on ③'s clock helps; otherwise wait for a better one or the deadline.
         if p.t3.is_some_and(|t3| t3.source == t4.source)
             && let Some(p) = self.pending.remove(&token)
@@ -108,10 +143,19 @@ impl Responder {
 
     /// When the oldest pending ACK2 falls back to application times.
     pub fn next_deadline(&self) -> Option<Instant> {
-        self.order.iter().find_map(|t| self.pending.get(t)).map(|p| p.deadline)
+        self.order
+            .iter()
+            .find_map(|t| self.pending.get(t))
+            .map(|p| p.deadline)
     }
 
-    fn send_ack2<T: Transport>(&self, p: &PendingAck2, t4: Option<Stamp>, transport: &mut T, counters: &Counters) {
+    fn send_ack2<T: Transport>(
+        &self,
+        p: &PendingAck2,
+        t4: Option<Stamp>,
+        transport: &mut T,
+        counters: &Counters,
+    ) {
         let (delay, source) = responder_delay(p.t3, t4, p.t3_app, p.t4_app);
         let ack2 = p.probe.ack2(self.qpn, delay, source);
         match transport.send(&ack2.encode(), p.to, p.src_port) {
@@ -122,10 +166,20 @@ impl Responder {
 }
 
 /// ④−③ from kernel/NIC stamps on one clock, else from application times (flagged `App`).
-pub fn responder_delay(t3: Option<Stamp>, t4: Option<Stamp>, t3_app: Instant, t4_app: Instant) -> (u64, TimestampSource) {
+pub fn responder_delay(
+    t3: Option<Stamp>,
+    t4: Option<Stamp>,
+    t3_app: Instant,
+    t4_app: Instant,
+) -> (u64, TimestampSource) {
     match (t3, t4) {
-        (Some(t3), Some(t4)) if t3.source == t4.source && t4.ns >= t3.ns => (t4.ns - t3.ns, t3.source),
-        _ => (t4_app.saturating_duration_since(t3_app).as_nanos() as u64, TimestampSource::App),
+        (Some(t3), Some(t4)) if t3.source == t4.source && t4.ns >= t3.ns => {
+            (t4.ns - t3.ns, t3.source)
+        }
+        _ => (
+            t4_app.saturating_duration_since(t3_app).as_nanos() as u64,
+            TimestampSource::App,
+        ),
     }
 }
 
@@ -137,13 +191,41 @@ mod tests {
     fn delay_uses_one_clock_only() {
         let a = Instant::now();
         let b = a + Duration::from_micros(30);
-        let sw = |ns| Some(Stamp { ns, source: TimestampSource::Software });
-        let hw = |ns| Some(Stamp { ns, source: TimestampSource::Hardware });
-        assert_eq!(responder_delay(sw(100), sw(1_100), a, b), (1_000, TimestampSource::Software));
-        assert_eq!(responder_delay(hw(100), hw(600), a, b), (500, TimestampSource::Hardware));
-        assert_eq!(responder_delay(hw(100), sw(600), a, b), (30_000, TimestampSource::App));
-        assert_eq!(responder_delay(sw(700), sw(600), a, b), (30_000, TimestampSource::App));
-        assert_eq!(responder_delay(None, sw(600), a, b), (30_000, TimestampSource::App));
-        assert_eq!(responder_delay(sw(1), None, b, a), (0, TimestampSource::App));
+        let sw = |ns| {
+            Some(Stamp {
+                ns,
+                source: TimestampSource::Software,
+            })
+        };
+        let hw = |ns| {
+            Some(Stamp {
+                ns,
+                source: TimestampSource::Hardware,
+            })
+        };
+        assert_eq!(
+            responder_delay(sw(100), sw(1_100), a, b),
+            (1_000, TimestampSource::Software)
+        );
+        assert_eq!(
+            responder_delay(hw(100), hw(600), a, b),
+            (500, TimestampSource::Hardware)
+        );
+        assert_eq!(
+            responder_delay(hw(100), sw(600), a, b),
+            (30_000, TimestampSource::App)
+        );
+        assert_eq!(
+            responder_delay(sw(700), sw(600), a, b),
+            (30_000, TimestampSource::App)
+        );
+        assert_eq!(
+            responder_delay(None, sw(600), a, b),
+            (30_000, TimestampSource::App)
+        );
+        assert_eq!(
+            responder_delay(sw(1), None, b, a),
+            (0, TimestampSource::App)
+        );
     }
 }

@@ -59,7 +59,8 @@ fn kernel_rtt(t: &Timings) -> Option<(u64, TimestampSource)> {
     // Software stamps share CLOCK_REALTIME with ①: ② must fall inside the exchange,
     // otherwise it belongs to another send (or the clock stepped).
     if t2.source == TimestampSource::Software
-        && (t2.ns + WALL_SLACK_NS < t.t1_wall_ns || t2.ns > t.t1_wall_ns + t.app_rtt_ns + WALL_SLACK_NS)
+        && (t2.ns + WALL_SLACK_NS < t.t1_wall_ns
+            || t2.ns > t.t1_wall_ns + t.app_rtt_ns + WALL_SLACK_NS)
     {
         return None;
     }
@@ -95,7 +96,10 @@ mod tests {
     const WALL: u64 = 1_700_000_000_000_000_000;
 
     fn sw(ns: u64) -> Option<Stamp> {
-        Some(Stamp { ns: WALL + ns, source: Software })
+        Some(Stamp {
+            ns: WALL + ns,
+            source: Software,
+        })
     }
 
     fn base() -> Timings {
@@ -124,9 +128,26 @@ mod tests {
             }
         );
         // The result is only as good as the responder's stamps.
-        assert_eq!(delays(&Timings { responder_ts: App, ..base() }).ts_source, App);
-        let hw = |ns| Some(Stamp { ns, source: Hardware });
-        let d = delays(&Timings { t2: hw(5_000), t5: hw(58_000), responder_ts: Hardware, ..base() });
+        assert_eq!(
+            delays(&Timings {
+                responder_ts: App,
+                ..base()
+            })
+            .ts_source,
+            App
+        );
+        let hw = |ns| {
+            Some(Stamp {
+                ns,
+                source: Hardware,
+            })
+        };
+        let d = delays(&Timings {
+            t2: hw(5_000),
+            t5: hw(58_000),
+            responder_ts: Hardware,
+            ..base()
+        });
         assert_eq!((d.network_rtt_ns, d.ts_source), (33_000, Hardware));
     }
 
@@ -141,22 +162,69 @@ mod tests {
         assert_eq!(app(Timings { t2: None, ..base() }), 89_000);
         assert_eq!(app(Timings { t5: None, ..base() }), 89_000);
         // ⑤ before ②: negative kernel RTT.
-        assert_eq!(app(Timings { t5: sw(10_000), ..base() }), 89_000);
+        assert_eq!(
+            app(Timings {
+                t5: sw(10_000),
+                ..base()
+            }),
+            89_000
+        );
         // Kernel RTT larger than the application RTT: absurd.
-        assert_eq!(app(Timings { t5: sw(200_000), ..base() }), 89_000);
+        assert_eq!(
+            app(Timings {
+                t5: sw(200_000),
+                ..base()
+            }),
+            89_000
+        );
         // Mixed clocks are never subtracted.
-        assert_eq!(app(Timings { t5: Some(Stamp { ns: WALL + 73_000, source: Hardware }), ..base() }), 89_000);
+        assert_eq!(
+            app(Timings {
+                t5: Some(Stamp {
+                    ns: WALL + 73_000,
+                    source: Hardware
+                }),
+                ..base()
+            }),
+            89_000
+        );
         // A ② from long before ① belongs to some other send.
-        assert_eq!(app(Timings { t2: sw(0).map(|s| Stamp { ns: s.ns - 5_000_000, ..s }), ..base() }), 89_000);
+        assert_eq!(
+            app(Timings {
+                t2: sw(0).map(|s| Stamp {
+                    ns: s.ns - 5_000_000,
+                    ..s
+                }),
+                ..base()
+            }),
+            89_000
+        );
         // Responder delay exceeding the kernel RTT: would be negative.
-        assert_eq!(app(Timings { responder_delay_ns: 60_000, ..base() }), 49_000);
+        assert_eq!(
+            app(Timings {
+                responder_delay_ns: 60_000,
+                ..base()
+            }),
+            49_000
+        );
         // ... or even the application RTT: zero, never wrapped.
-        assert_eq!(app(Timings { responder_delay_ns: 500_000, ..base() }), 0);
+        assert_eq!(
+            app(Timings {
+                responder_delay_ns: 500_000,
+                ..base()
+            }),
+            0
+        );
     }
 
     #[test]
     fn huge_values_saturate() {
-        let t = Timings { app_rtt_ns: u64::MAX, t2: None, responder_delay_ns: 0, ..base() };
+        let t = Timings {
+            app_rtt_ns: u64::MAX,
+            t2: None,
+            responder_delay_ns: 0,
+            ..base()
+        };
         let d = delays(&t);
         assert_eq!((d.network_rtt_ns, d.app_rtt_ns), (u32::MAX, u32::MAX));
     }

@@ -47,7 +47,11 @@ impl ListSchedule {
 
     /// The target due at `now_ns`, if any; advances the schedule by one slot. After a stall
     /// the missed slots are skipped (keeping the phase) instead of being sent in a burst.
-    pub fn pop_due<R: Rng>(&mut self, now_ns: u64, rng: &mut R) -> Option<(ProbeClass, &PingTarget)> {
+    pub fn pop_due<R: Rng>(
+        &mut self,
+        now_ns: u64,
+        rng: &mut R,
+    ) -> Option<(ProbeClass, &PingTarget)> {
         if now_ns < self.next_ns {
             return None;
         }
@@ -75,7 +79,12 @@ pub struct Schedule {
 impl Schedule {
     /// Schedules every usable list.
     pub fn new<R: Rng>(lists: Vec<ProbeList>, now_ns: u64, rng: &mut R) -> Self {
-        Self { lists: lists.into_iter().filter_map(|l| ListSchedule::new(l, now_ns, rng)).collect() }
+        Self {
+            lists: lists
+                .into_iter()
+                .filter_map(|l| ListSchedule::new(l, now_ns, rng))
+                .collect(),
+        }
     }
 
     /// Earliest due time over all lists, `None` when there is nothing to probe.
@@ -84,8 +93,16 @@ impl Schedule {
     }
 
     /// One target due at `now_ns`, from the most overdue list.
-    pub fn pop_due<R: Rng>(&mut self, now_ns: u64, rng: &mut R) -> Option<(ProbeClass, &PingTarget)> {
-        let list = self.lists.iter_mut().filter(|l| l.next_ns <= now_ns).min_by_key(|l| l.next_ns)?;
+    pub fn pop_due<R: Rng>(
+        &mut self,
+        now_ns: u64,
+        rng: &mut R,
+    ) -> Option<(ProbeClass, &PingTarget)> {
+        let list = self
+            .lists
+            .iter_mut()
+            .filter(|l| l.next_ns <= now_ns)
+            .min_by_key(|l| l.next_ns)?;
         list.pop_due(now_ns, rng)
     }
 }
@@ -130,7 +147,10 @@ mod tests {
         let sent = run(&mut s, &mut rng, 20_000_000_000);
         let rate = sent.len() as f64 / 20.0;
         assert!((rate - 150.0).abs() <= 1.5, "rate {rate}");
-        let rounds: Vec<Vec<u32>> = sent.chunks_exact(7).map(|c| c.iter().map(|(_, id)| *id).collect()).collect();
+        let rounds: Vec<Vec<u32>> = sent
+            .chunks_exact(7)
+            .map(|c| c.iter().map(|(_, id)| *id).collect())
+            .collect();
         for r in &rounds {
             let mut sorted = r.clone();
             sorted.sort();
@@ -139,8 +159,13 @@ mod tests {
         // Reshuffled: not every round in the same order.
         assert!(rounds.windows(2).any(|w| w[0] != w[1]));
         let mut per_target: HashMap<u32, usize> = HashMap::new();
-        sent.iter().for_each(|(_, id)| *per_target.entry(*id).or_default() += 1);
-        assert!(per_target.values().all(|&c| (c as f64 - 150.0 * 20.0 / 7.0).abs() <= 2.0));
+        sent.iter()
+            .for_each(|(_, id)| *per_target.entry(*id).or_default() += 1);
+        assert!(
+            per_target
+                .values()
+                .all(|&c| (c as f64 - 150.0 * 20.0 / 7.0).abs() <= 2.0)
+        );
     }
 
     #[test]
@@ -164,7 +189,16 @@ mod tests {
     #[test]
     fn unusable_lists_are_ignored() {
         let mut rng = StdRng::seed_from_u64(3);
-        let s = Schedule::new(vec![list(0, 10.0), list(2, 0.0), list(2, f64::NAN), list(2, -1.0)], 0, &mut rng);
+        let s = Schedule::new(
+            vec![
+                list(0, 10.0),
+                list(2, 0.0),
+                list(2, f64::NAN),
+                list(2, -1.0),
+            ],
+            0,
+            &mut rng,
+        );
         assert_eq!(s.next_due_ns(), None);
         let capped = ListSchedule::new(list(1, 1e12), 0, &mut rng).unwrap();
         assert_eq!(capped.interval_ns, 10_000);

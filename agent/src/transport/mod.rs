@@ -64,11 +64,23 @@ pub struct RxDatagram {
 
 impl RxDatagram {
     /// Builds a datagram from received bytes (at most [`RX_BUF_LEN`] of them are kept).
-    pub fn new(bytes: &[u8], len: usize, peer_ip: IpAddr, peer_port: u16, stamp: Option<Stamp>) -> Self {
+    pub fn new(
+        bytes: &[u8],
+        len: usize,
+        peer_ip: IpAddr,
+        peer_port: u16,
+        stamp: Option<Stamp>,
+    ) -> Self {
         let mut data = [0u8; RX_BUF_LEN];
         let n = bytes.len().min(RX_BUF_LEN);
         data[..n].copy_from_slice(&bytes[..n]);
-        Self { data, len, peer_ip, peer_port, stamp }
+        Self {
+            data,
+            len,
+            peer_ip,
+            peer_port,
+            stamp,
+        }
     }
 
     /// The received bytes (truncated to [`RX_BUF_LEN`]: enough to tell oversized from valid).
@@ -92,7 +104,12 @@ pub trait Transport: Send {
     fn local_ip(&self) -> IpAddr;
 
     /// Sends `payload` to `to` from source port `src_port`; the token identifies the TX stamp.
-    fn send(&mut self, payload: &[u8; PACKET_LEN], to: Endpoint, src_port: u16) -> io::Result<TxToken>;
+    fn send(
+        &mut self,
+        payload: &[u8; PACKET_LEN],
+        to: Endpoint,
+        src_port: u16,
+    ) -> io::Result<TxToken>;
 
     /// Blocks until an event may be available or `timeout` passed (no busy polling).
     fn wait(&mut self, timeout: Duration) -> io::Result<()>;

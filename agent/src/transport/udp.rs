@@ -83,16 +83,26 @@ impl UdpTransport {
             match timestamping::enable_hardware(socket.as_raw_fd(), ifname) {
                 Ok(()) => tracing::info!(ifname, "hardware timestamping enabled"),
                 Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
-                    tracing::info!(ifname, "NIC has no hardware timestamping; using software stamps")
+                    tracing::info!(
+                        ifname,
+                        "NIC has no hardware timestamping; using software stamps"
+                    )
                 }
-                Err(e) => tracing::warn!(ifname, error = %e, "SIOCSHWTSTAMP failed; using software stamps"),
+                Err(e) => {
+                    tracing::warn!(ifname, error = %e, "SIOCSHWTSTAMP failed; using software stamps")
+                }
             }
         }
         epoll_ctl(ep, libc::EPOLL_CTL_ADD, socket.as_raw_fd(), MAIN_KEY)?;
         Ok(Self {
             opts,
             epoll,
-            main: Sock { socket, generation: 0, sent: 0, last_used: 0 },
+            main: Sock {
+                socket,
+                generation: 0,
+                sent: 0,
+                last_used: 0,
+            },
             send: HashMap::new(),
             generations: 0,
             tick: 0,
@@ -107,7 +117,12 @@ impl UdpTransport {
 
     /// The main port actually bound (useful when configured as 0 in tests).
     pub fn port(&self) -> u16 {
-        self.main.socket.local_addr().ok().and_then(|a| a.as_socket()).map_or(self.opts.port, |a| a.port())
+        self.main
+            .socket
+            .local_addr()
+            .ok()
+            .and_then(|a| a.as_socket())
+            .map_or(self.opts.port, |a| a.port())
     }
 
     /// The send socket for `src_port`, opening (and evicting the least recently used) as needed.
@@ -121,15 +136,31 @@ impl UdpTransport {
             if self.send.len() >= self.opts.max_send_sockets.max(1) {
                 self.evict_lru();
             }
-            match new_socket(&self.opts, src_port, true)
-                .and_then(|s| epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_ADD, s.as_raw_fd(), src_port as u64).map(|()| s))
-            {
+            match new_socket(&self.opts, src_port, true).and_then(|s| {
+                epoll_ctl(
+                    self.epoll.as_raw_fd(),
+                    libc::EPOLL_CTL_ADD,
+                    s.as_raw_fd(),
+                    src_port as u64,
+                )
+                .map(|()| s)
+            }) {
                 Ok(socket) => {
                     self.generations = self.generations.wrapping_add(1).max(1);
-                    self.send.insert(src_port, Sock { socket, generation: self.generations, sent: 0, last_used: tick });
+                    self.send.insert(
+                        src_port,
+                        Sock {
+                            socket,
+                            generation: self.generations,
+                            sent: 0,
+                            last_used: tick,
+                        },
+                    );
                 }
                 Err(_) => {
-                    self.counters.send_socket_fallbacks.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    self.counters
+                        .send_socket_fallbacks
+                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     return &mut self.main;
                 }
             }
@@ -140,26 +171,42 @@ impl UdpTransport {
     }
 
     fn evict_lru(&mut self) {
-        if let Some(port) = self.send.iter().min_by_key(|(_, s)| s.last_used).map(|(p, _)| *p) {
+        if let Some(port) = self
+            .send
+            .iter()
+            .min_by_key(|(_, s)| s.last_used)
+            .map(|(p, _)| *p)
+        {
             self.close_send_socket(port);
         }
     }
 
     fn close_send_socket(&mut self, port: u16) {
         if let Some(s) = self.send.remove(&port) {
-            let _ = epoll_ctl(self.epoll.as_raw_fd(), libc::EPOLL_CTL_DEL, s.socket.as_raw_fd(), 0);
+            let _ = epoll_ctl(
+                self.epoll.as_raw_fd(),
+                libc::EPOLL_CTL_DEL,
+                s.socket.as_raw_fd(),
+                0,
+            );
         }
     }
 
     fn socket_by_key(&self, key: u64) -> Option<&Sock> {
-        if key == MAIN_KEY { Some(&self.main) } else { self.send.get(&(key as u16)) }
+        if key == MAIN_KEY {
+            Some(&self.main)
+        } else {
+            self.send.get(&(key as u16))
+        }
     }
 
     /// Reads one message from the socket behind `key`, guided by its epoll `events`
     /// (EPOLLERR: TX stamps on the error queue; EPOLLIN: a datagram). Bits of sources
     /// found empty are cleared so nothing is read twice in vain.
     fn read_one(&mut self, key: u64, events: &mut u32) -> Option<TransportEvent> {
-        let (fd, generation) = self.socket_by_key(key).map(|s| (s.socket.as_raw_fd(), s.generation))?;
+        let (fd, generation) = self
+            .socket_by_key(key)
+            .map(|s| (s.socket.as_raw_fd(), s.generation))?;
         while *events & libc::EPOLLERR as u32 != 0 {
             match timestamping::recv(fd, &mut [], true, &mut self.control) {
                 Ok(r) => {
@@ -175,7 +222,13 @@ impl UdpTransport {
             match timestamping::recv(fd, &mut self.rx_buf, false, &mut self.control) {
                 Ok(r) => {
                     let peer = r.peer.unwrap_or(SocketAddr::new(self.opts.ip, 0));
-                    let d = RxDatagram::new(&self.rx_buf, r.len, peer.ip(), peer.port(), r.control.stamp);
+                    let d = RxDatagram::new(
+                        &self.rx_buf,
+                        r.len,
+                        peer.ip(),
+                        peer.port(),
+                        r.control.stamp,
+                    );
                     return Some(TransportEvent::Rx(d));
                 }
                 Err(_) => *events &= !(libc::EPOLLIN as u32),
@@ -191,7 +244,11 @@ fn token(generation: u32, id: u32) -> TxToken {
 }
 
 fn new_socket(opts: &UdpOptions, port: u16, shared: bool) -> io::Result<Socket> {
-    let domain = if opts.ip.is_ipv4() { Domain::IPV4 } else { Domain::IPV6 };
+    let domain = if opts.ip.is_ipv4() {
+        Domain::IPV4
+    } else {
+        Domain::IPV6
+    };
     let socket = Socket::new(domain, Type::DGRAM.cloexec(), Some(Protocol::UDP))?;
     if shared {
         socket.set_reuse_address(true)?;
@@ -212,9 +269,16 @@ fn new_socket(opts: &UdpOptions, port: u16, shared: bool) -> io::Result<Socket> 
 }
 
 fn epoll_ctl(ep: RawFd, op: libc::c_int, fd: RawFd, key: u64) -> io::Result<()> {
-    let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: key };
+    let mut ev = libc::epoll_event {
+        events: libc::EPOLLIN as u32,
+        u64: key,
+    };
     // SAFETY: valid epoll and socket fds; `ev` lives for the call.
-    if unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) } == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+    if unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 impl Transport for UdpTransport {
@@ -222,7 +286,12 @@ impl Transport for UdpTransport {
         self.opts.ip
     }
 
-    fn send(&mut self, payload: &[u8; PACKET_LEN], to: Endpoint, src_port: u16) -> io::Result<TxToken> {
+    fn send(
+        &mut self,
+        payload: &[u8; PACKET_LEN],
+        to: Endpoint,
+        src_port: u16,
+    ) -> io::Result<TxToken> {
         let dest = SockAddr::from(SocketAddr::new(to.ip, to.port));
         let sock = self.send_socket(src_port);
         match sock.socket.send_to(payload, &dest) {
@@ -246,12 +315,23 @@ impl Transport for UdpTransport {
         // Round up so a wake-up is never early (an early wake would spin until due).
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         // SAFETY: `ready` has room for MAX_READY events.
-        let n = unsafe { libc::epoll_wait(self.epoll.as_raw_fd(), self.ready.as_mut_ptr(), MAX_READY as i32, ms) };
+        let n = unsafe {
+            libc::epoll_wait(
+                self.epoll.as_raw_fd(),
+                self.ready.as_mut_ptr(),
+                MAX_READY as i32,
+                ms,
+            )
+        };
         self.cursor = 0;
         if n < 0 {
             self.nready = 0;
             let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted { Ok(()) } else { Err(e) };
+            return if e.kind() == io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(e)
+            };
         }
         self.nready = n as usize;
         Ok(())
@@ -307,7 +387,11 @@ mod tests {
         let mut b = open("127.0.9.2", 4);
         // The kernel turns RX timestamping on through deferred work: give it a moment.
         std::thread::sleep(Duration::from_millis(100));
-        let to_b = Endpoint { ip: "127.0.9.2".parse().unwrap(), port: b.port(), qpn: 0 };
+        let to_b = Endpoint {
+            ip: "127.0.9.2".parse().unwrap(),
+            port: b.port(),
+            qpn: 0,
+        };
         let payload = [7u8; PACKET_LEN];
         let t0 = a.send(&payload, to_b, 40_001).unwrap();
         let t1 = a.send(&payload, to_b, 40_001).unwrap();
@@ -327,8 +411,13 @@ mod tests {
         let rx = events_until(&mut b, 2);
         assert_eq!(rx.len(), 2);
         for e in rx {
-            let TransportEvent::Rx(d) = e else { panic!("unexpected {e:?}") };
-            assert_eq!((d.peer_port, d.len, d.payload()), (40_001, PACKET_LEN, &payload[..]));
+            let TransportEvent::Rx(d) = e else {
+                panic!("unexpected {e:?}")
+            };
+            assert_eq!(
+                (d.peer_port, d.len, d.payload()),
+                (40_001, PACKET_LEN, &payload[..])
+            );
             assert_eq!(d.stamp.map(|s| s.source), Some(TimestampSource::Software));
         }
     }
@@ -336,7 +425,11 @@ mod tests {
     #[test]
     fn send_sockets_are_bounded_and_unbindable_ports_fall_back() {
         let mut a = open("127.0.9.3", 2);
-        let to = Endpoint { ip: "127.0.9.4".parse().unwrap(), port: 9, qpn: 0 };
+        let to = Endpoint {
+            ip: "127.0.9.4".parse().unwrap(),
+            port: 9,
+            qpn: 0,
+        };
         for port in [40_010, 40_011, 40_012, 40_010] {
             a.send(&[0; PACKET_LEN], to, port).unwrap();
         }
@@ -346,7 +439,12 @@ mod tests {
         let blocker = std::net::UdpSocket::bind("127.0.9.3:40020").unwrap();
         a.send(&[0; PACKET_LEN], to, 40_020).unwrap();
         drop(blocker);
-        assert_eq!(a.counters.send_socket_fallbacks.load(std::sync::atomic::Ordering::Relaxed), 1);
+        assert_eq!(
+            a.counters
+                .send_socket_fallbacks
+                .load(std::sync::atomic::Ordering::Relaxed),
+            1
+        );
     }
 
     #[test]
@@ -358,7 +456,12 @@ mod tests {
             hardware_timestamps_on: None,
             max_send_sockets: 1,
         };
-        let err = UdpTransport::open(opts, Arc::new(Counters::default())).err().unwrap();
-        assert!(err.to_string().contains("is not assigned to this host"), "{err}");
+        let err = UdpTransport::open(opts, Arc::new(Counters::default()))
+            .err()
+            .unwrap();
+        assert!(
+            err.to_string().contains("is not assigned to this host"),
+            "{err}"
+        );
     }
 }

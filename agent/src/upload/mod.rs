@@ -1,14 +1,15 @@
-//! Upload of results to the analyzer: bounded buffering ([`buffer`]) and periodic batch
-//! POSTs with retry-in-place semantics.
+//! Upload of results and traced paths to the analyzer: bounded buffering ([`buffer`]) and
+//! periodic batch POSTs with retry-in-place semantics (a failed batch is re-sent with the
+//! same sequence number, records and paths).
 
 pub mod buffer;
 
 use crate::stats::Counters;
-use buffer::ResultBuffer;
+use buffer::{Marks, ResultBuffer};
 use rocemesh_proto::api::{API_PREFIX, ErrorBody};
 use rocemesh_proto::batch::{BatchHeader, CONTENT_TYPE};
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 /// Most records in one batch.
@@ -29,7 +30,7 @@ pub enum UploadOutcome {
 #[derive(Debug, Clone, Copy)]
 struct Retry {
     batch_seq: u64,
-    end: u64,
+    end: Marks,
 }
 
 /// Sends the buffer's records as `proto::batch` bodies.
@@ -45,13 +46,29 @@ pub struct Uploader {
 
 /// A blocking HTTP client that reports every status as a response (not an error).
 pub fn http_agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder().timeout_global(Some(timeout)).http_status_as_error(false).build().into()
+    ureq::Agent::config_builder()
+        .timeout_global(Some(timeout))
+        .http_status_as_error(false)
+        .build()
+        .into()
 }
 
 impl Uploader {
     /// An uploader for agent epoch `epoch`; batch numbers start at 1.
-    pub fn new(buffer: Arc<ResultBuffer>, counters: Arc<Counters>, epoch: u32, timeout: Duration) -> Self {
-        Self { http: http_agent(timeout), buffer, counters, epoch, next_seq: 1, retry: None }
+    pub fn new(
+        buffer: Arc<ResultBuffer>,
+        counters: Arc<Counters>,
+        epoch: u32,
+        timeout: Duration,
+    ) -> Self {
+        Self {
+            http: http_agent(timeout),
+            buffer,
+            counters,
+            epoch,
+            next_seq: 1,
+            retry: None,
+        }
     }
 
     /// Replaces the HTTP client (e.g. a short timeout for the last upload at shutdown).
@@ -65,26 +82,45 @@ impl Uploader {
         let until = self.buffer.end();
         loop {
             let outcome = self.upload_chunk(analyzer_url, host_id, until);
-            if outcome != UploadOutcome::Accepted || self.buffer.head() >= until {
+            if outcome != UploadOutcome::Accepted || self.buffer.head().covers(&until) {
                 return outcome;
             }
         }
     }
 
     fn header(&self, batch_seq: u64) -> BatchHeader {
-        BatchHeader { host_id: 0, epoch: self.epoch, batch_seq, dropped: self.counters.records_dropped.load(Relaxed) }
+        BatchHeader {
+            host_id: 0,
+            epoch: self.epoch,
+            batch_seq,
+            dropped: self.counters.records_dropped.load(Relaxed),
+        }
     }
 
     /// Sends one batch (the pending retry first) and settles the buffer accordingly.
-    pub fn upload_chunk(&mut self, analyzer_url: &str, host_id: u32, until: u64) -> UploadOutcome {
+    pub fn upload_chunk(
+        &mut self,
+        analyzer_url: &str,
+        host_id: u32,
+        until: Marks,
+    ) -> UploadOutcome {
         let (batch_seq, limit) = match self.retry {
             Some(r) => (r.batch_seq, r.end),
             None => (self.next_seq, until),
         };
-        let header = BatchHeader { host_id, ..self.header(batch_seq) };
-        let (body, end) = self.buffer.encode_front(header, limit, MAX_CHUNK);
+        let header = BatchHeader {
+            host_id,
+            ..self.header(batch_seq)
+        };
+        let front = self.buffer.encode_front(header, limit, MAX_CHUNK);
+        let (body, end) = (front.body, front.end);
         let url = format!("{}{API_PREFIX}/results", analyzer_url.trim_end_matches('/'));
-        let outcome = match self.http.post(&url).header("Content-Type", CONTENT_TYPE).send(&body[..]) {
+        let outcome = match self
+            .http
+            .post(&url)
+            .header("Content-Type", CONTENT_TYPE)
+            .send(&body[..])
+        {
             Ok(resp) if resp.status().is_success() => UploadOutcome::Accepted,
             Ok(mut resp) if resp.status().is_client_error() => {
                 let why = resp
@@ -97,7 +133,11 @@ impl Uploader {
                 UploadOutcome::Rejected
             }
             Ok(resp) => {
-                tracing::debug!(status = resp.status().as_u16(), batch_seq, "analyzer error; will retry");
+                tracing::debug!(
+                    status = resp.status().as_u16(),
+                    batch_seq,
+                    "analyzer error; will retry"
+                );
                 UploadOutcome::Retry
             }
             Err(e) => {
@@ -110,8 +150,17 @@ impl Uploader {
                 self.buffer.release(end);
                 self.retry = None;
                 self.next_seq = batch_seq + 1;
-                let c = if outcome == UploadOutcome::Accepted { &self.counters.batches_uploaded } else { &self.counters.batches_rejected };
+                let c = if outcome == UploadOutcome::Accepted {
+                    &self.counters.batches_uploaded
+                } else {
+                    &self.counters.batches_rejected
+                };
                 c.fetch_add(1, Relaxed);
+                if outcome == UploadOutcome::Accepted {
+                    self.counters
+                        .paths_uploaded
+                        .fetch_add(front.paths as u64, Relaxed);
+                }
             }
             UploadOutcome::Retry => {
                 self.retry = Some(Retry { batch_seq, end });

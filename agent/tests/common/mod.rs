@@ -16,7 +16,10 @@ pub struct Request {
 
 impl Request {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(k, _)| k.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -29,10 +32,18 @@ pub struct Response {
 
 impl Response {
     pub fn json(status: u16, body: impl serde::Serialize) -> Self {
-        Self { status, headers: vec![("Content-Type".into(), "application/json".into())], body: serde_json::to_vec(&body).unwrap() }
+        Self {
+            status,
+            headers: vec![("Content-Type".into(), "application/json".into())],
+            body: serde_json::to_vec(&body).unwrap(),
+        }
     }
     pub fn empty(status: u16) -> Self {
-        Self { status, headers: vec![], body: vec![] }
+        Self {
+            status,
+            headers: vec![],
+            body: vec![],
+        }
     }
 }
 
@@ -72,8 +83,17 @@ pub fn serve(handler: impl Fn(&Request) -> Response + Send + Sync + 'static) -> 
                 if reader.read_exact(&mut body).is_err() {
                     return;
                 }
-                let resp = handler(&Request { method, path, headers, body });
-                let mut out = format!("HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n", resp.status, resp.body.len());
+                let resp = handler(&Request {
+                    method,
+                    path,
+                    headers,
+                    body,
+                });
+                let mut out = format!(
+                    "HTTP/1.1 {} X\r\nContent-Length: {}\r\nConnection: close\r\n",
+                    resp.status,
+                    resp.body.len()
+                );
                 for (k, v) in &resp.headers {
                     out.push_str(&format!("{k}: {v}\r\n"));
                 }
