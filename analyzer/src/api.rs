@@ -1,15 +1,19 @@
 //! REST API of the analyzer under `/api/v1`.
 
 use crate::Analyzer;
+use crate::diagnosis::engine::BaselineVote;
+use crate::diagnosis::store::{self as problems, StateFilter};
 use crate::ingest::IngestStats;
 use crate::sla::{self, SlaQuery};
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Query, State};
+use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use rocemesh_proto::api::{API_PREFIX, ErrorBody, SlaRow, SlaScope, UploadAck};
+use rocemesh_proto::api::{
+    API_PREFIX, ErrorBody, Problem, ProblemState, SlaRow, SlaScope, UploadAck,
+};
 use rocemesh_proto::batch::{CONTENT_TYPE, MAX_BATCH_BYTES};
 use serde::Deserialize;
 use std::sync::Arc;
@@ -31,6 +35,12 @@ pub fn router(analyzer: Arc<Analyzer>) -> Router {
         .route(&format!("{API_PREFIX}/sla"), get(get_sla))
         .route(&format!("{API_PREFIX}/sla/latest"), get(get_latest))
         .route(&format!("{API_PREFIX}/ingest/stats"), get(get_stats))
+        .route(&format!("{API_PREFIX}/problems"), get(get_problems))
+        .route(&format!("{API_PREFIX}/problems/{{id}}"), get(get_problem))
+        .route(
+            &format!("{API_PREFIX}/diagnosis/baseline"),
+            get(get_baseline),
+        )
         .with_state(analyzer)
 }
 
@@ -118,4 +128,84 @@ async fn get_latest(
 
 async fn get_stats(State(a): State<Arc<Analyzer>>) -> Json<IngestStats> {
     Json(a.stats())
+}
+
+/// Problems a list names when it names no `limit`.
+const DEFAULT_PROBLEMS: u32 = 100;
+/// Largest `limit` of a problem list.
+const MAX_PROBLEMS: u32 = 10_000;
+
+/// `GET /api/v1/problems` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProblemsQuery {
+    /// `active` (default), `resolved` or `all`.
+    state: Option<StateFilter>,
+    /// Only problems last seen at or after this time (ms since the Unix epoch).
+    since_ms: Option<i64>,
+    /// Most problems to return (default 100, at most 10,000).
+    limit: Option<u32>,
+}
+
+fn internal(e: anyhow::Error) -> ApiError {
+    error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
+}
+
+/// Problems, most recently seen first; active ones as diagnosed this very tick.
+async fn get_problems(
+    State(a): State<Arc<Analyzer>>,
+    q: Result<Query<ProblemsQuery>, QueryRejection>,
+) -> Result<Json<Vec<Problem>>, ApiError> {
+    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let limit = q.limit.unwrap_or(DEFAULT_PROBLEMS);
+    if !(1..=MAX_PROBLEMS).contains(&limit) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("limit must be between 1 and {MAX_PROBLEMS}, got {limit}"),
+        ));
+    }
+    let state = q.state.unwrap_or(StateFilter::Active);
+    let since = q.since_ms.unwrap_or(i64::MIN);
+    let active = a.problems(ProblemState::Active);
+    let mut list = if state == StateFilter::Active {
+        active
+            .into_iter()
+            .filter(|p| p.last_seen_ms >= since)
+            .collect()
+    } else {
+        let mut stored = problems::query(a.db(), state, since, limit)
+            .await
+            .map_err(internal)?;
+        // Stored active rows are refreshed only on change: show the live version.
+        for p in &mut stored {
+            if let Some(live) = active.iter().find(|l| l.id == p.id && p.id != 0) {
+                p.clone_from(live);
+            }
+        }
+        stored
+    };
+    list.truncate(limit as usize);
+    Ok(Json(list))
+}
+
+async fn get_problem(
+    State(a): State<Arc<Analyzer>>,
+    id: Result<Path<i64>, PathRejection>,
+) -> Result<Json<Problem>, ApiError> {
+    let Path(id) = id.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    if let Some(p) = a
+        .problems(ProblemState::Active)
+        .into_iter()
+        .find(|p| p.id == id)
+    {
+        return Ok(Json(p));
+    }
+    match problems::get(a.db(), id).await.map_err(internal)? {
+        Some(p) => Ok(Json(p)),
+        None => Err(error(StatusCode::NOT_FOUND, format!("no problem {id}"))),
+    }
+}
+
+async fn get_baseline(State(a): State<Arc<Analyzer>>) -> Json<Vec<BaselineVote>> {
+    Json(a.baseline_votes().as_ref().clone())
 }

@@ -1,26 +1,31 @@
-//! Analyzer: ingests result batches and aggregates per-period SLA figures.
+//! Analyzer: ingests result batches, aggregates per-period SLA figures and
+//! diagnoses faults.
 //!
 //! Agents POST binary result batches; [`Analyzer::ingest`] validates,
 //! de-duplicates and aggregates them in memory (no database on the hot path)
 //! into per-period cluster / ToR-pair / RNIC aggregates. [`Analyzer::tick`]
 //! finalizes periods once their grace time has passed, stores their SLA rows
-//! and purges old ones. [`run`] drives ticks and registry refreshes; [`router`]
-//! serves the REST API.
+//! and purges old ones. [`Analyzer::diagnose`] localizes faults over a sliding
+//! window ([`diagnosis`]). [`run`] drives ticks, diagnoses and registry
+//! refreshes; [`router`] serves the REST API.
 
 pub mod api;
 pub mod config;
+pub mod diagnosis;
 pub mod ingest;
 pub mod registry;
 pub mod sla;
 pub mod window;
 
 pub use api::router;
-pub use config::AnalyzerConfig;
+pub use config::{AnalyzerConfig, DiagnosisConfig};
+pub use diagnosis::engine::BaselineVote;
 pub use ingest::{IngestError, IngestStats};
 
+use diagnosis::Diagnosis;
 use ingest::IngestState;
 use registry::{Registry, RegistryLoader};
-use rocemesh_proto::api::{SlaRow, UploadAck};
+use rocemesh_proto::api::{Problem, ProblemState, SlaRow, UploadAck};
 use rocemesh_proto::batch::decode_batch;
 use rocemesh_store::Db;
 use std::collections::VecDeque;
@@ -63,6 +68,7 @@ pub struct Analyzer {
     latest: RwLock<Arc<Vec<SlaRow>>>,
     /// Finalized periods not yet stored, oldest first; the lock also serializes storing.
     pending: tokio::sync::Mutex<VecDeque<Vec<SlaRow>>>,
+    diagnosis: Diagnosis,
 }
 
 impl Analyzer {
@@ -78,7 +84,9 @@ impl Analyzer {
             Some(start) => sla::period(&db, start).await?,
             None => Vec::new(),
         };
+        let diagnosis = Diagnosis::new(&db, &cfg, rocemesh_proto::now_unix_ms()).await?;
         Ok(Arc::new(Self {
+            diagnosis,
             state: Mutex::new(IngestState::new(Window::new(
                 cfg.period_ms,
                 cfg.grace_ms,
@@ -108,6 +116,8 @@ impl Analyzer {
         };
         let registry = read(&self.registry);
         let applied = lock(&self.state).apply(&batch, &registry, now_unix_ms);
+        self.diagnosis
+            .take(&batch, applied.ack.duplicate, now_unix_ms);
         if applied.unknown_rnic && !self.refresh_wanted.swap(true, Ordering::Relaxed) {
             self.refresh_notify.notify_one();
         }
@@ -169,6 +179,29 @@ impl Analyzer {
         Ok(stored)
     }
 
+    /// Diagnoses the sliding window ending at `now_unix_ms` (off the async
+    /// workers), then stores the problems that are new, changed or resolved.
+    pub async fn diagnose(self: &Arc<Self>, now_unix_ms: i64) -> anyhow::Result<()> {
+        let me = Arc::clone(self);
+        tokio::task::spawn_blocking(move || {
+            let registry = read(&me.registry);
+            me.diagnosis.analyze(&registry, now_unix_ms);
+        })
+        .await?;
+        self.diagnosis.persist(&self.db, now_unix_ms).await
+    }
+
+    /// Problems as diagnosed in this process: every active one, or the recently
+    /// resolved ones (the database keeps them all).
+    pub fn problems(&self, state: ProblemState) -> Vec<Problem> {
+        self.diagnosis.problems(state)
+    }
+
+    /// R-Pingmesh Algorithm 1 on the latest diagnosis' data: components with votes.
+    pub fn baseline_votes(&self) -> Arc<Vec<BaselineVote>> {
+        self.diagnosis.baseline()
+    }
+
     /// Re-reads the RNIC registry from the database (the binary may also call it
     /// right after a registration it knows about).
     pub async fn refresh_registry(&self) -> anyhow::Result<()> {
@@ -194,16 +227,20 @@ impl Analyzer {
 }
 
 /// Drives the analyzer until `cancel`: a finalization tick every second, a
-/// registry refresh every `registry_refresh_ms` (and within a second of an
-/// unknown RNIC showing up), then a final flush.
+/// diagnosis every `diagnosis.tick_ms`, a registry refresh every
+/// `registry_refresh_ms` (and within a second of an unknown RNIC showing up),
+/// then a final flush.
 pub async fn run(analyzer: Arc<Analyzer>, cancel: CancellationToken) {
     let refresh_every = Duration::from_millis(analyzer.cfg.registry_refresh_ms);
+    let diagnose_every = Duration::from_millis(analyzer.cfg.diagnosis.tick_ms);
+    let poll = diagnose_every.min(Duration::from_millis(250));
     let (mut last_refresh, mut last_tick) = (Instant::now(), Instant::now());
+    let mut last_diagnosis = Instant::now();
     loop {
         tokio::select! {
             () = cancel.cancelled() => break,
             () = analyzer.refresh_notify.notified() => {}
-            () = tokio::time::sleep(Duration::from_millis(250)) => {}
+            () = tokio::time::sleep(poll) => {}
         }
         let since = last_refresh.elapsed();
         let wanted = analyzer.refresh_wanted.load(Ordering::Relaxed);
@@ -218,6 +255,12 @@ pub async fn run(analyzer: Arc<Analyzer>, cancel: CancellationToken) {
             last_tick = Instant::now();
             if let Err(e) = analyzer.tick(rocemesh_proto::now_unix_ms()).await {
                 tracing::warn!("analyzer tick failed: {e:#}");
+            }
+        }
+        if last_diagnosis.elapsed() >= diagnose_every {
+            last_diagnosis = Instant::now();
+            if let Err(e) = analyzer.diagnose(rocemesh_proto::now_unix_ms()).await {
+                tracing::warn!("analyzer diagnosis failed: {e:#}");
             }
         }
     }

@@ -1,4 +1,5 @@
-//! RNIC id -> (host, ToR) cache loaded from the `rnics` table.
+//! RNIC id -> (host, ToR) cache loaded from the `rnics` table, plus the names,
+//! addresses and QPNs diagnosis needs (off the hot path).
 //!
 //! Ingest resolves two ids per record, so the cache is a dense `Vec` indexed by
 //! RNIC id with ToR names interned to `u16`. Interned ids are stable for the life
@@ -8,6 +9,7 @@
 use anyhow::Context;
 use rocemesh_store::Db;
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Largest RNIC id the dense cache accepts; larger ids are ignored with a warning.
@@ -22,11 +24,30 @@ pub struct RnicEntry {
     pub tor: u16,
 }
 
+/// What diagnosis needs to know about an RNIC: how to name it, where it sits,
+/// which QPN and agent epoch are current.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RnicMeta {
+    /// `"<host>/<ifname>"`, the component name of RNIC problems.
+    pub name: String,
+    /// Host name.
+    pub host: String,
+    /// The RNIC's address (maps traced path endpoints to RNICs).
+    pub ip: IpAddr,
+    /// QPN of its agent's current incarnation.
+    pub qpn: u32,
+    /// Epoch of the agent that registered it last.
+    pub epoch: u32,
+}
+
 /// Immutable snapshot of the registry, swapped whole on refresh.
 #[derive(Debug, Default)]
 pub struct Registry {
     rnics: Vec<Option<RnicEntry>>,
     tors: Arc<[String]>,
+    meta: HashMap<u32, RnicMeta>,
+    by_ip: HashMap<IpAddr, u32>,
+    hosts: HashMap<u32, String>,
 }
 
 impl Registry {
@@ -40,7 +61,49 @@ impl Registry {
             }
             rnics[i] = Some(e);
         }
-        Self { rnics, tors }
+        Self {
+            rnics,
+            tors,
+            ..Self::default()
+        }
+    }
+
+    /// Adds the diagnosis details of RNIC `id` (its host gets named after `meta.host`).
+    pub fn set_meta(&mut self, id: u32, meta: RnicMeta) {
+        if let Some(e) = self.get(id) {
+            self.hosts.insert(e.host_id, meta.host.clone());
+        }
+        self.by_ip.insert(meta.ip, id);
+        self.meta.insert(id, meta);
+    }
+
+    /// Diagnosis details of an RNIC.
+    pub fn meta(&self, id: u32) -> Option<&RnicMeta> {
+        self.meta.get(&id)
+    }
+
+    /// The RNIC owning an address.
+    pub fn rnic_by_ip(&self, ip: IpAddr) -> Option<u32> {
+        self.by_ip.get(&ip).copied()
+    }
+
+    /// Name of a host that has at least one RNIC.
+    pub fn host_name(&self, host_id: u32) -> Option<&str> {
+        self.hosts.get(&host_id).map(String::as_str)
+    }
+
+    /// Ids of every host with at least one registered RNIC.
+    pub fn host_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.hosts.keys().copied()
+    }
+
+    /// Ids of every registered RNIC.
+    pub fn rnic_ids(&self) -> impl Iterator<Item = u32> + '_ {
+        self.rnics
+            .iter()
+            .enumerate()
+            .filter(|(_, e)| e.is_some())
+            .map(|(i, _)| i as u32)
     }
 
     /// The RNIC with this id, if registered.
@@ -70,13 +133,17 @@ pub struct RegistryLoader {
 impl RegistryLoader {
     /// Reads every RNIC from the `rnics` table into a fresh snapshot.
     pub async fn load(&mut self, db: &Db) -> anyhow::Result<Registry> {
-        let rows: Vec<(i64, i64, Option<String>)> =
-            sqlx::query_as("SELECT id, host_id, tor FROM rnics")
-                .fetch_all(db.pool())
-                .await
-                .context("reading the RNIC registry")?;
+        type Row = (i64, i64, Option<String>, String, String, i64, i64, String);
+        let rows: Vec<Row> = sqlx::query_as(
+            "SELECT r.id, r.host_id, r.tor, r.ifname, r.ip, r.qpn, r.epoch, h.name \
+             FROM rnics r JOIN hosts h ON h.id = r.host_id",
+        )
+        .fetch_all(db.pool())
+        .await
+        .context("reading the RNIC registry")?;
         let mut entries = Vec::with_capacity(rows.len());
-        for (id, host_id, tor) in rows {
+        let mut metas = Vec::with_capacity(rows.len());
+        for (id, host_id, tor, ifname, ip, qpn, epoch, host) in rows {
             let (Ok(id), Ok(host_id)) = (u32::try_from(id), u32::try_from(host_id)) else {
                 tracing::warn!(id, host_id, "RNIC with out-of-range id ignored");
                 continue;
@@ -94,8 +161,25 @@ impl RegistryLoader {
                 continue;
             };
             entries.push((id, RnicEntry { host_id, tor }));
+            match ip.parse::<IpAddr>() {
+                Ok(ip) => metas.push((
+                    id,
+                    RnicMeta {
+                        name: format!("{host}/{ifname}"),
+                        host,
+                        ip,
+                        qpn: qpn as u32,
+                        epoch: epoch as u32,
+                    },
+                )),
+                Err(_) => tracing::warn!(id, ip, "RNIC with an unparsable address: not diagnosed"),
+            }
         }
-        Ok(Registry::new(entries, self.names.clone().into()))
+        let mut registry = Registry::new(entries, self.names.clone().into());
+        for (id, meta) in metas {
+            registry.set_meta(id, meta);
+        }
+        Ok(registry)
     }
 
     fn intern(&mut self, name: &str) -> Option<u16> {

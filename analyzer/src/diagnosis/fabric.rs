@@ -1,0 +1,231 @@
+//! The fabric map: which switch owns a traceroute hop address, and which
+//! switch-to-switch link a hop's ingress address names.
+//!
+//! Routers answer traceroute from the interface the probe came in on, so the
+//! address at TTL i+1 names both the device and the link the packet took from
+//! the device at TTL i. Addresses the map does not know fall back to the
+//! address itself (device) and `"<a>-><b>"` (link).
+
+use anyhow::{Context, bail, ensure};
+use serde::Deserialize;
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::path::Path;
+
+/// Largest fabric map file read (a 100k-link fabric fits in a few MiB).
+const MAX_MAP_BYTES: u64 = 64 << 20;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MapFile {
+    #[serde(default)]
+    switch: Vec<SwitchDef>,
+    #[serde(default)]
+    link: Vec<LinkDef>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SwitchDef {
+    name: String,
+    addresses: Vec<IpAddr>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkDef {
+    name: String,
+    ends: [LinkEnd; 2],
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct LinkEnd {
+    device: String,
+    ip: IpAddr,
+}
+
+/// A switch-to-switch link of the map.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MapLink {
+    /// Link name (e.g. `"t0-s1"`).
+    pub name: String,
+    /// The two switches it joins.
+    pub devices: [String; 2],
+}
+
+/// The operator's (or testbed's) map of switches and links; empty when none is configured.
+#[derive(Debug, Default)]
+pub struct FabricMap {
+    device_of: HashMap<IpAddr, String>,
+    link_at: HashMap<IpAddr, usize>,
+    links: Vec<MapLink>,
+    links_of: HashMap<String, Vec<usize>>,
+}
+
+impl FabricMap {
+    /// Reads and validates a map file.
+    pub fn load(path: &Path) -> anyhow::Result<Self> {
+        let len = std::fs::metadata(path)
+            .with_context(|| format!("fabric map {}", path.display()))?
+            .len();
+        ensure!(
+            len <= MAX_MAP_BYTES,
+            "fabric map {} is {len} bytes, more than {MAX_MAP_BYTES}",
+            path.display()
+        );
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading fabric map {}", path.display()))?;
+        Self::parse(&text).with_context(|| format!("fabric map {}", path.display()))
+    }
+
+    /// Parses map text; every inconsistency is an error naming the entry.
+    pub fn parse(text: &str) -> anyhow::Result<Self> {
+        let file: MapFile = toml::from_str(text).context("invalid TOML")?;
+        let mut map = Self::default();
+        for s in file.switch {
+            ensure!(!s.name.is_empty(), "a switch has an empty name");
+            ensure!(
+                !map.links_of.contains_key(&s.name),
+                "switch {:?} listed twice",
+                s.name
+            );
+            for a in s.addresses {
+                if let Some(other) = map.device_of.insert(a, s.name.clone()) {
+                    bail!("address {a} belongs to both {other:?} and {:?}", s.name);
+                }
+            }
+            map.links_of.insert(s.name, Vec::new());
+        }
+        for l in file.link {
+            ensure!(
+                !map.links.iter().any(|k| k.name == l.name),
+                "link {:?} listed twice",
+                l.name
+            );
+            let i = map.links.len();
+            for end in &l.ends {
+                match map.device_of.get(&end.ip) {
+                    Some(d) if *d == end.device => {}
+                    Some(d) => bail!(
+                        "link {:?}: {} belongs to {d:?}, not {:?}",
+                        l.name,
+                        end.ip,
+                        end.device
+                    ),
+                    None => bail!(
+                        "link {:?}: {} is not an address of any switch",
+                        l.name,
+                        end.ip
+                    ),
+                }
+                if map.link_at.insert(end.ip, i).is_some() {
+                    bail!("link {:?}: address {} ends two links", l.name, end.ip);
+                }
+                map.links_of.entry(end.device.clone()).or_default().push(i);
+            }
+            let [a, b] = l.ends;
+            map.links.push(MapLink {
+                name: l.name,
+                devices: [a.device, b.device],
+            });
+        }
+        Ok(map)
+    }
+
+    /// The device owning a hop address (the address itself when unmapped).
+    pub fn device(&self, hop: IpAddr) -> String {
+        self.device_of
+            .get(&hop)
+            .cloned()
+            .unwrap_or_else(|| hop.to_string())
+    }
+
+    /// True when the map knows this device.
+    pub fn knows_device(&self, device: &str) -> bool {
+        self.links_of.contains_key(device)
+    }
+
+    /// Name of the link a packet took into the hop answering from `next`, coming
+    /// from the hop that answered from `prev`.
+    pub fn link_into(&self, prev: IpAddr, next: IpAddr) -> String {
+        match self.link_at.get(&next) {
+            Some(&i) => self.links[i].name.clone(),
+            None => format!("{prev}->{next}"),
+        }
+    }
+
+    /// The links of a device.
+    pub fn links_of(&self, device: &str) -> impl Iterator<Item = &MapLink> + '_ {
+        self.links_of
+            .get(device)
+            .into_iter()
+            .flatten()
+            .map(|&i| &self.links[i])
+    }
+
+    /// The link with this name.
+    pub fn link(&self, name: &str) -> Option<&MapLink> {
+        self.links.iter().find(|l| l.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MAP: &str = r#"
+[[switch]]
+name = "t0"
+addresses = ["198.18.0.0", "198.19.0.0"]
+[[switch]]
+name = "s1"
+addresses = ["198.19.0.1"]
+[[link]]
+name = "t0-s1"
+ends = [{ device = "t0", ip = "198.19.0.0" }, { device = "s1", ip = "198.19.0.1" }]
+"#;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn names_devices_and_links_with_fallbacks() {
+        let m = FabricMap::parse(MAP).unwrap();
+        assert_eq!(m.device(ip("198.18.0.0")), "t0");
+        assert_eq!(m.device(ip("10.9.9.9")), "10.9.9.9");
+        assert_eq!(m.link_into(ip("198.18.0.0"), ip("198.19.0.1")), "t0-s1");
+        assert_eq!(
+            m.link_into(ip("10.0.0.1"), ip("10.0.0.2")),
+            "10.0.0.1->10.0.0.2"
+        );
+        assert_eq!(
+            m.links_of("t0")
+                .map(|l| l.name.as_str())
+                .collect::<Vec<_>>(),
+            ["t0-s1"]
+        );
+        assert_eq!(
+            m.link("t0-s1").unwrap().devices,
+            ["t0".to_string(), "s1".to_string()]
+        );
+        assert!(m.knows_device("s1") && !m.knows_device("s9"));
+    }
+
+    #[test]
+    fn inconsistent_maps_are_refused_with_the_entry_named() {
+        let dup = MAP.replace("198.19.0.1\"]", "198.19.0.0\"]");
+        assert!(
+            FabricMap::parse(&dup)
+                .unwrap_err()
+                .to_string()
+                .contains("198.19.0.0")
+        );
+        let wrong = MAP.replace("device = \"s1\"", "device = \"t0\"");
+        assert!(format!("{:#}", FabricMap::parse(&wrong).unwrap_err()).contains("t0-s1"));
+        assert!(FabricMap::parse("[[switch]]\nname = 1").is_err());
+        assert!(FabricMap::parse("[[router]]").is_err());
+        assert!(FabricMap::load(Path::new("/nonexistent/map.toml")).is_err());
+    }
+}

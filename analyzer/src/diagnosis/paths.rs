@@ -1,0 +1,529 @@
+//! Traced paths: the latest trace per 5-tuple (bounded), and what a flow's traces
+//! say about the components a probe crossed (arrivals vouch for them, losses
+//! vote for them).
+//!
+//! A complete trace names every component. A partial trace that is the latest
+//! one (the agent re-traces right after a timeout) locates a hard break right
+//! after its last answering hop; the last complete trace of the same 5-tuple,
+//! when consistent with the partial one, names the component there. Without
+//! any trace, an inter-ToR flow may have used any uplink of its ToRs (ECMP), so
+//! its loss is spread over them.
+
+use super::fabric::FabricMap;
+use rocemesh_proto::path::TracedPath;
+use std::collections::HashMap;
+use std::net::IpAddr;
+
+/// A component tomography can blame.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Element {
+    /// An RNIC with its cable and ToR port (by registry id).
+    Rnic(u32),
+    /// A switch-to-switch link (map name or `"<ip>-><ip>"`).
+    Link(String),
+}
+
+/// A traced 5-tuple (UDP).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Tuple {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+}
+
+/// The traces known for one 5-tuple.
+#[derive(Debug, Clone)]
+pub struct Traces {
+    /// The newest trace, complete or not.
+    pub latest: TracedPath,
+    /// The newest trace that reached the destination.
+    pub complete: Option<TracedPath>,
+}
+
+/// Latest traces per 5-tuple, bounded: two generations of at most `max / 2`
+/// entries each; a lookup revives an entry of the old generation, a full new
+/// generation retires the old one (approximate LRU without per-entry links).
+#[derive(Debug)]
+pub struct PathStore {
+    current: HashMap<Tuple, Traces>,
+    old: HashMap<Tuple, Traces>,
+    max: usize,
+}
+
+impl PathStore {
+    /// An empty store holding at most `max` 5-tuples.
+    pub fn new(max: usize) -> Self {
+        Self {
+            current: HashMap::new(),
+            old: HashMap::new(),
+            max: max.max(2),
+        }
+    }
+
+    /// Takes one uploaded trace; an older trace than the one on record is ignored.
+    pub fn insert(&mut self, p: &TracedPath) {
+        let key = Tuple {
+            src: p.src,
+            dst: p.dst,
+            sport: p.src_port,
+            dport: p.dst_port,
+        };
+        let entry = match self.current.get_mut(&key) {
+            Some(e) => e,
+            None => {
+                if self.current.len() >= self.max / 2 {
+                    self.old = std::mem::take(&mut self.current);
+                }
+                let revived = self.old.remove(&key);
+                self.current
+                    .entry(key)
+                    .or_insert(revived.unwrap_or_else(|| Traces {
+                        latest: p.clone(),
+                        complete: None,
+                    }))
+            }
+        };
+        if p.traced_at_unix_ns < entry.latest.traced_at_unix_ns {
+            return;
+        }
+        entry.latest = p.clone();
+        if p.reached {
+            entry.complete = Some(p.clone());
+        }
+    }
+
+    /// The traces of a 5-tuple.
+    pub fn get(&self, key: &Tuple) -> Option<&Traces> {
+        self.current.get(key).or_else(|| self.old.get(key))
+    }
+
+    /// Number of 5-tuples held.
+    pub fn len(&self) -> usize {
+        self.current.len() + self.old.len()
+    }
+
+    /// True when no trace is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// One end of a probe direction.
+#[derive(Debug, Clone, Copy)]
+pub struct End<'a> {
+    /// Registry id.
+    pub rnic: u32,
+    /// Address.
+    pub ip: IpAddr,
+    /// Registry ToR name.
+    pub tor: &'a str,
+    /// `"<host>/<ifname>"`.
+    pub name: &'a str,
+}
+
+/// What one direction of a flow says about the components it crosses.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Route {
+    /// Components an arriving packet vouches for, with weights (1 = surely crossed).
+    pub ok: Vec<(Element, f64)>,
+    /// Components a lost packet votes for, with weights.
+    pub fail: Vec<(Element, f64)>,
+    /// The device after which a fresh partial trace broke off, if it did.
+    pub break_device: Option<String>,
+    /// Hop list for evidence, e.g. `"h0/r0 t0 s1 t1 h2/r0"`.
+    pub text: String,
+}
+
+/// Hop addresses of switches only: the destination answering itself is dropped.
+fn switch_hops(p: &TracedPath) -> Vec<Option<IpAddr>> {
+    let mut hops = p.hops.clone();
+    while let Some(last) = hops.last() {
+        if last.is_none() || *last == Some(p.dst) {
+            hops.pop();
+        } else {
+            break;
+        }
+    }
+    hops
+}
+
+/// Elements between consecutive answering hops; a single unanswered hop between
+/// two known switches spreads over the map's candidates for it.
+fn link_elements(map: &FabricMap, hops: &[Option<IpAddr>], out: &mut Vec<(Element, f64)>) {
+    let answered: Vec<(usize, IpAddr)> = hops
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| h.map(|a| (i, a)))
+        .collect();
+    for w in answered.windows(2) {
+        let ((i, a), (j, b)) = (w[0], w[1]);
+        if j == i + 1 {
+            out.push((Element::Link(map.link_into(a, b)), 1.0));
+        } else if j == i + 2 {
+            let (da, db) = (map.device(a), map.device(b));
+            let via: Vec<(String, String)> = map
+                .links_of(&da)
+                .filter_map(|l1| {
+                    let x = if l1.devices[0] == da {
+                        &l1.devices[1]
+                    } else {
+                        &l1.devices[0]
+                    };
+                    map.links_of(x)
+                        .find(|l2| l2.devices.contains(&db))
+                        .map(|l2| (l1.name.clone(), l2.name.clone()))
+                })
+                .collect();
+            let w = 1.0 / via.len().max(1) as f64;
+            for (l1, l2) in via {
+                out.push((Element::Link(l1), w));
+                out.push((Element::Link(l2), w));
+            }
+        }
+    }
+}
+
+fn describe(map: &FabricMap, hops: &[Option<IpAddr>], src: &End, dst: Option<&End>) -> String {
+    let mut s = src.name.to_string();
+    for h in hops {
+        s.push(' ');
+        s.push_str(&h.map_or_else(|| "*".to_string(), |a| map.device(a)));
+    }
+    s.push(' ');
+    s.push_str(dst.map_or("...", |d| d.name));
+    s
+}
+
+/// Every component of a complete trace.
+fn full_path(
+    map: &FabricMap,
+    hops: &[Option<IpAddr>],
+    src: &End,
+    dst: &End,
+) -> Vec<(Element, f64)> {
+    let mut v = vec![(Element::Rnic(src.rnic), 1.0)];
+    link_elements(map, hops, &mut v);
+    v.push((Element::Rnic(dst.rnic), 1.0));
+    v
+}
+
+/// Candidates when only ToRs are known: either RNIC, or any link of either ToR.
+fn ecmp_candidates(map: &FabricMap, src: &End, dst: &End, out: &mut Vec<(Element, f64)>) {
+    out.push((Element::Rnic(src.rnic), 1.0));
+    out.push((Element::Rnic(dst.rnic), 1.0));
+    if src.tor == dst.tor {
+        return;
+    }
+    for tor in [src.tor, dst.tor] {
+        let links: Vec<&str> = map.links_of(tor).map(|l| l.name.as_str()).collect();
+        let w = 1.0 / links.len().max(1) as f64;
+        out.extend(links.into_iter().map(|l| (Element::Link(l.to_string()), w)));
+    }
+}
+
+/// The component right after hop `k` of the partial trace `hops`, using the
+/// consistent complete trace when there is one.
+fn break_candidates(
+    map: &FabricMap,
+    hops: &[Option<IpAddr>],
+    complete: Option<&[Option<IpAddr>]>,
+    src: &End,
+    dst: &End,
+) -> (Vec<(Element, f64)>, Option<String>) {
+    let Some(k) = hops.iter().rposition(Option::is_some) else {
+        return (
+            vec![(Element::Rnic(src.rnic), 1.0)],
+            Some(src.name.to_string()),
+        );
+    };
+    let Some(last) = hops[k] else {
+        return (Vec::new(), None);
+    };
+    let device = map.device(last);
+    if let Some(c) = complete
+        && c.len() > k
+        && (0..=k).all(|i| hops[i].is_none() || hops[i] == c[i])
+    {
+        let elem = match c.get(k + 1) {
+            None => Some(Element::Rnic(dst.rnic)),
+            Some(Some(next)) => Some(Element::Link(map.link_into(last, *next))),
+            Some(None) => None,
+        };
+        if let Some(e) = elem {
+            return (vec![(e, 1.0)], Some(device));
+        }
+    }
+    if device == dst.tor {
+        return (vec![(Element::Rnic(dst.rnic), 1.0)], Some(device));
+    }
+    let incoming = k
+        .checked_sub(1)
+        .and_then(|i| hops[i])
+        .map(|prev| map.link_into(prev, last));
+    let links: Vec<&str> = map
+        .links_of(&device)
+        .map(|l| l.name.as_str())
+        .filter(|l| incoming.as_deref() != Some(*l))
+        .collect();
+    let w = 1.0 / links.len().max(1) as f64;
+    let cands = links
+        .into_iter()
+        .map(|l| (Element::Link(l.to_string()), w))
+        .collect();
+    (cands, Some(device))
+}
+
+/// What the traces of one direction (`src` -> `dst`) say.
+pub fn route(map: &FabricMap, traces: Option<&Traces>, src: &End, dst: &End) -> Route {
+    let Some(t) = traces.filter(|_| src.tor != dst.tor) else {
+        let mut fail = Vec::new();
+        ecmp_candidates(map, src, dst, &mut fail);
+        // An arrival vouches for each candidate as much as a loss votes for it.
+        let ok = fail.clone();
+        let text = format!(
+            "{} {} {}",
+            src.name,
+            if src.tor == dst.tor { src.tor } else { "..." },
+            dst.name
+        );
+        return Route {
+            ok,
+            fail,
+            break_device: None,
+            text,
+        };
+    };
+    let complete = t.complete.as_ref().map(switch_hops);
+    if t.latest.reached {
+        let hops = switch_hops(&t.latest);
+        let path = full_path(map, &hops, src, dst);
+        return Route {
+            ok: path.clone(),
+            fail: path,
+            break_device: None,
+            text: describe(map, &hops, src, Some(dst)),
+        };
+    }
+    let hops = switch_hops(&t.latest);
+    let (fail, break_device) = break_candidates(map, &hops, complete.as_deref(), src, dst);
+    let ok = match &complete {
+        Some(c) => full_path(map, c, src, dst),
+        None => {
+            let mut v = vec![(Element::Rnic(src.rnic), 1.0)];
+            link_elements(map, &hops, &mut v);
+            v
+        }
+    };
+    Route {
+        ok,
+        fail,
+        break_device,
+        text: describe(map, &hops, src, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    pub(crate) const MAP: &str = r#"
+[[switch]]
+name = "t0"
+addresses = ["198.18.0.0", "198.19.0.0", "198.19.0.2"]
+[[switch]]
+name = "t1"
+addresses = ["198.18.1.0", "198.19.0.4", "198.19.0.6"]
+[[switch]]
+name = "s0"
+addresses = ["198.19.0.1", "198.19.0.5"]
+[[switch]]
+name = "s1"
+addresses = ["198.19.0.3", "198.19.0.7"]
+[[link]]
+name = "t0-s0"
+ends = [{ device = "t0", ip = "198.19.0.0" }, { device = "s0", ip = "198.19.0.1" }]
+[[link]]
+name = "t0-s1"
+ends = [{ device = "t0", ip = "198.19.0.2" }, { device = "s1", ip = "198.19.0.3" }]
+[[link]]
+name = "t1-s0"
+ends = [{ device = "t1", ip = "198.19.0.4" }, { device = "s0", ip = "198.19.0.5" }]
+[[link]]
+name = "t1-s1"
+ends = [{ device = "t1", ip = "198.19.0.6" }, { device = "s1", ip = "198.19.0.7" }]
+"#;
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    fn trace(hops: &[&str], reached: bool, at: u64) -> TracedPath {
+        TracedPath {
+            src: ip("198.18.0.1"),
+            dst: ip("198.18.1.1"),
+            src_port: 50_000,
+            dst_port: 4791,
+            traced_at_unix_ns: at,
+            reached,
+            ack_direction: false,
+            hops: hops
+                .iter()
+                .map(|h| if *h == "*" { None } else { Some(ip(h)) })
+                .collect(),
+        }
+    }
+
+    fn ends() -> (End<'static>, End<'static>) {
+        (
+            End {
+                rnic: 1,
+                ip: ip("198.18.0.1"),
+                tor: "t0",
+                name: "h0/r0",
+            },
+            End {
+                rnic: 2,
+                ip: ip("198.18.1.1"),
+                tor: "t1",
+                name: "h1/r0",
+            },
+        )
+    }
+
+    fn link(n: &str) -> Element {
+        Element::Link(n.into())
+    }
+
+    #[test]
+    fn complete_trace_names_every_component() {
+        let map = FabricMap::parse(MAP).unwrap();
+        let mut store = PathStore::new(100);
+        // Via s1; the destination answering itself is not a switch.
+        store.insert(&trace(
+            &["198.18.0.0", "198.19.0.3", "198.19.0.6", "198.18.1.1"],
+            true,
+            1,
+        ));
+        let (a, b) = ends();
+        let key = Tuple {
+            src: a.ip,
+            dst: b.ip,
+            sport: 50_000,
+            dport: 4791,
+        };
+        let r = route(&map, store.get(&key), &a, &b);
+        let names: Vec<_> = r.fail.iter().map(|(e, _)| e.clone()).collect();
+        assert_eq!(
+            names,
+            [
+                Element::Rnic(1),
+                link("t0-s1"),
+                link("t1-s1"),
+                Element::Rnic(2)
+            ]
+        );
+        assert_eq!(r.ok, r.fail);
+        assert_eq!(r.text, "h0/r0 t0 s1 t1 h1/r0");
+        // An older trace arriving late changes nothing.
+        store.insert(&trace(&["198.18.0.0"], false, 0));
+        assert_eq!(route(&map, store.get(&key), &a, &b), r);
+    }
+
+    #[test]
+    fn fresh_partial_trace_points_at_the_break() {
+        let map = FabricMap::parse(MAP).unwrap();
+        let mut store = PathStore::new(100);
+        let (a, b) = ends();
+        let key = Tuple {
+            src: a.ip,
+            dst: b.ip,
+            sport: 50_000,
+            dport: 4791,
+        };
+        store.insert(&trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], true, 1));
+        // Broke after t0: the link t0 takes towards s1 (from the complete trace).
+        store.insert(&trace(&["198.18.0.0", "*", "*"], false, 2));
+        let r = route(&map, store.get(&key), &a, &b);
+        assert_eq!(r.fail, [(link("t0-s1"), 1.0)]);
+        assert_eq!(r.break_device.as_deref(), Some("t0"));
+        assert_eq!(r.ok.len(), 4, "arrivals still vouch for the complete path");
+        // Broke after the destination ToR: the target RNIC.
+        store.insert(&trace(
+            &["198.18.0.0", "198.19.0.3", "198.19.0.6"],
+            false,
+            3,
+        ));
+        assert_eq!(
+            route(&map, store.get(&key), &a, &b).fail,
+            [(Element::Rnic(2), 1.0)]
+        );
+        // Nothing answered: the prober's own RNIC.
+        store.insert(&trace(&["*", "*"], false, 4));
+        assert_eq!(
+            route(&map, store.get(&key), &a, &b).fail,
+            [(Element::Rnic(1), 1.0)]
+        );
+    }
+
+    #[test]
+    fn unknown_parts_spread_over_candidates() {
+        let map = FabricMap::parse(MAP).unwrap();
+        let (a, b) = ends();
+        // No trace: either RNIC, or any uplink of either ToR at 1/2 each.
+        let r = route(&map, None, &a, &b);
+        assert_eq!(r.fail.len(), 6);
+        assert!(r.fail.contains(&(link("t1-s0"), 0.5)));
+        // Partial trace without a complete one: t0's links except the one it came in on.
+        let mut store = PathStore::new(100);
+        store.insert(&trace(&["198.18.0.0", "*"], false, 1));
+        let key = Tuple {
+            src: a.ip,
+            dst: b.ip,
+            sport: 50_000,
+            dport: 4791,
+        };
+        let r = route(&map, store.get(&key), &a, &b);
+        assert_eq!(r.fail, [(link("t0-s0"), 0.5), (link("t0-s1"), 0.5)]);
+        // An unanswered spine between two known ToRs: either spine's pair of links.
+        store.insert(&trace(&["198.18.0.0", "*", "198.19.0.6"], true, 2));
+        let r = route(&map, store.get(&key), &a, &b);
+        assert!(r.fail.contains(&(link("t0-s1"), 0.5)) && r.fail.contains(&(link("t1-s0"), 0.5)));
+    }
+
+    #[test]
+    fn store_is_bounded() {
+        let mut store = PathStore::new(10);
+        for port in 0..100u16 {
+            let mut t = trace(&["198.18.0.0"], true, 1);
+            t.src_port = port;
+            store.insert(&t);
+            assert!(store.len() <= 10);
+        }
+        let (a, b) = ends();
+        assert!(
+            store
+                .get(&Tuple {
+                    src: a.ip,
+                    dst: b.ip,
+                    sport: 99,
+                    dport: 4791
+                })
+                .is_some()
+        );
+        assert!(
+            store
+                .get(&Tuple {
+                    src: a.ip,
+                    dst: b.ip,
+                    sport: 0,
+                    dport: 4791
+                })
+                .is_none()
+        );
+    }
+}

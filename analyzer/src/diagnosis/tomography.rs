@@ -1,0 +1,361 @@
+//! Binary network tomography over the paths of failed and successful probes.
+//!
+//! [`explain_away`] is the localizer: it scores every component by how unlikely
+//! its failures are against the fabric's background failure ratio (Chernoff
+//! bound of the binomial tail, so the score is ~ `-ln p`), blames the best one,
+//! removes the failures it explains and repeats, so concurrent faults are all
+//! found while components that only share failed paths with a culprit (and carry
+//! successful probes elsewhere) are not. [`alg1_votes`] is R-Pingmesh's plain
+//! Algorithm 1 (votes of failed paths), kept as a baseline.
+
+use super::paths::Element;
+use std::collections::HashMap;
+
+/// Probes of one flow (one prober/target/5-tuple) with one way of failing.
+#[derive(Debug, Clone, Default)]
+pub struct FlowObs {
+    /// Flow identity (equal for the observations of one flow).
+    pub flow: usize,
+    /// Probes that arrived (for latency: arrived and fast).
+    pub ok: f64,
+    /// Probes that failed (for latency: arrived slow).
+    pub fail: f64,
+    /// Components arrivals vouch for, with weights.
+    pub ok_elems: Vec<(Element, f64)>,
+    /// Components a failure votes for, with weights.
+    pub fail_elems: Vec<(Element, f64)>,
+    /// True when `fail_elems` comes from a fresh partial trace (a located break).
+    pub located: bool,
+    /// Device after which the trace broke, if it did.
+    pub break_device: Option<String>,
+    /// Hop list, for evidence.
+    pub text: String,
+}
+
+/// Thresholds of one tomography run.
+#[derive(Debug, Clone, Copy)]
+pub struct Params {
+    /// Least score (Chernoff exponent) to blame a component.
+    pub min_score: f64,
+    /// Least weighted failures to blame a component.
+    pub min_failures: f64,
+    /// Background failure ratio assumed at least.
+    pub floor: f64,
+    /// Least failure share of a component's probes to blame it.
+    pub min_share: f64,
+}
+
+/// A blamed component.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Finding {
+    /// The component.
+    pub element: Element,
+    /// Weighted failures it explains.
+    pub failures: f64,
+    /// Weighted arrivals through it.
+    pub ok: f64,
+    /// Evidence score (~ -ln p).
+    pub score: f64,
+    /// Background failure ratio it was tested against.
+    pub background: f64,
+    /// Failed paths it explains (up to a few, for evidence).
+    pub examples: Vec<String>,
+    /// When one flow alone fails through it while others pass: that flow's break device.
+    pub single_flow_break: Option<Option<String>>,
+}
+
+/// Binomial upper-tail exponent: `n * KL(q || p)` for `q = f / n > p`, else 0.
+pub fn chernoff_score(f: f64, n: f64, p: f64) -> f64 {
+    if n <= 0.0 || f <= 0.0 {
+        return 0.0;
+    }
+    let q = (f / n).min(1.0);
+    if q <= p {
+        return 0.0;
+    }
+    let mut kl = q * (q / p).ln();
+    if q < 1.0 {
+        kl += (1.0 - q) * ((1.0 - q) / (1.0 - p)).ln();
+    }
+    n * kl
+}
+
+#[derive(Default)]
+struct Tally {
+    fail: f64,
+    ok: f64,
+    located: f64,
+}
+
+fn tally<'a>(obs: &'a [FlowObs], live: &[bool]) -> HashMap<&'a Element, Tally> {
+    let mut t: HashMap<&Element, Tally> = HashMap::new();
+    for (o, _) in obs.iter().zip(live).filter(|(_, l)| **l) {
+        if o.fail > 0.0 {
+            for (e, w) in &o.fail_elems {
+                let x = t.entry(e).or_default();
+                x.fail += o.fail * w;
+                if o.located {
+                    x.located += o.fail * w;
+                }
+            }
+        }
+        if o.ok > 0.0 {
+            for (e, w) in &o.ok_elems {
+                t.entry(e).or_default().ok += o.ok * w;
+            }
+        }
+    }
+    t
+}
+
+/// Background failure ratio: the lower quartile of the components' (a fault
+/// drags many components' ratios up with it), at least `floor`.
+fn background(t: &HashMap<&Element, Tally>, floor: f64) -> f64 {
+    let mut ratios: Vec<f64> = t
+        .values()
+        .filter(|x| x.fail + x.ok >= 10.0)
+        .map(|x| x.fail / (x.fail + x.ok))
+        .collect();
+    if ratios.is_empty() {
+        return floor;
+    }
+    ratios.sort_by(f64::total_cmp);
+    ratios[ratios.len() / 4].max(floor)
+}
+
+/// Greedy explain-away; findings in the order they were blamed.
+pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
+    let mut live: Vec<bool> = obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect();
+    let mut found = Vec::new();
+    // Each round removes at least one failed observation: bounded by their number.
+    loop {
+        let t = tally(obs, &live);
+        let p0 = background(&t, p.floor).min(0.5);
+        let best = t
+            .iter()
+            .filter(|(_, x)| x.fail >= p.min_failures && x.fail >= p.min_share * (x.fail + x.ok))
+            .map(|(e, x)| {
+                let score = chernoff_score(x.fail, x.fail + x.ok, p0);
+                // A break located by a fresh trace beats a tie of whole paths.
+                let rank = score * (1.0 + 0.1 * x.located / x.fail);
+                (rank, score, *e, x)
+            })
+            .filter(|(_, score, _, _)| *score >= p.min_score)
+            .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.2.cmp(a.2)));
+        let Some((_, score, element, x)) = best else {
+            break;
+        };
+        let element = element.clone();
+        let (failures, ok) = (x.fail, x.ok);
+        let mut per_flow: HashMap<usize, (f64, Option<String>)> = HashMap::new();
+        let mut examples = Vec::new();
+        for (i, o) in obs.iter().enumerate() {
+            if !live[i] || o.fail <= 0.0 {
+                continue;
+            }
+            if let Some((_, w)) = o.fail_elems.iter().find(|(e, _)| *e == element) {
+                let f = per_flow.entry(o.flow).or_insert((0.0, None));
+                f.0 += o.fail * w;
+                if o.break_device.is_some() {
+                    f.1.clone_from(&o.break_device);
+                }
+                if examples.len() < 3 && !examples.contains(&o.text) {
+                    examples.push(o.text.clone());
+                }
+                live[i] = false;
+            }
+        }
+        let top = per_flow.values().max_by(|a, b| a.0.total_cmp(&b.0));
+        let single_flow_break = top
+            .filter(|(f, _)| per_flow.len() == 1 || *f >= 0.9 * failures)
+            .filter(|_| ok >= (4.0 * p.min_failures).max(10.0))
+            .map(|(_, dev)| dev.clone());
+        found.push(Finding {
+            element,
+            failures,
+            ok,
+            score,
+            background: p0,
+            examples,
+            single_flow_break,
+        });
+    }
+    found
+}
+
+/// R-Pingmesh Algorithm 1: every failed path votes once per failure for each
+/// component on it; components by votes, most first.
+pub fn alg1_votes(obs: &[FlowObs]) -> Vec<(Element, u64)> {
+    let mut votes: HashMap<&Element, u64> = HashMap::new();
+    for o in obs.iter().filter(|o| o.fail > 0.0) {
+        for (e, _) in &o.fail_elems {
+            *votes.entry(e).or_default() += o.fail.round() as u64;
+        }
+    }
+    let mut v: Vec<(Element, u64)> = votes
+        .into_iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(e, n)| (e.clone(), n))
+        .collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const P: Params = Params {
+        min_score: 10.0,
+        min_failures: 3.0,
+        floor: 1e-3,
+        min_share: 0.0,
+    };
+
+    fn link(n: &str) -> Element {
+        Element::Link(n.into())
+    }
+
+    /// A flow over ToR `a` -> spine `s` -> ToR `b` (2-tier Clos), `ok` arrivals, `fail` losses.
+    fn flow(id: usize, a: u32, s: u32, b: u32, ok: f64, fail: f64) -> FlowObs {
+        let elems = vec![
+            (Element::Rnic(a * 10 + id as u32 % 3), 1.0),
+            (link(&format!("t{a}-s{s}")), 1.0),
+            (link(&format!("t{b}-s{s}")), 1.0),
+            (Element::Rnic(b * 10 + id as u32 % 3), 1.0),
+        ];
+        FlowObs {
+            flow: id,
+            ok,
+            fail,
+            ok_elems: elems.clone(),
+            fail_elems: elems,
+            text: format!("flow {id} t{a} s{s} t{b}"),
+            ..FlowObs::default()
+        }
+    }
+
+    /// Every ToR pair of a 4x2 fabric, three flows per pair and spine, 100 probes each.
+    fn fabric(loss: impl Fn(u32, u32, u32) -> f64) -> Vec<FlowObs> {
+        let mut v = Vec::new();
+        for a in 0..4 {
+            for b in 0..4 {
+                for s in 0..2 {
+                    for _ in 0..3 {
+                        if a != b {
+                            let fail = (100.0 * loss(a, s, b)).round();
+                            v.push(flow(v.len(), a, s, b, 100.0 - fail, fail));
+                        }
+                    }
+                }
+            }
+        }
+        v
+    }
+
+    fn blamed(f: &[Finding]) -> Vec<Element> {
+        f.iter().map(|f| f.element.clone()).collect()
+    }
+
+    #[test]
+    fn single_link_down_is_found_alone() {
+        let obs = fabric(|a, s, b| {
+            if s == 1 && (a == 0 || b == 0) {
+                1.0
+            } else {
+                0.0
+            }
+        });
+        assert_eq!(blamed(&explain_away(&obs, &P)), [link("t0-s1")]);
+    }
+
+    #[test]
+    fn two_concurrent_faults_on_different_spines_are_both_found() {
+        let obs = fabric(|a, s, b| match s {
+            1 if a == 0 || b == 0 => 1.0,
+            0 if a == 2 || b == 2 => 0.1,
+            _ => 0.0,
+        });
+        let mut got = blamed(&explain_away(&obs, &P));
+        got.sort();
+        assert_eq!(got, [link("t0-s1"), link("t2-s0")]);
+    }
+
+    #[test]
+    fn one_percent_loss_is_found_but_scattered_timeouts_are_not() {
+        // 1 % on t3-s0: 18 flows x 100 probes cross it, 18 losses.
+        let obs = fabric(|a, s, b| {
+            if s == 0 && (a == 3 || b == 3) && (a + b) % 2 == 1 {
+                0.02
+            } else {
+                0.0
+            }
+        });
+        assert_eq!(blamed(&explain_away(&obs, &P)), [link("t3-s0")]);
+        // Noise: one timeout on each of 8 random flows all over the fabric.
+        let mut noise = fabric(|_, _, _| 0.0);
+        for i in (0..noise.len()).step_by(noise.len() / 8) {
+            noise[i].fail = 1.0;
+        }
+        assert!(explain_away(&noise, &P).is_empty());
+        // A lone burst of two timeouts is not enough either.
+        let mut burst = fabric(|_, _, _| 0.0);
+        burst[5].fail = 2.0;
+        assert!(explain_away(&burst, &P).is_empty());
+    }
+
+    #[test]
+    fn partial_path_knowledge_and_ecmp_candidates() {
+        let mut obs = fabric(|_, _, _| 0.0);
+        // Flows from t1 whose spine is unknown (no trace): losses spread over t1's
+        // uplinks; located breaks from fresh traces point at t1-s0.
+        for i in 0..6 {
+            obs.push(FlowObs {
+                flow: 1000 + i,
+                ok: 0.0,
+                fail: 10.0,
+                fail_elems: vec![(link("t1-s0"), 0.5), (link("t1-s1"), 0.5)],
+                text: "unknown spine".into(),
+                ..FlowObs::default()
+            });
+        }
+        for i in 0..3 {
+            obs.push(FlowObs {
+                flow: 2000 + i,
+                fail: 10.0,
+                fail_elems: vec![(link("t1-s0"), 1.0)],
+                located: true,
+                break_device: Some("t1".into()),
+                text: "broke after t1".into(),
+                ..FlowObs::default()
+            });
+        }
+        assert_eq!(blamed(&explain_away(&obs, &P)), [link("t1-s0")]);
+    }
+
+    #[test]
+    fn one_failing_flow_among_passing_ones_is_flagged() {
+        let mut obs = fabric(|_, _, _| 0.0);
+        obs[0] = FlowObs {
+            fail: 100.0,
+            ok: 0.0,
+            fail_elems: vec![(link("t0-s0"), 1.0)],
+            located: true,
+            break_device: Some("t0".into()),
+            ..obs[0].clone()
+        };
+        let f = explain_away(&obs, &P);
+        assert_eq!(blamed(&f), [link("t0-s0")]);
+        assert_eq!(f[0].single_flow_break, Some(Some("t0".into())));
+    }
+
+    #[test]
+    fn alg1_counts_votes_of_failed_paths() {
+        let obs = fabric(|a, s, b| if s == 1 && a == 0 && b == 1 { 1.0 } else { 0.0 });
+        let v = alg1_votes(&obs);
+        assert_eq!(v[0].1, 300);
+        assert!(v.iter().any(|(e, n)| *e == link("t0-s1") && *n == 300));
+        assert!(v.iter().all(|(e, _)| *e != link("t0-s0")));
+        assert!(chernoff_score(0.0, 10.0, 0.01) == 0.0 && chernoff_score(5.0, 5.0, 0.01) > 20.0);
+    }
+}

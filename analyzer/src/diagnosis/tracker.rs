@@ -1,0 +1,237 @@
+//! Problem lifecycle: one active problem per (kind, component), updated while
+//! the symptom persists, resolved once it has been absent for a while; marks
+//! what changed enough to be written to the database.
+
+use super::engine::Candidate;
+use rocemesh_proto::api::{ComponentKind, Problem, ProblemKind, ProblemState};
+use std::collections::{HashMap, VecDeque};
+
+/// Resolved problems kept in memory for in-process queries.
+const KEEP_RESOLVED: usize = 1_000;
+/// An active problem is rewritten at least this often (fresh `last_seen_ms` after a restart).
+const REWRITE_EVERY_MS: i64 = 10_000;
+/// A confidence change this large is written at once.
+const CONFIDENCE_STEP: f64 = 0.1;
+
+type Key = (ProblemKind, ComponentKind, String);
+
+#[derive(Debug, Clone)]
+struct Tracked {
+    serial: u64,
+    problem: Problem,
+    saved: bool,
+    saved_at_ms: i64,
+    saved_confidence: f64,
+    /// Last evidence, or when it was restored from the database (whichever is later).
+    evidence_ms: i64,
+}
+
+/// Active and recently resolved problems.
+#[derive(Debug)]
+pub struct Tracker {
+    active: HashMap<Key, Tracked>,
+    resolved: VecDeque<Tracked>,
+    resolve_after_ms: i64,
+    next_serial: u64,
+}
+
+fn key(p: &Problem) -> Key {
+    (p.kind, p.component_kind, p.component.clone())
+}
+
+impl Tracker {
+    /// An empty tracker.
+    pub fn new(resolve_after_ms: u64) -> Self {
+        Self {
+            active: HashMap::new(),
+            resolved: VecDeque::new(),
+            resolve_after_ms: resolve_after_ms as i64,
+            next_serial: 0,
+        }
+    }
+
+    fn serial(&mut self) -> u64 {
+        self.next_serial += 1;
+        self.next_serial
+    }
+
+    /// Takes over problems stored active before a restart; their resolution clock
+    /// starts at `now_ms`.
+    pub fn restore(&mut self, problems: Vec<Problem>, now_ms: i64) {
+        for p in problems {
+            let serial = self.serial();
+            let t = Tracked {
+                serial,
+                saved: true,
+                saved_at_ms: now_ms,
+                saved_confidence: p.confidence,
+                evidence_ms: now_ms.max(p.last_seen_ms),
+                problem: p,
+            };
+            self.active.insert(key(&t.problem), t);
+        }
+    }
+
+    /// Applies one tick's findings at `now_ms`.
+    pub fn update(&mut self, now_ms: i64, candidates: Vec<Candidate>) {
+        let mut seen = Vec::with_capacity(candidates.len());
+        for c in candidates {
+            let k: Key = (c.kind, c.component_kind, c.component.clone());
+            seen.push(k.clone());
+            if let Some(t) = self.active.get_mut(&k) {
+                let p = &mut t.problem;
+                p.confidence = c.confidence;
+                p.evidence = c.evidence;
+                p.last_seen_ms = now_ms;
+                t.evidence_ms = now_ms;
+                if (c.confidence - t.saved_confidence).abs() >= CONFIDENCE_STEP
+                    || now_ms - t.saved_at_ms >= REWRITE_EVERY_MS
+                {
+                    t.saved = false;
+                }
+                continue;
+            }
+            let serial = self.serial();
+            let problem = Problem {
+                id: 0,
+                kind: c.kind,
+                component_kind: c.component_kind,
+                component: c.component,
+                state: ProblemState::Active,
+                confidence: c.confidence,
+                network: c.kind.is_network(),
+                first_seen_ms: now_ms,
+                last_seen_ms: now_ms,
+                resolved_ms: None,
+                evidence: c.evidence,
+            };
+            tracing::info!(kind = ?problem.kind, component = %problem.component, "problem found");
+            self.active.insert(
+                k,
+                Tracked {
+                    serial,
+                    problem,
+                    saved: false,
+                    saved_at_ms: now_ms,
+                    saved_confidence: c.confidence,
+                    evidence_ms: now_ms,
+                },
+            );
+        }
+        let gone: Vec<Key> = self
+            .active
+            .iter()
+            .filter(|(k, t)| !seen.contains(k) && now_ms - t.evidence_ms >= self.resolve_after_ms)
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in gone {
+            if let Some(mut t) = self.active.remove(&k) {
+                tracing::info!(kind = ?t.problem.kind, component = %t.problem.component, "problem resolved");
+                t.problem.state = ProblemState::Resolved;
+                t.problem.resolved_ms = Some(now_ms);
+                t.saved = false;
+                self.resolved.push_back(t);
+            }
+        }
+        while self.resolved.len() > KEEP_RESOLVED && self.resolved.front().is_some_and(|t| t.saved)
+        {
+            self.resolved.pop_front();
+        }
+    }
+
+    /// Problems to write: `(serial, problem)`; an id of 0 means not stored yet.
+    pub fn unsaved(&self) -> Vec<(u64, Problem)> {
+        self.active
+            .values()
+            .chain(self.resolved.iter())
+            .filter(|t| !t.saved)
+            .map(|t| (t.serial, t.problem.clone()))
+            .collect()
+    }
+
+    /// Records that the problem with `serial` was written at `now_ms` under `id`.
+    pub fn mark_saved(&mut self, serial: u64, id: i64, now_ms: i64) {
+        if let Some(t) = self
+            .active
+            .values_mut()
+            .chain(self.resolved.iter_mut())
+            .find(|t| t.serial == serial)
+        {
+            t.problem.id = id;
+            t.saved = true;
+            t.saved_at_ms = now_ms;
+            t.saved_confidence = t.problem.confidence;
+        }
+    }
+
+    /// Problems in memory: active ones, and the recently resolved ones, most recent first.
+    pub fn problems(&self, state: ProblemState) -> Vec<Problem> {
+        let mut v: Vec<Problem> = match state {
+            ProblemState::Active => self.active.values().map(|t| t.problem.clone()).collect(),
+            ProblemState::Resolved => self.resolved.iter().map(|t| t.problem.clone()).collect(),
+        };
+        v.sort_by(|a, b| b.last_seen_ms.cmp(&a.last_seen_ms).then(b.id.cmp(&a.id)));
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocemesh_proto::api::Evidence;
+
+    fn cand(kind: ProblemKind, name: &str, confidence: f64) -> Candidate {
+        Candidate {
+            kind,
+            component_kind: ComponentKind::Link,
+            component: name.into(),
+            confidence,
+            evidence: Evidence::default(),
+        }
+    }
+
+    #[test]
+    fn one_active_problem_per_component_then_resolved() {
+        let mut t = Tracker::new(10_000);
+        t.update(1_000, vec![cand(ProblemKind::LinkFault, "t0-s1", 0.9)]);
+        let new = t.unsaved();
+        assert_eq!(new.len(), 1);
+        assert!(new[0].1.network);
+        t.mark_saved(new[0].0, 7, 1_000);
+        // Persisting symptom: same problem, no write until something changes enough.
+        t.update(2_000, vec![cand(ProblemKind::LinkFault, "t0-s1", 0.92)]);
+        assert!(t.unsaved().is_empty());
+        t.update(3_000, vec![cand(ProblemKind::LinkFault, "t0-s1", 0.5)]);
+        assert_eq!(t.unsaved()[0].1.id, 7, "a big confidence change is written");
+        t.mark_saved(t.unsaved()[0].0, 7, 3_000);
+        // Absent for less than resolve_after: still active.
+        t.update(12_000, vec![]);
+        assert_eq!(t.problems(ProblemState::Active).len(), 1);
+        t.update(13_000, vec![]);
+        assert!(t.problems(ProblemState::Active).is_empty());
+        let r = t.problems(ProblemState::Resolved);
+        assert_eq!(
+            (r[0].id, r[0].resolved_ms, r[0].last_seen_ms),
+            (7, Some(13_000), 3_000)
+        );
+        assert_eq!(t.unsaved().len(), 1, "resolution is written");
+        // The symptom returns: a new episode.
+        t.update(20_000, vec![cand(ProblemKind::LinkFault, "t0-s1", 0.9)]);
+        assert_eq!(t.problems(ProblemState::Active)[0].first_seen_ms, 20_000);
+    }
+
+    #[test]
+    fn restored_problems_get_a_fresh_resolution_clock() {
+        let mut t = Tracker::new(10_000);
+        let mut t2 = Tracker::new(10_000);
+        t.update(1_000, vec![cand(ProblemKind::RnicFault, "h0/r0", 0.9)]);
+        let mut p = t.problems(ProblemState::Active);
+        p[0].id = 3;
+        t2.restore(p, 100_000);
+        t2.update(105_000, vec![]);
+        assert_eq!(t2.problems(ProblemState::Active)[0].id, 3);
+        assert!(t2.unsaved().is_empty());
+        t2.update(110_000, vec![]);
+        assert_eq!(t2.problems(ProblemState::Resolved)[0].id, 3);
+    }
+}
