@@ -1,0 +1,320 @@
+//! A small, bounds-checked BTF reader: enough to find byte offsets of (nested) struct members
+//! by name, in plain BTF and in split (kernel module) BTF layered on `vmlinux`.
+//!
+//! aya 0.14 does not relocate against module BTF, so the kernel route reads the `ib_core`
+//! struct layouts here at start-up and hands the offsets to the BPF program.
+
+use std::path::{Path, PathBuf};
+
+const BTF_MAGIC: u16 = 0xEB9F;
+const HEADER_MIN_LEN: usize = 24;
+const TYPE_HEADER_LEN: usize = 12;
+
+const KIND_INT: u32 = 1;
+const KIND_ARRAY: u32 = 3;
+const KIND_STRUCT: u32 = 4;
+const KIND_UNION: u32 = 5;
+const KIND_ENUM: u32 = 6;
+const KIND_TYPEDEF: u32 = 8;
+const KIND_VOLATILE: u32 = 9;
+const KIND_CONST: u32 = 10;
+const KIND_RESTRICT: u32 = 11;
+const KIND_FUNC_PROTO: u32 = 13;
+const KIND_VAR: u32 = 14;
+const KIND_DATASEC: u32 = 15;
+const KIND_DECL_TAG: u32 = 17;
+const KIND_TYPE_TAG: u32 = 18;
+const KIND_ENUM64: u32 = 19;
+
+/// Qualifier chains longer than this are treated as malformed (real ones are 2-3 deep).
+const MAX_TYPE_CHAIN: usize = 32;
+/// Anonymous struct/union nesting deeper than this is treated as malformed.
+const MAX_ANON_DEPTH: usize = 8;
+
+/// Why BTF could not be read or a member not found.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum BtfError {
+    /// The blob is not valid BTF.
+    #[error("malformed BTF: {0}")]
+    Malformed(String),
+    /// No struct/union of that name.
+    #[error("no struct or union named {0} in BTF")]
+    NoSuchType(String),
+    /// The struct has no member of that name (also searched in anonymous members).
+    #[error("{ty} has no member {member}")]
+    NoSuchMember {
+        /// The struct or union searched.
+        ty: String,
+        /// The member that was missing.
+        member: String,
+    },
+    /// A member on the path is not a struct/union, or is a bitfield.
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+fn malformed(what: impl Into<String>) -> BtfError {
+    BtfError::Malformed(what.into())
+}
+
+/// A parsed BTF blob (optionally split on top of a base blob).
+#[derive(Debug)]
+pub struct Btf {
+    data: Vec<u8>,
+    strings: std::ops::Range<usize>,
+    /// Absolute byte offset of each type's header; `type_at[i]` is type id `first_id + i`.
+    type_at: Vec<usize>,
+    first_id: u32,
+    base: Option<Box<Btf>>,
+}
+
+#[derive(Clone, Copy)]
+struct TypeHeader {
+    name_off: u32,
+    kind: u32,
+    vlen: usize,
+    kind_flag: bool,
+    size_or_type: u32,
+    at: usize,
+}
+
+fn read_u32(data: &[u8], at: usize) -> Result<u32, BtfError> {
+    let bytes = at
+        .checked_add(4)
+        .and_then(|end| data.get(at..end))
+        .ok_or_else(|| malformed(format!("read past end at {at}")))?;
+    let mut v = [0u8; 4];
+    v.copy_from_slice(bytes);
+    Ok(u32::from_le_bytes(v))
+}
+
+fn kind_extra_len(kind: u32, vlen: usize) -> Option<usize> {
+    Some(match kind {
+        KIND_INT | KIND_VAR | KIND_DECL_TAG => 4,
+        KIND_ARRAY => 12,
+        KIND_STRUCT | KIND_UNION | KIND_DATASEC | KIND_ENUM64 => 12 * vlen,
+        KIND_ENUM | KIND_FUNC_PROTO => 8 * vlen,
+        0 | 2 | 7 | KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | 12 | 16
+        | KIND_TYPE_TAG => 0,
+        _ => return None,
+    })
+}
+
+impl Btf {
+    /// Parses a standalone BTF blob (`/sys/kernel/btf/vmlinux`, a `.BTF` section).
+    pub fn parse(data: Vec<u8>) -> Result<Btf, BtfError> {
+        Self::parse_inner(data, None)
+    }
+
+    /// Parses split BTF (`/sys/kernel/btf/<module>`): type ids and string offsets continue
+    /// those of `base`.
+    pub fn parse_split(data: Vec<u8>, base: Btf) -> Result<Btf, BtfError> {
+        Self::parse_inner(data, Some(Box::new(base)))
+    }
+
+    /// Reads `dir/vmlinux` and, with `module`, `dir/<module>` split on it.
+    pub fn from_sys_fs(dir: &Path, module: Option<&str>) -> Result<Btf, BtfLoadError> {
+        let read = |path: PathBuf| {
+            std::fs::read(&path).map_err(|source| BtfLoadError::Read { path, source })
+        };
+        let vmlinux = Btf::parse(read(dir.join("vmlinux"))?)
+            .map_err(|e| BtfLoadError::Parse { path: dir.join("vmlinux"), source: e })?;
+        match module {
+            None => Ok(vmlinux),
+            Some(m) => Btf::parse_split(read(dir.join(m))?, vmlinux)
+                .map_err(|e| BtfLoadError::Parse { path: dir.join(m), source: e }),
+        }
+    }
+
+    fn parse_inner(data: Vec<u8>, base: Option<Box<Btf>>) -> Result<Btf, BtfError> {
+        let magic = data.get(0..2).ok_or_else(|| malformed("shorter than a header"))?;
+        if u16::from_le_bytes([magic[0], magic[1]]) != BTF_MAGIC {
+            return Err(malformed("bad magic (big-endian BTF is not supported)"));
+        }
+        let hdr_len = read_u32(&data, 4)? as usize;
+        if hdr_len < HEADER_MIN_LEN {
+            return Err(malformed(format!("header length {hdr_len}")));
+        }
+        let section = |off_at: usize| -> Result<std::ops::Range<usize>, BtfError> {
+            let off = read_u32(&data, off_at)? as usize;
+            let len = read_u32(&data, off_at + 4)? as usize;
+            let start = hdr_len.checked_add(off).ok_or_else(|| malformed("section offset"))?;
+            let end = start.checked_add(len).ok_or_else(|| malformed("section length"))?;
+            if end > data.len() {
+                return Err(malformed(format!("section {start}..{end} past end {}", data.len())));
+            }
+            Ok(start..end)
+        };
+        let types = section(8)?;
+        let strings = section(16)?;
+        let first_id = match &base {
+            None => 1,
+            Some(b) => b.next_id(),
+        };
+        let mut type_at = Vec::new();
+        let mut at = types.start;
+        while at < types.end {
+            let info = read_u32(&data, at + 4)?;
+            let kind = (info >> 24) & 0x1f;
+            let vlen = (info & 0xffff) as usize;
+            let extra =
+                kind_extra_len(kind, vlen).ok_or_else(|| malformed(format!("unknown kind {kind}")))?;
+            type_at.push(at);
+            at += TYPE_HEADER_LEN + extra;
+        }
+        if at != types.end {
+            return Err(malformed("last type overruns the type section"));
+        }
+        Ok(Btf { data, strings, type_at, first_id, base })
+    }
+
+    fn next_id(&self) -> u32 {
+        self.first_id + self.type_at.len() as u32
+    }
+
+    fn base_strings_len(&self) -> usize {
+        self.base.as_ref().map_or(0, |b| b.base_strings_len() + b.strings.len())
+    }
+
+    fn name(&self, off: u32) -> Result<&str, BtfError> {
+        let off = off as usize;
+        let base_len = self.base_strings_len();
+        if off < base_len {
+            return self.base.as_ref().ok_or_else(|| malformed("string offset"))?.name(off as u32);
+        }
+        let start = self.strings.start + (off - base_len);
+        let tail = self.data.get(start..self.strings.end).ok_or_else(|| malformed("string offset"))?;
+        let len = tail.iter().position(|&c| c == 0).ok_or_else(|| malformed("unterminated string"))?;
+        std::str::from_utf8(&tail[..len]).map_err(|_| malformed("non-UTF-8 name"))
+    }
+
+    /// Finds the BTF that holds type `id` (self or a base) and its header.
+    fn type_by_id(&self, id: u32) -> Result<(&Btf, TypeHeader), BtfError> {
+        if id < self.first_id {
+            return self.base.as_ref().ok_or_else(|| malformed(format!("type id {id}")))?.type_by_id(id);
+        }
+        let at = *self
+            .type_at
+            .get((id - self.first_id) as usize)
+            .ok_or_else(|| malformed(format!("type id {id} out of range")))?;
+        Ok((self, self.header_at(at)?))
+    }
+
+    fn header_at(&self, at: usize) -> Result<TypeHeader, BtfError> {
+        let info = read_u32(&self.data, at + 4)?;
+        Ok(TypeHeader {
+            name_off: read_u32(&self.data, at)?,
+            kind: (info >> 24) & 0x1f,
+            vlen: (info & 0xffff) as usize,
+            kind_flag: info >> 31 == 1,
+            size_or_type: read_u32(&self.data, at + 8)?,
+            at,
+        })
+    }
+
+    /// First struct or union called `name`, searching this blob before its base.
+    fn find_composite(&self, name: &str) -> Result<Option<(&Btf, TypeHeader)>, BtfError> {
+        for &at in &self.type_at {
+            let h = self.header_at(at)?;
+            if matches!(h.kind, KIND_STRUCT | KIND_UNION) && h.vlen > 0 && self.name(h.name_off)? == name {
+                return Ok(Some((self, h)));
+            }
+        }
+        match &self.base {
+            Some(b) => b.find_composite(name),
+            None => Ok(None),
+        }
+    }
+
+    /// Byte offset of `path` (e.g. `["ah_attr", "grh", "dgid"]`) inside struct/union `ty`;
+    /// members of anonymous structs/unions are found as the C compiler would.
+    pub fn member_offset(&self, ty: &str, path: &[&str]) -> Result<u32, BtfError> {
+        let (mut btf, mut h) = self.find_composite(ty)?.ok_or_else(|| BtfError::NoSuchType(ty.into()))?;
+        let mut total_bits: u64 = 0;
+        let mut current = ty.to_owned();
+        for (i, member) in path.iter().enumerate() {
+            let (bits, member_type) = btf
+                .find_member(h, member, 0)?
+                .ok_or_else(|| BtfError::NoSuchMember { ty: current.clone(), member: (*member).into() })?;
+            total_bits += bits;
+            current = format!("{current}.{member}");
+            if i + 1 < path.len() {
+                (btf, h) = self.resolve_composite(member_type, &current)?;
+            }
+        }
+        if total_bits % 8 != 0 {
+            return Err(BtfError::Unsupported(format!("{current} is a bitfield")));
+        }
+        u32::try_from(total_bits / 8).map_err(|_| malformed("offset overflow"))
+    }
+
+    /// Follows typedef/const/volatile/restrict/type-tag to a struct or union.
+    fn resolve_composite(&self, mut id: u32, what: &str) -> Result<(&Btf, TypeHeader), BtfError> {
+        for _ in 0..MAX_TYPE_CHAIN {
+            let (btf, h) = self.type_by_id(id)?;
+            match h.kind {
+                KIND_STRUCT | KIND_UNION => return Ok((btf, h)),
+                KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
+                    id = h.size_or_type
+                }
+                _ => return Err(BtfError::Unsupported(format!("{what} is not a struct or union"))),
+            }
+        }
+        Err(malformed(format!("type chain of {what} too long")))
+    }
+
+    /// Bit offset and type id of member `name` in composite `h`, descending into anonymous
+    /// members.
+    fn find_member(&self, h: TypeHeader, name: &str, depth: usize) -> Result<Option<(u64, u32)>, BtfError> {
+        if depth > MAX_ANON_DEPTH {
+            return Err(malformed("anonymous members nested too deep"));
+        }
+        for i in 0..h.vlen {
+            let at = h.at + TYPE_HEADER_LEN + 12 * i;
+            let name_off = read_u32(&self.data, at)?;
+            let member_type = read_u32(&self.data, at + 4)?;
+            let raw_offset = read_u32(&self.data, at + 8)?;
+            let (bit_offset, bitfield) = if h.kind_flag {
+                (u64::from(raw_offset & 0xff_ffff), raw_offset >> 24 != 0)
+            } else {
+                (u64::from(raw_offset), false)
+            };
+            let member_name = self.name(name_off)?;
+            if member_name == name {
+                if bitfield {
+                    return Err(BtfError::Unsupported(format!("member {name} is a bitfield")));
+                }
+                return Ok(Some((bit_offset, member_type)));
+            }
+            if member_name.is_empty() {
+                if let Ok((btf, inner)) = self.resolve_composite(member_type, "anonymous member") {
+                    if let Some((bits, ty)) = btf.find_member(inner, name, depth + 1)? {
+                        return Ok(Some((bit_offset + bits, ty)));
+                    }
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+/// Why BTF could not be loaded from sysfs.
+#[derive(Debug, thiserror::Error)]
+pub enum BtfLoadError {
+    /// The file is missing or unreadable (e.g. module not loaded, kernel without BTF).
+    #[error("cannot read {path}: {source}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// The file is not valid BTF.
+    #[error("{path}: {source}")]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What was wrong.
+        source: BtfError,
+    },
+}
