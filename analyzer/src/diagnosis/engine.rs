@@ -5,7 +5,7 @@
 use super::fabric::FabricMap;
 use super::intake::Liveness;
 use super::paths::{Element, End, PathStore, Route, Tuple, route};
-use super::tomography::{Finding, FlowObs, Params, alg1_votes, explain_away};
+use super::tomography::{Finding, FlowObs, Params, alg1_votes, explain_away, located_suspects};
 use crate::config::DiagnosisConfig;
 use crate::registry::Registry;
 use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind};
@@ -467,7 +467,14 @@ impl Engine {
             })
             .collect();
         keys.sort_by_key(|(k, _)| (k.prober, k.target, k.sport, k.dport));
-        for (i, (k, f)) in keys.into_iter().enumerate() {
+        // Observations are tagged with the 5-tuple that failed: a probe's and the
+        // reverse probe's ACK share one.
+        let mut tuple_ids: HashMap<Tuple, usize> = HashMap::new();
+        let mut tuple_id = |t: Tuple| {
+            let n = tuple_ids.len();
+            *tuple_ids.entry(t).or_insert(n)
+        };
+        for (k, f) in keys {
             let (Some(p), Some(t)) = (end(inp, k.prober), end(inp, k.target)) else {
                 continue;
             };
@@ -478,22 +485,18 @@ impl Engine {
                 dport: k.dport,
             };
             let fwd = route(inp.map, inp.paths.get(&fwd_key), &p, &t);
-            let ack_traces = inp
-                .paths
-                .get(&Tuple {
-                    src: t.ip,
-                    dst: p.ip,
-                    sport: k.sport,
-                    dport: k.dport,
-                })
-                .or_else(|| {
-                    inp.paths.get(&Tuple {
-                        src: t.ip,
-                        dst: p.ip,
-                        sport: k.dport,
-                        dport: k.sport,
-                    })
-                });
+            let ack_key = Tuple {
+                src: t.ip,
+                dst: p.ip,
+                sport: k.sport,
+                dport: k.dport,
+            };
+            let swapped = Tuple {
+                sport: k.dport,
+                dport: k.sport,
+                ..ack_key
+            };
+            let ack_traces = inp.paths.get(&ack_key).or_else(|| inp.paths.get(&swapped));
             let ack = route(inp.map, ack_traces, &t, &p);
             let ok_elems = union(&[&fwd.ok, &ack.ok]);
             let broken: Vec<&Route> = [&fwd, &ack]
@@ -512,8 +515,13 @@ impl Engine {
                 .break_device
                 .clone()
                 .or_else(|| ack.break_device.clone());
+            let failed_tuple = if fwd.break_device.is_none() && ack.break_device.is_some() {
+                ack_key
+            } else {
+                fwd_key
+            };
             loss.push(FlowObs {
-                flow: i,
+                flow: tuple_id(failed_tuple),
                 ok: f64::from(f.ok),
                 fail: f64::from(f.timeouts),
                 ok_elems: ok_elems.clone(),
@@ -524,7 +532,7 @@ impl Engine {
             });
             if f.ack2_lost > 0 {
                 loss.push(FlowObs {
-                    flow: i,
+                    flow: tuple_id(ack_key),
                     ok: 0.0,
                     fail: f64::from(f.ack2_lost),
                     ok_elems: Vec::new(),
@@ -536,7 +544,7 @@ impl Engine {
             }
             if f.ok > 0 {
                 slow.push(FlowObs {
-                    flow: i,
+                    flow: tuple_id(fwd_key),
                     ok: f64::from(f.ok - f.slow),
                     fail: f64::from(f.slow),
                     fail_elems: ok_elems.clone(),
@@ -588,7 +596,11 @@ impl Engine {
             };
             found.push((ProblemKind::HighLatency, ck, name, f));
         }
-        for (kind, ck, name, f) in group_by_switch(inp.map, found) {
+        for (kind, ck, name, f) in group_by_switch(
+            inp.map,
+            found,
+            &located_suspects(&loss, loss_params.min_failures),
+        ) {
             let what = match (kind, ck) {
                 (ProblemKind::SwitchFault, _)
                     if f.len() == 1 && f[0].single_flow_break.is_some() =>
@@ -706,7 +718,9 @@ type Found = (ProblemKind, ComponentKind, String, Finding);
 type Group = (ProblemKind, ComponentKind, String, Vec<Finding>);
 
 /// Link findings of one kind covering most links of a switch become one switch finding.
-fn group_by_switch(map: &FabricMap, found: Vec<Found>) -> Vec<Group> {
+/// `suspects` are loss suspects not blamed themselves (their failures were explained
+/// by a sibling) that still count towards their switches.
+fn group_by_switch(map: &FabricMap, found: Vec<Found>, suspects: &[Element]) -> Vec<Group> {
     let mut per_switch: HashMap<(ProblemKind, String), Vec<usize>> = HashMap::new();
     for (i, (kind, ck, name, _)) in found.iter().enumerate() {
         if *ck != ComponentKind::Link {
@@ -728,9 +742,18 @@ fn group_by_switch(map: &FabricMap, found: Vec<Found>) -> Vec<Group> {
     }
     let mut switches: Vec<_> = per_switch
         .into_iter()
-        .filter(|((_, d), links)| {
+        .filter(|((kind, d), links)| {
             let total = map.links_of(d).count();
-            links.len() >= 2 && links.len() as f64 >= SWITCH_SHARE * total as f64
+            let extra = if *kind == ProblemKind::SwitchFault {
+                map.links_of(d)
+                    .filter(|l| suspects.contains(&Element::Link(l.name.clone())))
+                    .filter(|l| !links.iter().any(|&i| found[i].2 == l.name))
+                    .count()
+            } else {
+                0
+            };
+            let implicated = links.len() + extra;
+            implicated >= 2 && implicated as f64 >= SWITCH_SHARE * total as f64
         })
         .collect();
     switches.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
@@ -761,4 +784,420 @@ fn group_by_switch(map: &FabricMap, found: Vec<Found>) -> Vec<Group> {
         }
     }
     groups
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnosis::fabric::CLOS_2X2;
+    use crate::diagnosis::intake::Liveness;
+    use crate::registry::{RnicEntry, RnicMeta};
+    use rocemesh_proto::TimestampSource;
+    use rocemesh_proto::path::TracedPath;
+    use std::collections::VecDeque;
+    use std::net::{IpAddr, Ipv4Addr};
+
+    const NOW: i64 = 1_700_000_000_000;
+    /// Hosts h0..h3, two RNICs each (r0, r1); h0, h1 under t0, h2, h3 under t1.
+    const HOSTS: u32 = 4;
+
+    fn rnic(host: u32, k: u32) -> u32 {
+        1 + host * 2 + k
+    }
+    fn host_of(r: u32) -> u32 {
+        (r - 1) / 2
+    }
+    fn tor_of(r: u32) -> u32 {
+        host_of(r) / 2
+    }
+    /// Index of an RNIC under its ToR (0..4).
+    fn slot(r: u32) -> u8 {
+        ((r - 1) % 4) as u8
+    }
+    fn ip(r: u32) -> IpAddr {
+        IpAddr::V4(Ipv4Addr::new(198, 18, tor_of(r) as u8, 2 * slot(r) + 1))
+    }
+    fn rnics() -> impl Iterator<Item = u32> {
+        1..=HOSTS * 2
+    }
+
+    fn registry() -> Registry {
+        let tors: Arc<[String]> = vec!["t0".to_string(), "t1".to_string()].into();
+        let mut reg = Registry::new(
+            rnics().map(|r| {
+                (
+                    r,
+                    RnicEntry {
+                        host_id: host_of(r) + 1,
+                        tor: tor_of(r) as u16,
+                    },
+                )
+            }),
+            tors,
+        );
+        for r in rnics() {
+            let meta = RnicMeta {
+                name: format!("h{}/r{}", host_of(r), (r - 1) % 2),
+                host: format!("h{}", host_of(r)),
+                ip: ip(r),
+                qpn: 100 + r,
+                epoch: 1,
+            };
+            reg.set_meta(r, meta);
+        }
+        reg
+    }
+
+    /// Spine of a 5-tuple (stands in for the ECMP hash; the ACK's 5-tuple is another one).
+    fn spine(src: u32, dst: u32, sport: u16) -> u32 {
+        (src * 7 + dst * 3 + u32::from(sport)) / 2 % 2
+    }
+
+    fn hops(src: u32, dst: u32, s: u32) -> Vec<Option<IpAddr>> {
+        let (t, u) = (tor_of(src), tor_of(dst));
+        vec![
+            Some(IpAddr::V4(Ipv4Addr::new(198, 18, t as u8, 2 * slot(src)))),
+            Some(IpAddr::V4(Ipv4Addr::new(
+                198,
+                19,
+                0,
+                (2 * (2 * t + s) + 1) as u8,
+            ))),
+            Some(IpAddr::V4(Ipv4Addr::new(
+                198,
+                19,
+                0,
+                (2 * (2 * u + s)) as u8,
+            ))),
+            Some(ip(dst)),
+        ]
+    }
+
+    /// What a fault does to one packet direction: (lost, extra delay ns).
+    type Fault<'a> = dyn FnMut(u32, u32, Option<u32>, u16) -> (bool, u32) + 'a;
+
+    struct Sim {
+        records: Vec<ProbeResult>,
+        paths: PathStore,
+        hosts: HashMap<u32, Liveness>,
+        start_ms: i64,
+        end_ms: i64,
+    }
+
+    impl Sim {
+        fn new() -> Self {
+            let hosts = (1..=HOSTS)
+                .map(|h| {
+                    (
+                        h,
+                        Liveness {
+                            epoch: 1,
+                            last_upload_ms: NOW,
+                            restarts: VecDeque::new(),
+                        },
+                    )
+                })
+                .collect();
+            Self {
+                records: Vec::new(),
+                paths: PathStore::new(100_000),
+                hosts,
+                start_ms: NOW - 9_000,
+                end_ms: NOW - 1_500,
+            }
+        }
+
+        fn trace(
+            &mut self,
+            src: u32,
+            dst: u32,
+            sport: u16,
+            dport: u16,
+            s: u32,
+            ack: bool,
+            stop_after: Option<usize>,
+        ) {
+            let mut h = hops(src, dst, s);
+            if let Some(n) = stop_after {
+                h.truncate(n);
+                h.push(None);
+            }
+            self.paths.insert(&TracedPath {
+                src: ip(src),
+                dst: ip(dst),
+                src_port: sport,
+                dst_port: dport,
+                traced_at_unix_ns: 1,
+                reached: stop_after.is_none(),
+                ack_direction: ack,
+                hops: h,
+            });
+        }
+
+        /// 10 probes per second over the sim's time span on every ToR-mesh pair and
+        /// on two 5-tuples of every inter-ToR pair, complete traces of all of them;
+        /// `fault(src, dst, spine, sport)` decides each direction's fate.
+        fn run(&mut self, fault: &mut Fault) {
+            for p in rnics() {
+                for t in rnics().filter(|&t| t != p) {
+                    let ports: &[u16] = if tor_of(p) == tor_of(t) {
+                        &[50_000]
+                    } else {
+                        &[50_001, 50_002]
+                    };
+                    for &sport in ports {
+                        let inter = tor_of(p) != tor_of(t);
+                        let (fs, bs) = (spine(p, t, sport), spine(t, p, sport));
+                        if inter {
+                            self.trace(p, t, sport, 4791, fs, false, None);
+                            self.trace(t, p, sport, 4791, bs, true, None);
+                        }
+                        let mut at = self.start_ms;
+                        while at < self.end_ms {
+                            let fwd = fault(p, t, inter.then_some(fs), sport);
+                            let back = fault(t, p, inter.then_some(bs), sport);
+                            let lost = fwd.0 || back.0;
+                            let rtt = 20_000 + fwd.1 + back.1;
+                            self.records.push(ProbeResult {
+                                prober_rnic: p,
+                                target_rnic: t,
+                                seq: 0,
+                                target_qpn: 100 + t,
+                                send_unix_ns: at as u64 * 1_000_000,
+                                network_rtt_ns: if lost { 0 } else { rtt },
+                                prober_delay_ns: 30_000,
+                                responder_delay_ns: 10_000,
+                                app_rtt_ns: rtt + 40_000,
+                                src_port: sport,
+                                dst_port: 4791,
+                                class: if inter {
+                                    ProbeClass::InterTor
+                                } else {
+                                    ProbeClass::TorMesh
+                                },
+                                status: if lost {
+                                    ProbeStatus::Timeout
+                                } else {
+                                    ProbeStatus::Ok
+                                },
+                                ts_source: TimestampSource::Software,
+                            });
+                            at += 100;
+                        }
+                    }
+                }
+            }
+        }
+
+        /// The agents re-traced every inter-ToR 5-tuple hashed onto spine `s` (probes
+        /// and ACKs) after timeouts: the traces stop after `stop(src)` hops.
+        fn retrace_via(&mut self, s: u32, stop: impl Fn(u32) -> usize) {
+            for p in rnics() {
+                for t in rnics().filter(|&t| tor_of(t) != tor_of(p)) {
+                    for sport in [50_001, 50_002] {
+                        if spine(p, t, sport) == s {
+                            self.trace(p, t, sport, 4791, s, false, Some(stop(p)));
+                        }
+                    }
+                }
+            }
+        }
+
+        fn diagnose(&self, engine: &mut Engine, map: &FabricMap) -> Outcome {
+            let registry = registry();
+            let records = [Arc::new(self.records.clone())];
+            engine.run(&Inputs {
+                now_ms: NOW,
+                started_ms: NOW - 600_000,
+                records: &records,
+                hosts: &self.hosts,
+                registry: &registry,
+                map,
+                paths: &self.paths,
+            })
+        }
+    }
+
+    fn found(o: &Outcome) -> Vec<(ProblemKind, String)> {
+        let mut v: Vec<_> = o
+            .candidates
+            .iter()
+            .map(|c| (c.kind, c.component.clone()))
+            .collect();
+        v.sort();
+        v
+    }
+
+    fn diagnose(fault: &mut Fault) -> Vec<(ProblemKind, String)> {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        sim.run(fault);
+        found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map))
+    }
+
+    fn link_down(a: u32, b: u32, s: u32) -> impl FnMut(u32, u32, Option<u32>, u16) -> (bool, u32) {
+        move |src, dst, sp, _| {
+            (
+                sp == Some(s)
+                    && (tor_of(src) == a || tor_of(dst) == a)
+                    && (tor_of(src) == b || tor_of(dst) == b),
+                0,
+            )
+        }
+    }
+
+    #[test]
+    fn fault_free_fabric_reports_nothing() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        sim.run(&mut |_, _, _, _| (false, 0));
+        // Scattered single timeouts (noise) must not raise anything.
+        for i in (0..sim.records.len()).step_by(997) {
+            sim.records[i].status = ProbeStatus::Timeout;
+            sim.records[i].network_rtt_ns = 0;
+        }
+        let o = sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map);
+        assert_eq!(found(&o), []);
+        assert!(!o.baseline.is_empty(), "Algorithm 1 votes for noise");
+    }
+
+    #[test]
+    fn rnic_down_is_the_rnic_alone() {
+        let dead = rnic(1, 0);
+        let got = diagnose(&mut |s, d, _, _| (s == dead || d == dead, 0));
+        assert_eq!(got, [(ProblemKind::RnicFault, "h1/r0".to_string())]);
+    }
+
+    #[test]
+    fn link_down_is_localized_by_fresh_partial_traces() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        let mut fault = link_down(0, 1, 1);
+        sim.run(&mut fault);
+        // Upwards from t0 the trace stops at t0; from t1 it gets to s1.
+        sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(got, [(ProblemKind::LinkFault, "t0-s1".to_string())]);
+    }
+
+    #[test]
+    fn spine_down_is_the_switch() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        sim.run(&mut |_, _, s, _| (s == Some(1), 0));
+        // Whole paths alone cannot tell t0-s1 from t1-s1 here; every ToR's re-trace
+        // stops at the ToR.
+        sim.retrace_via(1, |_| 1);
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(got, [(ProblemKind::SwitchFault, "s1".to_string())]);
+    }
+
+    #[test]
+    fn host_down_explains_its_timeouts_and_is_not_the_network() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        let dead = |r: u32| host_of(r) == 2;
+        sim.run(&mut |s, d, _, _| (dead(s) || dead(d), 0));
+        sim.records.retain(|r| !dead(r.prober_rnic));
+        sim.hosts.get_mut(&3).unwrap().last_upload_ms = NOW - 20_000;
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(got, [(ProblemKind::HostDown, "h2".to_string())]);
+    }
+
+    #[test]
+    fn agent_restart_is_not_the_network() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        let restarted = |r: &ProbeResult| host_of(r.target_rnic) == 1;
+        sim.run(&mut |_, _, _, _| (false, 0));
+        // The probers still name the old QPN; the registry has the new one.
+        for r in sim.records.iter_mut().filter(|r| restarted(r)) {
+            (r.status, r.network_rtt_ns, r.target_qpn) = (ProbeStatus::Timeout, 0, 1);
+        }
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(got, [(ProblemKind::AgentRestart, "h1".to_string())]);
+        // Same timeouts with the current QPN, inside the restart gap of the host.
+        let mut sim = Sim::new();
+        sim.run(&mut |_, _, _, _| (false, 0));
+        for r in sim.records.iter_mut().filter(|r| restarted(r)) {
+            (r.status, r.network_rtt_ns) = (ProbeStatus::Timeout, 0);
+        }
+        sim.hosts
+            .get_mut(&2)
+            .unwrap()
+            .restarts
+            .push_back((NOW - 9_500, NOW - 500));
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(got, [(ProblemKind::AgentRestart, "h1".to_string())]);
+    }
+
+    #[test]
+    fn cpu_starved_host_is_noise_not_the_network() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        let starved = |r: u32| host_of(r) == 3;
+        let mut n = 0u32;
+        sim.run(&mut |s, d, _, _| {
+            n = n.wrapping_add(1);
+            ((starved(s) || starved(d)) && n % 3 == 0, 0)
+        });
+        for r in &mut sim.records {
+            if starved(r.target_rnic) {
+                r.responder_delay_ns = 80_000_000;
+            }
+            if starved(r.prober_rnic) {
+                r.prober_delay_ns = 60_000_000;
+            }
+        }
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(got, [(ProblemKind::HostNoise, "h3".to_string())]);
+    }
+
+    #[test]
+    fn one_dropped_five_tuple_is_the_switch_where_its_trace_stops() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        let (src, dst) = (rnic(0, 0), rnic(2, 1));
+        sim.run(&mut |s, d, _, sport| (s == src && d == dst && sport == 50_001, 0));
+        let s = spine(src, dst, 50_001);
+        sim.trace(src, dst, 50_001, 4791, s, false, Some(2));
+        let o = sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map);
+        let got = found(&o);
+        let spine_name = format!("s{s}");
+        assert_eq!(got, [(ProblemKind::SwitchFault, spine_name)]);
+    }
+
+    #[test]
+    fn added_rnic_cable_delay_is_high_latency_after_a_baseline() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut engine = Engine::new(DiagnosisConfig::default());
+        let mut sim = Sim::new();
+        sim.run(&mut |_, _, _, _| (false, 0));
+        assert_eq!(found(&sim.diagnose(&mut engine, &map)), []);
+        let mut sim = Sim::new();
+        // 20 ms one way on the cable of h2/r0, towards the RNIC.
+        let slow = rnic(2, 0);
+        sim.run(&mut |_, d, _, _| (false, if d == slow { 20_000_000 } else { 0 }));
+        let got = found(&sim.diagnose(&mut engine, &map));
+        assert_eq!(got, [(ProblemKind::HighLatency, "h2/r0".to_string())]);
+    }
+
+    #[test]
+    fn rnic_faults_are_sticky() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut engine = Engine::new(DiagnosisConfig::default());
+        let dead = rnic(3, 1);
+        let mut sim = Sim::new();
+        sim.run(&mut |s, d, _, _| (s == dead || d == dead, 0));
+        assert_eq!(
+            found(&sim.diagnose(&mut engine, &map)),
+            [(ProblemKind::RnicFault, "h3/r1".to_string())]
+        );
+        let mut healthy = Sim::new();
+        healthy.run(&mut |_, _, _, _| (false, 0));
+        assert_eq!(
+            found(&healthy.diagnose(&mut engine, &map)),
+            [(ProblemKind::RnicFault, "h3/r1".to_string())]
+        );
+    }
 }

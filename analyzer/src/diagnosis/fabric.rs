@@ -170,6 +170,37 @@ impl FabricMap {
     }
 }
 
+/// The 2x2 Clos the unit tests use: ToRs t0, t1 (RNIC k of ToR t at 198.18.t.(2k+1),
+/// its ToR port at 198.18.t.(2k)), spines s0, s1, link i = 2t + s at 198.19.0.(2i) on the
+/// ToR and 198.19.0.(2i + 1) on the spine (the testbed's address plan).
+#[cfg(test)]
+pub(crate) const CLOS_2X2: &str = r#"
+[[switch]]
+name = "t0"
+addresses = ["198.18.0.0", "198.18.0.2", "198.18.0.4", "198.18.0.6", "198.19.0.0", "198.19.0.2"]
+[[switch]]
+name = "t1"
+addresses = ["198.18.1.0", "198.18.1.2", "198.18.1.4", "198.18.1.6", "198.19.0.4", "198.19.0.6"]
+[[switch]]
+name = "s0"
+addresses = ["198.19.0.1", "198.19.0.5"]
+[[switch]]
+name = "s1"
+addresses = ["198.19.0.3", "198.19.0.7"]
+[[link]]
+name = "t0-s0"
+ends = [{ device = "t0", ip = "198.19.0.0" }, { device = "s0", ip = "198.19.0.1" }]
+[[link]]
+name = "t0-s1"
+ends = [{ device = "t0", ip = "198.19.0.2" }, { device = "s1", ip = "198.19.0.3" }]
+[[link]]
+name = "t1-s0"
+ends = [{ device = "t1", ip = "198.19.0.4" }, { device = "s0", ip = "198.19.0.5" }]
+[[link]]
+name = "t1-s1"
+ends = [{ device = "t1", ip = "198.19.0.6" }, { device = "s1", ip = "198.19.0.7" }]
+"#;
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -331,32 +331,7 @@ pub fn route(map: &FabricMap, traces: Option<&Traces>, src: &End, dst: &End) -> 
 mod tests {
     use super::*;
 
-    pub(crate) const MAP: &str = r#"
-[[switch]]
-name = "t0"
-addresses = ["198.18.0.0", "198.19.0.0", "198.19.0.2"]
-[[switch]]
-name = "t1"
-addresses = ["198.18.1.0", "198.19.0.4", "198.19.0.6"]
-[[switch]]
-name = "s0"
-addresses = ["198.19.0.1", "198.19.0.5"]
-[[switch]]
-name = "s1"
-addresses = ["198.19.0.3", "198.19.0.7"]
-[[link]]
-name = "t0-s0"
-ends = [{ device = "t0", ip = "198.19.0.0" }, { device = "s0", ip = "198.19.0.1" }]
-[[link]]
-name = "t0-s1"
-ends = [{ device = "t0", ip = "198.19.0.2" }, { device = "s1", ip = "198.19.0.3" }]
-[[link]]
-name = "t1-s0"
-ends = [{ device = "t1", ip = "198.19.0.4" }, { device = "s0", ip = "198.19.0.5" }]
-[[link]]
-name = "t1-s1"
-ends = [{ device = "t1", ip = "198.19.0.6" }, { device = "s1", ip = "198.19.0.7" }]
-"#;
+    use super::super::fabric::CLOS_2X2 as MAP;
 
     fn ip(s: &str) -> IpAddr {
         s.parse().unwrap()

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 /// Probes of one flow (one prober/target/5-tuple) with one way of failing.
 #[derive(Debug, Clone, Default)]
 pub struct FlowObs {
-    /// Flow identity (equal for the observations of one flow).
+    /// Identity of the failing 5-tuple (a probe's and the reverse probe's ACK share it).
     pub flow: usize,
     /// Probes that arrived (for latency: arrived and fast).
     pub ok: f64,
@@ -60,7 +60,7 @@ pub struct Finding {
     pub background: f64,
     /// Failed paths it explains (up to a few, for evidence).
     pub examples: Vec<String>,
-    /// When one flow alone fails through it while others pass: that flow's break device.
+    /// When one 5-tuple alone fails through it while others pass: where its trace broke.
     pub single_flow_break: Option<Option<String>>,
 }
 
@@ -181,6 +181,20 @@ pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
         });
     }
     found
+}
+
+/// Components most of whose probes fail at breaks located by fresh traces, whether
+/// or not explain-away blamed them (a sibling may have explained their failures):
+/// evidence that a whole switch is down.
+pub fn located_suspects(obs: &[FlowObs], min_failures: f64) -> Vec<Element> {
+    let live = vec![true; obs.len()];
+    let mut v: Vec<Element> = tally(obs, &live)
+        .into_iter()
+        .filter(|(_, x)| x.located >= min_failures && x.fail >= x.ok)
+        .map(|(e, _)| e.clone())
+        .collect();
+    v.sort();
+    v
 }
 
 /// R-Pingmesh Algorithm 1: every failed path votes once per failure for each
