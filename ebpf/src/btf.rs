@@ -318,3 +318,144 @@ pub enum BtfLoadError {
         source: BtfError,
     },
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Writes BTF blobs by hand (type ids and string offsets continue `base` when split).
+    struct Blob {
+        types: Vec<u8>,
+        strings: Vec<u8>,
+        str_base: u32,
+    }
+
+    impl Blob {
+        fn new(str_base: u32) -> Self {
+            Blob { types: Vec::new(), strings: vec![0], str_base }
+        }
+        fn s(&mut self, s: &str) -> u32 {
+            let off = self.str_base + self.strings.len() as u32;
+            self.strings.extend_from_slice(s.as_bytes());
+            self.strings.push(0);
+            off
+        }
+        fn u32s(&mut self, v: &[u32]) {
+            v.iter().for_each(|x| self.types.extend_from_slice(&x.to_le_bytes()));
+        }
+        fn ty(&mut self, name: u32, kind: u32, vlen: u32, size_or_type: u32) {
+            self.u32s(&[name, (kind << 24) | vlen, size_or_type]);
+        }
+        fn bytes(&self) -> Vec<u8> {
+            let mut b = Vec::new();
+            b.extend_from_slice(&BTF_MAGIC.to_le_bytes());
+            b.extend_from_slice(&[1, 0]);
+            for v in [24, 0, self.types.len() as u32, self.types.len() as u32, self.strings.len() as u32] {
+                b.extend_from_slice(&v.to_le_bytes());
+            }
+            b.extend_from_slice(&self.types);
+            b.extend_from_slice(&self.strings);
+            b
+        }
+    }
+
+    /// base: 1 = int u32, 2 = struct inner { u32 a; u32 b; }
+    fn base_blob() -> Blob {
+        let mut b = Blob::new(0);
+        let u32_name = b.s("u32");
+        b.ty(u32_name, KIND_INT, 0, 4);
+        b.u32s(&[32]);
+        let (inner, a, bb) = (b.s("inner"), b.s("a"), b.s("b"));
+        b.ty(inner, KIND_STRUCT, 2, 8);
+        b.u32s(&[a, 1, 0, bb, 1, 32]);
+        b
+    }
+
+    /// split on base: 3 = typedef inner_t -> 2, 4 = const -> 3,
+    /// 5 = union (anonymous) { u32 x; }, 6 = struct outer { u32 pad; const inner_t in; union {x}; bitfield }
+    fn split_blob(base_strings: u32, base_a: u32) -> Vec<u8> {
+        let mut s = Blob::new(base_strings);
+        let inner_t = s.s("inner_t");
+        s.ty(inner_t, KIND_TYPEDEF, 0, 2);
+        s.ty(0, KIND_CONST, 0, 3);
+        let x = s.s("x");
+        s.ty(0, KIND_UNION, 1, 4);
+        s.u32s(&[x, 1, 0]);
+        let (outer, pad, inn, bits) = (s.s("outer"), s.s("pad"), s.s("in"), s.s("bits"));
+        // kind_flag set: member offsets carry bitfield sizes in the top byte.
+        s.types.extend_from_slice(&outer.to_le_bytes());
+        s.types.extend_from_slice(&((1u32 << 31) | (KIND_STRUCT << 24) | 5).to_le_bytes());
+        s.types.extend_from_slice(&24u32.to_le_bytes());
+        s.u32s(&[pad, 1, 0, inn, 4, 32, 0, 5, 96, bits, 1, (3 << 24) | 128, base_a, 1, 160]);
+        s.bytes()
+    }
+
+    fn parsed() -> Btf {
+        let base = base_blob();
+        let base_strings = base.strings.len() as u32;
+        // "a" is the base's 2nd name after "u32" and "inner": offset 1 + 4 + 6.
+        let split = split_blob(base_strings, 11);
+        Btf::parse_split(split, Btf::parse(base.bytes()).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn offsets_through_split_typedef_const_and_anonymous_members() {
+        let btf = parsed();
+        assert_eq!(btf.member_offset("inner", &["b"]), Ok(4));
+        assert_eq!(btf.member_offset("outer", &["pad"]), Ok(0));
+        assert_eq!(btf.member_offset("outer", &["in", "b"]), Ok(8));
+        assert_eq!(btf.member_offset("outer", &["x"]), Ok(12));
+        // Member named by a base string.
+        assert_eq!(btf.member_offset("outer", &["a"]), Ok(20));
+    }
+
+    #[test]
+    fn clear_errors_for_missing_or_unsupported_members() {
+        let btf = parsed();
+        assert_eq!(btf.member_offset("nope", &["a"]), Err(BtfError::NoSuchType("nope".into())));
+        assert_eq!(
+            btf.member_offset("outer", &["in", "zz"]),
+            Err(BtfError::NoSuchMember { ty: "outer.in".into(), member: "zz".into() })
+        );
+        assert!(matches!(btf.member_offset("outer", &["bits"]), Err(BtfError::Unsupported(_))));
+        assert!(matches!(btf.member_offset("outer", &["pad", "a"]), Err(BtfError::Unsupported(_))));
+    }
+
+    #[test]
+    fn truncated_or_corrupted_blobs_never_panic() {
+        let base = base_blob().bytes();
+        let split = split_blob(base_blob().strings.len() as u32, 11);
+        for cut in 0..split.len() {
+            let base = Btf::parse(base.clone()).unwrap();
+            if let Ok(btf) = Btf::parse_split(split[..cut].to_vec(), base) {
+                let _ = btf.member_offset("outer", &["in", "b"]);
+            }
+        }
+        for i in 0..split.len() {
+            for v in [0u8, 0xff, 0x7f] {
+                let mut bad = split.clone();
+                bad[i] = v;
+                if let Ok(btf) = Btf::parse_split(bad, Btf::parse(base.clone()).unwrap()) {
+                    let _ = btf.member_offset("outer", &["in", "b"]);
+                    let _ = btf.member_offset("outer", &["x"]);
+                }
+            }
+        }
+        assert!(matches!(Btf::parse(vec![0x9f, 0xeb]), Err(BtfError::Malformed(_))));
+    }
+
+    #[test]
+    fn parses_this_kernels_vmlinux() {
+        let path = Path::new("/sys/kernel/btf");
+        if !path.join("vmlinux").exists() {
+            eprintln!("skipped: kernel without BTF");
+            return;
+        }
+        let btf = Btf::from_sys_fs(path, None).unwrap();
+        assert_eq!(btf.member_offset("list_head", &["prev"]), Ok(8));
+        assert!(matches!(
+            Btf::from_sys_fs(path, Some("no_such_module")),
+            Err(BtfLoadError::Read { .. })
+        ));
+    }
+}

@@ -1,0 +1,37 @@
+//! Helpers shared by the integration tests: compiling C fixtures and root checks.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+/// Directory with the C fixtures.
+pub fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
+}
+
+/// Runs a compiler (or any tool) and panics with its stderr on failure.
+pub fn run(program: &str, args: &[&str]) -> String {
+    let out = Command::new(program).args(args).output().unwrap_or_else(|e| panic!("{program}: {e}"));
+    assert!(out.status.success(), "{program} {args:?} failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// True when running as root; otherwise prints why the test is skipped.
+pub fn root_or_skip(test: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("skipped {test}: needs root to load BPF programs");
+    }
+    root
+}
+
+/// Parses `name value` lines printed by a fixture program.
+pub fn parse_pairs(text: &str) -> std::collections::HashMap<String, u64> {
+    text.lines()
+        .filter_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            Some((k.to_owned(), v.trim().parse().ok()?))
+        })
+        .collect()
+}
