@@ -1,0 +1,243 @@
+//! STFT features of RNIC throughput series (SkeletonHunter §5.1, Fig. 13).
+//!
+//! Per RNIC: the frame-averaged STFT magnitude spectrum (Hann window, DC
+//! dropped, scaled to unit length so that traffic volume does not dominate),
+//! the phase of the iteration frequency relative to the whole task (the burst
+//! time shift that orders pipeline stages), how stable that phase is, and how
+//! much of the power sits on the iteration frequency and its harmonics.
+
+use std::f64::consts::TAU;
+
+use rustfft::{FftPlanner, num_complex::Complex};
+
+use crate::{Error, Observation};
+
+/// STFT parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FeatureConfig {
+    /// Window length in samples; must cover at least two iterations.
+    pub window: usize,
+    /// Hop between frames in samples.
+    pub hop: usize,
+    /// Harmonics of the iteration frequency counted as periodic power.
+    pub harmonics: usize,
+}
+
+impl Default for FeatureConfig {
+    fn default() -> Self {
+        Self { window: 64, hop: 16, harmonics: 3 }
+    }
+}
+
+/// Features of one RNIC.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RnicFeatures {
+    /// Frame-averaged STFT magnitudes of bins `1..=window/2`, unit length
+    /// (all zero for a constant series).
+    pub spectrum: Vec<f64>,
+    /// Phase (radians, in (-pi, pi]) of the iteration frequency relative to
+    /// the task's mean phase: a later burst has a smaller phase.
+    pub phase: f64,
+    /// Stability of that phase across frames, 0 (random) to 1 (constant).
+    pub coherence: f64,
+    /// Share of power on the iteration comb divided by the share white noise
+    /// would have there: about 1 for noise, well above 1 for burst cycles.
+    pub periodicity: f64,
+}
+
+/// Features of a task's RNICs, in the order of the observations.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TaskFeatures {
+    /// Estimated iteration period in samples.
+    pub period_samples: f64,
+    /// Per-RNIC features.
+    pub rnics: Vec<RnicFeatures>,
+}
+
+impl FeatureConfig {
+    /// Checks the parameters against a series length.
+    pub fn validate(&self, len: usize) -> Result<(), Error> {
+        if self.window < 8 || self.hop == 0 || self.harmonics == 0 || self.window > 1 << 16 {
+            return Err(Error::InvalidParameter(
+                "STFT window must be in 8..=65536, hop and harmonics >= 1".into(),
+            ));
+        }
+        if len < self.window {
+            return Err(Error::SeriesTooShort { len, window: self.window });
+        }
+        Ok(())
+    }
+}
+
+/// Computes STFT features. Series must already be validated (equal length,
+/// finite, non-negative).
+pub fn extract(observations: &[Observation], config: &FeatureConfig) -> Result<TaskFeatures, Error> {
+    let len = observations.first().map_or(0, |o| o.bytes.len());
+    config.validate(len)?;
+    let stft = Stft::new(config, len);
+    let spectra: Vec<Vec<f64>> = observations.iter().map(|o| stft.power(&o.bytes)).collect();
+    let fundamental = stft.fundamental(&spectra);
+    let bin = fundamental.round().max(1.0) as usize;
+
+    // Per-frame coefficients at the iteration frequency and the task-wide
+    // reference phase of each frame (cancels the job-wide iteration jitter).
+    let coefficients: Vec<Vec<Complex<f64>>> =
+        observations.iter().map(|o| stft.coefficients(&o.bytes, bin)).collect();
+    let mut reference = vec![Complex::new(0.0, 0.0); stft.frames];
+    for c in &coefficients {
+        for (r, x) in reference.iter_mut().zip(c) {
+            if x.norm() > 0.0 {
+                *r += x / x.norm();
+            }
+        }
+    }
+    let rnics = spectra
+        .iter()
+        .zip(&coefficients)
+        .map(|(power, coeff)| {
+            let mut aligned = Complex::new(0.0, 0.0);
+            let mut total = 0.0;
+            for (x, r) in coeff.iter().zip(&reference) {
+                if r.norm() > 0.0 {
+                    aligned += x * (r.conj() / r.norm());
+                }
+                total += x.norm();
+            }
+            let magnitude: Vec<f64> = power.iter().map(|p| p.sqrt()).collect();
+            RnicFeatures {
+                spectrum: unit(magnitude),
+                phase: aligned.arg(),
+                coherence: if total > 0.0 { aligned.norm() / total } else { 0.0 },
+                periodicity: stft.periodicity(power, fundamental),
+            }
+        })
+        .collect();
+    Ok(TaskFeatures { period_samples: config.window as f64 / fundamental, rnics })
+}
+
+/// Scales a vector to unit Euclidean length (zero stays zero).
+fn unit(mut v: Vec<f64>) -> Vec<f64> {
+    let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
+    if norm > 0.0 {
+        v.iter_mut().for_each(|x| *x /= norm);
+    }
+    v
+}
+
+/// A planned STFT over series of one length.
+struct Stft {
+    window: Vec<f64>,
+    hop: usize,
+    frames: usize,
+    harmonics: usize,
+    fft: std::sync::Arc<dyn rustfft::Fft<f64>>,
+}
+
+impl Stft {
+    fn new(config: &FeatureConfig, len: usize) -> Self {
+        let w = config.window;
+        let window = (0..w).map(|n| 0.5 - 0.5 * (TAU * n as f64 / w as f64).cos()).collect();
+        Self {
+            window,
+            hop: config.hop,
+            frames: (len - w) / config.hop + 1,
+            harmonics: config.harmonics,
+            fft: FftPlanner::new().plan_fft_forward(w),
+        }
+    }
+
+    fn bins(&self) -> usize {
+        self.window.len() / 2
+    }
+
+    /// Windowed, mean-removed frame `f` of `x`.
+    fn frame(&self, x: &[f64], f: usize, mean: f64) -> impl Iterator<Item = f64> {
+        let start = f * self.hop;
+        x[start..start + self.window.len()].iter().zip(&self.window).map(move |(v, w)| (v - mean) * w)
+    }
+
+    /// Frame-averaged power of bins `1..=window/2`.
+    fn power(&self, x: &[f64]) -> Vec<f64> {
+        let mean = x.iter().sum::<f64>() / x.len() as f64;
+        let mut power = vec![0.0; self.bins()];
+        let mut buf = vec![Complex::new(0.0, 0.0); self.window.len()];
+        for f in 0..self.frames {
+            for (b, v) in buf.iter_mut().zip(self.frame(x, f, mean)) {
+                *b = Complex::new(v, 0.0);
+            }
+            self.fft.process(&mut buf);
+            for (p, c) in power.iter_mut().zip(&buf[1..]) {
+                *p += c.norm_sqr() / self.frames as f64;
+            }
+        }
+        power
+    }
+
+    /// STFT coefficient of one bin in every frame.
+    fn coefficients(&self, x: &[f64], bin: usize) -> Vec<Complex<f64>> {
+        let mean = x.iter().sum::<f64>() / x.len() as f64;
+        let w = self.window.len() as f64;
+        (0..self.frames)
+            .map(|f| {
+                self.frame(x, f, mean)
+                    .enumerate()
+                    .map(|(n, v)| Complex::from_polar(v, -TAU * bin as f64 * n as f64 / w))
+                    .sum()
+            })
+            .collect()
+    }
+
+    /// Interpolated value of a per-bin quantity (index 0 = bin 1) at a
+    /// fractional bin.
+    fn at(values: &[f64], bin: f64) -> f64 {
+        let i = bin - 1.0;
+        let lo = i.floor().max(0.0) as usize;
+        let hi = (lo + 1).min(values.len() - 1);
+        let frac = (i - lo as f64).clamp(0.0, 1.0);
+        values[lo] * (1.0 - frac) + values[hi] * frac
+    }
+
+    /// Iteration frequency in (fractional) bins: the harmonic-sum peak of the
+    /// task's mean unit magnitude spectrum.
+    fn fundamental(&self, spectra: &[Vec<f64>]) -> f64 {
+        let bins = self.bins();
+        let mut mean = vec![0.0; bins];
+        for s in spectra {
+            let unit_mag = unit(s.iter().map(|p| p.sqrt()).collect());
+            mean.iter_mut().zip(unit_mag).for_each(|(m, v)| *m += v);
+        }
+        let mut best = (1.0, f64::MIN);
+        let mut f0 = 1.0;
+        while f0 <= bins as f64 {
+            let score: f64 = (1..=self.harmonics)
+                .map(|h| h as f64 * f0)
+                .filter(|&b| b <= bins as f64)
+                .map(|b| Self::at(&mean, b))
+                .sum();
+            if score > best.1 {
+                best = (f0, score);
+            }
+            f0 += 0.02;
+        }
+        best.0
+    }
+
+    /// Comb enrichment: power within one bin of the first harmonics over the
+    /// share of bins they cover.
+    fn periodicity(&self, power: &[f64], fundamental: f64) -> f64 {
+        let bins = self.bins();
+        let mut comb = vec![false; bins];
+        for h in 1..=self.harmonics {
+            let centre = (h as f64 * fundamental).round() as isize;
+            for b in centre - 1..=centre + 1 {
+                if (1..=bins as isize).contains(&b) {
+                    comb[b as usize - 1] = true;
+                }
+            }
+        }
+        let total: f64 = power.iter().sum();
+        let on_comb: f64 = power.iter().zip(&comb).filter(|(_, c)| **c).map(|(p, _)| p).sum();
+        let share = comb.iter().filter(|c| **c).count() as f64 / bins as f64;
+        if total > 0.0 { on_comb / total / share } else { 0.0 }
+    }
+}

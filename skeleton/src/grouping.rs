@@ -1,0 +1,166 @@
+//! Constrained hierarchical clustering of RNICs into DP groups
+//! (SkeletonHunter Eq. 1-3).
+//!
+//! RNICs in the same position of different DP replicas burst alike; they
+//! all-reduce over the network, and inter-host traffic stays on its rail, so
+//! a group never spans rails. Traffic alone cannot tell the TP ranks of one
+//! host apart (they burst together), so rails are a hard constraint and the
+//! clustering runs per rail. Within a rail, two RNICs of one host never share
+//! a group (Eq. 3).
+//!
+//! For every candidate group size `d` dividing every rail's RNIC count (so
+//! that `N mod d = 0`, Eq. 2), agglomeration is capped at `d` and leftovers
+//! are regrouped, giving equal sizes (zero variance, Eq. 1). The chosen `d`
+//! is the one after which the mean within-group distance jumps most,
+//! measured against a noise floor below and the distance of unrelated
+//! traffic above.
+
+use crate::{
+    Endpoint,
+    features::TaskFeatures,
+    linkage::{DistanceMatrix, agglomerate},
+};
+
+/// Clustering parameters.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupingConfig {
+    /// Weight of the burst-phase term against the spectrum term.
+    pub phase_weight: f64,
+    /// Distances below this are treated as noise when comparing candidates.
+    pub noise_floor: f64,
+    /// Distance of unrelated traffic: the jump credited to the largest candidate.
+    pub unrelated_distance: f64,
+}
+
+impl Default for GroupingConfig {
+    fn default() -> Self {
+        Self { phase_weight: 4.0, noise_floor: 0.05, unrelated_distance: 1.0 }
+    }
+}
+
+/// Result of the clustering.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Grouping {
+    /// Groups as indices into the observations, each sorted; all of size `dp`.
+    pub groups: Vec<Vec<usize>>,
+    /// Group size = inferred DP degree.
+    pub dp: usize,
+    /// Jump of the within-group distance after the chosen size (>= 1 means
+    /// the chosen groups are tighter than the next coarser grouping).
+    pub separation: f64,
+    /// Mean pairwise feature distance inside the chosen groups.
+    pub within: f64,
+}
+
+/// Feature distance between two RNICs; infinite for RNICs of one host.
+pub fn distance(endpoints: &[Endpoint], features: &TaskFeatures, weight: f64, i: usize, j: usize) -> f64 {
+    if endpoints[i].host == endpoints[j].host {
+        return f64::INFINITY;
+    }
+    let (a, b) = (&features.rnics[i], &features.rnics[j]);
+    let spectrum: f64 = a.spectrum.iter().zip(&b.spectrum).map(|(x, y)| (x - y).powi(2)).sum();
+    let phase = 2.0 - 2.0 * (a.phase - b.phase).cos();
+    (spectrum + weight * phase).sqrt()
+}
+
+/// Groups RNICs; `None` when no candidate size can satisfy the constraints.
+pub fn group(endpoints: &[Endpoint], features: &TaskFeatures, config: &GroupingConfig) -> Option<Grouping> {
+    let mut order: Vec<usize> = (0..endpoints.len()).collect();
+    order.sort_by_key(|&i| (endpoints[i].rail, endpoints[i].id));
+    let rails: Vec<(Vec<usize>, DistanceMatrix)> = order
+        .chunk_by(|&a, &b| endpoints[a].rail == endpoints[b].rail)
+        .map(|rail| {
+            let m = DistanceMatrix::new(rail.len(), |i, j| {
+                distance(endpoints, features, config.phase_weight, rail[i], rail[j])
+            });
+            (rail.to_vec(), m)
+        })
+        .collect();
+    let common = rails.iter().map(|(r, _)| r.len()).fold(0, gcd);
+
+    // (size, groups, mean within distance) for every feasible size.
+    let candidates: Vec<(usize, Vec<Vec<usize>>, f64)> = (1..=common)
+        .filter(|d| common % d == 0)
+        .filter_map(|d| {
+            let mut groups = Vec::new();
+            for (members, m) in &rails {
+                for g in regroup(agglomerate(m, d), d, m)? {
+                    groups.push(g.into_iter().map(|i| members[i]).collect::<Vec<_>>());
+                }
+            }
+            let within = mean_within(&groups, |i, j| {
+                distance(endpoints, features, config.phase_weight, i, j)
+            });
+            Some((d, groups, within))
+        })
+        .collect();
+
+    let floor = |w: f64| w.max(config.noise_floor);
+    let mut best: Option<(usize, f64)> = None;
+    for (k, (_, _, within)) in candidates.iter().enumerate() {
+        let next = candidates.get(k + 1).map_or(config.unrelated_distance, |c| c.2);
+        let score = floor(next) / floor(*within);
+        if best.is_none_or(|(_, s)| score > s) {
+            best = Some((k, score));
+        }
+    }
+    let (k, separation) = best?;
+    let (dp, mut groups, within) = candidates.into_iter().nth(k)?;
+    groups.iter_mut().for_each(|g| g.sort_unstable());
+    groups.sort();
+    Some(Grouping { groups, dp, separation, within })
+}
+
+/// Keeps clusters of exactly `size` points and regroups the rest greedily:
+/// each leftover seeds a group with its nearest compatible leftovers.
+/// `None` if the cannot-link pairs make that impossible.
+fn regroup(clusters: Vec<Vec<usize>>, size: usize, m: &DistanceMatrix) -> Option<Vec<Vec<usize>>> {
+    let (mut full, partial): (Vec<_>, Vec<_>) = clusters.into_iter().partition(|c| c.len() == size);
+    let mut leftovers: Vec<usize> = partial.into_iter().flatten().collect();
+    while let Some(seed) = leftovers.pop() {
+        let mut group = vec![seed];
+        let mut by_distance = leftovers.clone();
+        by_distance.sort_by(|&a, &b| m.get(seed, a).total_cmp(&m.get(seed, b)));
+        for cand in by_distance {
+            if group.len() == size {
+                break;
+            }
+            if group.iter().all(|&g| m.get(g, cand).is_finite()) {
+                group.push(cand);
+            }
+        }
+        if group.len() < size {
+            return None;
+        }
+        leftovers.retain(|l| !group.contains(l));
+        full.push(group);
+    }
+    Some(full)
+}
+
+/// Mean over groups of the mean pairwise distance inside the group
+/// (singletons count as 0).
+pub fn mean_within(groups: &[Vec<usize>], mut dist: impl FnMut(usize, usize) -> f64) -> f64 {
+    if groups.is_empty() {
+        return 0.0;
+    }
+    let total: f64 = groups
+        .iter()
+        .map(|g| {
+            let mut sum = 0.0;
+            let mut count = 0usize;
+            for (i, &a) in g.iter().enumerate() {
+                for &b in &g[i + 1..] {
+                    sum += dist(a, b);
+                    count += 1;
+                }
+            }
+            if count == 0 { 0.0 } else { sum / count as f64 }
+        })
+        .sum();
+    total / groups.len() as f64
+}
+
+fn gcd(a: usize, b: usize) -> usize {
+    if b == 0 { a } else { gcd(b, a % b) }
+}

@@ -1,0 +1,123 @@
+//! End-to-end inference: validate, extract features, group, order stages,
+//! check fidelity, and produce the pinglist.
+
+use crate::{
+    Endpoint, Error, Observation,
+    endpoint::validate_observations,
+    features::{self, FeatureConfig},
+    fidelity::{self, FallbackReason, FidelityConfig},
+    grouping::{self, GroupingConfig},
+    pairs::{Pair, basic_pairs, full_mesh_len},
+    skeleton::{Structure, skeleton_pairs},
+    stages::{self, StageConfig, circular_mean},
+};
+
+/// All tunables of the inference.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct InferenceConfig {
+    /// STFT parameters.
+    pub features: FeatureConfig,
+    /// Clustering parameters.
+    pub grouping: GroupingConfig,
+    /// Stage split parameters.
+    pub stages: StageConfig,
+    /// Fidelity thresholds.
+    pub fidelity: FidelityConfig,
+}
+
+/// What the task should be probed with.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Outcome {
+    /// The structure explains the traffic: probe only the skeleton.
+    Skeleton {
+        /// The inferred structure.
+        structure: Structure,
+        /// Its pairs ([`skeleton_pairs`]).
+        pairs: Vec<Pair>,
+    },
+    /// Keep the basic pinglist, for this reason.
+    Fallback(FallbackReason),
+}
+
+/// Result of inference for one task.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Inference {
+    /// Same-rail basic pinglist (always computed; the fallback).
+    pub basic: Vec<Pair>,
+    /// Size of the full mesh, for reduction figures.
+    pub full_mesh_len: usize,
+    /// Skeleton or fallback.
+    pub outcome: Outcome,
+}
+
+impl Inference {
+    /// The pairs to probe: the skeleton if accepted, else the basic list.
+    pub fn pinglist(&self) -> &[Pair] {
+        match &self.outcome {
+            Outcome::Skeleton { pairs, .. } => pairs,
+            Outcome::Fallback(_) => &self.basic,
+        }
+    }
+
+    /// The accepted structure, if any.
+    pub fn structure(&self) -> Option<&Structure> {
+        match &self.outcome {
+            Outcome::Skeleton { structure, .. } => Some(structure),
+            Outcome::Fallback(_) => None,
+        }
+    }
+}
+
+/// Infers a task's traffic skeleton from its RNICs' throughput series.
+/// Errors only for unusable input (see [`Error`]); a task without visible
+/// training structure gets [`Outcome::Fallback`].
+pub fn infer(observations: &[Observation], config: &InferenceConfig) -> Result<Inference, Error> {
+    validate_observations(observations)?;
+    let endpoints: Vec<Endpoint> = observations.iter().map(|o| o.endpoint).collect();
+    let basic = basic_pairs(&endpoints)?;
+    let feats = features::extract(observations, &config.features)?;
+    let outcome = match structure(observations, &endpoints, &feats, config) {
+        Ok(structure) => {
+            let pairs = skeleton_pairs(&endpoints, &structure)?;
+            Outcome::Skeleton { structure, pairs }
+        }
+        Err(reason) => Outcome::Fallback(reason),
+    };
+    Ok(Inference { basic, full_mesh_len: full_mesh_len(endpoints.len()), outcome })
+}
+
+fn structure(
+    observations: &[Observation],
+    endpoints: &[Endpoint],
+    feats: &features::TaskFeatures,
+    config: &InferenceConfig,
+) -> Result<Structure, FallbackReason> {
+    fidelity::check_features(feats, &config.fidelity)?;
+    let grouping = grouping::group(endpoints, feats, &config.grouping)
+        .ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
+    fidelity::check_grouping(&grouping, observations, &config.fidelity)?;
+    let phases: Vec<f64> = grouping
+        .groups
+        .iter()
+        .map(|g| circular_mean(g.iter().map(|&i| feats.rnics[i].phase)))
+        .collect();
+    let stages = stages::split(&phases, &config.stages);
+    let positions = grouping.groups.len();
+    Ok(Structure {
+        groups: grouping
+            .groups
+            .iter()
+            .map(|g| {
+                let mut ids: Vec<u32> = g.iter().map(|&i| endpoints[i].id).collect();
+                ids.sort_unstable();
+                ids
+            })
+            .collect(),
+        stage_of_group: stages.of_group,
+        dp: grouping.dp,
+        tp: positions / stages.count.max(1),
+        pp: stages.count,
+        period_samples: feats.period_samples,
+        separation: grouping.separation,
+    })
+}
