@@ -158,7 +158,7 @@ impl Responder {
     ) {
         let (delay, source) = responder_delay(p.t3, t4, p.t3_app, p.t4_app);
         let ack2 = p.probe.ack2(self.qpn, delay, source);
-        match transport.send(&ack2.encode(), p.to, p.src_port) {
+        match transport.send_unstamped(&ack2.encode(), p.to, p.src_port) {
             Ok(_) => counters.acks_sent.fetch_add(1, Relaxed),
             Err(_) => counters.send_errors.fetch_add(1, Relaxed),
         };

@@ -111,6 +111,15 @@ pub trait Transport: Send {
         src_port: u16,
     ) -> io::Result<TxToken>;
 
+    /// Sends without asking for a TX stamp (ACK2: nobody needs its send time), sparing
+    /// the kernel a timestamp and the engine a wake-up to read it.
+    fn send_unstamped(
+        &mut self,
+        payload: &[u8; PACKET_LEN],
+        to: Endpoint,
+        src_port: u16,
+    ) -> io::Result<()>;
+
     /// Blocks until an event may be available or `timeout` passed (no busy polling).
     fn wait(&mut self, timeout: Duration) -> io::Result<()>;
 

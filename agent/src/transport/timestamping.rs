@@ -222,6 +222,37 @@ pub fn recv(
     })
 }
 
+/// Sends `payload` to `dest` with a per-message `SO_TIMESTAMPING` cmsg clearing the TX
+/// flags: no stamp is generated and no `OPT_ID` consumed for this send.
+pub fn send_without_stamp(fd: RawFd, payload: &[u8], dest: &socket2::SockAddr) -> io::Result<()> {
+    let mut control = ControlBuf::default();
+    // SAFETY: every pointer refers to a live buffer of the stated length for the call; the
+    // cmsg is written inside `control` (CMSG_SPACE(4) <= CONTROL_LEN).
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: payload.as_ptr() as *mut libc::c_void,
+            iov_len: payload.len(),
+        };
+        let mut msg: libc::msghdr = zeroed();
+        msg.msg_name = dest.as_ptr() as *mut libc::c_void;
+        msg.msg_namelen = dest.len();
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = libc::CMSG_SPACE(size_of::<u32>() as u32) as _;
+        let c = libc::CMSG_FIRSTHDR(&msg);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SO_TIMESTAMPING;
+        (*c).cmsg_len = libc::CMSG_LEN(size_of::<u32>() as u32) as _;
+        std::ptr::write_unaligned(libc::CMSG_DATA(c).cast::<u32>(), 0);
+        if libc::sendmsg(fd, &msg, 0) < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(())
+        }
+    }
+}
+
 /// What `recvmsg` returned, with the ancillary data left unparsed in the caller's buffer.
 #[derive(Debug, Clone, Copy)]
 pub struct RawReceived {

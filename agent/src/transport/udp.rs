@@ -6,12 +6,12 @@ use super::{Endpoint, RX_BUF_LEN, RxDatagram, Transport, TransportEvent, TxToken
 use crate::stats::Counters;
 use rocemesh_proto::packet::PACKET_LEN;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// Default bound of the per-source-port send socket cache.
 pub const DEFAULT_SEND_SOCKETS: usize = 512;
@@ -19,6 +19,10 @@ pub const DEFAULT_SEND_SOCKETS: usize = 512;
 const MAIN_KEY: u64 = 1 << 32;
 /// epoll events fetched per wait.
 const MAX_READY: usize = 64;
+/// How often a TX stamp that was not there right after the send is looked for again.
+const STAMP_POLL: Duration = Duration::from_millis(1);
+/// How long a late TX stamp is looked for (beyond it the probe uses application times).
+const STAMP_WAIT: Duration = Duration::from_millis(20);
 
 /// Settings of a [`UdpTransport`].
 #[derive(Debug, Clone)]
@@ -45,12 +49,19 @@ struct Sock {
     last_used: u64,
 }
 
-/// UDP transport with `SO_TIMESTAMPING` on every socket, driven by epoll.
+/// UDP transport with `SO_TIMESTAMPING` on every socket. Only the main socket is in
+/// epoll: a send socket's TX stamp is read right after the send (software stamps are
+/// queued before `sendto` returns), so no wake-up is spent on it; stamps that come later
+/// (NIC hardware) are polled for briefly on the following wake-ups.
 pub struct UdpTransport {
     opts: UdpOptions,
     epoll: OwnedFd,
     main: Sock,
     send: HashMap<u16, Sock>,
+    /// Events already read, delivered before anything else.
+    pending: VecDeque<TransportEvent>,
+    /// Send sockets with a stamp still due, and until when it is waited for.
+    unstamped: Vec<(u16, Instant)>,
     generations: u32,
     tick: u64,
     ready: [libc::epoll_event; MAX_READY],
@@ -105,6 +116,8 @@ impl UdpTransport {
             },
             send: HashMap::new(),
             generations: 0,
+            pending: VecDeque::new(),
+            unstamped: Vec::new(),
             tick: 0,
             ready: [libc::epoll_event { events: 0, u64: 0 }; MAX_READY],
             nready: 0,
@@ -136,15 +149,7 @@ impl UdpTransport {
             if self.send.len() >= self.opts.max_send_sockets.max(1) {
                 self.evict_lru();
             }
-            match new_socket(&self.opts, src_port, true).and_then(|s| {
-                epoll_ctl(
-                    self.epoll.as_raw_fd(),
-                    libc::EPOLL_CTL_ADD,
-                    s.as_raw_fd(),
-                    src_port as u64,
-                )
-                .map(|()| s)
-            }) {
+            match new_socket(&self.opts, src_port, true) {
                 Ok(socket) => {
                     self.generations = self.generations.wrapping_add(1).max(1);
                     self.send.insert(
@@ -182,31 +187,46 @@ impl UdpTransport {
     }
 
     fn close_send_socket(&mut self, port: u16) {
-        if let Some(s) = self.send.remove(&port) {
-            let _ = epoll_ctl(
-                self.epoll.as_raw_fd(),
-                libc::EPOLL_CTL_DEL,
-                s.socket.as_raw_fd(),
-                0,
-            );
-        }
+        self.send.remove(&port);
+        self.unstamped.retain(|(p, _)| *p != port);
     }
 
-    fn socket_by_key(&self, key: u64) -> Option<&Sock> {
-        if key == MAIN_KEY {
-            Some(&self.main)
-        } else {
-            self.send.get(&(key as u16))
+    /// Reads TX stamps from the error queue of send socket `port` into `pending`: one
+    /// message when `once` (right after a send, exactly one stamp is due), else all.
+    /// Returns how many stamps were read.
+    fn read_stamps(&mut self, port: u16, once: bool) -> usize {
+        let Some(sock) = self.send.get(&port) else {
+            return 0;
+        };
+        let (fd, generation) = (sock.socket.as_raw_fd(), sock.generation);
+        let mut n = 0;
+        while let Ok(r) = timestamping::recv(fd, &mut [], true, &mut self.control) {
+            if let (Some(id), Some(stamp)) = (r.control.tx_id, r.control.stamp) {
+                self.pending
+                    .push_back(TransportEvent::TxStamp(token(generation, id), stamp));
+                n += 1;
+            }
+            if once {
+                break;
+            }
         }
+        n
     }
 
-    /// Reads one message from the socket behind `key`, guided by its epoll `events`
-    /// (EPOLLERR: TX stamps on the error queue; EPOLLIN: a datagram). Bits of sources
-    /// found empty are cleared so nothing is read twice in vain.
-    fn read_one(&mut self, key: u64, events: &mut u32) -> Option<TransportEvent> {
-        let (fd, generation) = self
-            .socket_by_key(key)
-            .map(|s| (s.socket.as_raw_fd(), s.generation))?;
+    /// Looks again for the stamps that were not there right after their send.
+    fn poll_unstamped(&mut self, now: Instant) {
+        let mut list = std::mem::take(&mut self.unstamped);
+        list.retain(|&(port, until)| self.read_stamps(port, false) == 0 && until > now);
+        // Sends made meanwhile (none: we are in wait) would have been appended; keep both.
+        list.append(&mut self.unstamped);
+        self.unstamped = list;
+    }
+
+    /// Reads one message from the main socket, guided by its epoll `events` (EPOLLERR: TX
+    /// stamps of sends that fell back to it; EPOLLIN: a datagram). Bits of sources found
+    /// empty are cleared so nothing is read twice in vain.
+    fn read_one(&mut self, events: &mut u32) -> Option<TransportEvent> {
+        let (fd, generation) = (self.main.socket.as_raw_fd(), self.main.generation);
         while *events & libc::EPOLLERR as u32 != 0 {
             match timestamping::recv(fd, &mut [], true, &mut self.control) {
                 Ok(r) => {
@@ -298,6 +318,10 @@ impl Transport for UdpTransport {
             Ok(_) => {
                 let t = token(sock.generation, sock.sent);
                 sock.sent = sock.sent.wrapping_add(1);
+                // The main socket's stamps wake its epoll; a send socket's are read now.
+                if sock.generation != 0 && self.read_stamps(src_port, true) == 0 {
+                    self.unstamped.push((src_port, Instant::now() + STAMP_WAIT));
+                }
                 Ok(t)
             }
             Err(e) => {
@@ -311,7 +335,28 @@ impl Transport for UdpTransport {
         }
     }
 
+    fn send_unstamped(
+        &mut self,
+        payload: &[u8; PACKET_LEN],
+        to: Endpoint,
+        src_port: u16,
+    ) -> io::Result<()> {
+        let dest = SockAddr::from(SocketAddr::new(to.ip, to.port));
+        let fd = self.send_socket(src_port).socket.as_raw_fd();
+        timestamping::send_without_stamp(fd, payload, &dest)
+    }
+
     fn wait(&mut self, timeout: Duration) -> io::Result<()> {
+        self.cursor = 0;
+        self.nready = 0;
+        if !self.pending.is_empty() {
+            return Ok(());
+        }
+        let timeout = if self.unstamped.is_empty() {
+            timeout
+        } else {
+            timeout.min(STAMP_POLL)
+        };
         // Round up so a wake-up is never early (an early wake would spin until due).
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         // SAFETY: `ready` has room for MAX_READY events.
@@ -334,14 +379,19 @@ impl Transport for UdpTransport {
             };
         }
         self.nready = n as usize;
+        if !self.unstamped.is_empty() {
+            self.poll_unstamped(Instant::now());
+        }
         Ok(())
     }
 
     fn next_event(&mut self) -> Option<TransportEvent> {
+        if let Some(ev) = self.pending.pop_front() {
+            return Some(ev);
+        }
         while self.cursor < self.nready {
-            let libc::epoll_event { events, u64: key } = self.ready[self.cursor];
-            let mut events = events;
-            let ev = self.read_one(key, &mut events);
+            let mut events = self.ready[self.cursor].events;
+            let ev = self.read_one(&mut events);
             self.ready[self.cursor].events = events;
             if ev.is_some() {
                 return ev;
@@ -394,8 +444,13 @@ mod tests {
         };
         let payload = [7u8; PACKET_LEN];
         let t0 = a.send(&payload, to_b, 40_001).unwrap();
+        // An unstamped send in between neither yields a stamp nor shifts the OPT_IDs.
+        a.send_unstamped(&payload, to_b, 40_001).unwrap();
         let t1 = a.send(&payload, to_b, 40_001).unwrap();
-        assert_ne!(t0, t1);
+        assert_eq!(t1.0, t0.0 + 1);
+        // Software stamps were read with the sends: no wake-up needed for them.
+        assert_eq!(a.pending.len(), 2);
+        assert!(a.unstamped.is_empty());
         let tx = events_until(&mut a, 2);
         let tokens: Vec<_> = tx
             .iter()
@@ -408,8 +463,8 @@ mod tests {
             })
             .collect();
         assert_eq!(tokens, vec![t0, t1]);
-        let rx = events_until(&mut b, 2);
-        assert_eq!(rx.len(), 2);
+        let rx = events_until(&mut b, 3);
+        assert_eq!(rx.len(), 3);
         for e in rx {
             let TransportEvent::Rx(d) = e else {
                 panic!("unexpected {e:?}")
