@@ -11,9 +11,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 fn run(cmd: &mut Command, what: &str) -> Vec<u8> {
-    let out = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("{what}: cannot run {cmd:?}: {e} (install clang, libbpf-dev, libibverbs-dev)"));
+    let out = cmd.output().unwrap_or_else(|e| {
+        panic!("{what}: cannot run {cmd:?}: {e} (install clang, libbpf-dev, libibverbs-dev)")
+    });
     if !out.status.success() {
         panic!(
             "{what} failed ({}):\n{}",

@@ -117,17 +117,25 @@ impl Btf {
         let read = |path: PathBuf| {
             std::fs::read(&path).map_err(|source| BtfLoadError::Read { path, source })
         };
-        let vmlinux = Btf::parse(read(dir.join("vmlinux"))?)
-            .map_err(|e| BtfLoadError::Parse { path: dir.join("vmlinux"), source: e })?;
+        let vmlinux = Btf::parse(read(dir.join("vmlinux"))?).map_err(|e| BtfLoadError::Parse {
+            path: dir.join("vmlinux"),
+            source: e,
+        })?;
         match module {
             None => Ok(vmlinux),
-            Some(m) => Btf::parse_split(read(dir.join(m))?, vmlinux)
-                .map_err(|e| BtfLoadError::Parse { path: dir.join(m), source: e }),
+            Some(m) => {
+                Btf::parse_split(read(dir.join(m))?, vmlinux).map_err(|e| BtfLoadError::Parse {
+                    path: dir.join(m),
+                    source: e,
+                })
+            }
         }
     }
 
     fn parse_inner(data: Vec<u8>, base: Option<Box<Btf>>) -> Result<Btf, BtfError> {
-        let magic = data.get(0..2).ok_or_else(|| malformed("shorter than a header"))?;
+        let magic = data
+            .get(0..2)
+            .ok_or_else(|| malformed("shorter than a header"))?;
         if u16::from_le_bytes([magic[0], magic[1]]) != BTF_MAGIC {
             return Err(malformed("bad magic (big-endian BTF is not supported)"));
         }
@@ -138,10 +146,17 @@ impl Btf {
         let section = |off_at: usize| -> Result<std::ops::Range<usize>, BtfError> {
             let off = read_u32(&data, off_at)? as usize;
             let len = read_u32(&data, off_at + 4)? as usize;
-            let start = hdr_len.checked_add(off).ok_or_else(|| malformed("section offset"))?;
-            let end = start.checked_add(len).ok_or_else(|| malformed("section length"))?;
+            let start = hdr_len
+                .checked_add(off)
+                .ok_or_else(|| malformed("section offset"))?;
+            let end = start
+                .checked_add(len)
+                .ok_or_else(|| malformed("section length"))?;
             if end > data.len() {
-                return Err(malformed(format!("section {start}..{end} past end {}", data.len())));
+                return Err(malformed(format!(
+                    "section {start}..{end} past end {}",
+                    data.len()
+                )));
             }
             Ok(start..end)
         };
@@ -157,15 +172,21 @@ impl Btf {
             let info = read_u32(&data, at + 4)?;
             let kind = (info >> 24) & 0x1f;
             let vlen = (info & 0xffff) as usize;
-            let extra =
-                kind_extra_len(kind, vlen).ok_or_else(|| malformed(format!("unknown kind {kind}")))?;
+            let extra = kind_extra_len(kind, vlen)
+                .ok_or_else(|| malformed(format!("unknown kind {kind}")))?;
             type_at.push(at);
             at += TYPE_HEADER_LEN + extra;
         }
         if at != types.end {
             return Err(malformed("last type overruns the type section"));
         }
-        Ok(Btf { data, strings, type_at, first_id, base })
+        Ok(Btf {
+            data,
+            strings,
+            type_at,
+            first_id,
+            base,
+        })
     }
 
     fn next_id(&self) -> u32 {
@@ -173,25 +194,41 @@ impl Btf {
     }
 
     fn base_strings_len(&self) -> usize {
-        self.base.as_ref().map_or(0, |b| b.base_strings_len() + b.strings.len())
+        self.base
+            .as_ref()
+            .map_or(0, |b| b.base_strings_len() + b.strings.len())
     }
 
     fn name(&self, off: u32) -> Result<&str, BtfError> {
         let off = off as usize;
         let base_len = self.base_strings_len();
         if off < base_len {
-            return self.base.as_ref().ok_or_else(|| malformed("string offset"))?.name(off as u32);
+            return self
+                .base
+                .as_ref()
+                .ok_or_else(|| malformed("string offset"))?
+                .name(off as u32);
         }
         let start = self.strings.start + (off - base_len);
-        let tail = self.data.get(start..self.strings.end).ok_or_else(|| malformed("string offset"))?;
-        let len = tail.iter().position(|&c| c == 0).ok_or_else(|| malformed("unterminated string"))?;
+        let tail = self
+            .data
+            .get(start..self.strings.end)
+            .ok_or_else(|| malformed("string offset"))?;
+        let len = tail
+            .iter()
+            .position(|&c| c == 0)
+            .ok_or_else(|| malformed("unterminated string"))?;
         std::str::from_utf8(&tail[..len]).map_err(|_| malformed("non-UTF-8 name"))
     }
 
     /// Finds the BTF that holds type `id` (self or a base) and its header.
     fn type_by_id(&self, id: u32) -> Result<(&Btf, TypeHeader), BtfError> {
         if id < self.first_id {
-            return self.base.as_ref().ok_or_else(|| malformed(format!("type id {id}")))?.type_by_id(id);
+            return self
+                .base
+                .as_ref()
+                .ok_or_else(|| malformed(format!("type id {id}")))?
+                .type_by_id(id);
         }
         let at = *self
             .type_at
@@ -216,7 +253,10 @@ impl Btf {
     fn find_composite(&self, name: &str) -> Result<Option<(&Btf, TypeHeader)>, BtfError> {
         for &at in &self.type_at {
             let h = self.header_at(at)?;
-            if matches!(h.kind, KIND_STRUCT | KIND_UNION) && h.vlen > 0 && self.name(h.name_off)? == name {
+            if matches!(h.kind, KIND_STRUCT | KIND_UNION)
+                && h.vlen > 0
+                && self.name(h.name_off)? == name
+            {
                 return Ok(Some((self, h)));
             }
         }
@@ -229,20 +269,25 @@ impl Btf {
     /// Byte offset of `path` (e.g. `["ah_attr", "grh", "dgid"]`) inside struct/union `ty`;
     /// members of anonymous structs/unions are found as the C compiler would.
     pub fn member_offset(&self, ty: &str, path: &[&str]) -> Result<u32, BtfError> {
-        let (mut btf, mut h) = self.find_composite(ty)?.ok_or_else(|| BtfError::NoSuchType(ty.into()))?;
+        let (mut btf, mut h) = self
+            .find_composite(ty)?
+            .ok_or_else(|| BtfError::NoSuchType(ty.into()))?;
         let mut total_bits: u64 = 0;
         let mut current = ty.to_owned();
         for (i, member) in path.iter().enumerate() {
-            let (bits, member_type) = btf
-                .find_member(h, member, 0)?
-                .ok_or_else(|| BtfError::NoSuchMember { ty: current.clone(), member: (*member).into() })?;
+            let (bits, member_type) =
+                btf.find_member(h, member, 0)?
+                    .ok_or_else(|| BtfError::NoSuchMember {
+                        ty: current.clone(),
+                        member: (*member).into(),
+                    })?;
             total_bits += bits;
             current = format!("{current}.{member}");
             if i + 1 < path.len() {
                 (btf, h) = self.resolve_composite(member_type, &current)?;
             }
         }
-        if total_bits % 8 != 0 {
+        if !total_bits.is_multiple_of(8) {
             return Err(BtfError::Unsupported(format!("{current} is a bitfield")));
         }
         u32::try_from(total_bits / 8).map_err(|_| malformed("offset overflow"))
@@ -257,7 +302,11 @@ impl Btf {
                 KIND_TYPEDEF | KIND_VOLATILE | KIND_CONST | KIND_RESTRICT | KIND_TYPE_TAG => {
                     id = h.size_or_type
                 }
-                _ => return Err(BtfError::Unsupported(format!("{what} is not a struct or union"))),
+                _ => {
+                    return Err(BtfError::Unsupported(format!(
+                        "{what} is not a struct or union"
+                    )));
+                }
             }
         }
         Err(malformed(format!("type chain of {what} too long")))
@@ -265,7 +314,12 @@ impl Btf {
 
     /// Bit offset and type id of member `name` in composite `h`, descending into anonymous
     /// members.
-    fn find_member(&self, h: TypeHeader, name: &str, depth: usize) -> Result<Option<(u64, u32)>, BtfError> {
+    fn find_member(
+        &self,
+        h: TypeHeader,
+        name: &str,
+        depth: usize,
+    ) -> Result<Option<(u64, u32)>, BtfError> {
         if depth > MAX_ANON_DEPTH {
             return Err(malformed("anonymous members nested too deep"));
         }
@@ -282,16 +336,17 @@ impl Btf {
             let member_name = self.name(name_off)?;
             if member_name == name {
                 if bitfield {
-                    return Err(BtfError::Unsupported(format!("member {name} is a bitfield")));
+                    return Err(BtfError::Unsupported(format!(
+                        "member {name} is a bitfield"
+                    )));
                 }
                 return Ok(Some((bit_offset, member_type)));
             }
-            if member_name.is_empty() {
-                if let Ok((btf, inner)) = self.resolve_composite(member_type, "anonymous member") {
-                    if let Some((bits, ty)) = btf.find_member(inner, name, depth + 1)? {
-                        return Ok(Some((bit_offset + bits, ty)));
-                    }
-                }
+            if member_name.is_empty()
+                && let Ok((btf, inner)) = self.resolve_composite(member_type, "anonymous member")
+                && let Some((bits, ty)) = btf.find_member(inner, name, depth + 1)?
+            {
+                return Ok(Some((bit_offset + bits, ty)));
             }
         }
         Ok(None)
@@ -332,7 +387,11 @@ mod tests {
 
     impl Blob {
         fn new(str_base: u32) -> Self {
-            Blob { types: Vec::new(), strings: vec![0], str_base }
+            Blob {
+                types: Vec::new(),
+                strings: vec![0],
+                str_base,
+            }
         }
         fn s(&mut self, s: &str) -> u32 {
             let off = self.str_base + self.strings.len() as u32;
@@ -341,7 +400,8 @@ mod tests {
             off
         }
         fn u32s(&mut self, v: &[u32]) {
-            v.iter().for_each(|x| self.types.extend_from_slice(&x.to_le_bytes()));
+            v.iter()
+                .for_each(|x| self.types.extend_from_slice(&x.to_le_bytes()));
         }
         fn ty(&mut self, name: u32, kind: u32, vlen: u32, size_or_type: u32) {
             self.u32s(&[name, (kind << 24) | vlen, size_or_type]);
@@ -350,7 +410,13 @@ mod tests {
             let mut b = Vec::new();
             b.extend_from_slice(&BTF_MAGIC.to_le_bytes());
             b.extend_from_slice(&[1, 0]);
-            for v in [24, 0, self.types.len() as u32, self.types.len() as u32, self.strings.len() as u32] {
+            for v in [
+                24,
+                0,
+                self.types.len() as u32,
+                self.types.len() as u32,
+                self.strings.len() as u32,
+            ] {
                 b.extend_from_slice(&v.to_le_bytes());
             }
             b.extend_from_slice(&self.types);
@@ -384,9 +450,26 @@ mod tests {
         let (outer, pad, inn, bits) = (s.s("outer"), s.s("pad"), s.s("in"), s.s("bits"));
         // kind_flag set: member offsets carry bitfield sizes in the top byte.
         s.types.extend_from_slice(&outer.to_le_bytes());
-        s.types.extend_from_slice(&((1u32 << 31) | (KIND_STRUCT << 24) | 5).to_le_bytes());
+        s.types
+            .extend_from_slice(&((1u32 << 31) | (KIND_STRUCT << 24) | 5).to_le_bytes());
         s.types.extend_from_slice(&24u32.to_le_bytes());
-        s.u32s(&[pad, 1, 0, inn, 4, 32, 0, 5, 96, bits, 1, (3 << 24) | 128, base_a, 1, 160]);
+        s.u32s(&[
+            pad,
+            1,
+            0,
+            inn,
+            4,
+            32,
+            0,
+            5,
+            96,
+            bits,
+            1,
+            (3 << 24) | 128,
+            base_a,
+            1,
+            160,
+        ]);
         s.bytes()
     }
 
@@ -412,13 +495,25 @@ mod tests {
     #[test]
     fn clear_errors_for_missing_or_unsupported_members() {
         let btf = parsed();
-        assert_eq!(btf.member_offset("nope", &["a"]), Err(BtfError::NoSuchType("nope".into())));
+        assert_eq!(
+            btf.member_offset("nope", &["a"]),
+            Err(BtfError::NoSuchType("nope".into()))
+        );
         assert_eq!(
             btf.member_offset("outer", &["in", "zz"]),
-            Err(BtfError::NoSuchMember { ty: "outer.in".into(), member: "zz".into() })
+            Err(BtfError::NoSuchMember {
+                ty: "outer.in".into(),
+                member: "zz".into()
+            })
         );
-        assert!(matches!(btf.member_offset("outer", &["bits"]), Err(BtfError::Unsupported(_))));
-        assert!(matches!(btf.member_offset("outer", &["pad", "a"]), Err(BtfError::Unsupported(_))));
+        assert!(matches!(
+            btf.member_offset("outer", &["bits"]),
+            Err(BtfError::Unsupported(_))
+        ));
+        assert!(matches!(
+            btf.member_offset("outer", &["pad", "a"]),
+            Err(BtfError::Unsupported(_))
+        ));
     }
 
     #[test]
@@ -441,7 +536,10 @@ mod tests {
                 }
             }
         }
-        assert!(matches!(Btf::parse(vec![0x9f, 0xeb]), Err(BtfError::Malformed(_))));
+        assert!(matches!(
+            Btf::parse(vec![0x9f, 0xeb]),
+            Err(BtfError::Malformed(_))
+        ));
     }
 
     #[test]

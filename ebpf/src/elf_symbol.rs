@@ -77,17 +77,27 @@ pub enum SymbolError {
 
 /// All exported definitions of function `name` in the shared object at `path`.
 pub fn exported_versions(path: &Path, name: &str) -> Result<Vec<VersionedSymbol>, SymbolError> {
-    let read_err = |source| SymbolError::Read { path: path.to_owned(), source };
+    let read_err = |source| SymbolError::Read {
+        path: path.to_owned(),
+        source,
+    };
     let len = std::fs::metadata(path).map_err(read_err)?.len();
     if len > MAX_LIBRARY_BYTES {
-        return Err(SymbolError::TooLarge { path: path.to_owned() });
+        return Err(SymbolError::TooLarge {
+            path: path.to_owned(),
+        });
     }
     let data = std::fs::read(path).map_err(read_err)?;
     parse_versions(&data, name).map_err(|e| match e {
-        ParseError::Elf(reason) => SymbolError::Elf { path: path.to_owned(), reason },
-        ParseError::NotLoaded(address) => {
-            SymbolError::NotLoaded { path: path.to_owned(), name: name.to_owned(), address }
-        }
+        ParseError::Elf(reason) => SymbolError::Elf {
+            path: path.to_owned(),
+            reason,
+        },
+        ParseError::NotLoaded(address) => SymbolError::NotLoaded {
+            path: path.to_owned(),
+            name: name.to_owned(),
+            address,
+        },
     })
 }
 
@@ -98,7 +108,11 @@ pub fn resolve_default(path: &Path, name: &str) -> Result<VersionedSymbol, Symbo
     let mut defaults = all.into_iter().filter(|s| s.is_default);
     match (defaults.next(), defaults.next()) {
         (Some(only), None) => Ok(only),
-        _ => Err(SymbolError::NoDefault { path: path.to_owned(), name: name.to_owned(), found }),
+        _ => Err(SymbolError::NoDefault {
+            path: path.to_owned(),
+            name: name.to_owned(),
+            found,
+        }),
     }
 }
 
@@ -123,7 +137,10 @@ fn parse_versions(data: &[u8], name: &str) -> Result<Vec<VersionedSymbol>, Parse
     let mut out = Vec::new();
     for (index, sym) in dynsym.enumerate() {
         let is_func = matches!(sym.st_type(), STT_FUNC | STT_GNU_IFUNC);
-        if !is_func || sym.st_shndx(endian) == SHN_UNDEF || sym.name(endian, dynsym.strings())? != name.as_bytes() {
+        if !is_func
+            || sym.st_shndx(endian) == SHN_UNDEF
+            || sym.name(endian, dynsym.strings())? != name.as_bytes()
+        {
             continue;
         }
         let (version, is_default) = match &versions {
@@ -140,7 +157,12 @@ fn parse_versions(data: &[u8], name: &str) -> Result<Vec<VersionedSymbol>, Parse
                 (within < ph.p_filesz(endian)).then(|| ph.p_offset(endian) + within)
             })
             .ok_or(ParseError::NotLoaded(address))?;
-        out.push(VersionedSymbol { version, is_default, address, file_offset });
+        out.push(VersionedSymbol {
+            version,
+            is_default,
+            address,
+            file_offset,
+        });
     }
     Ok(out)
 }
@@ -151,7 +173,9 @@ fn symbol_version(
     index: SymbolIndex,
 ) -> Result<(Option<String>, bool), ParseError> {
     let vi = table.version_index(endian, index);
-    let name = table.version(vi)?.map(|v| String::from_utf8_lossy(v.name()).into_owned());
+    let name = table
+        .version(vi)?
+        .map(|v| String::from_utf8_lossy(v.name()).into_owned());
     Ok((name, !vi.is_hidden()))
 }
 
@@ -165,11 +189,16 @@ mod tests {
     fn real_libibverbs_default_is_1_1_not_compat_1_0() {
         let path = Path::new(SYSTEM_LIBIBVERBS);
         if !path.exists() {
-            eprintln!("skipped: {SYSTEM_LIBIBVERBS} not installed (apt-get install libibverbs-dev)");
+            eprintln!(
+                "skipped: {SYSTEM_LIBIBVERBS} not installed (apt-get install libibverbs-dev)"
+            );
             return;
         }
         let all = exported_versions(path, "ibv_modify_qp").unwrap();
-        let compat = all.iter().find(|s| s.version.as_deref() == Some("IBVERBS_1.0")).unwrap();
+        let compat = all
+            .iter()
+            .find(|s| s.version.as_deref() == Some("IBVERBS_1.0"))
+            .unwrap();
         assert!(!compat.is_default);
         let default = resolve_default(path, "ibv_modify_qp").unwrap();
         assert_eq!(default.version.as_deref(), Some("IBVERBS_1.1"));
@@ -185,10 +214,22 @@ mod tests {
     fn garbage_is_an_error_not_a_panic() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("junk.so");
-        for junk in [&b""[..], b"\x7fELF", &[0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0][..]] {
+        for junk in [
+            &b""[..],
+            b"\x7fELF",
+            &[
+                0x7f, b'E', b'L', b'F', 2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 3, 0,
+            ][..],
+        ] {
             std::fs::write(&p, junk).unwrap();
-            assert!(matches!(exported_versions(&p, "f"), Err(SymbolError::Elf { .. })));
+            assert!(matches!(
+                exported_versions(&p, "f"),
+                Err(SymbolError::Elf { .. })
+            ));
         }
-        assert!(matches!(exported_versions(&dir.path().join("missing"), "f"), Err(SymbolError::Read { .. })));
+        assert!(matches!(
+            exported_versions(&dir.path().join("missing"), "f"),
+            Err(SymbolError::Read { .. })
+        ));
     }
 }

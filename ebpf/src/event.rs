@@ -111,7 +111,10 @@ pub fn decode_event(bytes: &[u8]) -> Result<FlowEvent, DecodeError> {
     let mut dgid = [0u8; 16];
     dgid.copy_from_slice(&b[48..64]);
     let comm_bytes = &b[64..80];
-    let comm_len = comm_bytes.iter().position(|&c| c == 0).unwrap_or(comm_bytes.len());
+    let comm_len = comm_bytes
+        .iter()
+        .position(|&c| c == 0)
+        .unwrap_or(comm_bytes.len());
     Ok(FlowEvent {
         kind,
         source,
@@ -163,7 +166,10 @@ pub(crate) mod tests {
         assert_eq!(ev.kind, FlowEventKind::Rtr);
         assert_eq!(ev.source, EventSource::User);
         assert_eq!((ev.pid, ev.tid, ev.cgroup_id, ev.ktime_ns), (42, 43, 77, 5));
-        assert_eq!((ev.local_qpn, ev.dest_qpn, ev.flow_label), (0x11, 0x22, 0xABCDE));
+        assert_eq!(
+            (ev.local_qpn, ev.dest_qpn, ev.flow_label),
+            (0x11, 0x22, 0xABCDE)
+        );
         assert_eq!(GidDisplay(&ev.dgid).to_string(), "fe80::1");
         assert_eq!(ev.comm, "nccl");
     }
@@ -172,8 +178,14 @@ pub(crate) mod tests {
     fn rejects_bad_records() {
         assert_eq!(decode_event(&[0u8; 79]), Err(DecodeError::Truncated(79)));
         assert_eq!(decode_event(&[]), Err(DecodeError::Truncated(0)));
-        assert_eq!(decode_event(&encode(9, 1, 1, 1, 1, 1)), Err(DecodeError::UnknownKind(9)));
-        assert_eq!(decode_event(&encode(1, 0, 1, 1, 1, 1)), Err(DecodeError::UnknownRoute(0)));
+        assert_eq!(
+            decode_event(&encode(9, 1, 1, 1, 1, 1)),
+            Err(DecodeError::UnknownKind(9))
+        );
+        assert_eq!(
+            decode_event(&encode(1, 0, 1, 1, 1, 1)),
+            Err(DecodeError::UnknownRoute(0))
+        );
         assert_eq!(
             decode_event(&encode(1, 1, 1, 1, 1, 0x10_0000)),
             Err(DecodeError::BadFlowLabel(0x10_0000))

@@ -57,7 +57,11 @@ pub struct FlowTable {
 impl FlowTable {
     /// An empty table holding at most `capacity` flows.
     pub fn new(capacity: usize) -> Self {
-        Self { flows: HashMap::new(), capacity, refused: 0 }
+        Self {
+            flows: HashMap::new(),
+            capacity,
+            refused: 0,
+        }
     }
 
     /// Applies one event.
@@ -85,11 +89,15 @@ impl FlowTable {
                         since_ktime_ns: ev.ktime_ns,
                     },
                 );
-                if existed { TableChange::Updated } else { TableChange::Added }
+                if existed {
+                    TableChange::Updated
+                } else {
+                    TableChange::Added
+                }
             }
-            FlowEventKind::Destroy => {
-                TableChange::Removed(usize::from(self.flows.remove(&(ev.pid, ev.local_qpn)).is_some()))
-            }
+            FlowEventKind::Destroy => TableChange::Removed(usize::from(
+                self.flows.remove(&(ev.pid, ev.local_qpn)).is_some(),
+            )),
             FlowEventKind::ProcessExit => self.remove_where(|pid| pid == ev.pid),
         }
     }
@@ -152,7 +160,10 @@ mod tests {
         let mut t = FlowTable::new(8);
         assert_eq!(t.apply(&ev(1, 10, 100, 200, 0x4001)), TableChange::Added);
         let f = t.get(10, 100).unwrap();
-        assert_eq!((f.dest_qpn, f.flow_label, f.udp_sport, f.comm.as_str()), (200, 0x4001, 0xC000, "nccl"));
+        assert_eq!(
+            (f.dest_qpn, f.flow_label, f.udp_sport, f.comm.as_str()),
+            (200, 0x4001, 0xC000, "nccl")
+        );
         assert_eq!(t.apply(&ev(1, 10, 100, 300, 5)), TableChange::Updated);
         assert_eq!(t.get(10, 100).unwrap().dest_qpn, 300);
         assert_eq!(t.len(), 1);
@@ -192,7 +203,10 @@ mod tests {
         let me = std::process::id();
         t.apply(&ev(1, me, 1, 9, 0));
         t.apply(&ev(1, u32::MAX - 1, 1, 9, 0)); // no such pid
-        assert_eq!(t.remove_dead_processes(pid_is_alive), TableChange::Removed(1));
+        assert_eq!(
+            t.remove_dead_processes(pid_is_alive),
+            TableChange::Removed(1)
+        );
         assert!(t.get(me, 1).is_some());
     }
 }

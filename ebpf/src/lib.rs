@@ -35,4 +35,7 @@ pub use flow_table::{FlowTable, ServiceFlow, TableChange, pid_is_alive};
 pub use kernel_offsets::KernelOffsets;
 pub use roce::flow_label_to_udp_sport;
 pub use route::Route;
-pub use tracer::{ActiveRoute, AttachedLibrary, Hook, HookFailure, ServiceTracer, Stage, TracerError, TracerOptions, TracerStats};
+pub use tracer::{
+    ActiveRoute, AttachedLibrary, Hook, HookFailure, ServiceTracer, Stage, TracerError,
+    TracerOptions, TracerStats,
+};

@@ -42,8 +42,10 @@ pub fn libibverbs_in_maps(maps: &str) -> HashSet<&str> {
             // address perms offset dev inode pathname (pathname may contain spaces)
             let path = line.splitn(6, char::is_whitespace).nth(5)?.trim_start();
             let name = path.rsplit('/').next()?;
-            (path.starts_with('/') && name.starts_with(LIBRARY_PREFIX) && !path.ends_with(" (deleted)"))
-                .then_some(path)
+            (path.starts_with('/')
+                && name.starts_with(LIBRARY_PREFIX)
+                && !path.ends_with(" (deleted)"))
+            .then_some(path)
         })
         .collect()
 }
@@ -54,22 +56,26 @@ pub fn discover(extra: &[PathBuf], scan_processes: bool, proc_dir: &Path) -> Vec
     let mut seen = HashSet::new();
     let mut out = Vec::new();
     let mut add = |path: PathBuf| {
-        if let Some(id) = file_id(&path) {
-            if seen.insert(id) {
-                out.push(LibraryFile { path, id });
-            }
+        if let Some(id) = file_id(&path)
+            && seen.insert(id)
+        {
+            out.push(LibraryFile { path, id });
         }
     };
     extra.iter().cloned().for_each(&mut add);
     HOST_LIBRARIES.iter().map(PathBuf::from).for_each(&mut add);
     if scan_processes {
-        let Ok(entries) = std::fs::read_dir(proc_dir) else { return out };
+        let Ok(entries) = std::fs::read_dir(proc_dir) else {
+            return out;
+        };
         for entry in entries.flatten() {
             let name = entry.file_name();
             if !name.to_string_lossy().bytes().all(|b| b.is_ascii_digit()) {
                 continue;
             }
-            let Some(maps) = read_bounded(&entry.path().join("maps")) else { continue };
+            let Some(maps) = read_bounded(&entry.path().join("maps")) else {
+                continue;
+            };
             let root = entry.path().join("root");
             for lib in libibverbs_in_maps(&maps) {
                 add(root.join(lib.trim_start_matches('/')));
@@ -82,7 +88,11 @@ pub fn discover(extra: &[PathBuf], scan_processes: bool, proc_dir: &Path) -> Vec
 fn read_bounded(path: &Path) -> Option<String> {
     use std::io::Read;
     let mut text = String::new();
-    std::fs::File::open(path).ok()?.take(MAX_MAPS_BYTES).read_to_string(&mut text).ok()?;
+    std::fs::File::open(path)
+        .ok()?
+        .take(MAX_MAPS_BYTES)
+        .read_to_string(&mut text)
+        .ok()?;
     Some(text)
 }
 
@@ -102,7 +112,13 @@ mod tests {
 garbage";
         let mut found: Vec<_> = libibverbs_in_maps(maps).into_iter().collect();
         found.sort();
-        assert_eq!(found, vec!["/opt/my dir/libibverbs.so.1", "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"]);
+        assert_eq!(
+            found,
+            vec![
+                "/opt/my dir/libibverbs.so.1",
+                "/usr/lib/x86_64-linux-gnu/libibverbs.so.1.14.44.0"
+            ]
+        );
     }
 
     #[test]
@@ -120,7 +136,10 @@ garbage";
         }
         std::fs::create_dir_all(dir.path().join("proc/self-not-a-pid")).unwrap();
         let found = discover(&[], true, &dir.path().join("proc"));
-        let ours: Vec<_> = found.iter().filter(|l| l.id == file_id(&lib).unwrap()).collect();
+        let ours: Vec<_> = found
+            .iter()
+            .filter(|l| l.id == file_id(&lib).unwrap())
+            .collect();
         assert_eq!(ours.len(), 1);
         assert!(ours[0].path.ends_with("root/lib/libibverbs.so.1"));
         // An explicit path to the same file wins and is not repeated.

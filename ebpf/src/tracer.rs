@@ -19,7 +19,8 @@ use crate::libraries::{self, FileId, LibraryFile};
 use crate::route::Route;
 use crate::tracefs;
 
-static BPF_OBJECT: &[u8] = aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/service_trace.bpf.o"));
+static BPF_OBJECT: &[u8] =
+    aya::include_bytes_aligned!(concat!(env!("OUT_DIR"), "/service_trace.bpf.o"));
 
 const PROG_UPROBE_MODIFY: &str = "uprobe_ibv_modify_qp";
 const PROG_UPROBE_DESTROY: &str = "uprobe_ibv_destroy_qp";
@@ -113,7 +114,11 @@ pub struct HookFailure {
 
 impl fmt::Display for HookFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:?} hook failed at {:?}: {}", self.hook, self.stage, self.message)
+        write!(
+            f,
+            "{:?} hook failed at {:?}: {}",
+            self.hook, self.stage, self.message
+        )
     }
 }
 
@@ -200,7 +205,11 @@ impl ServiceTracer {
             return Ok(tracer);
         }
         let wants_kernel = matches!(tracer.opts.route, Route::Auto | Route::Kernel);
-        let offsets = if wants_kernel { tracer.kernel_offsets() } else { None };
+        let offsets = if wants_kernel {
+            tracer.kernel_offsets()
+        } else {
+            None
+        };
         tracer.loaded = Some(Self::load_object(offsets)?);
         if offsets.is_some() && tracer.attach_kernel() {
             tracer.active = ActiveRoute::Kernel;
@@ -216,7 +225,11 @@ impl ServiceTracer {
     }
 
     fn fail(&mut self, hook: Hook, stage: Stage, message: String) {
-        let failure = HookFailure { hook, stage, message };
+        let failure = HookFailure {
+            hook,
+            stage,
+            message,
+        };
         tracing::warn!("service tracing: {failure}");
         self.failures.push(failure);
     }
@@ -239,18 +252,32 @@ impl ServiceTracer {
         let values;
         if let Some(o) = offsets {
             values = [1, o.qp_num, o.qp_state, o.dest_qp_num, o.dgid, o.flow_label];
-            let names = ["K_OFFSETS_VALID", "K_QP_NUM_OFF", "K_QP_STATE_OFF", "K_DEST_QP_NUM_OFF", "K_DGID_OFF", "K_FLOW_LABEL_OFF"];
+            let names = [
+                "K_OFFSETS_VALID",
+                "K_QP_NUM_OFF",
+                "K_QP_STATE_OFF",
+                "K_DEST_QP_NUM_OFF",
+                "K_DGID_OFF",
+                "K_FLOW_LABEL_OFF",
+            ];
             for (name, value) in names.into_iter().zip(values.iter()) {
                 loader.override_global(name, value, true);
             }
         }
-        let object_err = |what: &str, e: &dyn std::error::Error| TracerError::Object(format!("{what}: {}", error_chain(e)));
-        let mut ebpf = loader.load(BPF_OBJECT).map_err(|e| object_err("load", &e))?;
-        let map = |ebpf: &mut Ebpf, name: &str| {
-            ebpf.take_map(name).ok_or_else(|| TracerError::Object(format!("map {name} missing from the object")))
+        let object_err = |what: &str, e: &dyn std::error::Error| {
+            TracerError::Object(format!("{what}: {}", error_chain(e)))
         };
-        let ring = RingBuf::try_from(map(&mut ebpf, "EVENTS")?).map_err(|e| object_err("EVENTS", &e))?;
-        let drops = Array::try_from(map(&mut ebpf, "RING_DROPS")?).map_err(|e| object_err("RING_DROPS", &e))?;
+        let mut ebpf = loader
+            .load(BPF_OBJECT)
+            .map_err(|e| object_err("load", &e))?;
+        let map = |ebpf: &mut Ebpf, name: &str| {
+            ebpf.take_map(name)
+                .ok_or_else(|| TracerError::Object(format!("map {name} missing from the object")))
+        };
+        let ring =
+            RingBuf::try_from(map(&mut ebpf, "EVENTS")?).map_err(|e| object_err("EVENTS", &e))?;
+        let drops = Array::try_from(map(&mut ebpf, "RING_DROPS")?)
+            .map_err(|e| object_err("RING_DROPS", &e))?;
         Ok(Loaded { ebpf, ring, drops })
     }
 
@@ -260,12 +287,17 @@ impl ServiceTracer {
 
     /// Loads and attaches both kprobes; on failure unloads them and records why.
     fn attach_kernel(&mut self) -> bool {
-        let Some(ebpf) = self.ebpf() else { return false };
+        let Some(ebpf) = self.ebpf() else {
+            return false;
+        };
         let result = load_and_attach_kprobes(ebpf);
         if let Err((stage, message)) = result {
             if let Some(ebpf) = self.ebpf() {
                 for (prog, _) in KPROBE_TARGETS {
-                    if let Some(p) = ebpf.program_mut(prog).and_then(|p| <&mut KProbe>::try_from(p).ok()) {
+                    if let Some(p) = ebpf
+                        .program_mut(prog)
+                        .and_then(|p| <&mut KProbe>::try_from(p).ok())
+                    {
                         // Detaches whatever did attach; an unload error leaves nothing to do.
                         let _ = p.unload();
                     }
@@ -278,10 +310,16 @@ impl ServiceTracer {
     }
 
     fn load_user(&mut self) -> bool {
-        let Some(ebpf) = self.ebpf() else { return false };
+        let Some(ebpf) = self.ebpf() else {
+            return false;
+        };
         let mut result = Ok(());
         for prog in [PROG_UPROBE_MODIFY, PROG_UPROBE_DESTROY] {
-            result = result.and_then(|()| uprobe(ebpf, prog)?.load().map_err(|e| format!("{prog}: {}", error_chain(&e))));
+            result = result.and_then(|()| {
+                uprobe(ebpf, prog)?
+                    .load()
+                    .map_err(|e| format!("{prog}: {}", error_chain(&e)))
+            });
         }
         match result {
             Ok(()) => true,
@@ -302,7 +340,8 @@ impl ServiceTracer {
                 .map_err(|e| (Stage::Load, error_chain(&e)))?;
             tp.load().map_err(|e| (Stage::Load, error_chain(&e)))?;
             tracefs::ensure_mounted().map_err(|e| (Stage::Attach, e.to_string()))?;
-            tp.attach("sched", "sched_process_exit").map_err(|e| (Stage::Attach, error_chain(&e)))?;
+            tp.attach("sched", "sched_process_exit")
+                .map_err(|e| (Stage::Attach, error_chain(&e)))?;
             Ok(())
         })();
         if let Err((stage, message)) = result {
@@ -317,20 +356,30 @@ impl ServiceTracer {
         if self.active != ActiveRoute::User {
             return 0;
         }
-        let found = libraries::discover(&self.opts.libraries, self.opts.scan_processes, Path::new("/proc"));
+        let found = libraries::discover(
+            &self.opts.libraries,
+            self.opts.scan_processes,
+            Path::new("/proc"),
+        );
         let mut added = 0;
         for lib in found {
             if !self.tried_libraries.insert(lib.id) {
                 continue;
             }
-            let Some(ebpf) = self.ebpf() else { return added };
+            let Some(ebpf) = self.ebpf() else {
+                return added;
+            };
             match attach_library(ebpf, &lib) {
                 Ok(attached) => {
                     tracing::info!(path = %attached.path.display(), version = ?attached.modify_qp.version, "service tracing: hooked libibverbs");
                     self.libraries.push(attached);
                     added += 1;
                 }
-                Err((stage, message)) => self.fail(Hook::User, stage, format!("{}: {message}", lib.path.display())),
+                Err((stage, message)) => self.fail(
+                    Hook::User,
+                    stage,
+                    format!("{}: {message}", lib.path.display()),
+                ),
             }
         }
         added
@@ -350,7 +399,11 @@ impl ServiceTracer {
         let mut out = self.drain();
         if out.is_empty() {
             if let Some(loaded) = &self.loaded {
-                let mut pfd = libc::pollfd { fd: loaded.ring.as_raw_fd(), events: libc::POLLIN, revents: 0 };
+                let mut pfd = libc::pollfd {
+                    fd: loaded.ring.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
                 let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
                 // SAFETY: one valid pollfd for the duration of the call.
                 if unsafe { libc::poll(&mut pfd, 1, ms) } < 0 {
@@ -367,9 +420,13 @@ impl ServiceTracer {
 
     fn drain(&mut self) -> Vec<FlowEvent> {
         let mut out = Vec::new();
-        let Some(loaded) = &mut self.loaded else { return out };
+        let Some(loaded) = &mut self.loaded else {
+            return out;
+        };
         while out.len() < self.opts.max_events_per_poll {
-            let Some(item) = loaded.ring.next() else { break };
+            let Some(item) = loaded.ring.next() else {
+                break;
+            };
             match decode_event(&item) {
                 Ok(ev) => out.push(ev),
                 Err(e) => {
@@ -399,8 +456,16 @@ impl ServiceTracer {
 
     /// Event counters.
     pub fn stats(&self) -> TracerStats {
-        let ring_drops = self.loaded.as_ref().and_then(|l| l.drops.get(&0, 0).ok()).unwrap_or(0);
-        TracerStats { events: self.events, bad_events: self.bad_events, ring_drops }
+        let ring_drops = self
+            .loaded
+            .as_ref()
+            .and_then(|l| l.drops.get(&0, 0).ok())
+            .unwrap_or(0);
+        TracerStats {
+            events: self.events,
+            bad_events: self.bad_events,
+            ring_drops,
+        }
     }
 }
 
@@ -415,15 +480,22 @@ fn load_and_attach_kprobes(ebpf: &mut Ebpf) -> Result<(), (Stage, String)> {
     for (prog, _) in KPROBE_TARGETS {
         let kp: &mut KProbe = ebpf
             .program_mut(prog)
-            .ok_or((Stage::Load, format!("program {prog} missing from the object")))?
+            .ok_or((
+                Stage::Load,
+                format!("program {prog} missing from the object"),
+            ))?
             .try_into()
             .map_err(|e| (Stage::Load, error_chain(&e)))?;
-        kp.load().map_err(|e| (Stage::Load, format!("{prog}: {}", error_chain(&e))))?;
+        kp.load()
+            .map_err(|e| (Stage::Load, format!("{prog}: {}", error_chain(&e))))?;
     }
     for (prog, function) in KPROBE_TARGETS {
         let kp: &mut KProbe = ebpf
             .program_mut(prog)
-            .ok_or((Stage::Attach, format!("program {prog} missing from the object")))?
+            .ok_or((
+                Stage::Attach,
+                format!("program {prog} missing from the object"),
+            ))?
             .try_into()
             .map_err(|e| (Stage::Attach, error_chain(&e)))?;
         kp.attach(function, 0).map_err(|e| {
@@ -439,16 +511,25 @@ fn load_and_attach_kprobes(ebpf: &mut Ebpf) -> Result<(), (Stage, String)> {
 }
 
 fn attach_library(ebpf: &mut Ebpf, lib: &LibraryFile) -> Result<AttachedLibrary, (Stage, String)> {
-    let symbol = |name| resolve_default(&lib.path, name).map_err(|e| (Stage::Symbols, e.to_string()));
+    let symbol =
+        |name| resolve_default(&lib.path, name).map_err(|e| (Stage::Symbols, e.to_string()));
     let modify_qp = symbol("ibv_modify_qp")?;
     let destroy_qp = symbol("ibv_destroy_qp")?;
     let modify = uprobe(ebpf, PROG_UPROBE_MODIFY).map_err(|m| (Stage::Attach, m))?;
     let modify_link = modify
-        .attach(UProbeAttachLocation::AbsoluteOffset(modify_qp.file_offset), &lib.path, UProbeScope::AllProcesses)
+        .attach(
+            UProbeAttachLocation::AbsoluteOffset(modify_qp.file_offset),
+            &lib.path,
+            UProbeScope::AllProcesses,
+        )
         .map_err(|e| (Stage::Attach, format!("ibv_modify_qp: {}", error_chain(&e))))?;
     let destroy_result = uprobe(ebpf, PROG_UPROBE_DESTROY).and_then(|p| {
-        p.attach(UProbeAttachLocation::AbsoluteOffset(destroy_qp.file_offset), &lib.path, UProbeScope::AllProcesses)
-            .map_err(|e| format!("ibv_destroy_qp: {}", error_chain(&e)))
+        p.attach(
+            UProbeAttachLocation::AbsoluteOffset(destroy_qp.file_offset),
+            &lib.path,
+            UProbeScope::AllProcesses,
+        )
+        .map_err(|e| format!("ibv_destroy_qp: {}", error_chain(&e)))
     });
     if let Err(message) = destroy_result {
         // Half a library (RTR without destroy) would leak flows: undo the modify hook.
@@ -457,5 +538,9 @@ fn attach_library(ebpf: &mut Ebpf, lib: &LibraryFile) -> Result<AttachedLibrary,
         }
         return Err((Stage::Attach, message));
     }
-    Ok(AttachedLibrary { path: lib.path.clone(), modify_qp, destroy_qp })
+    Ok(AttachedLibrary {
+        path: lib.path.clone(),
+        modify_qp,
+        destroy_qp,
+    })
 }

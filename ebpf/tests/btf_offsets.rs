@@ -17,17 +17,40 @@ fn kernel_offsets_from_clang_btf_match_offsetof() {
     let include = format!("-I{}", fx.display());
     common::run(
         "clang",
-        &["-g", "-O2", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", &include, "-c",
-          fx.join("ib_structs_btf.c").to_str().unwrap(), "-o", obj_s],
+        &[
+            "-g",
+            "-O2",
+            "-target",
+            "bpf",
+            "-I/usr/include/x86_64-linux-gnu",
+            &include,
+            "-c",
+            fx.join("ib_structs_btf.c").to_str().unwrap(),
+            "-o",
+            obj_s,
+        ],
     );
     let data = std::fs::read(&obj).unwrap();
     let elf = ElfFile64::<object::Endianness>::parse(&*data).unwrap();
-    let btf_bytes = elf.section_by_name(".BTF").expect(".BTF section").data().unwrap().to_vec();
+    let btf_bytes = elf
+        .section_by_name(".BTF")
+        .expect(".BTF section")
+        .data()
+        .unwrap()
+        .to_vec();
     let btf = Btf::parse(btf_bytes).unwrap();
     let from_btf = KernelOffsets::from_btf(&btf).unwrap();
 
     let exe = dir.path().join("offsets");
-    common::run("cc", &[&include, fx.join("ib_structs_offsets.c").to_str().unwrap(), "-o", exe.to_str().unwrap()]);
+    common::run(
+        "cc",
+        &[
+            &include,
+            fx.join("ib_structs_offsets.c").to_str().unwrap(),
+            "-o",
+            exe.to_str().unwrap(),
+        ],
+    );
     let expected = common::parse_pairs(&common::run(exe.to_str().unwrap(), &[]));
     let field = |k: &str| u32::try_from(expected[k]).unwrap();
     assert_eq!(

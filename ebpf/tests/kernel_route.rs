@@ -17,12 +17,29 @@ fn fixture_offsets() -> KernelOffsets {
     let include = format!("-I{}", fx.display());
     common::run(
         "clang",
-        &["-g", "-O2", "-target", "bpf", "-I/usr/include/x86_64-linux-gnu", &include, "-c",
-          fx.join("ib_structs_btf.c").to_str().unwrap(), "-o", obj.to_str().unwrap()],
+        &[
+            "-g",
+            "-O2",
+            "-target",
+            "bpf",
+            "-I/usr/include/x86_64-linux-gnu",
+            &include,
+            "-c",
+            fx.join("ib_structs_btf.c").to_str().unwrap(),
+            "-o",
+            obj.to_str().unwrap(),
+        ],
     );
     let data = std::fs::read(&obj).unwrap();
     let elf = ElfFile64::<object::Endianness>::parse(&*data).unwrap();
-    let btf = Btf::parse(elf.section_by_name(".BTF").unwrap().data().unwrap().to_vec()).unwrap();
+    let btf = Btf::parse(
+        elf.section_by_name(".BTF")
+            .unwrap()
+            .data()
+            .unwrap()
+            .to_vec(),
+    )
+    .unwrap();
     KernelOffsets::from_btf(&btf).unwrap()
 }
 
@@ -43,16 +60,27 @@ fn kernel_route_loads_and_fails_only_at_attach_with_a_clear_message() {
         return;
     }
     assert_eq!(tracer.route(), ActiveRoute::None);
-    let failure = tracer.failures().iter().find(|f| f.hook == Hook::Kernel).expect("kernel failure recorded");
+    let failure = tracer
+        .failures()
+        .iter()
+        .find(|f| f.hook == Hook::Kernel)
+        .expect("kernel failure recorded");
     // Stage::Attach: both kprobe programs passed the verifier and loaded.
     assert_eq!(failure.stage, Stage::Attach, "{failure}");
-    assert!(failure.message.contains("ib_modify_qp_with_udata"), "{failure}");
+    assert!(
+        failure.message.contains("ib_modify_qp_with_udata"),
+        "{failure}"
+    );
     if !std::path::Path::new("/sys/bus/event_source/devices/kprobe").exists() {
         assert!(failure.message.contains("no kprobe PMU"), "{failure}");
     }
     eprintln!("expected failure: {failure}");
     // Kernel route explicitly requested: no silent fallback to the user route.
-    assert!(tracer.failures().iter().all(|f| f.hook == Hook::Kernel), "{:?}", tracer.failures());
+    assert!(
+        tracer.failures().iter().all(|f| f.hook == Hook::Kernel),
+        "{:?}",
+        tracer.failures()
+    );
 }
 
 #[test]
@@ -69,23 +97,53 @@ fn auto_without_ib_core_btf_says_so_and_uses_the_user_route() {
     })
     .unwrap();
     assert_eq!(tracer.route(), ActiveRoute::User);
-    let kernel: Vec<_> = tracer.failures().iter().filter(|f| f.hook == Hook::Kernel).collect();
+    let kernel: Vec<_> = tracer
+        .failures()
+        .iter()
+        .filter(|f| f.hook == Hook::Kernel)
+        .collect();
     assert_eq!(kernel.len(), 1, "{:?}", tracer.failures());
     assert_eq!(kernel[0].stage, Stage::Offsets);
-    assert!(kernel[0].message.contains("ib_core BTF unavailable"), "{}", kernel[0]);
+    assert!(
+        kernel[0].message.contains("ib_core BTF unavailable"),
+        "{}",
+        kernel[0]
+    );
     // Polling works (no traced process here: nothing, within the timeout).
     let t = std::time::Instant::now();
-    assert!(tracer.poll(std::time::Duration::from_millis(50)).unwrap().iter().all(|e| e.comm != "never"));
+    assert!(
+        tracer
+            .poll(std::time::Duration::from_millis(50))
+            .unwrap()
+            .iter()
+            .all(|e| e.comm != "never")
+    );
     assert!(t.elapsed() < std::time::Duration::from_secs(2));
 }
 
 #[test]
 fn off_route_loads_nothing_and_poll_just_waits() {
     // No BPF involved: runs as any user.
-    let mut tracer = ServiceTracer::start(TracerOptions { route: Route::Off, ..TracerOptions::default() }).unwrap();
+    let mut tracer = ServiceTracer::start(TracerOptions {
+        route: Route::Off,
+        ..TracerOptions::default()
+    })
+    .unwrap();
     assert_eq!(tracer.route(), ActiveRoute::None);
     assert!(tracer.failures().is_empty());
     let t = std::time::Instant::now();
-    assert!(tracer.poll(std::time::Duration::from_millis(30)).unwrap().is_empty());
+    assert!(
+        tracer
+            .poll(std::time::Duration::from_millis(30))
+            .unwrap()
+            .is_empty()
+    );
     assert!(t.elapsed() >= std::time::Duration::from_millis(30));
+}
+
+#[test]
+fn tracer_can_move_to_a_blocking_thread() {
+    fn assert_send<T: Send + 'static>() {}
+    assert_send::<ServiceTracer>();
+    assert_send::<rocemesh_ebpf::FlowTable>();
 }

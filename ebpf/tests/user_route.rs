@@ -9,26 +9,44 @@ use std::time::{Duration, Instant};
 
 use rocemesh_ebpf::elf_symbol::exported_versions;
 use rocemesh_ebpf::{
-    ActiveRoute, EventSource, FlowEvent, FlowEventKind, FlowTable, Route, ServiceTracer, TableChange,
-    TracerOptions, flow_label_to_udp_sport,
+    ActiveRoute, EventSource, FlowEvent, FlowEventKind, FlowTable, Route, ServiceTracer,
+    TableChange, TracerOptions, flow_label_to_udp_sport,
 };
 
 /// Builds `libibverbs.so.1` (versioned stand-in) and the `qp_app` program linked to it.
 fn build_fixtures(dir: &Path) -> (std::path::PathBuf, std::path::PathBuf) {
     let fx = common::fixtures();
     let lib = dir.join("libibverbs.so.1");
-    let version_script = format!("-Wl,--version-script={}", fx.join("fakeverbs.map").display());
+    let version_script = format!(
+        "-Wl,--version-script={}",
+        fx.join("fakeverbs.map").display()
+    );
     common::run(
         "cc",
-        &["-shared", "-fPIC", "-O0", "-Wl,-soname,libibverbs.so.1", &version_script,
-          fx.join("fakeverbs.c").to_str().unwrap(), "-o", lib.to_str().unwrap()],
+        &[
+            "-shared",
+            "-fPIC",
+            "-O0",
+            "-Wl,-soname,libibverbs.so.1",
+            &version_script,
+            fx.join("fakeverbs.c").to_str().unwrap(),
+            "-o",
+            lib.to_str().unwrap(),
+        ],
     );
     let app = dir.join("qp_app");
     let rpath = format!("-Wl,-rpath,{}", dir.display());
     common::run(
         "cc",
-        &[fx.join("qp_app.c").to_str().unwrap(), "-o", app.to_str().unwrap(),
-          &format!("-L{}", dir.display()), "-l:libibverbs.so.1", &rpath, "-ldl"],
+        &[
+            fx.join("qp_app.c").to_str().unwrap(),
+            "-o",
+            app.to_str().unwrap(),
+            &format!("-L{}", dir.display()),
+            "-l:libibverbs.so.1",
+            &rpath,
+            "-ldl",
+        ],
     );
     (lib, app)
 }
@@ -38,14 +56,22 @@ fn own_cgroup_id() -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let line = std::fs::read_to_string("/proc/self/cgroup").ok()?;
     let path = line.lines().find_map(|l| l.strip_prefix("0::"))?;
-    std::fs::metadata(format!("/sys/fs/cgroup{path}")).ok().map(|m| m.ino())
+    std::fs::metadata(format!("/sys/fs/cgroup{path}"))
+        .ok()
+        .map(|m| m.ino())
 }
 
 fn collect_until_exit(tracer: &mut ServiceTracer, pid: u32) -> Vec<FlowEvent> {
     let deadline = Instant::now() + Duration::from_secs(10);
     let mut events = Vec::new();
     while Instant::now() < deadline {
-        events.extend(tracer.poll(Duration::from_millis(100)).unwrap().into_iter().filter(|e| e.pid == pid));
+        events.extend(
+            tracer
+                .poll(Duration::from_millis(100))
+                .unwrap()
+                .into_iter()
+                .filter(|e| e.pid == pid),
+        );
         if events.iter().any(|e| e.kind == FlowEventKind::ProcessExit) {
             break;
         }
@@ -68,16 +94,28 @@ fn user_route_sees_rtr_destroy_and_exit_on_the_default_symbol_version() {
         ..TracerOptions::default()
     })
     .unwrap();
-    assert_eq!(tracer.route(), ActiveRoute::User, "failures: {:?}", tracer.failures());
+    assert_eq!(
+        tracer.route(),
+        ActiveRoute::User,
+        "failures: {:?}",
+        tracer.failures()
+    );
     assert!(tracer.failures().is_empty(), "{:?}", tracer.failures());
 
     // Attached to the default @@IBVERBS_1.1 definitions, not the compat @IBVERBS_1.0 ones.
-    let attached = tracer.attached_libraries().iter().find(|l| l.path == lib).expect("fixture hooked");
+    let attached = tracer
+        .attached_libraries()
+        .iter()
+        .find(|l| l.path == lib)
+        .expect("fixture hooked");
     assert_eq!(attached.modify_qp.version.as_deref(), Some("IBVERBS_1.1"));
     assert_eq!(attached.destroy_qp.version.as_deref(), Some("IBVERBS_1.1"));
     let versions = exported_versions(&lib, "ibv_modify_qp").unwrap();
     assert_eq!(versions.len(), 2, "{versions:?}");
-    let compat = versions.iter().find(|v| v.version.as_deref() == Some("IBVERBS_1.0")).unwrap();
+    let compat = versions
+        .iter()
+        .find(|v| v.version.as_deref() == Some("IBVERBS_1.0"))
+        .unwrap();
     assert!(!compat.is_default);
     assert_ne!(compat.file_offset, attached.modify_qp.file_offset);
 
@@ -105,7 +143,9 @@ fn user_route_sees_rtr_destroy_and_exit_on_the_default_symbol_version() {
     assert_eq!((rtr.dest_qpn, rtr.flow_label), (0x5678, 0xABCDE));
     assert_eq!(
         rtr.dgid,
-        [0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55]
+        [
+            0xfe, 0x80, 0, 0, 0, 0, 0, 0, 0x02, 0x11, 0x22, 0xff, 0xfe, 0x33, 0x44, 0x55
+        ]
     );
     assert_eq!(rtr.comm, "qp_app");
     assert_eq!(rtr.tid, pid);
@@ -120,12 +160,20 @@ fn user_route_sees_rtr_destroy_and_exit_on_the_default_symbol_version() {
     let changes: Vec<_> = events.iter().map(|e| table.apply(e)).collect();
     assert_eq!(
         changes,
-        vec![TableChange::Added, TableChange::Removed(1), TableChange::Added, TableChange::Removed(1)]
+        vec![
+            TableChange::Added,
+            TableChange::Removed(1),
+            TableChange::Added,
+            TableChange::Removed(1)
+        ]
     );
     assert!(table.is_empty());
     let mut replay = FlowTable::new(16);
     replay.apply(rtr);
-    assert_eq!(replay.get(pid, 0x1234).unwrap().udp_sport, flow_label_to_udp_sport(0xABCDE));
+    assert_eq!(
+        replay.get(pid, 0x1234).unwrap().udp_sport,
+        flow_label_to_udp_sport(0xABCDE)
+    );
 
     let stats = tracer.stats();
     assert_eq!((stats.bad_events, stats.ring_drops), (0, 0));
