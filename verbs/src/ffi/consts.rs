@@ -25,8 +25,6 @@ pub const IBV_ACCESS_LOCAL_WRITE: i32 = 1;
 pub const IBV_WC_SUCCESS: u32 = 0;
 /// `IBV_WC_WR_FLUSH_ERR`: the QP went to the error state.
 pub const IBV_WC_WR_FLUSH_ERR: u32 = 5;
-/// `IBV_WC_RECV`: set in the opcode of every receive completion.
-pub const IBV_WC_RECV: u32 = 1 << 7;
 /// `IBV_WC_GRH`: the receive buffer starts with a valid GRH.
 pub const IBV_WC_GRH: u32 = 1 << 0;
 
@@ -38,13 +36,7 @@ pub const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
 pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
 /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
 pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
-/// `IBV_CQ_INIT_ATTR_MASK_FLAGS`.
-pub const IBV_CQ_INIT_ATTR_MASK_FLAGS: u32 = 1 << 0;
-/// `IBV_CREATE_CQ_ATTR_SINGLE_THREADED`: one thread polls, no CQ lock needed.
-pub const IBV_CREATE_CQ_ATTR_SINGLE_THREADED: u32 = 1 << 0;
 
-/// `IBV_PORT_ACTIVE`.
-pub const IBV_PORT_ACTIVE: u32 = 4;
 /// `IBV_LINK_LAYER_ETHERNET`.
 pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
