@@ -3,65 +3,12 @@
 mod common;
 
 use common::*;
-use rocemesh_analyzer::{Analyzer, IngestStats};
-use rocemesh_proto::api::{ErrorBody, SlaRow, SlaScope, UploadAck};
+use rocemesh_analyzer::IngestStats;
+use rocemesh_proto::api::{SlaRow, SlaScope, UploadAck};
 use rocemesh_proto::batch::{CONTENT_TYPE, HEADER_LEN, MAX_BATCH_BYTES, RECORD_LEN};
-use std::sync::Arc;
-
-/// Serves the analyzer's router on an ephemeral port; returns the base URL.
-async fn serve(a: Arc<Analyzer>) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        axum::serve(listener, rocemesh_analyzer::router(a))
-            .await
-            .unwrap()
-    });
-    format!("http://{addr}/api/v1")
-}
-
-/// One blocking request; returns (status, body text).
-async fn call(
-    url: String,
-    content_type: Option<&'static str>,
-    body: Option<Vec<u8>>,
-) -> (u16, String) {
-    tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut resp = match body {
-            Some(b) => {
-                let mut req = agent.post(&url);
-                if let Some(ct) = content_type {
-                    req = req.header("Content-Type", ct);
-                }
-                req.send(&b[..]).unwrap()
-            }
-            None => agent.get(&url).call().unwrap(),
-        };
-        let status = resp.status().as_u16();
-        (status, resp.body_mut().read_to_string().unwrap())
-    })
-    .await
-    .unwrap()
-}
 
 async fn post(base: &str, content_type: Option<&'static str>, body: Vec<u8>) -> (u16, String) {
     call(format!("{base}/results"), content_type, Some(body)).await
-}
-
-async fn get<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> T {
-    let (status, body) = call(format!("{base}{path}"), None, None).await;
-    assert_eq!(status, 200, "GET {path}: {body}");
-    serde_json::from_str(&body).unwrap()
-}
-
-fn error_text(body: &str) -> String {
-    serde_json::from_str::<ErrorBody>(body)
-        .unwrap_or_else(|_| panic!("not an ErrorBody: {body}"))
-        .error
 }
 
 #[tokio::test(flavor = "multi_thread")]

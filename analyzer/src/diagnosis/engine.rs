@@ -912,7 +912,6 @@ mod tests {
             src: u32,
             dst: u32,
             sport: u16,
-            dport: u16,
             s: u32,
             ack: bool,
             stop_after: Option<usize>,
@@ -926,7 +925,7 @@ mod tests {
                 src: ip(src),
                 dst: ip(dst),
                 src_port: sport,
-                dst_port: dport,
+                dst_port: 4791,
                 traced_at_unix_ns: 1,
                 reached: stop_after.is_none(),
                 ack_direction: ack,
@@ -949,8 +948,8 @@ mod tests {
                         let inter = tor_of(p) != tor_of(t);
                         let (fs, bs) = (spine(p, t, sport), spine(t, p, sport));
                         if inter {
-                            self.trace(p, t, sport, 4791, fs, false, None);
-                            self.trace(t, p, sport, 4791, bs, true, None);
+                            self.trace(p, t, sport, fs, false, None);
+                            self.trace(t, p, sport, bs, true, None);
                         }
                         let mut at = self.start_ms;
                         while at < self.end_ms {
@@ -996,7 +995,7 @@ mod tests {
                 for t in rnics().filter(|&t| tor_of(t) != tor_of(p)) {
                     for sport in [50_001, 50_002] {
                         if spine(p, t, sport) == s {
-                            self.trace(p, t, sport, 4791, s, false, Some(stop(p)));
+                            self.trace(p, t, sport, s, false, Some(stop(p)));
                         }
                     }
                 }
@@ -1139,7 +1138,7 @@ mod tests {
         let mut n = 0u32;
         sim.run(&mut |s, d, _, _| {
             n = n.wrapping_add(1);
-            ((starved(s) || starved(d)) && n % 3 == 0, 0)
+            ((starved(s) || starved(d)) && n.is_multiple_of(3), 0)
         });
         for r in &mut sim.records {
             if starved(r.target_rnic) {
@@ -1160,7 +1159,7 @@ mod tests {
         let (src, dst) = (rnic(0, 0), rnic(2, 1));
         sim.run(&mut |s, d, _, sport| (s == src && d == dst && sport == 50_001, 0));
         let s = spine(src, dst, 50_001);
-        sim.trace(src, dst, 50_001, 4791, s, false, Some(2));
+        sim.trace(src, dst, 50_001, s, false, Some(2));
         let o = sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map);
         let got = found(&o);
         let spine_name = format!("s{s}");
