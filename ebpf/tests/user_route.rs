@@ -3,8 +3,9 @@
 
 mod common;
 
+use std::io::Write;
 use std::path::Path;
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use rocemesh_ebpf::elf_symbol::exported_versions;
@@ -178,4 +179,56 @@ fn user_route_sees_rtr_destroy_and_exit_on_the_default_symbol_version() {
     let stats = tracer.stats();
     assert_eq!((stats.bad_events, stats.ring_drops), (0, 0));
     assert!(stats.events >= 4);
+}
+
+#[test]
+fn user_route_finds_a_running_process_library_through_proc_maps_and_root() {
+    if !common::root_or_skip("user_route discovery") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (lib, app) = build_fixtures(dir.path());
+    // The process maps the stand-in and waits; the tracer is told nothing about the library.
+    let mut child = Command::new(&app)
+        .arg("wait")
+        .stdin(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut tracer = ServiceTracer::start(TracerOptions {
+        route: Route::User,
+        scan_processes: true,
+        ..TracerOptions::default()
+    })
+    .unwrap();
+    let attached = tracer
+        .attached_libraries()
+        .iter()
+        .find(|l| l.path.starts_with(format!("/proc/{pid}/root")) || l.path == lib)
+        .map(|l| l.path.clone());
+    // Release the process (dropping stdin closes the pipe).
+    child
+        .stdin
+        .take()
+        .expect("piped stdin")
+        .write_all(b"g")
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success(), "qp_app failed: {status}");
+    let attached = attached.expect("library of the running process discovered");
+    assert!(
+        attached.starts_with("/proc"),
+        "reached through the process root: {}",
+        attached.display()
+    );
+
+    let events = collect_until_exit(&mut tracer, pid);
+    let qpns: Vec<_> = events.iter().map(|e| (e.kind, e.local_qpn)).collect();
+    assert_eq!(
+        qpns[..2],
+        [
+            (FlowEventKind::Rtr, 0x1234),
+            (FlowEventKind::Destroy, 0x1234)
+        ]
+    );
 }
