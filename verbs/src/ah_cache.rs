@@ -30,7 +30,12 @@ pub struct AhCache<H> {
 impl<H> AhCache<H> {
     /// A cache holding at most `capacity` handles (at least one).
     pub fn new(capacity: usize) -> Self {
-        Self { capacity: capacity.max(1), clock: 0, entries: HashMap::new(), by_age: BTreeMap::new() }
+        Self {
+            capacity: capacity.max(1),
+            clock: 0,
+            entries: HashMap::new(),
+            by_age: BTreeMap::new(),
+        }
     }
 
     /// Number of cached handles.
@@ -95,7 +100,10 @@ mod tests {
     }
 
     fn key(last: u8, fl: u32) -> AhKey {
-        AhKey { dgid: Gid::from_ip(std::net::IpAddr::from([10, 0, 0, last])), flow_label: fl }
+        AhKey {
+            dgid: Gid::from_ip(std::net::IpAddr::from([10, 0, 0, last])),
+            flow_label: fl,
+        }
     }
 
     #[test]

@@ -26,7 +26,9 @@ pub enum VerbsError {
         reason: String,
     },
     /// `ibv_get_device_list` returned NULL with ENOSYS: the kernel has no RDMA subsystem.
-    #[error("no RDMA devices: ibv_get_device_list failed with ENOSYS (the kernel has no RDMA subsystem: ib_uverbs not loaded, /sys/class/infiniband_verbs missing)")]
+    #[error(
+        "no RDMA devices: ibv_get_device_list failed with ENOSYS (the kernel has no RDMA subsystem: ib_uverbs not loaded, /sys/class/infiniband_verbs missing)"
+    )]
     NoRdmaSubsystem,
     /// `ibv_get_device_list` returned NULL for another reason.
     #[error("no RDMA devices: ibv_get_device_list failed: {0}")]
@@ -96,17 +98,26 @@ pub enum VerbsError {
 impl VerbsError {
     /// A verb failure from the current `errno`.
     pub(crate) fn last_os(call: &'static str) -> Self {
-        Self::Verb { call, source: io::Error::last_os_error() }
+        Self::Verb {
+            call,
+            source: io::Error::last_os_error(),
+        }
     }
 
     /// A verb failure from a returned error number (verbs that return errno directly).
     pub(crate) fn from_code(call: &'static str, code: i32) -> Self {
-        Self::Verb { call, source: io::Error::from_raw_os_error(code) }
+        Self::Verb {
+            call,
+            source: io::Error::from_raw_os_error(code),
+        }
     }
 
     /// No RoCEv2 GID for an IP address.
     pub(crate) fn no_gid_for_ip(ip: IpAddr, detail: String) -> Self {
-        Self::NoRoceV2Gid { wanted: format!("for {ip}"), detail }
+        Self::NoRoceV2Gid {
+            wanted: format!("for {ip}"),
+            detail,
+        }
     }
 }
 

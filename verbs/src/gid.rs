@@ -102,7 +102,13 @@ mod tests {
         let gid = Gid::parse_sysfs("0000:0000:0000:0000:0000:ffff:0a01:0203\n").unwrap();
         assert_eq!(gid.to_ip(), "10.1.2.3".parse::<IpAddr>().unwrap());
         assert_eq!(Gid::parse_sysfs("0000:0000:0000:0000:0000:0000:0000:0000"), Some(Gid::ZERO));
-        for bad in ["", "fe80::1", "0000:0000:0000:0000:0000:ffff:0a01", "000g:0000:0000:0000:0000:ffff:0a01:0203", "00000:000:0000:0000:0000:ffff:0a01:0203"] {
+        for bad in [
+            "",
+            "fe80::1",
+            "0000:0000:0000:0000:0000:ffff:0a01",
+            "000g:0000:0000:0000:0000:ffff:0a01:0203",
+            "00000:000:0000:0000:0000:ffff:0a01:0203",
+        ] {
             assert_eq!(Gid::parse_sysfs(bad), None, "{bad:?}");
         }
     }

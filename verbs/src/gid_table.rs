@@ -79,7 +79,10 @@ impl Default for SysfsGids {
 }
 
 fn sysfs_err(path: &Path) -> impl FnOnce(io::Error) -> VerbsError + '_ {
-    move |source| VerbsError::Sysfs { path: path.to_path_buf(), source }
+    move |source| VerbsError::Sysfs {
+        path: path.to_path_buf(),
+        source,
+    }
 }
 
 impl SysfsGids {
@@ -102,7 +105,10 @@ impl SysfsGids {
     pub fn ports(&self, device: &str) -> Result<Vec<u8>, VerbsError> {
         let dir = self.root.join(device).join("ports");
         if !dir.is_dir() {
-            return Err(VerbsError::NoSuchDevice { name: device.to_string(), available: self.devices()? });
+            return Err(VerbsError::NoSuchDevice {
+                name: device.to_string(),
+                available: self.devices()?,
+            });
         }
         let mut ports: Vec<u8> = dir_names(&dir)?.iter().filter_map(|n| n.parse().ok()).collect();
         ports.sort_unstable();
@@ -131,8 +137,18 @@ impl SysfsGids {
         }
         // The kernel refuses to read the type of an empty slot (EINVAL).
         let kind = GidKind::parse(&fs::read_to_string(port_dir.join("gid_attrs/types").join(&name)).ok()?);
-        let netdev = fs::read_to_string(port_dir.join("gid_attrs/ndevs").join(&name)).ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty());
-        Some(GidEntry { device: device.to_string(), port, index, gid, kind, netdev })
+        let netdev = fs::read_to_string(port_dir.join("gid_attrs/ndevs").join(&name))
+            .ok()
+            .map(|s| s.trim().to_string())
+            .filter(|s| !s.is_empty());
+        Some(GidEntry {
+            device: device.to_string(),
+            port,
+            index,
+            gid,
+            kind,
+            netdev,
+        })
     }
 
     /// Picks the GID a UD QP should send from.
@@ -141,7 +157,10 @@ impl SysfsGids {
             Some(name) => {
                 let all = self.devices()?;
                 if !all.contains(name) {
-                    return Err(VerbsError::NoSuchDevice { name: name.clone(), available: all });
+                    return Err(VerbsError::NoSuchDevice {
+                        name: name.clone(),
+                        available: all,
+                    });
                 }
                 vec![name.clone()]
             }
@@ -167,7 +186,11 @@ impl SysfsGids {
                 let want = Gid::from_ip(ip);
                 seen.iter().filter(|e| e.gid == want).find(roce_v2)
             }
-            None => seen.iter().filter(roce_v2).find(|e| e.gid.is_ipv4_mapped()).or_else(|| seen.iter().filter(roce_v2).find(|e| !is_link_local(e.gid))),
+            None => seen
+                .iter()
+                .filter(roce_v2)
+                .find(|e| e.gid.is_ipv4_mapped())
+                .or_else(|| seen.iter().filter(roce_v2).find(|e| !is_link_local(e.gid))),
         };
         chosen.cloned().ok_or_else(|| no_gid_error(sel, &devices, &seen))
     }
@@ -177,7 +200,11 @@ impl SysfsGids {
             return Err(VerbsError::Config("a GID index override needs the RDMA device name".into()));
         };
         let port = sel.port.unwrap_or(1);
-        self.entry(device, port, index).ok_or_else(|| VerbsError::BadGidIndex { device: device.clone(), port, index })
+        self.entry(device, port, index).ok_or_else(|| VerbsError::BadGidIndex {
+            device: device.clone(),
+            port,
+            index,
+        })
     }
 }
 
@@ -189,13 +216,19 @@ fn no_gid_error(sel: &GidSelector, devices: &[String], seen: &[GidEntry]) -> Ver
     let found = if seen.is_empty() {
         "the GID tables are empty".to_string()
     } else {
-        let listed: Vec<String> = seen.iter().map(|e| format!("{}:{}[{}]={} ({:?})", e.device, e.port, e.index, e.gid.to_ip(), e.kind)).collect();
+        let listed: Vec<String> = seen
+            .iter()
+            .map(|e| format!("{}:{}[{}]={} ({:?})", e.device, e.port, e.index, e.gid.to_ip(), e.kind))
+            .collect();
         format!("found only {}", listed.join(", "))
     };
     let detail = format!("{found} on {}", devices.join(", "));
     match sel.ip {
         Some(ip) => VerbsError::no_gid_for_ip(ip, detail),
-        None => VerbsError::NoRoceV2Gid { wanted: format!("on {}", devices.join(", ")), detail },
+        None => VerbsError::NoRoceV2Gid {
+            wanted: format!("on {}", devices.join(", ")),
+            detail,
+        },
     }
 }
 
@@ -269,11 +302,30 @@ mod tests {
     fn by_ip_finds_the_roce_v2_slot_on_whichever_device_has_it() {
         let dir = mlx5_like();
         let sys = SysfsGids::new(dir.path());
-        let e = sys.select(&GidSelector { ip: Some("10.0.1.1".parse().unwrap()), ..Default::default() }).unwrap();
+        let e = sys
+            .select(&GidSelector {
+                ip: Some("10.0.1.1".parse().unwrap()),
+                ..Default::default()
+            })
+            .unwrap();
         assert_eq!((e.device.as_str(), e.port, e.index), ("mlx5_1", 1, 3));
-        let e = sys.select(&GidSelector { ip: Some("10.0.0.1".parse().unwrap()), ..Default::default() }).unwrap();
-        assert_eq!((e.device.as_str(), e.index, e.kind), ("mlx5_0", 3, GidKind::RoceV2), "v2 slot, not the v1 one at index 2");
-        let e = sys.select(&GidSelector { ip: Some("fd00::1".parse().unwrap()), ..Default::default() }).unwrap();
+        let e = sys
+            .select(&GidSelector {
+                ip: Some("10.0.0.1".parse().unwrap()),
+                ..Default::default()
+            })
+            .unwrap();
+        assert_eq!(
+            (e.device.as_str(), e.index, e.kind),
+            ("mlx5_0", 3, GidKind::RoceV2),
+            "v2 slot, not the v1 one at index 2"
+        );
+        let e = sys
+            .select(&GidSelector {
+                ip: Some("fd00::1".parse().unwrap()),
+                ..Default::default()
+            })
+            .unwrap();
         assert_eq!((e.device.as_str(), e.index), ("mlx5_1", 4));
     }
 
@@ -281,10 +333,20 @@ mod tests {
     fn by_name_prefers_the_ipv4_mapped_roce_v2_gid() {
         let dir = mlx5_like();
         let sys = SysfsGids::new(dir.path());
-        let e = sys.select(&GidSelector { device: Some("mlx5_0".into()), ..Default::default() }).unwrap();
+        let e = sys
+            .select(&GidSelector {
+                device: Some("mlx5_0".into()),
+                ..Default::default()
+            })
+            .unwrap();
         assert_eq!(e.index, 3);
         let only_v6 = fake_sysfs(&[("rxe0", 1, 1, LINK_LOCAL, Some("RoCE v2")), ("rxe0", 1, 2, V6_FD00_1, Some("RoCE v2"))]);
-        let e = SysfsGids::new(only_v6.path()).select(&GidSelector { device: Some("rxe0".into()), ..Default::default() }).unwrap();
+        let e = SysfsGids::new(only_v6.path())
+            .select(&GidSelector {
+                device: Some("rxe0".into()),
+                ..Default::default()
+            })
+            .unwrap();
         assert_eq!(e.index, 2, "a global IPv6 GID, not the link-local one");
     }
 
@@ -292,11 +354,26 @@ mod tests {
     fn an_override_index_is_used_as_is_but_must_be_populated() {
         let dir = mlx5_like();
         let sys = SysfsGids::new(dir.path());
-        let sel = GidSelector { device: Some("mlx5_0".into()), gid_index: Some(1), ..Default::default() };
+        let sel = GidSelector {
+            device: Some("mlx5_0".into()),
+            gid_index: Some(1),
+            ..Default::default()
+        };
         assert_eq!(sys.select(&sel).unwrap().gid.to_ip().to_string(), "fe80::a00:27ff:fe00:1");
-        let empty = GidSelector { gid_index: Some(4), ..sel.clone() };
-        assert_eq!(sys.select(&empty).unwrap_err().to_string(), "GID index 4 on mlx5_0 port 1 is empty or unreadable");
-        let no_dev = GidSelector { device: None, ip: Some("10.0.0.1".parse().unwrap()), gid_index: Some(3), ..Default::default() };
+        let empty = GidSelector {
+            gid_index: Some(4),
+            ..sel.clone()
+        };
+        assert_eq!(
+            sys.select(&empty).unwrap_err().to_string(),
+            "GID index 4 on mlx5_0 port 1 is empty or unreadable"
+        );
+        let no_dev = GidSelector {
+            device: None,
+            ip: Some("10.0.0.1".parse().unwrap()),
+            gid_index: Some(3),
+            ..Default::default()
+        };
         assert!(matches!(sys.select(&no_dev), Err(VerbsError::Config(_))));
     }
 
@@ -304,16 +381,45 @@ mod tests {
     fn missing_things_are_named_in_the_error() {
         let dir = mlx5_like();
         let sys = SysfsGids::new(dir.path());
-        let err = sys.select(&GidSelector { ip: Some("10.9.9.9".parse().unwrap()), ..Default::default() }).unwrap_err();
+        let err = sys
+            .select(&GidSelector {
+                ip: Some("10.9.9.9".parse().unwrap()),
+                ..Default::default()
+            })
+            .unwrap_err();
         let msg = err.to_string();
-        assert!(msg.starts_with("no RoCEv2 GID for 10.9.9.9: found only mlx5_0:1[0]=fe80::a00:27ff:fe00:1 (IbOrRoceV1)"), "{msg}");
-        let err = sys.select(&GidSelector { device: Some("mlx4_0".into()), ..Default::default() }).unwrap_err();
+        assert!(
+            msg.starts_with("no RoCEv2 GID for 10.9.9.9: found only mlx5_0:1[0]=fe80::a00:27ff:fe00:1 (IbOrRoceV1)"),
+            "{msg}"
+        );
+        let err = sys
+            .select(&GidSelector {
+                device: Some("mlx4_0".into()),
+                ..Default::default()
+            })
+            .unwrap_err();
         assert_eq!(err.to_string(), "no RDMA device named \"mlx4_0\" (available: mlx5_0, mlx5_1)");
         let v1_only = fake_sysfs(&[("mlx4_0", 1, 0, V4_10_0_0_1, Some("IB/RoCE v1"))]);
-        let err = SysfsGids::new(v1_only.path()).select(&GidSelector { ip: Some("10.0.0.1".parse().unwrap()), ..Default::default() }).unwrap_err();
-        assert_eq!(err.to_string(), "no RoCEv2 GID for 10.0.0.1: found only mlx4_0:1[0]=10.0.0.1 (IbOrRoceV1) on mlx4_0");
+        let err = SysfsGids::new(v1_only.path())
+            .select(&GidSelector {
+                ip: Some("10.0.0.1".parse().unwrap()),
+                ..Default::default()
+            })
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "no RoCEv2 GID for 10.0.0.1: found only mlx4_0:1[0]=10.0.0.1 (IbOrRoceV1) on mlx4_0"
+        );
         let none = SysfsGids::new(dir.path().join("absent"));
-        assert!(none.select(&GidSelector { ip: Some("10.0.0.1".parse().unwrap()), ..Default::default() }).unwrap_err().to_string().contains("does not exist (no RDMA driver loaded)"));
+        assert!(
+            none.select(&GidSelector {
+                ip: Some("10.0.0.1".parse().unwrap()),
+                ..Default::default()
+            })
+            .unwrap_err()
+            .to_string()
+            .contains("does not exist (no RDMA driver loaded)")
+        );
         assert!(matches!(sys.select(&GidSelector::default()), Err(VerbsError::Config(_))));
     }
 
@@ -323,6 +429,14 @@ mod tests {
         fs::write(dir.path().join("mlx5_0/ports/1/gids/junk"), "x").unwrap();
         let sys = SysfsGids::new(dir.path());
         assert_eq!(sys.table("mlx5_0", 1).unwrap().len(), 1);
-        assert_eq!(sys.select(&GidSelector { device: Some("mlx5_0".into()), ..Default::default() }).unwrap().index, 1);
+        assert_eq!(
+            sys.select(&GidSelector {
+                device: Some("mlx5_0".into()),
+                ..Default::default()
+            })
+            .unwrap()
+            .index,
+            1
+        );
     }
 }

@@ -56,10 +56,7 @@ pub enum GrhError {
 impl Grh {
     /// Parses the first [`GRH_LEN`] bytes of a UD receive buffer.
     pub fn parse(buf: &[u8]) -> Result<Self, GrhError> {
-        let grh: &[u8; GRH_LEN] = buf
-            .get(..GRH_LEN)
-            .and_then(|b| b.try_into().ok())
-            .ok_or(GrhError::Truncated(buf.len()))?;
+        let grh: &[u8; GRH_LEN] = buf.get(..GRH_LEN).and_then(|b| b.try_into().ok()).ok_or(GrhError::Truncated(buf.len()))?;
         let ipv4 = &grh[IPV4_OFFSET..];
         let ip6_version = grh[0] >> 4;
         let ip4_version = ipv4[0] >> 4;

@@ -142,7 +142,13 @@ mod tests {
     fn skipping_or_going_backwards_is_refused_without_calling_modify() {
         let mut m = UdQpStateMachine::new();
         let r = m.transition(QpState::Rts, |_| -> Result<(), E> { panic!("modify must not be called") });
-        assert_eq!(r, Err(E::State(QpStateError { from: QpState::Reset, to: QpState::Rts })));
+        assert_eq!(
+            r,
+            Err(E::State(QpStateError {
+                from: QpState::Reset,
+                to: QpState::Rts
+            }))
+        );
         assert_eq!(m.state(), QpState::Reset);
         m.transition(QpState::Init, |_| Ok::<_, E>(())).unwrap();
         assert!(m.attr_mask(QpState::Init).is_err());
@@ -186,7 +192,10 @@ mod tests {
 
     #[test]
     fn states_have_their_ibv_values() {
-        let v: Vec<u32> = [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Error].iter().map(|s| s.as_ibv()).collect();
+        let v: Vec<u32> = [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Error]
+            .iter()
+            .map(|s| s.as_ibv())
+            .collect();
         assert_eq!(v, vec![0, 1, 2, 3, 6]);
     }
 }

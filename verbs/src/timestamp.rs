@@ -71,7 +71,11 @@ impl TickClock {
         if hca_core_clock_khz == 0 {
             return Err(TickClockError::NoCoreClock);
         }
-        Ok(Self { mask: completion_timestamp_mask, khz: hca_core_clock_khz, last: None })
+        Ok(Self {
+            mask: completion_timestamp_mask,
+            khz: hca_core_clock_khz,
+            last: None,
+        })
     }
 
     /// Ticks → ns at this clock's rate (`ticks * 10^6 / kHz`, no overflow).

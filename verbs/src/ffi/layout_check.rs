@@ -138,8 +138,14 @@ fn layout_checks() -> Vec<Check> {
         off!(ibv_send_wr, send_flags),
         off!(ibv_send_wr, imm_data),
         off!(ibv_send_wr, wr),
-        ("offsetof(struct ibv_send_wr, wr.ud.remote_qpn)".into(), (offset_of!(ibv_send_wr, wr) + offset_of!(ibv_send_wr_ud, remote_qpn)) as i128),
-        ("offsetof(struct ibv_send_wr, wr.ud.remote_qkey)".into(), (offset_of!(ibv_send_wr, wr) + offset_of!(ibv_send_wr_ud, remote_qkey)) as i128),
+        (
+            "offsetof(struct ibv_send_wr, wr.ud.remote_qpn)".into(),
+            (offset_of!(ibv_send_wr, wr) + offset_of!(ibv_send_wr_ud, remote_qpn)) as i128,
+        ),
+        (
+            "offsetof(struct ibv_send_wr, wr.ud.remote_qkey)".into(),
+            (offset_of!(ibv_send_wr, wr) + offset_of!(ibv_send_wr_ud, remote_qkey)) as i128,
+        ),
         ("sizeof(((struct ibv_send_wr *)0)->wr)".into(), size_of::<ibv_send_wr_wr>() as i128),
         size!(ibv_recv_wr),
         off!(ibv_recv_wr, num_sge),
@@ -225,7 +231,8 @@ static unsigned grh_byte(int i) {
 /// Compiles and runs a program printing `expr\tvalue` for each C expression.
 fn run_c(exprs: &[String]) -> HashMap<String, i128> {
     let dir = tempfile::tempdir().unwrap();
-    let mut src = String::from("#include <infiniband/verbs.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n#include <endian.h>\n");
+    let mut src =
+        String::from("#include <infiniband/verbs.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n#include <endian.h>\n");
     src.push_str(GRH_PRELUDE);
     src.push_str("int main(void) {\n");
     for e in exprs {
@@ -236,8 +243,18 @@ fn run_c(exprs: &[String]) -> HashMap<String, i128> {
     let exe = dir.path().join("layout");
     std::fs::write(&c_file, src).unwrap();
     let cc = std::env::var("CC").unwrap_or_else(|_| "cc".into());
-    let out = Command::new(&cc).arg("-std=gnu11").arg("-o").arg(&exe).arg(&c_file).output().expect("a C compiler (cc) is needed for the layout check");
-    assert!(out.status.success(), "compiling against <infiniband/verbs.h> failed (apt-get install libibverbs-dev):\n{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new(&cc)
+        .arg("-std=gnu11")
+        .arg("-o")
+        .arg(&exe)
+        .arg(&c_file)
+        .output()
+        .expect("a C compiler (cc) is needed for the layout check");
+    assert!(
+        out.status.success(),
+        "compiling against <infiniband/verbs.h> failed (apt-get install libibverbs-dev):\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let run = Command::new(&exe).output().unwrap();
     assert!(run.status.success());
     String::from_utf8(run.stdout)
@@ -253,7 +270,11 @@ fn run_c(exprs: &[String]) -> HashMap<String, i128> {
 /// The C program's view of the unsigned 64-bit value `__VERBS_ABI_IS_EXTENDED` printed
 /// through `long long` comes back as -1; normalise before comparing.
 fn as_unsigned_if_needed(expected: i128, got: i128) -> i128 {
-    if expected > i128::from(i64::MAX) && got < 0 { got + (1i128 << 64) } else { got }
+    if expected > i128::from(i64::MAX) && got < 0 {
+        got + (1i128 << 64)
+    } else {
+        got
+    }
 }
 
 #[test]
@@ -261,7 +282,11 @@ fn every_mirror_constant_and_fold_matches_the_installed_header() {
     let mut checks = layout_checks();
     checks.extend(constant_checks());
     let samples = flow_label_samples();
-    checks.extend(samples.iter().map(|&fl| (format!("ibv_flow_label_to_udp_sport({fl:#x}u)"), i128::from(flow_label_to_udp_sport(fl)))));
+    checks.extend(
+        samples
+            .iter()
+            .map(|&fl| (format!("ibv_flow_label_to_udp_sport({fl:#x}u)"), i128::from(flow_label_to_udp_sport(fl)))),
+    );
     let grh_exprs: Vec<String> = (0..GRH_LEN).map(|i| format!("grh_byte({i})")).collect();
     let mut exprs: Vec<String> = checks.iter().map(|(e, _)| e.clone()).collect();
     exprs.extend(grh_exprs.iter().cloned());
@@ -274,7 +299,11 @@ fn every_mirror_constant_and_fold_matches_the_installed_header() {
             (got != *rust).then(|| format!("{expr}: header {got}, rust {rust}"))
         })
         .collect();
-    assert!(mismatches.is_empty(), "layout mismatches against <infiniband/verbs.h>:\n{}", mismatches.join("\n"));
+    assert!(
+        mismatches.is_empty(),
+        "layout mismatches against <infiniband/verbs.h>:\n{}",
+        mismatches.join("\n")
+    );
 
     // The header's struct ibv_grh, filled in C, parses to the values C put in.
     let bytes: Vec<u8> = grh_exprs.iter().map(|e| u8::try_from(c[e]).unwrap()).collect();

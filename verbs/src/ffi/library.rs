@@ -92,7 +92,10 @@ impl Libibverbs {
                 Err(other) => return Err(other),
             }
         }
-        Err(VerbsError::LibraryMissing { library: LIBRARY_NAMES.join(" or "), reason: reasons.join("; ") })
+        Err(VerbsError::LibraryMissing {
+            library: LIBRARY_NAMES.join(" or "),
+            reason: reasons.join("; "),
+        })
     }
 
     /// `ibv_wc_status_str`: the provider-independent name of a completion status.
@@ -115,7 +118,10 @@ mod tests {
     fn a_missing_library_names_itself_and_the_package() {
         let err = Libibverbs::load_from("/nonexistent/libibverbs.so.1").err().unwrap();
         let msg = err.to_string();
-        assert!(msg.starts_with("RDMA verbs unavailable: cannot load libibverbs (/nonexistent/libibverbs.so.1): "), "{msg}");
+        assert!(
+            msg.starts_with("RDMA verbs unavailable: cannot load libibverbs (/nonexistent/libibverbs.so.1): "),
+            "{msg}"
+        );
         assert!(msg.contains("No such file or directory"), "{msg}");
         assert!(msg.ends_with("install the libibverbs1 (rdma-core) package or use the udp transport"), "{msg}");
     }
@@ -123,7 +129,10 @@ mod tests {
     #[test]
     fn a_library_without_the_verbs_names_the_missing_symbol() {
         let err = Libibverbs::load_from("libc.so.6").err().unwrap();
-        assert_eq!(err.to_string().split(" (").next().unwrap(), "libibverbs is too old: symbol ibv_get_device_list is missing");
+        assert_eq!(
+            err.to_string().split(" (").next().unwrap(),
+            "libibverbs is too old: symbol ibv_get_device_list is missing"
+        );
     }
 
     #[test]

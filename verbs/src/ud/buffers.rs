@@ -16,7 +16,14 @@ pub(crate) struct SlotBuffers {
 
 impl SlotBuffers {
     /// Allocates and registers `recv_slots × recv_slot` + `send_slots × send_slot` bytes.
-    pub(crate) fn register(lib: &Libibverbs, pd: *mut ibv_pd, recv_slots: usize, recv_slot: usize, send_slots: usize, send_slot: usize) -> Result<Self, VerbsError> {
+    pub(crate) fn register(
+        lib: &Libibverbs,
+        pd: *mut ibv_pd,
+        recv_slots: usize,
+        recv_slot: usize,
+        send_slots: usize,
+        send_slot: usize,
+    ) -> Result<Self, VerbsError> {
         let len = recv_slots * recv_slot + send_slots * send_slot;
         let mut memory = vec![0u8; len].into_boxed_slice();
         // SAFETY: the boxed slice never moves and outlives the MR (deregistered in `deregister`).
@@ -24,13 +31,23 @@ impl SlotBuffers {
         if mr.is_null() {
             return Err(VerbsError::last_os("ibv_reg_mr"));
         }
-        Ok(Self { memory, mr, recv_slot, recv_slots, send_slot })
+        Ok(Self {
+            memory,
+            mr,
+            recv_slot,
+            recv_slots,
+            send_slot,
+        })
     }
 
     fn sge(&self, offset: usize, length: usize) -> ibv_sge {
         // SAFETY: `mr` is live until `deregister`.
         let lkey = unsafe { (*self.mr).lkey };
-        ibv_sge { addr: self.memory.as_ptr() as u64 + offset as u64, length: u32::try_from(length).unwrap_or(u32::MAX), lkey }
+        ibv_sge {
+            addr: self.memory.as_ptr() as u64 + offset as u64,
+            length: u32::try_from(length).unwrap_or(u32::MAX),
+            lkey,
+        }
     }
 
     /// The scatter entry for receive slot `i`.

@@ -58,7 +58,12 @@ impl CompletionQueue {
         if channel.is_null() {
             return Err(VerbsError::last_os("ibv_create_comp_channel"));
         }
-        let mut this = Self { lib, channel, cq: Cq::Legacy(std::ptr::null_mut()), mode: StampMode::Software };
+        let mut this = Self {
+            lib,
+            channel,
+            cq: Cq::Legacy(std::ptr::null_mut()),
+            mode: StampMode::Software,
+        };
         // SAFETY: the channel's fd is ours.
         let fd = unsafe { (*channel).fd };
         // SAFETY: plain fcntl on our fd.
@@ -111,7 +116,12 @@ impl CompletionQueue {
         let Cq::Extended(cq) = self.cq else { return true };
         // SAFETY: a CQ just created by the provider.
         let c = unsafe { &*cq };
-        let base = c.start_poll.is_some() && c.next_poll.is_some() && c.end_poll.is_some() && c.read_byte_len.is_some() && c.read_src_qp.is_some() && c.read_wc_flags.is_some();
+        let base = c.start_poll.is_some()
+            && c.next_poll.is_some()
+            && c.end_poll.is_some()
+            && c.read_byte_len.is_some()
+            && c.read_src_qp.is_some()
+            && c.read_wc_flags.is_some();
         base && match mode {
             StampMode::Ticks(_) => c.read_completion_ts.is_some(),
             StampMode::Wallclock => c.read_completion_wallclock_ns.is_some(),
@@ -149,13 +159,24 @@ impl CompletionQueue {
     pub(crate) fn wait(&self, timeout: Duration) -> Result<(), VerbsError> {
         // SAFETY: live channel.
         let fd = unsafe { (*self.channel).fd };
-        let mut pfd = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
         let ms = libc::c_int::try_from(timeout.as_millis()).unwrap_or(libc::c_int::MAX);
         // SAFETY: one valid pollfd.
         let ready = unsafe { libc::poll(&mut pfd, 1, ms) };
         if ready < 0 {
             let err = std::io::Error::last_os_error();
-            return if err.kind() == std::io::ErrorKind::Interrupted { Ok(()) } else { Err(VerbsError::Verb { call: "poll(completion channel)", source: err }) };
+            return if err.kind() == std::io::ErrorKind::Interrupted {
+                Ok(())
+            } else {
+                Err(VerbsError::Verb {
+                    call: "poll(completion channel)",
+                    source: err,
+                })
+            };
         }
         if ready == 0 {
             return Ok(());
@@ -184,7 +205,9 @@ impl CompletionQueue {
         }
         // SAFETY: readers were checked present at creation.
         let c = unsafe { &*cq };
-        let (Some(start), Some(next), Some(end)) = (c.start_poll, c.next_poll, c.end_poll) else { return Ok(0) };
+        let (Some(start), Some(next), Some(end)) = (c.start_poll, c.next_poll, c.end_poll) else {
+            return Ok(0);
+        };
         let mut attr = ibv_poll_cq_attr::default();
         // SAFETY: live CQ; start/next/end bracket the reads as the API requires.
         let mut ret = unsafe { start(cq, &mut attr) };
@@ -226,9 +249,18 @@ impl CompletionQueue {
             let status = c.status;
             let ok = status == IBV_WC_SUCCESS;
             let stamp = match &mut self.mode {
-                StampMode::Ticks(clock) if ok => c.read_completion_ts.map(|f| CompletionStamp { ns: clock.to_ns(f(cq)), clock: StampClock::NicFreeRunning }),
-                StampMode::Wallclock if ok => c.read_completion_wallclock_ns.map(|f| CompletionStamp { ns: f(cq), clock: StampClock::NicWallclock }),
-                StampMode::Software => Some(CompletionStamp { ns: realtime_ns(), clock: StampClock::SoftwarePoll }),
+                StampMode::Ticks(clock) if ok => c.read_completion_ts.map(|f| CompletionStamp {
+                    ns: clock.to_ns(f(cq)),
+                    clock: StampClock::NicFreeRunning,
+                }),
+                StampMode::Wallclock if ok => c.read_completion_wallclock_ns.map(|f| CompletionStamp {
+                    ns: f(cq),
+                    clock: StampClock::NicWallclock,
+                }),
+                StampMode::Software => Some(CompletionStamp {
+                    ns: realtime_ns(),
+                    clock: StampClock::SoftwarePoll,
+                }),
                 _ => None,
             };
             RawCompletion {
@@ -267,7 +299,10 @@ fn poll_legacy(cq: *mut ibv_cq, max: usize, each: &mut impl FnMut(RawCompletion)
             byte_len: wc.byte_len,
             src_qp: wc.src_qp,
             wc_flags: wc.wc_flags,
-            stamp: Some(CompletionStamp { ns: now, clock: StampClock::SoftwarePoll }),
+            stamp: Some(CompletionStamp {
+                ns: now,
+                clock: StampClock::SoftwarePoll,
+            }),
         });
     }
     Ok(got)

@@ -28,7 +28,13 @@ impl UdReceive {
         let mut data = [0u8; RX_KEEP];
         let n = payload.len().min(RX_KEEP);
         data[..n].copy_from_slice(&payload[..n]);
-        Self { data, len: payload.len(), grh, src_qpn, stamp }
+        Self {
+            data,
+            len: payload.len(),
+            grh,
+            src_qpn,
+            stamp,
+        }
     }
 
     /// The received payload (truncated to [`RX_KEEP`] bytes).
@@ -78,7 +84,10 @@ mod tests {
     #[test]
     fn payload_is_kept_with_its_real_length_and_peer() {
         let grh = Grh::parse(&ipv4_grh(0, 0, 64, [10, 0, 0, 9], [10, 0, 0, 1])).unwrap();
-        let stamp = CompletionStamp { ns: 5, clock: StampClock::NicFreeRunning };
+        let stamp = CompletionStamp {
+            ns: 5,
+            clock: StampClock::NicFreeRunning,
+        };
         let big = [7u8; 200];
         let rx = UdReceive::new(&big, grh, 0x1234, stamp);
         assert_eq!((rx.len, rx.payload().len()), (200, RX_KEEP));

@@ -65,7 +65,10 @@ impl UdConfig {
     /// Defaults for the RNIC with address `ip`.
     pub fn for_ip(ip: IpAddr) -> Self {
         Self {
-            gid: GidSelector { ip: Some(ip), ..GidSelector::default() },
+            gid: GidSelector {
+                ip: Some(ip),
+                ..GidSelector::default()
+            },
             qkey: DEFAULT_QKEY,
             pkey_index: 0,
             recv_depth: 512,
@@ -107,7 +110,11 @@ pub struct UdDestination {
 impl UdDestination {
     /// A destination from the peer's IP (its RoCEv2 GID).
     pub fn new(ip: IpAddr, qpn: u32, udp_sport: u16) -> Self {
-        Self { gid: Gid::from_ip(ip), qpn, udp_sport }
+        Self {
+            gid: Gid::from_ip(ip),
+            qpn,
+            udp_sport,
+        }
     }
 }
 
@@ -132,6 +139,7 @@ unsafe impl Sync for AddressHandle {}
 /// The verbs UD transport of one RNIC.
 pub struct UdTransport {
     local: GidEntry,
+    sgid_index: u8,
     config: UdConfig,
     qp: *mut ibv_qp,
     qp_num: u32,
@@ -161,14 +169,22 @@ impl UdTransport {
         let lib = Arc::new(Libibverbs::load()?);
         crate::device::device_names(&lib)?;
         let local = SysfsGids::new(&config.sysfs_root).select(&config.gid)?;
+        let sgid_index =
+            u8::try_from(local.index).map_err(|_| VerbsError::Config(format!("GID index {} does not fit an AH's 8-bit sgid_index", local.index)))?;
         let device = Device::open(Arc::clone(&lib), &local.device)?;
         let port = device.port(local.port)?;
         if port.link_layer != IBV_LINK_LAYER_ETHERNET {
-            return Err(VerbsError::Config(format!("{} port {} is not Ethernet (RoCE); link layer {}", device.name, local.port, port.link_layer)));
+            return Err(VerbsError::Config(format!(
+                "{} port {} is not Ethernet (RoCE); link layer {}",
+                device.name, local.port, port.link_layer
+            )));
         }
         let real = device.gid(local.port, local.index)?;
         if real != local.gid {
-            return Err(VerbsError::Config(format!("GID table changed: sysfs says {} at index {}, the device says {real}", local.gid, local.index)));
+            return Err(VerbsError::Config(format!(
+                "GID table changed: sysfs says {} at index {}, the device says {real}",
+                local.gid, local.index
+            )));
         }
         let recv_depth = config.recv_depth.min(device.caps.max_qp_wr.max(1));
         let send_depth = config.send_depth.min(device.caps.max_qp_wr.max(1));
@@ -182,7 +198,8 @@ impl UdTransport {
             unsafe { (lib.ibv_dealloc_pd)(pd) };
             e
         };
-        let mut buffers = SlotBuffers::register(&lib, pd, recv_depth as usize, GRH_LEN + port.active_mtu, send_depth as usize, PACKET_LEN).map_err(cleanup_pd)?;
+        let mut buffers =
+            SlotBuffers::register(&lib, pd, recv_depth as usize, GRH_LEN + port.active_mtu, send_depth as usize, PACKET_LEN).map_err(cleanup_pd)?;
         let cq = match CompletionQueue::create(Arc::clone(&lib), device.ctx, recv_depth + send_depth, &device.caps, config.prefer_wallclock) {
             Ok(cq) => cq,
             Err(e) => {
@@ -192,6 +209,7 @@ impl UdTransport {
         };
         let mut this = Self {
             local,
+            sgid_index,
             qp: std::ptr::null_mut(),
             qp_num: 0,
             machine: UdQpStateMachine::new(),
@@ -220,7 +238,13 @@ impl UdTransport {
             send_cq: cq,
             recv_cq: cq,
             srq: std::ptr::null_mut(),
-            cap: ibv_qp_cap { max_send_wr: send_depth, max_recv_wr: recv_depth, max_send_sge: 1, max_recv_sge: 1, max_inline_data: 0 },
+            cap: ibv_qp_cap {
+                max_send_wr: send_depth,
+                max_recv_wr: recv_depth,
+                max_send_sge: 1,
+                max_recv_sge: 1,
+                max_inline_data: 0,
+            },
             qp_type: IBV_QPT_UD,
             sq_sig_all: 0,
         };
@@ -240,7 +264,14 @@ impl UdTransport {
         let (lib, qp) = (Arc::clone(&self.device.lib), self.qp);
         let (port, pkey_index, qkey) = (self.local.port, self.config.pkey_index, self.config.qkey);
         self.machine.bring_up(|to, mask| {
-            let mut attr = ibv_qp_attr { qp_state: to.as_ibv(), pkey_index, port_num: port, qkey, sq_psn: 0, ..Default::default() };
+            let mut attr = ibv_qp_attr {
+                qp_state: to.as_ibv(),
+                pkey_index,
+                port_num: port,
+                qkey,
+                sq_psn: 0,
+                ..Default::default()
+            };
             // SAFETY: live QP; the mask names exactly the fields a UD QP needs for `to`.
             match unsafe { (lib.ibv_modify_qp)(qp, &mut attr, mask as libc::c_int) } {
                 0 => Ok(()),
@@ -259,7 +290,16 @@ impl UdTransport {
 
     fn post_recv(&mut self, slot: usize) -> Result<(), VerbsError> {
         let mut sge = self.buffers.recv_sge(slot);
-        let mut wr = ibv_recv_wr { wr_id: WorkId::Recv { generation: self.generation, slot: slot as u32 }.encode(), next: std::ptr::null_mut(), sg_list: &mut sge, num_sge: 1 };
+        let mut wr = ibv_recv_wr {
+            wr_id: WorkId::Recv {
+                generation: self.generation,
+                slot: slot as u32,
+            }
+            .encode(),
+            next: std::ptr::null_mut(),
+            sg_list: &mut sge,
+            num_sge: 1,
+        };
         let mut bad = std::ptr::null_mut();
         // SAFETY: live QP; the slot is registered and not posted.
         match unsafe { inline::post_recv(self.qp, &mut wr, &mut bad) } {
@@ -304,7 +344,13 @@ impl UdTransport {
         wr.num_sge = 1;
         wr.opcode = IBV_WR_SEND;
         wr.send_flags = IBV_SEND_SIGNALED;
-        wr.wr = ibv_send_wr_wr { ud: ibv_send_wr_ud { ah: ah.ah, remote_qpn: to.qpn, remote_qkey: self.config.qkey } };
+        wr.wr = ibv_send_wr_wr {
+            ud: ibv_send_wr_ud {
+                ah: ah.ah,
+                remote_qpn: to.qpn,
+                remote_qkey: self.config.qkey,
+            },
+        };
         let mut bad = std::ptr::null_mut();
         // SAFETY: live QP; buffer slot and AH stay alive until the completion (kept in `sends`).
         match unsafe { inline::post_send(self.qp, &mut wr, &mut bad) } {
@@ -319,7 +365,13 @@ impl UdTransport {
     fn address_handle(&mut self, key: AhKey) -> Result<Arc<AddressHandle>, VerbsError> {
         let (lib, pd) = (Arc::clone(&self.device.lib), self.pd);
         let mut attr = ibv_ah_attr {
-            grh: ibv_global_route { dgid: ibv_gid { raw: key.dgid.0 }, flow_label: key.flow_label, sgid_index: self.local.index as u8, hop_limit: self.config.hop_limit, traffic_class: self.config.traffic_class },
+            grh: ibv_global_route {
+                dgid: ibv_gid { raw: key.dgid.0 },
+                flow_label: key.flow_label,
+                sgid_index: self.sgid_index,
+                hop_limit: self.config.hop_limit,
+                traffic_class: self.config.traffic_class,
+            },
             is_global: 1,
             port_num: self.local.port,
             ..Default::default()
@@ -372,7 +424,7 @@ impl UdTransport {
 
     /// Moves completions into the bounded event queue; resets the QP after a flush.
     fn drain(&mut self) -> Result<usize, VerbsError> {
-        let room = (self.recv_posted.len() + self.sends_capacity()).saturating_sub(self.events.len());
+        let room = (self.recv_posted.len() + self.sends.capacity()).saturating_sub(self.events.len());
         let mut polled = Vec::new();
         self.cq.poll(room, |c| polled.push(c))?;
         let n = polled.len();
@@ -383,10 +435,6 @@ impl UdTransport {
             self.reset_qp()?;
         }
         Ok(n)
-    }
-
-    fn sends_capacity(&self) -> usize {
-        self.config.send_depth as usize
     }
 
     fn complete(&mut self, c: RawCompletion) -> Result<(), VerbsError> {
@@ -400,7 +448,10 @@ impl UdTransport {
                 }
                 self.events.push_back(match c.stamp {
                     Some(stamp) if c.status == IBV_WC_SUCCESS => UdEvent::TxDone { token, stamp },
-                    _ => UdEvent::TxFailed { token, status: self.device.lib.status_str(c.status) },
+                    _ => UdEvent::TxFailed {
+                        token,
+                        status: self.device.lib.status_str(c.status),
+                    },
                 });
             }
             WorkId::Recv { generation, slot } => {
@@ -438,7 +489,10 @@ impl UdTransport {
         if self.machine.state() != QpState::Error {
             let (lib, qp) = (Arc::clone(&self.device.lib), self.qp);
             self.machine.transition(QpState::Error, |mask| {
-                let mut attr = ibv_qp_attr { qp_state: QpState::Error.as_ibv(), ..Default::default() };
+                let mut attr = ibv_qp_attr {
+                    qp_state: QpState::Error.as_ibv(),
+                    ..Default::default()
+                };
                 // SAFETY: live QP.
                 match unsafe { (lib.ibv_modify_qp)(qp, &mut attr, mask as libc::c_int) } {
                     0 => Ok(()),

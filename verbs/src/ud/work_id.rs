@@ -26,7 +26,10 @@ impl WorkId {
 
     pub(crate) fn decode(wr_id: u64) -> Self {
         if wr_id & RECV != 0 {
-            Self::Recv { generation: ((wr_id >> 32) & 0x7FFF_FFFF) as u32, slot: wr_id as u32 }
+            Self::Recv {
+                generation: ((wr_id >> 32) & 0x7FFF_FFFF) as u32,
+                slot: wr_id as u32,
+            }
         } else {
             Self::Send(wr_id)
         }
@@ -41,7 +44,10 @@ pub(crate) struct SendSlots<T> {
 
 impl<T> SendSlots<T> {
     pub(crate) fn new(slots: usize) -> Self {
-        Self { slots: (0..slots.max(1)).map(|_| None).collect(), next_token: 0 }
+        Self {
+            slots: (0..slots.max(1)).map(|_| None).collect(),
+            next_token: 0,
+        }
     }
 
     /// The next token and its slot, if that slot is free.
@@ -68,6 +74,11 @@ impl<T> SendSlots<T> {
         }
     }
 
+    /// Most sends in flight at once.
+    pub(crate) fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Sends in flight.
     pub(crate) fn in_flight(&self) -> usize {
         self.slots.iter().filter(|s| s.is_some()).count()
@@ -85,10 +96,21 @@ mod tests {
 
     #[test]
     fn work_ids_round_trip_and_never_collide() {
-        for id in [WorkId::Recv { generation: 0, slot: 0 }, WorkId::Recv { generation: 0x7FFF_FFFF, slot: u32::MAX }, WorkId::Send(0), WorkId::Send((1 << 63) - 1)] {
+        for id in [
+            WorkId::Recv { generation: 0, slot: 0 },
+            WorkId::Recv {
+                generation: 0x7FFF_FFFF,
+                slot: u32::MAX,
+            },
+            WorkId::Send(0),
+            WorkId::Send((1 << 63) - 1),
+        ] {
             assert_eq!(WorkId::decode(id.encode()), id);
         }
-        assert_ne!(WorkId::Recv { generation: 1, slot: 3 }.encode(), WorkId::Recv { generation: 2, slot: 3 }.encode());
+        assert_ne!(
+            WorkId::Recv { generation: 1, slot: 3 }.encode(),
+            WorkId::Recv { generation: 2, slot: 3 }.encode()
+        );
     }
 
     #[test]
@@ -98,7 +120,7 @@ mod tests {
         s.commit(t0, s0, "ah0");
         let (t1, s1) = s.reserve().unwrap();
         s.commit(t1, s1, "ah1");
-        assert_eq!((s.reserve(), s.in_flight()), (None, 2));
+        assert_eq!((s.reserve(), s.in_flight(), s.capacity()), (None, 2, 2));
         assert!(!s.complete(t1 + 2), "a token that was never sent frees nothing");
         assert!(s.complete(t0));
         assert!(!s.complete(t0), "a completion is consumed once");
