@@ -14,6 +14,9 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v sysctl >/dev/null 2>&1 || need+=(procps)
+command -v clang >/dev/null 2>&1 || need+=(clang)
+[ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
+[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev rdma-core ibverbs-providers)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   as_root apt-get update -qq
