@@ -12,7 +12,9 @@
 //!                              bit1: responder timestamps are software (ACK2)
 //!                              other bits must be zero
 //!  5      1   class            1 = ToR-mesh, 2 = inter-ToR, 3 = service tracing
-//!  6      2   reserved         must be zero
+//!  6      2   src_port         UDP source port the prober sent from (echoed in ACKs):
+//!                              over IPv4 RoCEv2 has no flow label in the GRH, so a verbs
+//!                              responder learns the port to answer from only here
 //!  8      4   seq              prober's sequence number
 //! 12      4   prober_rnic      controller-assigned id of the probing RNIC
 //! 16      4   prober_qpn       QPN (udp: per-start random 24-bit id) of the prober
@@ -165,6 +167,8 @@ pub struct Packet {
     pub responder_delay_ns: u64,
     /// Random token of the prober incarnation, echoed in ACKs.
     pub prober_token: u64,
+    /// UDP source port of the probe (0 when the sender did not fill it in).
+    pub src_port: u16,
 }
 
 /// Why a received datagram was not a valid packet. Each variant is counted and the
@@ -225,7 +229,13 @@ impl Packet {
             responder_qpn: 0,
             responder_delay_ns: 0,
             prober_token,
+            src_port: 0,
         }
+    }
+
+    /// The same packet naming the UDP source port it is sent from.
+    pub fn with_src_port(self, src_port: u16) -> Self {
+        Self { src_port, ..self }
     }
 
     /// A TRACE packet for the 5-tuple of this probe (or of its ACKs).
@@ -261,6 +271,7 @@ impl Packet {
             TimestampSource::App => 0,
         };
         b[5] = self.class as u8;
+        b[6..8].copy_from_slice(&self.src_port.to_be_bytes());
         b[8..12].copy_from_slice(&self.seq.to_be_bytes());
         b[12..16].copy_from_slice(&self.prober_rnic.to_be_bytes());
         b[16..20].copy_from_slice(&self.prober_qpn.to_be_bytes());
@@ -292,7 +303,7 @@ impl Packet {
             return Err(PacketError::Malformed("unknown flag bits"));
         }
         let class = ProbeClass::from_u8(buf[5]).ok_or(PacketError::Malformed("unknown class"))?;
-        if buf[6..8] != [0, 0] || buf[48..64].iter().any(|&x| x != 0) {
+        if buf[48..64].iter().any(|&x| x != 0) {
             return Err(PacketError::Malformed("reserved bytes not zero"));
         }
         let u32_at = |o: usize| u32::from_be_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
@@ -320,6 +331,7 @@ impl Packet {
             responder_qpn: u32_at(28),
             responder_delay_ns: u64_at(32),
             prober_token: u64_at(40),
+            src_port: u16::from_be_bytes([buf[6], buf[7]]),
         };
         if matches!(kind, PacketKind::Probe | PacketKind::Trace) && (p.responder_qpn != 0 || p.responder_delay_ns != 0 || flags != 0) {
             return Err(PacketError::Malformed("probe carries responder fields"));
@@ -336,7 +348,7 @@ mod tests {
     use super::*;
 
     fn sample() -> Packet {
-        Packet::probe(ProbeClass::InterTor, 7, 11, 0x00ab_cdef, 22, 0x0012_3456, 0xdead_beef_0102_0304)
+        Packet::probe(ProbeClass::InterTor, 7, 11, 0x00ab_cdef, 22, 0x0012_3456, 0xdead_beef_0102_0304).with_src_port(0xC123)
     }
 
     #[test]
@@ -355,6 +367,7 @@ mod tests {
         assert_eq!(&b[0..4], &[b'R', b'M', 1, 3]);
         assert_eq!(b[4], 0b01);
         assert_eq!(b[5], 2);
+        assert_eq!(&b[6..8], &[0xC1, 0x23]);
         assert_eq!(&b[8..12], &7u32.to_be_bytes());
         assert_eq!(&b[16..20], &[0x00, 0xab, 0xcd, 0xef]);
         assert_eq!(&b[24..28], &[0x00, 0x12, 0x34, 0x56]);
@@ -375,7 +388,7 @@ mod tests {
         let mut v = good;
         v[2] = 9;
         assert_eq!(Packet::decode(&v), Err(PacketError::Version(9)));
-        for (i, val) in [(3usize, 0u8), (3, 5), (5, 0), (5, 9), (4, 0x80), (6, 1), (63, 1)] {
+        for (i, val) in [(3usize, 0u8), (3, 5), (5, 0), (5, 9), (4, 0x80), (63, 1)] {
             let mut m = good;
             m[i] = val;
             assert!(matches!(Packet::decode(&m), Err(PacketError::Malformed(_))), "byte {i}={val}");
