@@ -27,7 +27,10 @@ fn sample(pid: u32) -> Sample {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let utime: u64 = f[11].parse().unwrap();
     let stime: u64 = f[12].parse().unwrap();
-    Sample { cpu_ticks: utime + stime, at: Instant::now() }
+    Sample {
+        cpu_ticks: utime + stime,
+        at: Instant::now(),
+    }
 }
 
 fn status_kb(pid: u32, key: &str) -> u64 {
@@ -47,9 +50,18 @@ fn cpu_percent(a: &Sample, b: &Sample) -> f64 {
 
 fn spawn_agent(url: &str, rnics: u8) -> Child {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_rocemesh"));
-    cmd.env("RUST_LOG", "warn").args(["agent", "--controller", url, "--host", &format!("bench-{rnics}")]);
+    cmd.env("RUST_LOG", "warn").args([
+        "agent",
+        "--controller",
+        url,
+        "--host",
+        &format!("bench-{rnics}"),
+    ]);
     for r in 1..=rnics {
-        cmd.args(["--rnic", &format!("r{r}=127.99.{rnics}.{r},tor=bench-tor-{rnics}")]);
+        cmd.args([
+            "--rnic",
+            &format!("r{r}=127.99.{rnics}.{r},tor=bench-tor-{rnics}"),
+        ]);
     }
     cmd.spawn().expect("spawn agent")
 }
@@ -60,13 +72,20 @@ fn measure(child: &Child, warmup: Duration, window: Duration) -> (f64, u64, u64)
     let a = sample(child.id());
     std::thread::sleep(window);
     let b = sample(child.id());
-    (cpu_percent(&a, &b), status_kb(child.id(), "VmRSS:"), status_kb(child.id(), "VmHWM:"))
+    (
+        cpu_percent(&a, &b),
+        status_kb(child.id(), "VmRSS:"),
+        status_kb(child.id(), "VmHWM:"),
+    )
 }
 
 fn probes_per_second(url: &str) -> f64 {
-    let mut resp = ureq::get(&format!("{url}/api/v1/sla/latest?scope=cluster")).call().expect("sla");
+    let mut resp = ureq::get(&format!("{url}/api/v1/sla/latest?scope=cluster"))
+        .call()
+        .expect("sla");
     let rows: Vec<SlaRow> = resp.body_mut().read_json().expect("sla json");
-    rows.first().map_or(0.0, |r| r.probes as f64 / (r.period_ms as f64 / 1000.0))
+    rows.first()
+        .map_or(0.0, |r| r.probes as f64 / (r.period_ms as f64 / 1000.0))
 }
 
 fn main() {
@@ -75,7 +94,10 @@ fn main() {
     }
     let dir = std::env::temp_dir().join(format!("rocemesh-bench-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
-    let mut cfg = ServerConfig { listen: "127.0.0.1:0".parse().unwrap(), ..ServerConfig::default() };
+    let mut cfg = ServerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        ..ServerConfig::default()
+    };
     cfg.database = format!("sqlite://{}", dir.join("bench.db").display());
     cfg.controller.tormesh_pps = PPS;
     cfg.controller.pinglist_poll_ms = 1_000;
@@ -99,13 +121,44 @@ fn main() {
     let _ = std::fs::remove_dir_all(&dir);
 
     let target_rate = RNICS as f64 * PPS;
-    println!("\nagent cost ({RNICS} RNICs x {PPS} probes/s, UDP transport on loopback, software timestamps)");
+    println!(
+        "\nagent cost ({RNICS} RNICs x {PPS} probes/s, UDP transport on loopback, software timestamps)"
+    );
     println!("{:<46} {:>12} {:>12}", "metric", "value", "target");
-    println!("{:<46} {:>12.0} {:>12.0}", "probes/s completed (analyzer, last period)", rate, target_rate);
-    println!("{:<46} {:>11.2}% {:>12}", "agent CPU, % of one core (busy)", cpu, "<= 1 %");
-    println!("{:<46} {:>11.2}% {:>12}", "agent CPU, % of one core (idle baseline)", idle_cpu, "-");
-    println!("{:<46} {:>9.1} MB {:>12}", "agent RSS (busy)", rss as f64 / 1024.0, "<= 20 MB");
-    println!("{:<46} {:>9.1} MB {:>12}", "agent peak RSS (busy)", hwm as f64 / 1024.0, "<= 20 MB");
-    println!("{:<46} {:>9.1} MB {:>12}", "agent RSS (idle baseline)", idle_rss as f64 / 1024.0, "-");
-    println!("{:<46} {:>12.2} {:>12}", "CPU busy / idle ratio", cpu / idle_cpu.max(0.001), "-");
+    println!(
+        "{:<46} {:>12.0} {:>12.0}",
+        "probes/s completed (analyzer, last period)", rate, target_rate
+    );
+    println!(
+        "{:<46} {:>11.2}% {:>12}",
+        "agent CPU, % of one core (busy)", cpu, "<= 1 %"
+    );
+    println!(
+        "{:<46} {:>11.2}% {:>12}",
+        "agent CPU, % of one core (idle baseline)", idle_cpu, "-"
+    );
+    println!(
+        "{:<46} {:>9.1} MB {:>12}",
+        "agent RSS (busy)",
+        rss as f64 / 1024.0,
+        "<= 20 MB"
+    );
+    println!(
+        "{:<46} {:>9.1} MB {:>12}",
+        "agent peak RSS (busy)",
+        hwm as f64 / 1024.0,
+        "<= 20 MB"
+    );
+    println!(
+        "{:<46} {:>9.1} MB {:>12}",
+        "agent RSS (idle baseline)",
+        idle_rss as f64 / 1024.0,
+        "-"
+    );
+    println!(
+        "{:<46} {:>12.2} {:>12}",
+        "CPU busy / idle ratio",
+        cpu / idle_cpu.max(0.001),
+        "-"
+    );
 }

@@ -39,8 +39,10 @@ impl AgentArgs {
     pub fn resolve(&self) -> Result<AgentConfig> {
         let mut cfg = match &self.config {
             Some(path) => {
-                let text = std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
-                toml::from_str::<AgentConfig>(&text).with_context(|| format!("parsing {}", path.display()))?
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("reading {}", path.display()))?;
+                toml::from_str::<AgentConfig>(&text)
+                    .with_context(|| format!("parsing {}", path.display()))?
             }
             None => {
                 let Some(controller) = &self.controller else {
@@ -59,7 +61,11 @@ impl AgentArgs {
             cfg.host = h.clone();
         }
         if !self.rnics.is_empty() {
-            cfg.rnics = self.rnics.iter().map(|s| RnicConfig::parse(s)).collect::<Result<_, _>>()?;
+            cfg.rnics = self
+                .rnics
+                .iter()
+                .map(|s| RnicConfig::parse(s))
+                .collect::<Result<_, _>>()?;
         }
         if let Some(p) = self.port {
             cfg.port = p;

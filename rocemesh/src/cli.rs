@@ -30,8 +30,23 @@ pub enum Command {
     Analyzer(ServerArgs),
     /// Controller and analyzer in one process.
     Server(ServerArgs),
-    /// One-command demonstration.
+    /// One-command demonstration (namespace fabric as root; `--loopback` without root).
     Demo(crate::demo::DemoArgs),
+    /// Network-namespace fabric and fault injection.
+    #[command(subcommand)]
+    Testbed(crate::testbed_cmd::TestbedCmd),
+    /// Localization suite: scenarios on fresh fabrics, scored against the ground truth.
+    Eval(crate::eval::EvalArgs),
+}
+
+impl Command {
+    /// Daemons log at info; the interactive tools print their own output and log warnings only.
+    pub fn default_log_level(&self) -> &'static str {
+        match self {
+            Command::Demo(_) | Command::Eval(_) | Command::Testbed(_) => "warn",
+            _ => "info",
+        }
+    }
 }
 
 /// Options shared by the server roles; flags override the config file.
@@ -73,6 +88,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Analyzer(args) => serve(args, Roles::Analyzer),
         Command::Server(args) => serve(args, Roles::Both),
         Command::Demo(args) => crate::demo::run(args),
+        Command::Testbed(cmd) => crate::testbed_cmd::run(cmd),
+        Command::Eval(args) => crate::eval::run(args),
     }
 }
 
@@ -90,5 +107,8 @@ fn serve(args: ServerArgs, roles: Roles) -> Result<()> {
 
 /// The multi-threaded tokio runtime used by the server roles and the demo.
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio runtime")
 }

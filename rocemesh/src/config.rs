@@ -41,7 +41,8 @@ impl Default for ServerConfig {
 impl ServerConfig {
     /// Reads a config file; unknown keys and bad values are errors naming the file.
     pub fn load(path: &Path) -> Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("reading config {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("reading config {}", path.display()))?;
         toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
     }
 }

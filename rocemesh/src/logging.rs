@@ -3,8 +3,16 @@
 use tracing_subscriber::EnvFilter;
 
 /// Installs the global subscriber once; later calls are no-ops (tests, demos).
-pub fn init(json: bool) {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
-    let _ = if json { builder.json().try_init() } else { builder.try_init() };
+/// `default_level` applies when `RUST_LOG` is not set.
+pub fn init(json: bool, default_level: &str) {
+    let filter =
+        EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(default_level));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    let _ = if json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 }

@@ -52,14 +52,21 @@ pub struct RunningServer {
 impl RunningServer {
     /// Base URL for clients on this machine.
     pub fn url(&self) -> String {
-        let host = if self.addr.ip().is_unspecified() { "127.0.0.1".to_string() } else { self.addr.ip().to_string() };
+        let host = if self.addr.ip().is_unspecified() {
+            "127.0.0.1".to_string()
+        } else {
+            self.addr.ip().to_string()
+        };
         format!("http://{host}:{}", self.addr.port())
     }
 
     /// Stops accepting requests, finishes in-flight ones, flushes the analyzer.
     pub async fn shutdown(self) -> Result<()> {
         self.cancel.cancel();
-        self.http.await.context("joining HTTP task")?.context("HTTP server")?;
+        self.http
+            .await
+            .context("joining HTTP task")?
+            .context("HTTP server")?;
         for task in self.background {
             task.await.context("joining background task")?;
         }
@@ -90,15 +97,22 @@ pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
         .route("/readyz", get(readyz))
         .with_state(db.clone());
     if roles.controller() {
-        let state = ControllerState::new(db.clone(), cfg.controller.clone()).await.context("starting controller")?;
+        let state = ControllerState::new(db.clone(), cfg.controller.clone())
+            .await
+            .context("starting controller")?;
         app = app.merge(rocemesh_controller::router(state));
     }
     let mut background = Vec::new();
     let mut analyzer = None;
     if roles.analyzer() {
-        let a = Analyzer::new(db.clone(), cfg.analyzer.clone()).await.context("starting analyzer")?;
+        let a = Analyzer::new(db.clone(), cfg.analyzer.clone())
+            .await
+            .context("starting analyzer")?;
         app = app.merge(rocemesh_analyzer::router(a.clone()));
-        background.push(tokio::spawn(rocemesh_analyzer::run(a.clone(), cancel.child_token())));
+        background.push(tokio::spawn(rocemesh_analyzer::run(
+            a.clone(),
+            cancel.child_token(),
+        )));
         analyzer = Some(a);
     }
     let listener = tokio::net::TcpListener::bind(cfg.listen)
@@ -107,10 +121,18 @@ pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
     let addr = listener.local_addr()?;
     let stop = cancel.clone();
     let http = tokio::spawn(async move {
-        axum::serve(listener, app).with_graceful_shutdown(async move { stop.cancelled().await }).await
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
     });
     tracing::info!(role = roles.name(), %addr, database = ?db.backend(), "listening");
-    Ok(RunningServer { addr, analyzer, cancel, http, background })
+    Ok(RunningServer {
+        addr,
+        analyzer,
+        cancel,
+        http,
+        background,
+    })
 }
 
 /// Resolves when SIGINT or SIGTERM arrives.

@@ -17,10 +17,19 @@ type Seen = Arc<Mutex<Vec<ProbeResult>>>;
 
 /// Forwards uploads to the real analyzer and keeps a decoded copy.
 fn start_tee(analyzer: String, seen: Seen) -> String {
-    let rt = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().unwrap();
-    let listener = rt.block_on(tokio::net::TcpListener::bind("127.0.0.1:0")).unwrap();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
     let addr = listener.local_addr().unwrap();
-    async fn upload(State((analyzer, seen)): State<(String, Seen)>, body: Bytes) -> (StatusCode, String) {
+    async fn upload(
+        State((analyzer, seen)): State<(String, Seen)>,
+        body: Bytes,
+    ) -> (StatusCode, String) {
         if let Ok(batch) = decode_batch(&body) {
             seen.lock().unwrap().extend(batch.records());
         }
@@ -31,7 +40,12 @@ fn start_tee(analyzer: String, seen: Seen) -> String {
                 .http_status_as_error(false)
                 .build()
                 .send(&body[..])
-                .map(|mut r| (r.status().as_u16(), r.body_mut().read_to_string().unwrap_or_default()))
+                .map(|mut r| {
+                    (
+                        r.status().as_u16(),
+                        r.body_mut().read_to_string().unwrap_or_default(),
+                    )
+                })
         })
         .await
         .unwrap();
@@ -40,14 +54,24 @@ fn start_tee(analyzer: String, seen: Seen) -> String {
             Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()),
         }
     }
-    let app = Router::new().route("/api/v1/results", post(upload)).with_state((analyzer, seen));
+    let app = Router::new()
+        .route("/api/v1/results", post(upload))
+        .with_state((analyzer, seen));
     std::thread::spawn(move || rt.block_on(async { axum::serve(listener, app).await.unwrap() }));
     format!("http://{addr}")
 }
 
 fn start_agent(controller: &str, tee: &str, host: u8, tor: &str) -> Proc {
     let mut cmd = bin();
-    cmd.args(["agent", "--controller", controller, "--analyzer", tee, "--host", &format!("e2e-host-{host}")]);
+    cmd.args([
+        "agent",
+        "--controller",
+        controller,
+        "--analyzer",
+        tee,
+        "--host",
+        &format!("e2e-host-{host}"),
+    ]);
     for r in 1..=2 {
         cmd.args(["--rnic", &format!("r{r}=127.88.{host}.{r},tor={tor}")]);
     }
@@ -59,7 +83,12 @@ fn now_ns() -> u64 {
 }
 
 fn in_window(seen: &Seen, from_ns: u64, to_ns: u64) -> Vec<ProbeResult> {
-    seen.lock().unwrap().iter().filter(|r| r.send_unix_ns >= from_ns && r.send_unix_ns < to_ns).copied().collect()
+    seen.lock()
+        .unwrap()
+        .iter()
+        .filter(|r| r.send_unix_ns >= from_ns && r.send_unix_ns < to_ns)
+        .copied()
+        .collect()
 }
 
 #[test]
@@ -78,8 +107,10 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
     let (_server, url) = start_server(&config);
     let seen: Seen = Arc::default();
     let tee = start_tee(url.clone(), seen.clone());
-    let mut agents: Vec<Proc> =
-        [(1, "tor-a"), (2, "tor-a"), (3, "tor-b")].iter().map(|&(h, t)| start_agent(&url, &tee, h, t)).collect();
+    let mut agents: Vec<Proc> = [(1, "tor-a"), (2, "tor-a"), (3, "tor-b")]
+        .iter()
+        .map(|&(h, t)| start_agent(&url, &tee, h, t))
+        .collect();
 
     let hosts: Vec<HostInfo> = wait_for("3 registered hosts", Duration::from_secs(20), || {
         let h: Vec<HostInfo> = get_json(&format!("{url}/api/v1/hosts"));
@@ -95,14 +126,18 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
         for r in &pl.rnics {
             for list in &r.lists {
                 for e in &list.entries {
-                    *expected.entry((r.rnic_id, e.rnic_id, e.src_port, list.class)).or_default() +=
-                        list.pps / list.entries.len() as f64;
+                    *expected
+                        .entry((r.rnic_id, e.rnic_id, e.src_port, list.class))
+                        .or_default() += list.pps / list.entries.len() as f64;
                 }
             }
         }
     }
     assert!(expected.keys().any(|k| k.3 == ProbeClass::TorMesh));
-    assert!(expected.keys().any(|k| k.3 == ProbeClass::InterTor), "two ToRs must get inter-ToR lists");
+    assert!(
+        expected.keys().any(|k| k.3 == ProbeClass::InterTor),
+        "two ToRs must get inter-ToR lists"
+    );
 
     // Let every agent fetch its pinglist, then measure an 8 s window.
     std::thread::sleep(Duration::from_secs(3));
@@ -114,17 +149,33 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
     let secs = (t1 - t0) as f64 / 1e9;
     let mut counts: HashMap<(u32, u32, u16, ProbeClass), f64> = HashMap::new();
     for r in &window {
-        *counts.entry((r.prober_rnic, r.target_rnic, r.src_port, r.class)).or_default() += 1.0;
+        *counts
+            .entry((r.prober_rnic, r.target_rnic, r.src_port, r.class))
+            .or_default() += 1.0;
     }
     for (key, rate) in &expected {
         let got = counts.get(key).copied().unwrap_or(0.0) / secs;
-        assert!((got - rate).abs() <= 0.2 * rate, "{key:?}: probed at {got:.2}/s, pinglist rate {rate:.2}/s");
+        assert!(
+            (got - rate).abs() <= 0.2 * rate,
+            "{key:?}: probed at {got:.2}/s, pinglist rate {rate:.2}/s"
+        );
     }
-    let ok: Vec<_> = window.iter().filter(|r| r.status == ProbeStatus::Ok).collect();
-    assert!(ok.len() as f64 >= 0.99 * window.len() as f64, "{} of {} ok", ok.len(), window.len());
+    let ok: Vec<_> = window
+        .iter()
+        .filter(|r| r.status == ProbeStatus::Ok)
+        .collect();
+    assert!(
+        ok.len() as f64 >= 0.99 * window.len() as f64,
+        "{} of {} ok",
+        ok.len(),
+        window.len()
+    );
     for r in &ok {
         assert_eq!(r.ts_source, TimestampSource::Software, "{r:?}");
-        assert!(r.network_rtt_ns > 0 && r.network_rtt_ns < r.app_rtt_ns, "kernel RTT not inside app RTT: {r:?}");
+        assert!(
+            r.network_rtt_ns > 0 && r.network_rtt_ns < r.app_rtt_ns,
+            "kernel RTT not inside app RTT: {r:?}"
+        );
     }
 
     // The analyzer's own figures agree: kernel RTT below application RTT.
@@ -133,20 +184,41 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
         rows.iter().any(|r| r.probes > 0).then_some(rows)
     });
     let row = cluster.iter().find(|r| r.probes > 0).unwrap();
-    assert!(row.network_rtt_ns.p50.unwrap() < row.app_rtt_ns.p50.unwrap(), "{row:?}");
+    assert!(
+        row.network_rtt_ns.p50.unwrap() < row.app_rtt_ns.p50.unwrap(),
+        "{row:?}"
+    );
 
     // Kill host 3's agent: every probe to its RNICs times out.
-    let host3 = hosts.iter().find(|h| h.host == "e2e-host-3").unwrap().clone();
-    let host3_rnics: Vec<u32> = rnics.iter().filter(|r| r.host_id == host3.id).map(|r| r.id).collect();
+    let host3 = hosts
+        .iter()
+        .find(|h| h.host == "e2e-host-3")
+        .unwrap()
+        .clone();
+    let host3_rnics: Vec<u32> = rnics
+        .iter()
+        .filter(|r| r.host_id == host3.id)
+        .map(|r| r.id)
+        .collect();
     agents[2].kill();
     std::thread::sleep(Duration::from_secs(1));
     let k0 = now_ns();
     std::thread::sleep(Duration::from_secs(4));
     let k1 = now_ns();
     std::thread::sleep(Duration::from_secs(3)); // 500 ms timeout + upload period
-    let to_dead: Vec<_> = in_window(&seen, k0, k1).into_iter().filter(|r| host3_rnics.contains(&r.target_rnic)).collect();
-    assert!(to_dead.len() >= 20, "only {} probes to the dead host", to_dead.len());
-    assert!(to_dead.iter().all(|r| r.status.is_timeout()), "a probe to a dead agent succeeded");
+    let to_dead: Vec<_> = in_window(&seen, k0, k1)
+        .into_iter()
+        .filter(|r| host3_rnics.contains(&r.target_rnic))
+        .collect();
+    assert!(
+        to_dead.len() >= 20,
+        "only {} probes to the dead host",
+        to_dead.len()
+    );
+    assert!(
+        to_dead.iter().all(|r| r.status.is_timeout()),
+        "a probe to a dead agent succeeded"
+    );
 
     // Restart it: new epoch, same RNIC ids, probes succeed again once pinglists refresh.
     agents[2] = start_agent(&url, &tee, 3, "tor-b");
@@ -156,16 +228,30 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
     });
     assert_ne!(again.epoch, host3.epoch, "restart must change the epoch");
     let rnics_after: Vec<RnicInfo> = get_json(&format!("{url}/api/v1/rnics"));
-    let ids_after: Vec<u32> = rnics_after.iter().filter(|r| r.host_id == host3.id).map(|r| r.id).collect();
-    assert_eq!(ids_after, host3_rnics, "RNIC ids are stable across restarts");
+    let ids_after: Vec<u32> = rnics_after
+        .iter()
+        .filter(|r| r.host_id == host3.id)
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(
+        ids_after, host3_rnics,
+        "RNIC ids are stable across restarts"
+    );
     std::thread::sleep(Duration::from_secs(3));
     let r0 = now_ns();
     std::thread::sleep(Duration::from_secs(3));
     let r1 = now_ns();
     std::thread::sleep(Duration::from_secs(3));
-    let back: Vec<_> = in_window(&seen, r0, r1).into_iter().filter(|r| host3_rnics.contains(&r.target_rnic)).collect();
+    let back: Vec<_> = in_window(&seen, r0, r1)
+        .into_iter()
+        .filter(|r| host3_rnics.contains(&r.target_rnic))
+        .collect();
     let back_ok = back.iter().filter(|r| r.status == ProbeStatus::Ok).count();
-    assert!(back_ok as f64 >= 0.95 * back.len() as f64 && !back.is_empty(), "{back_ok} of {} ok after restart", back.len());
+    assert!(
+        back_ok as f64 >= 0.95 * back.len() as f64 && !back.is_empty(),
+        "{back_ok} of {} ok after restart",
+        back.len()
+    );
 
     for a in &mut agents {
         assert!(a.terminate(), "agent did not exit cleanly on SIGTERM");
@@ -178,8 +264,14 @@ fn bad_input_over_http_gets_clear_errors() {
     let dir = std::env::temp_dir().join(format!("rocemesh-e2e-bad-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let config = dir.join("server.toml");
-    std::fs::write(&config, format!("listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n", dir.join("bad.db").display()))
-        .unwrap();
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n",
+            dir.join("bad.db").display()
+        ),
+    )
+    .unwrap();
     let (_server, url) = start_server(&config);
     let post = |path: &str, ctype: &str, body: &[u8]| {
         let mut r = ureq::post(&format!("{url}{path}"))
@@ -191,16 +283,38 @@ fn bad_input_over_http_gets_clear_errors() {
             .unwrap();
         (r.status().as_u16(), r.body_mut().read_to_string().unwrap())
     };
-    let (s, b) = post("/api/v1/results", rocemesh_proto::batch::CONTENT_TYPE, b"RMB1 not really a batch at all........");
+    let (s, b) = post(
+        "/api/v1/results",
+        rocemesh_proto::batch::CONTENT_TYPE,
+        b"RMB1 not really a batch at all........",
+    );
     assert_eq!(s, 400, "{b}");
     assert!(b.contains("error"), "{b}");
-    let (s, b) = post("/api/v1/agents/register", "application/json", b"{\"host\": \"h\", \"epoch\": ");
+    let (s, b) = post(
+        "/api/v1/agents/register",
+        "application/json",
+        b"{\"host\": \"h\", \"epoch\": ",
+    );
     assert_eq!(s, 400, "{b}");
-    let (s, _) = post("/api/v1/agents/register", "application/json", br#"{"host":"h","epoch":1,"rnics":[]}"#);
+    let (s, _) = post(
+        "/api/v1/agents/register",
+        "application/json",
+        br#"{"host":"h","epoch":1,"rnics":[]}"#,
+    );
     assert_eq!(s, 400);
     let hosts: Vec<HostInfo> = get_json(&format!("{url}/api/v1/hosts"));
     assert!(hosts.is_empty(), "a refused registration stored something");
-    let mut r = ureq::get(&format!("{url}/api/v1/pinglists/4242")).config().http_status_as_error(false).build().call().unwrap();
-    assert_eq!(r.status().as_u16(), 404, "{}", r.body_mut().read_to_string().unwrap());
+    let mut r = ureq::get(&format!("{url}/api/v1/pinglists/4242"))
+        .config()
+        .http_status_as_error(false)
+        .build()
+        .call()
+        .unwrap();
+    assert_eq!(
+        r.status().as_u16(),
+        404,
+        "{}",
+        r.body_mut().read_to_string().unwrap()
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }

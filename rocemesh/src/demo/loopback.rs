@@ -38,7 +38,9 @@ fn fetch_latest(url: &str, scope: &str) -> Result<Vec<SlaRow>> {
 
 fn print_period(url: &str, last: &mut i64) -> Result<()> {
     let cluster = fetch_latest(url, "cluster")?;
-    let Some(c) = cluster.first() else { return Ok(()) };
+    let Some(c) = cluster.first() else {
+        return Ok(());
+    };
     if c.period_start_ms == *last {
         return Ok(());
     }
@@ -71,7 +73,10 @@ pub fn run(args: DemoArgs) -> Result<()> {
     }
     let dir = std::env::temp_dir().join(format!("rocemesh-demo-{}", std::process::id()));
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let mut cfg = ServerConfig { listen: args.listen, ..ServerConfig::default() };
+    let mut cfg = ServerConfig {
+        listen: args.listen,
+        ..ServerConfig::default()
+    };
     cfg.database = format!("sqlite://{}", dir.join("demo.db").display());
     cfg.controller.upload_period_ms = 1_000;
     cfg.controller.pinglist_poll_ms = 2_000;
@@ -92,7 +97,10 @@ pub fn run(args: DemoArgs) -> Result<()> {
     for h in 0..args.hosts {
         agents.push(Some(rocemesh_agent::start(agent_config(&url, h, &args))?));
     }
-    println!("agents started; figures appear once per {} ms period (network RTT from kernel timestamps)", args.period_ms);
+    println!(
+        "agents started; figures appear once per {} ms period (network RTT from kernel timestamps)",
+        args.period_ms
+    );
 
     let started = Instant::now();
     let mut last_period = 0;

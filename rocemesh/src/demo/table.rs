@@ -4,7 +4,10 @@ use rocemesh_proto::api::{Quantiles, SlaRow};
 
 /// Formats nanoseconds as µs with one decimal, or "-" without data.
 pub fn us(v: Option<u64>) -> String {
-    v.map_or_else(|| "-".to_string(), |ns| format!("{:.1}", ns as f64 / 1000.0))
+    v.map_or_else(
+        || "-".to_string(),
+        |ns| format!("{:.1}", ns as f64 / 1000.0),
+    )
 }
 
 fn q(q: &Quantiles) -> String {
@@ -15,7 +18,13 @@ fn q(q: &Quantiles) -> String {
 pub fn header() -> String {
     format!(
         "{:<22} {:>7} {:>8}  {:>17}  {:>17}  {:>17}  {:>17}",
-        "scope", "probes", "timeout", "net RTT p50/p99µs", "app RTT p50/p99µs", "prober p50/p99µs", "resp. p50/p99µs"
+        "scope",
+        "probes",
+        "timeout",
+        "net RTT p50/p99µs",
+        "app RTT p50/p99µs",
+        "prober p50/p99µs",
+        "resp. p50/p99µs"
     )
 }
 

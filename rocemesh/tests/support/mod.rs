@@ -66,14 +66,20 @@ pub fn start_server(config: &std::path::Path) -> (Proc, String) {
         }
         for _ in lines {} // keep draining
     });
-    let url = rx.recv_timeout(Duration::from_secs(30)).expect("server did not report its address");
+    let url = rx
+        .recv_timeout(Duration::from_secs(30))
+        .expect("server did not report its address");
     (Proc(child), url)
 }
 
 /// GET a JSON document.
 pub fn get_json<T: serde::de::DeserializeOwned>(url: &str) -> T {
-    let mut resp = ureq::get(url).call().unwrap_or_else(|e| panic!("GET {url}: {e}"));
-    resp.body_mut().read_json().unwrap_or_else(|e| panic!("GET {url}: bad JSON: {e}"))
+    let mut resp = ureq::get(url)
+        .call()
+        .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+    resp.body_mut()
+        .read_json()
+        .unwrap_or_else(|e| panic!("GET {url}: bad JSON: {e}"))
 }
 
 /// Polls `f` until it returns Some or the timeout passes.

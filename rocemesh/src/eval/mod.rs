@@ -1,0 +1,101 @@
+//! `rocemesh eval`: the localization suite. Each scenario runs on a fresh lab (fabric,
+//! server, agents): baseline → fault → recovery; the problems the analyzer reported are
+//! scored against the injected ground truth, never assumed. Plain R-Pingmesh Alg. 1
+//! voting, computed by the analyzer on the same data, is scored alongside as a baseline.
+
+pub mod scenarios;
+mod score;
+
+use crate::lab::{Lab, LabTiming};
+use anyhow::{Result, bail};
+use clap::Args;
+use rocemesh_testbed::FabricSpec;
+use std::time::Duration;
+
+/// Options of the evaluation run.
+#[derive(Debug, Args)]
+pub struct EvalArgs {
+    /// Scenario to run (repeatable); default: all.
+    #[arg(long = "scenario")]
+    pub scenarios: Vec<String>,
+    /// Only the quick subset (what CI runs).
+    #[arg(long)]
+    pub quick: bool,
+    /// Print the report as one JSON object on stdout.
+    #[arg(long)]
+    pub json: bool,
+    /// List the scenarios and exit.
+    #[arg(long)]
+    pub list: bool,
+    /// Seconds of fault-free baseline before the injection.
+    #[arg(long, default_value_t = 10)]
+    pub baseline_secs: u64,
+    /// Seconds the fault lasts.
+    #[arg(long, default_value_t = 15)]
+    pub fault_secs: u64,
+    /// Seconds of observation after the fault is cleared.
+    #[arg(long, default_value_t = 15)]
+    pub recovery_secs: u64,
+    /// Namespace prefix of the lab fabric.
+    #[arg(long, default_value = "rmev")]
+    pub prefix: String,
+}
+
+/// The fabric every scenario runs on: 2 ToRs × 2 spines × 3 hosts per ToR, 1 RNIC each.
+pub fn lab_spec(prefix: &str) -> FabricSpec {
+    FabricSpec {
+        prefix: prefix.to_string(),
+        tors: 2,
+        spines: 2,
+        hosts_per_tor: 3,
+        rnics_per_host: 1,
+        ..FabricSpec::default()
+    }
+}
+
+/// Runs the selected scenarios and prints the report.
+pub fn run(args: EvalArgs) -> Result<()> {
+    let all = scenarios::all();
+    if args.list {
+        for s in &all {
+            println!("{}{}", s.name, if s.quick { " (quick)" } else { "" });
+        }
+        return Ok(());
+    }
+    for name in &args.scenarios {
+        if !all.iter().any(|s| s.name == name) {
+            bail!("unknown scenario {name:?}; `rocemesh eval --list` shows them");
+        }
+    }
+    crate::lab::require_root("rocemesh eval")?;
+    let selected: Vec<_> = all
+        .iter()
+        .filter(|s| {
+            if args.scenarios.is_empty() {
+                !args.quick || s.quick
+            } else {
+                args.scenarios.iter().any(|n| n == s.name)
+            }
+        })
+        .collect();
+    let phases = score::Phases {
+        baseline: Duration::from_secs(args.baseline_secs),
+        fault: Duration::from_secs(args.fault_secs),
+        recovery: Duration::from_secs(args.recovery_secs),
+    };
+    let mut outcomes = Vec::new();
+    for s in selected {
+        eprintln!("eval: {} ...", s.name);
+        let mut lab = Lab::up(lab_spec(&args.prefix), &LabTiming::default())?;
+        let outcome = score::run_scenario(&mut lab, s, &phases)?;
+        eprintln!("eval: {}", score::one_line(&outcome));
+        outcomes.push(outcome);
+    }
+    let report = score::Report::new(outcomes);
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", report.table());
+    }
+    Ok(())
+}

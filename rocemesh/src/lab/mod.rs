@@ -1,0 +1,223 @@
+//! A lab: a namespace fabric from the testbed, a server in the root namespace reachable
+//! over the fabric's management network, and one real agent process per host. The root
+//! demo and the evaluation suite both run on it.
+
+pub mod fabric_map;
+
+use crate::config::ServerConfig;
+use crate::server::{self, Roles, RunningServer};
+use anyhow::{Context, Result, bail};
+use rocemesh_proto::api::{HostInfo, Problem};
+use rocemesh_testbed::{Fabric, FabricSpec, HelperCommand, netns};
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+/// Timing knobs of a lab's server, tuned for seconds-scale detection.
+#[derive(Debug, Clone)]
+pub struct LabTiming {
+    /// Agent upload period.
+    pub upload_period_ms: u64,
+    /// SLA period.
+    pub period_ms: u64,
+}
+
+impl Default for LabTiming {
+    fn default() -> Self {
+        Self {
+            upload_period_ms: 1_000,
+            period_ms: 5_000,
+        }
+    }
+}
+
+/// The helper command that runs fault helpers through this very binary.
+pub fn helper_command() -> Result<HelperCommand> {
+    Ok(HelperCommand {
+        program: std::env::current_exe().context("locating the rocemesh binary")?,
+        args: vec!["testbed".into(), "helper".into()],
+    })
+}
+
+/// Fails with a clear message unless running as root (namespaces need it).
+pub fn require_root(what: &str) -> Result<()> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        bail!(
+            "{what} builds network namespaces and needs root; without root use `rocemesh demo --loopback`"
+        );
+    }
+    Ok(())
+}
+
+/// A running lab; everything is torn down on drop.
+pub struct Lab {
+    /// The fabric.
+    pub fabric: Fabric,
+    /// Base URL of the server (on the management network).
+    pub url: String,
+    rt: tokio::runtime::Runtime,
+    server: Option<RunningServer>,
+    agents: BTreeMap<String, Child>,
+    dir: PathBuf,
+    exe: PathBuf,
+}
+
+impl Lab {
+    /// Builds the fabric (with a management network), starts the server and one agent per host.
+    pub fn up(mut spec: FabricSpec, timing: &LabTiming) -> Result<Lab> {
+        require_root("the lab")?;
+        spec.management = true;
+        let fabric = Fabric::up(&spec)?.with_helper(helper_command()?);
+        let dir = std::env::temp_dir().join(format!(
+            "rocemesh-lab-{}-{}",
+            spec.prefix,
+            std::process::id()
+        ));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let map_path = dir.join("fabric-map.toml");
+        std::fs::write(&map_path, fabric_map::render(fabric.topology())?)?;
+
+        let mut cfg = ServerConfig {
+            listen: (fabric.management_ip(), 0).into(),
+            database: format!("sqlite://{}", dir.join("lab.db").display()),
+            ..ServerConfig::default()
+        };
+        cfg.controller.upload_period_ms = timing.upload_period_ms;
+        cfg.controller.pinglist_poll_ms = 1_000;
+        cfg.controller.parallel_paths = Some(u32::from(spec.spines));
+        cfg.analyzer.period_ms = timing.period_ms;
+        cfg.analyzer.grace_ms = timing.upload_period_ms + 1_000;
+        cfg.analyzer.fabric_map = Some(map_path);
+        cfg.analyzer.diagnosis.host_down_after_ms = 3 * timing.upload_period_ms.max(1_000);
+        cfg.analyzer.diagnosis.resolve_after_ms = 5_000;
+        let rt = crate::cli::runtime()?;
+        let server = rt.block_on(server::start(cfg, Roles::Both))?;
+        let url = server.url();
+        let mut lab = Lab {
+            fabric,
+            url,
+            rt,
+            server: Some(server),
+            agents: BTreeMap::new(),
+            dir,
+            exe: std::env::current_exe().context("locating the rocemesh binary")?,
+        };
+        let hosts: Vec<String> = lab.fabric.hosts().iter().map(|h| h.name.clone()).collect();
+        for h in &hosts {
+            lab.start_agent(h)?;
+        }
+        Ok(lab)
+    }
+
+    /// Starts (or restarts) the agent of `host` inside its namespace.
+    pub fn start_agent(&mut self, host: &str) -> Result<()> {
+        let h = self
+            .fabric
+            .hosts()
+            .iter()
+            .find(|h| h.name == host)
+            .with_context(|| format!("no host {host}"))?
+            .clone();
+        let log = std::fs::File::create(self.dir.join(format!("agent-{host}.log")))?;
+        let mut cmd = netns::command(&h.netns, &self.exe.to_string_lossy());
+        cmd.env("RUST_LOG", "warn")
+            .args(["agent", "--controller", &self.url, "--host", &h.name]);
+        for r in &h.rnics {
+            cmd.args([
+                "--rnic",
+                &format!("{}={},tor=t{},rail={}", r.ifname, r.ip, r.tor, r.rail),
+            ]);
+        }
+        let child = cmd
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting the agent of {host}"))?;
+        if let Some(mut old) = self.agents.insert(host.to_string(), child) {
+            let _ = old.kill();
+            let _ = old.wait();
+        }
+        Ok(())
+    }
+
+    /// Kills the agent of `host` (SIGKILL, as a crash or host failure would).
+    pub fn kill_agent(&mut self, host: &str) {
+        if let Some(mut c) = self.agents.remove(host) {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Pid of `host`'s agent.
+    pub fn agent_pid(&self, host: &str) -> Option<u32> {
+        self.agents.get(host).map(Child::id)
+    }
+
+    /// Waits until every agent registered and had time to fetch its pinglist.
+    pub fn wait_ready(&self, timeout: Duration) -> Result<()> {
+        let want = self.fabric.hosts().len();
+        let deadline = Instant::now() + timeout;
+        loop {
+            let hosts: Vec<HostInfo> = self.get("/api/v1/hosts").unwrap_or_default();
+            if hosts.len() == want {
+                break;
+            }
+            if Instant::now() > deadline {
+                bail!(
+                    "only {} of {want} agents registered within {timeout:?}",
+                    hosts.len()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+        std::thread::sleep(Duration::from_millis(2_500)); // pinglist poll + first probes
+        Ok(())
+    }
+
+    /// GET a JSON document from the server.
+    pub fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> Result<T> {
+        let url = format!("{}{path}", self.url);
+        let mut resp = ureq::get(&url)
+            .call()
+            .with_context(|| format!("GET {url}"))?;
+        resp.body_mut()
+            .read_json()
+            .with_context(|| format!("GET {url}: bad JSON"))
+    }
+
+    /// All problems the analyzer has (active and resolved).
+    pub fn problems(&self) -> Result<Vec<Problem>> {
+        self.get("/api/v1/problems?state=all&limit=1000")
+    }
+
+    /// Folder with the lab's database, fabric map and agent logs.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// Blocks until Ctrl-C / SIGTERM or `timeout`; true when interrupted.
+    pub fn sleep_or_interrupt(&self, timeout: Duration) -> bool {
+        self.rt.block_on(async {
+            tokio::select! {
+                _ = server::termination() => true,
+                _ = tokio::time::sleep(timeout) => false,
+            }
+        })
+    }
+}
+
+impl Drop for Lab {
+    fn drop(&mut self) {
+        let hosts: Vec<String> = self.agents.keys().cloned().collect();
+        for h in hosts {
+            self.kill_agent(&h);
+        }
+        if let Some(s) = self.server.take() {
+            let _ = self.rt.block_on(s.shutdown());
+        }
+        let _ = Fabric::down(&self.fabric.spec().prefix);
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
