@@ -5,6 +5,7 @@
 
 use rocemesh_agent::probe::engine::{Command, EngineHandle, EngineIdentity};
 use rocemesh_agent::stats::Counters;
+use rocemesh_agent::trace::{TracerHandle, TracerOptions};
 use rocemesh_agent::transport::{UdpOptions, UdpTransport};
 use rocemesh_agent::upload::buffer::ResultBuffer;
 use rocemesh_proto::ProbeClass;
@@ -41,6 +42,14 @@ fn main() -> anyhow::Result<()> {
     let results = Arc::new(ResultBuffer::new(100_000, counters.clone()));
     let ip = |i: u32| format!("127.0.6.{}", i + 1).parse().expect("valid ip");
     let qpn = |i: u32| 0x1000 + i;
+    // Path tracing at the agent's defaults, as in a real agent.
+    let topts = TracerOptions {
+        max_hops: 8,
+        pps: 40.0,
+        refresh: Duration::from_secs(60),
+        dscp: None,
+    };
+    let tracer = TracerHandle::spawn(topts, counters.clone(), results.clone())?;
     let mut engines = Vec::new();
     for i in 0..RNICS {
         let opts = UdpOptions {
@@ -57,7 +66,7 @@ fn main() -> anyhow::Result<()> {
             token: 42 + i as u64,
             port: PORT,
             max_outstanding: 16_384,
-            trace: None,
+            trace: Some(tracer.feed()),
         };
         let e = EngineHandle::spawn(id, t, counters.clone(), results.clone())?;
         e.send(Command::RnicId(i + 1))?;
@@ -97,8 +106,15 @@ fn main() -> anyhow::Result<()> {
         s.results_by_status,
         s.results_by_ts_source
     );
+    println!(
+        "tracing: {} traces, {} TRACE packets, {} paths",
+        s.traces_started,
+        s.trace_packets_sent,
+        results.paths_len()
+    );
     for e in engines {
         e.stop()?;
     }
+    tracer.stop()?;
     Ok(())
 }
