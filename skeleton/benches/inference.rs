@@ -15,7 +15,15 @@ fn main() {
     let config = InferenceConfig::default();
     println!(
         "{:<28} {:>8} {:>10} {:>9} {:>10} {:>9} {:>9} {:>8} {:>8}",
-        "job (RNICs)", "samples", "infer ms", "accuracy", "full mesh", "basic", "skeleton", "basic x", "skel -%"
+        "job (RNICs)",
+        "samples",
+        "infer ms",
+        "accuracy",
+        "full mesh",
+        "basic",
+        "skeleton",
+        "basic x",
+        "skel -%"
     );
     for (name, job) in jobs {
         let trace = match job.generate() {
@@ -39,9 +47,10 @@ fn main() {
             continue;
         };
         let (accuracy, skeleton) = match &inference.outcome {
-            Outcome::Skeleton { structure, pairs } => {
-                (grouping_accuracy(&trace.groups, &structure.groups), pairs.len())
-            }
+            Outcome::Skeleton { structure, pairs } => (
+                grouping_accuracy(&trace.groups, &structure.groups),
+                pairs.len(),
+            ),
             Outcome::Fallback(reason) => {
                 println!("{name}: fell back: {reason}");
                 (0.0, inference.basic.len())

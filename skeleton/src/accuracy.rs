@@ -14,7 +14,10 @@ pub fn grouping_accuracy(truth: &[Vec<u32>], inferred: &[Vec<u32>]) -> f64 {
         g
     };
     let found: HashSet<Vec<u32>> = inferred.iter().map(canonical).collect();
-    let exact = truth.iter().filter(|g| found.contains(&canonical(g))).count();
+    let exact = truth
+        .iter()
+        .filter(|g| found.contains(&canonical(g)))
+        .count();
     exact as f64 / truth.len() as f64
 }
 

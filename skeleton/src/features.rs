@@ -25,19 +25,26 @@ pub struct FeatureConfig {
 
 impl Default for FeatureConfig {
     fn default() -> Self {
-        Self { window: 64, hop: 16, harmonics: 3 }
+        Self {
+            window: 64,
+            hop: 16,
+            harmonics: 3,
+        }
     }
 }
 
 /// Features of one RNIC.
 #[derive(Debug, Clone, PartialEq)]
 pub struct RnicFeatures {
-    /// Frame-averaged STFT magnitudes of bins `1..=window/2`, unit length
-    /// (all zero for a constant series).
+    /// Frame-averaged STFT magnitudes at the iteration frequency and its
+    /// harmonics up to Nyquist (the burst shape; noise-only bins left out),
+    /// unit length (all zero for a constant series).
     pub spectrum: Vec<f64>,
-    /// Phase (radians, in (-pi, pi]) of the iteration frequency relative to
-    /// the task's mean phase: a later burst has a smaller phase.
-    pub phase: f64,
+    /// Phases (radians, in (-pi, pi]) at the iteration frequency and its
+    /// first harmonics, relative to the task: the burst time shift. At the
+    /// iteration frequency (index 0) a later burst has a smaller phase;
+    /// harmonics multiply the shift, sharpening close stages.
+    pub phases: Vec<f64>,
     /// Stability of that phase across frames, 0 (random) to 1 (constant).
     pub coherence: f64,
     /// Share of power on the iteration comb divided by the share white noise
@@ -63,7 +70,10 @@ impl FeatureConfig {
             ));
         }
         if len < self.window {
-            return Err(Error::SeriesTooShort { len, window: self.window });
+            return Err(Error::SeriesTooShort {
+                len,
+                window: self.window,
+            });
         }
         Ok(())
     }
@@ -71,48 +81,83 @@ impl FeatureConfig {
 
 /// Computes STFT features. Series must already be validated (equal length,
 /// finite, non-negative).
-pub fn extract(observations: &[Observation], config: &FeatureConfig) -> Result<TaskFeatures, Error> {
+pub fn extract(
+    observations: &[Observation],
+    config: &FeatureConfig,
+) -> Result<TaskFeatures, Error> {
     let len = observations.first().map_or(0, |o| o.bytes.len());
     config.validate(len)?;
     let stft = Stft::new(config, len);
     let spectra: Vec<Vec<f64>> = observations.iter().map(|o| stft.power(&o.bytes)).collect();
     let fundamental = stft.fundamental(&spectra);
-    let bin = fundamental.round().max(1.0) as usize;
+    let harmonics: Vec<f64> = (1..=config.harmonics)
+        .map(|h| h as f64 * fundamental)
+        .filter(|&b| b < stft.bins() as f64)
+        .collect();
 
-    // Per-frame coefficients at the iteration frequency and the task-wide
-    // reference phase of each frame (cancels the job-wide iteration jitter).
-    let coefficients: Vec<Vec<Complex<f64>>> =
-        observations.iter().map(|o| stft.coefficients(&o.bytes, bin)).collect();
+    // Per-frame coefficients at the iteration frequency and its harmonics,
+    // and the task-wide phase of each frame at the iteration frequency (its
+    // h-th power cancels the job-wide iteration jitter at harmonic h).
+    let coefficients: Vec<Vec<Vec<Complex<f64>>>> = observations
+        .iter()
+        .map(|o| stft.coefficients(&o.bytes, &harmonics))
+        .collect();
     let mut reference = vec![Complex::new(0.0, 0.0); stft.frames];
     for c in &coefficients {
-        for (r, x) in reference.iter_mut().zip(c) {
+        for (r, x) in reference.iter_mut().zip(&c[0]) {
             if x.norm() > 0.0 {
                 *r += x / x.norm();
             }
         }
     }
+    let reference: Vec<Complex<f64>> = reference
+        .iter()
+        .map(|r| {
+            if r.norm() > 0.0 {
+                r.conj() / r.norm()
+            } else {
+                *r
+            }
+        })
+        .collect();
     let rnics = spectra
         .iter()
         .zip(&coefficients)
         .map(|(power, coeff)| {
-            let mut aligned = Complex::new(0.0, 0.0);
-            let mut total = 0.0;
-            for (x, r) in coeff.iter().zip(&reference) {
-                if r.norm() > 0.0 {
-                    aligned += x * (r.conj() / r.norm());
-                }
-                total += x.norm();
-            }
+            let aligned: Vec<Complex<f64>> = coeff
+                .iter()
+                .zip(1..)
+                .map(|(frames, h)| {
+                    frames
+                        .iter()
+                        .zip(&reference)
+                        .map(|(x, r)| x * r.powi(h))
+                        .sum()
+                })
+                .collect();
+            let total: f64 = coeff[0].iter().map(|x| x.norm()).sum();
             let magnitude: Vec<f64> = power.iter().map(|p| p.sqrt()).collect();
+            let comb = (1..)
+                .map(|h| h as f64 * fundamental)
+                .take_while(|&b| b <= stft.bins() as f64)
+                .map(|b| Stft::at(&magnitude, b))
+                .collect();
             RnicFeatures {
-                spectrum: unit(magnitude),
-                phase: aligned.arg(),
-                coherence: if total > 0.0 { aligned.norm() / total } else { 0.0 },
+                spectrum: unit(comb),
+                phases: aligned.iter().map(|a| a.arg()).collect(),
+                coherence: if total > 0.0 {
+                    aligned[0].norm() / total
+                } else {
+                    0.0
+                },
                 periodicity: stft.periodicity(power, fundamental),
             }
         })
         .collect();
-    Ok(TaskFeatures { period_samples: config.window as f64 / fundamental, rnics })
+    Ok(TaskFeatures {
+        period_samples: config.window as f64 / fundamental,
+        rnics,
+    })
 }
 
 /// Scales a vector to unit Euclidean length (zero stays zero).
@@ -136,7 +181,9 @@ struct Stft {
 impl Stft {
     fn new(config: &FeatureConfig, len: usize) -> Self {
         let w = config.window;
-        let window = (0..w).map(|n| 0.5 - 0.5 * (TAU * n as f64 / w as f64).cos()).collect();
+        let window = (0..w)
+            .map(|n| 0.5 - 0.5 * (TAU * n as f64 / w as f64).cos())
+            .collect();
         Self {
             window,
             hop: config.hop,
@@ -153,7 +200,10 @@ impl Stft {
     /// Windowed, mean-removed frame `f` of `x`.
     fn frame(&self, x: &[f64], f: usize, mean: f64) -> impl Iterator<Item = f64> {
         let start = f * self.hop;
-        x[start..start + self.window.len()].iter().zip(&self.window).map(move |(v, w)| (v - mean) * w)
+        x[start..start + self.window.len()]
+            .iter()
+            .zip(&self.window)
+            .map(move |(v, w)| (v - mean) * w)
     }
 
     /// Frame-averaged power of bins `1..=window/2`.
@@ -173,16 +223,24 @@ impl Stft {
         power
     }
 
-    /// STFT coefficient of one bin in every frame.
-    fn coefficients(&self, x: &[f64], bin: usize) -> Vec<Complex<f64>> {
+    /// STFT coefficients at (fractional) bins, per bin and frame, with the
+    /// phase referred to the series start so that frames line up.
+    fn coefficients(&self, x: &[f64], bins: &[f64]) -> Vec<Vec<Complex<f64>>> {
         let mean = x.iter().sum::<f64>() / x.len() as f64;
         let w = self.window.len() as f64;
-        (0..self.frames)
-            .map(|f| {
-                self.frame(x, f, mean)
-                    .enumerate()
-                    .map(|(n, v)| Complex::from_polar(v, -TAU * bin as f64 * n as f64 / w))
-                    .sum()
+        bins.iter()
+            .map(|&bin| {
+                (0..self.frames)
+                    .map(|f| {
+                        let start = (f * self.hop) as f64;
+                        self.frame(x, f, mean)
+                            .enumerate()
+                            .map(|(n, v)| {
+                                Complex::from_polar(v, -TAU * bin * (start + n as f64) / w)
+                            })
+                            .sum()
+                    })
+                    .collect()
             })
             .collect()
     }
@@ -236,8 +294,17 @@ impl Stft {
             }
         }
         let total: f64 = power.iter().sum();
-        let on_comb: f64 = power.iter().zip(&comb).filter(|(_, c)| **c).map(|(p, _)| p).sum();
+        let on_comb: f64 = power
+            .iter()
+            .zip(&comb)
+            .filter(|(_, c)| **c)
+            .map(|(p, _)| p)
+            .sum();
         let share = comb.iter().filter(|c| **c).count() as f64 / bins as f64;
-        if total > 0.0 { on_comb / total / share } else { 0.0 }
+        if total > 0.0 {
+            on_comb / total / share
+        } else {
+            0.0
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! inferred structure explains the traffic; otherwise the task keeps the
 //! basic pinglist and the reason is reported.
 
-use crate::{Observation, features::TaskFeatures, grouping::Grouping};
+use crate::{Observation, features::TaskFeatures, grouping::Grouping, stages::Stages};
 
 /// Thresholds of the fidelity check.
 #[derive(Debug, Clone, PartialEq)]
@@ -13,6 +13,8 @@ pub struct FidelityConfig {
     pub min_coherence: f64,
     /// Minimum jump of the within-group distance at the chosen group size.
     pub min_separation: f64,
+    /// Minimum ratio of the gap between pipeline stages to the spread inside one.
+    pub min_stage_separation: f64,
     /// Minimum mean Pearson correlation of neighbouring group members' series.
     pub min_member_correlation: f64,
 }
@@ -20,9 +22,10 @@ pub struct FidelityConfig {
 impl Default for FidelityConfig {
     fn default() -> Self {
         Self {
-            min_periodicity: 2.0,
+            min_periodicity: 1.5,
             min_coherence: 0.5,
             min_separation: 3.0,
+            min_stage_separation: 2.0,
             min_member_correlation: 0.5,
         }
     }
@@ -43,11 +46,16 @@ pub enum FallbackReason {
     },
     /// No equal-size grouping respects the rail and host constraints.
     ConstraintsUnsatisfiable,
-    /// Every RNIC looks unique (DP = 1): nothing shows which pairs talk.
+    /// No group size of two or more divides every rail's RNIC count.
     NoReplicas,
     /// The chosen groups are not clearly tighter than coarser groupings.
     GroupsNotSeparated {
         /// Separation found.
+        separation: f64,
+    },
+    /// Groups do not fall into clearly distinct pipeline stages.
+    StagesNotSeparated {
+        /// Stage separation found.
         separation: f64,
     },
     /// Members of a group do not burst together in the time domain.
@@ -69,9 +77,15 @@ impl std::fmt::Display for FallbackReason {
             Self::ConstraintsUnsatisfiable => {
                 write!(f, "no equal-size grouping respects rails and hosts")
             }
-            Self::NoReplicas => write!(f, "no DP replicas found (every RNIC bursts differently)"),
+            Self::NoReplicas => write!(f, "no group size >= 2 divides every rail's RNIC count"),
             Self::GroupsNotSeparated { separation } => {
                 write!(f, "groups not separated (separation {separation:.2})")
+            }
+            Self::StagesNotSeparated { separation } => {
+                write!(
+                    f,
+                    "pipeline stages not separated (separation {separation:.2})"
+                )
             }
             Self::LowMemberCorrelation { mean } => {
                 write!(f, "group members barely correlate (mean {mean:.2})")
@@ -81,10 +95,15 @@ impl std::fmt::Display for FallbackReason {
 }
 
 /// Checks that the series are periodic enough to be grouped at all.
-pub fn check_features(features: &TaskFeatures, config: &FidelityConfig) -> Result<(), FallbackReason> {
+pub fn check_features(
+    features: &TaskFeatures,
+    config: &FidelityConfig,
+) -> Result<(), FallbackReason> {
     let periodicity = median(features.rnics.iter().map(|r| r.periodicity));
     if periodicity < config.min_periodicity {
-        return Err(FallbackReason::WeakPeriodicity { median: periodicity });
+        return Err(FallbackReason::WeakPeriodicity {
+            median: periodicity,
+        });
     }
     let coherence = median(features.rnics.iter().map(|r| r.coherence));
     if coherence < config.min_coherence {
@@ -99,11 +118,10 @@ pub fn check_grouping(
     observations: &[Observation],
     config: &FidelityConfig,
 ) -> Result<(), FallbackReason> {
-    if grouping.dp < 2 {
-        return Err(FallbackReason::NoReplicas);
-    }
     if grouping.separation < config.min_separation {
-        return Err(FallbackReason::GroupsNotSeparated { separation: grouping.separation });
+        return Err(FallbackReason::GroupsNotSeparated {
+            separation: grouping.separation,
+        });
     }
     // Ring neighbours within each group: O(N * samples) whatever DP is.
     let mut sum = 0.0;
@@ -120,6 +138,16 @@ pub fn check_grouping(
     let mean = if count == 0 { 0.0 } else { sum / count as f64 };
     if mean < config.min_member_correlation {
         return Err(FallbackReason::LowMemberCorrelation { mean });
+    }
+    Ok(())
+}
+
+/// Checks that the stage split is clear.
+pub fn check_stages(stages: &Stages, config: &FidelityConfig) -> Result<(), FallbackReason> {
+    if stages.separation < config.min_stage_separation {
+        return Err(FallbackReason::StagesNotSeparated {
+            separation: stages.separation,
+        });
     }
     Ok(())
 }
@@ -143,5 +171,9 @@ fn pearson(a: &[f64], b: &[f64]) -> f64 {
         va += (x - ma).powi(2);
         vb += (y - mb).powi(2);
     }
-    if va > 0.0 && vb > 0.0 { cov / (va * vb).sqrt() } else { 0.0 }
+    if va > 0.0 && vb > 0.0 {
+        cov / (va * vb).sqrt()
+    } else {
+        0.0
+    }
 }

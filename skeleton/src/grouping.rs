@@ -18,6 +18,7 @@
 use crate::{
     Endpoint,
     features::TaskFeatures,
+    fidelity::FallbackReason,
     linkage::{DistanceMatrix, agglomerate},
 };
 
@@ -34,7 +35,11 @@ pub struct GroupingConfig {
 
 impl Default for GroupingConfig {
     fn default() -> Self {
-        Self { phase_weight: 4.0, noise_floor: 0.05, unrelated_distance: 1.0 }
+        Self {
+            phase_weight: 4.0,
+            noise_floor: 0.05,
+            unrelated_distance: 1.0,
+        }
     }
 }
 
@@ -53,18 +58,41 @@ pub struct Grouping {
 }
 
 /// Feature distance between two RNICs; infinite for RNICs of one host.
-pub fn distance(endpoints: &[Endpoint], features: &TaskFeatures, weight: f64, i: usize, j: usize) -> f64 {
+pub fn distance(
+    endpoints: &[Endpoint],
+    features: &TaskFeatures,
+    weight: f64,
+    i: usize,
+    j: usize,
+) -> f64 {
     if endpoints[i].host == endpoints[j].host {
         return f64::INFINITY;
     }
     let (a, b) = (&features.rnics[i], &features.rnics[j]);
-    let spectrum: f64 = a.spectrum.iter().zip(&b.spectrum).map(|(x, y)| (x - y).powi(2)).sum();
-    let phase = 2.0 - 2.0 * (a.phase - b.phase).cos();
+    let spectrum: f64 = a
+        .spectrum
+        .iter()
+        .zip(&b.spectrum)
+        .map(|(x, y)| (x - y).powi(2))
+        .sum();
+    let harmonics = a.phases.len().max(1) as f64;
+    let phase: f64 = a
+        .phases
+        .iter()
+        .zip(&b.phases)
+        .map(|(x, y)| 2.0 - 2.0 * (x - y).cos())
+        .sum::<f64>()
+        / harmonics;
     (spectrum + weight * phase).sqrt()
 }
 
-/// Groups RNICs; `None` when no candidate size can satisfy the constraints.
-pub fn group(endpoints: &[Endpoint], features: &TaskFeatures, config: &GroupingConfig) -> Option<Grouping> {
+/// Groups RNICs into groups of at least two (a task whose RNICs all look
+/// different has no DP groups to find and keeps the basic pinglist).
+pub fn group(
+    endpoints: &[Endpoint],
+    features: &TaskFeatures,
+    config: &GroupingConfig,
+) -> Result<Grouping, FallbackReason> {
     let mut order: Vec<usize> = (0..endpoints.len()).collect();
     order.sort_by_key(|&i| (endpoints[i].rail, endpoints[i].id));
     let rails: Vec<(Vec<usize>, DistanceMatrix)> = order
@@ -77,10 +105,13 @@ pub fn group(endpoints: &[Endpoint], features: &TaskFeatures, config: &GroupingC
         })
         .collect();
     let common = rails.iter().map(|(r, _)| r.len()).fold(0, gcd);
+    if common < 2 {
+        return Err(FallbackReason::NoReplicas);
+    }
 
     // (size, groups, mean within distance) for every feasible size.
-    let candidates: Vec<(usize, Vec<Vec<usize>>, f64)> = (1..=common)
-        .filter(|d| common % d == 0)
+    let candidates: Vec<(usize, Vec<Vec<usize>>, f64)> = (2..=common)
+        .filter(|d| common.is_multiple_of(*d))
         .filter_map(|d| {
             let mut groups = Vec::new();
             for (members, m) in &rails {
@@ -98,17 +129,27 @@ pub fn group(endpoints: &[Endpoint], features: &TaskFeatures, config: &GroupingC
     let floor = |w: f64| w.max(config.noise_floor);
     let mut best: Option<(usize, f64)> = None;
     for (k, (_, _, within)) in candidates.iter().enumerate() {
-        let next = candidates.get(k + 1).map_or(config.unrelated_distance, |c| c.2);
+        let next = candidates
+            .get(k + 1)
+            .map_or(config.unrelated_distance, |c| c.2);
         let score = floor(next) / floor(*within);
         if best.is_none_or(|(_, s)| score > s) {
             best = Some((k, score));
         }
     }
-    let (k, separation) = best?;
-    let (dp, mut groups, within) = candidates.into_iter().nth(k)?;
+    let (k, separation) = best.ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
+    let (dp, mut groups, within) = candidates
+        .into_iter()
+        .nth(k)
+        .ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
     groups.iter_mut().for_each(|g| g.sort_unstable());
     groups.sort();
-    Some(Grouping { groups, dp, separation, within })
+    Ok(Grouping {
+        groups,
+        dp,
+        separation,
+        within,
+    })
 }
 
 /// Keeps clusters of exactly `size` points and regroups the rest greedily:

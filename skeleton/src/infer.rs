@@ -83,7 +83,11 @@ pub fn infer(observations: &[Observation], config: &InferenceConfig) -> Result<I
         }
         Err(reason) => Outcome::Fallback(reason),
     };
-    Ok(Inference { basic, full_mesh_len: full_mesh_len(endpoints.len()), outcome })
+    Ok(Inference {
+        basic,
+        full_mesh_len: full_mesh_len(endpoints.len()),
+        outcome,
+    })
 }
 
 fn structure(
@@ -93,15 +97,20 @@ fn structure(
     config: &InferenceConfig,
 ) -> Result<Structure, FallbackReason> {
     fidelity::check_features(feats, &config.fidelity)?;
-    let grouping = grouping::group(endpoints, feats, &config.grouping)
-        .ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
+    let grouping = grouping::group(endpoints, feats, &config.grouping)?;
     fidelity::check_grouping(&grouping, observations, &config.fidelity)?;
-    let phases: Vec<f64> = grouping
+    let harmonics = feats.rnics.first().map_or(0, |r| r.phases.len());
+    let phases: Vec<Vec<f64>> = grouping
         .groups
         .iter()
-        .map(|g| circular_mean(g.iter().map(|&i| feats.rnics[i].phase)))
+        .map(|g| {
+            (0..harmonics)
+                .map(|h| circular_mean(g.iter().map(|&i| feats.rnics[i].phases[h])))
+                .collect()
+        })
         .collect();
     let stages = stages::split(&phases, &config.stages);
+    fidelity::check_stages(&stages, &config.fidelity)?;
     let positions = grouping.groups.len();
     Ok(Structure {
         groups: grouping

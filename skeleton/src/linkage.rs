@@ -29,11 +29,6 @@ impl DistanceMatrix {
         Self { n, d }
     }
 
-    /// Number of points.
-    pub fn len(&self) -> usize {
-        self.n
-    }
-
     /// Distance between points `i` and `j`.
     pub fn get(&self, i: usize, j: usize) -> f64 {
         self.d[i * self.n + j]
@@ -52,7 +47,11 @@ pub fn agglomerate(base: &DistanceMatrix, cap: usize) -> Vec<Vec<usize>> {
     let mut open_count = open.iter().filter(|o| **o).count();
     let mut chain: Vec<usize> = Vec::new();
     let effective = |d: &[f64], members: &[Vec<usize>], a: usize, b: usize| {
-        if members[a].len() + members[b].len() > cap { f64::INFINITY } else { d[a * n + b] }
+        if members[a].len() + members[b].len() > cap {
+            f64::INFINITY
+        } else {
+            d[a * n + b]
+        }
     };
     while open_count > 1 {
         if chain.is_empty() {
@@ -117,7 +116,10 @@ mod tests {
     fn size_cap_splits_natural_clusters_evenly() {
         let m = line(&[0.0, 0.1, 0.2, 0.3, 10.0, 10.1, 10.2, 10.3]);
         assert_eq!(agglomerate(&m, 4), vec![vec![0, 1, 2, 3], vec![4, 5, 6, 7]]);
-        assert_eq!(agglomerate(&m, 2), vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]);
+        assert_eq!(
+            agglomerate(&m, 2),
+            vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
+        );
         assert_eq!(agglomerate(&m, 1).len(), 8);
     }
 
@@ -126,7 +128,11 @@ mod tests {
         // 0 and 1 are closest but forbidden together.
         let pts: [f64; 4] = [0.0, 0.05, 5.0, 5.05];
         let m = DistanceMatrix::new(4, |i, j| {
-            if (i, j) == (0, 1) { f64::INFINITY } else { (pts[i] - pts[j]).abs() }
+            if (i, j) == (0, 1) {
+                f64::INFINITY
+            } else {
+                (pts[i] - pts[j]).abs()
+            }
         });
         let clusters = agglomerate(&m, 2);
         assert!(clusters.iter().all(|c| !(c.contains(&0) && c.contains(&1))));

@@ -1,6 +1,6 @@
 //! The inferred parallel structure of a task and the pairs that really talk.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use crate::{
     Endpoint, Error,
@@ -31,45 +31,67 @@ pub struct Structure {
 /// - DP peers: every pair inside a group (the all-reduce ring/tree order is
 ///   not visible in throughput, so all pairs; the paper's "nine
 ///   destinations" of a 512-GPU task are 7 DP peers + 2 PP neighbours);
-/// - PP neighbours: RNICs on one rail, different hosts, in groups of
-///   adjacent stages (which replica pairs with which is not visible either,
-///   so all such pairs of the two groups);
-/// - TP peers across hosts: RNICs on one rail, different hosts, in different
-///   groups of the same stage.
+/// - PP neighbours: for stages `s` and `s + 1`, every same-rail pair between
+///   a host holding `s` but not `s + 1` and a host holding `s + 1` but not
+///   `s` (a host holding both passes activations over NVLink; which replica
+///   pairs with which is not visible in throughput, so all such hosts; the
+///   whole rail because cross-rail transfers leave on the receiver's rail);
+/// - TP peers across hosts: same-rail pairs between different groups of one
+///   stage (only when TP spans hosts).
 ///
 /// Pairs of one host are left out (NVLink). Unordered, sorted, no duplicates.
 pub fn skeleton_pairs(endpoints: &[Endpoint], structure: &Structure) -> Result<Vec<Pair>, Error> {
     let by_id: HashMap<u32, &Endpoint> = endpoints.iter().map(|e| (e.id, e)).collect();
     if structure.stage_of_group.len() != structure.groups.len() {
-        return Err(Error::InvalidParameter("one stage per group required".into()));
+        return Err(Error::InvalidParameter(
+            "one stage per group required".into(),
+        ));
     }
-    let mut groups: Vec<(u16, usize, Vec<&Endpoint>)> = Vec::with_capacity(structure.groups.len());
+    let mut groups: Vec<(usize, Vec<&Endpoint>)> = Vec::with_capacity(structure.groups.len());
     for (g, &stage) in structure.groups.iter().zip(&structure.stage_of_group) {
         let members = g
             .iter()
             .map(|id| by_id.get(id).copied().ok_or(Error::UnknownRnic(*id)))
             .collect::<Result<Vec<_>, _>>()?;
-        let Some(first) = members.first() else { continue };
-        groups.push((first.rail, stage, members));
+        groups.push((stage, members));
     }
     let mut pairs = Vec::new();
     let mut link = |a: &[&Endpoint], b: &[&Endpoint]| {
         for x in a {
-            for y in b {
-                if x.host != y.host && x.id != y.id {
-                    pairs.push(ordered(x.id, y.id));
-                }
+            for y in b.iter().filter(|y| y.rail == x.rail && y.host != x.host) {
+                pairs.push(ordered(x.id, y.id));
             }
         }
     };
-    for (i, (rail, stage, members)) in groups.iter().enumerate() {
+    // DP peers and cross-host TP peers.
+    for (i, (stage, members)) in groups.iter().enumerate() {
         link(members, members);
-        for (other_rail, other_stage, others) in &groups[i + 1..] {
-            let adjacent = stage.abs_diff(*other_stage) <= 1;
-            if rail == other_rail && adjacent {
+        for (other_stage, others) in &groups[i + 1..] {
+            if stage == other_stage {
                 link(members, others);
             }
         }
+    }
+    // PP neighbours, host to host.
+    let mut stages_of_host: HashMap<u32, BTreeSet<usize>> = HashMap::new();
+    for (stage, members) in &groups {
+        for m in members {
+            stages_of_host.entry(m.host).or_default().insert(*stage);
+        }
+    }
+    let mut rnics_of_host: HashMap<u32, Vec<&Endpoint>> = HashMap::new();
+    for e in endpoints {
+        rnics_of_host.entry(e.host).or_default().push(e);
+    }
+    for s in 0..structure.pp.saturating_sub(1) {
+        let holding = |has: usize, lacks: usize| -> Vec<&Endpoint> {
+            stages_of_host
+                .iter()
+                .filter(|(_, st)| st.contains(&has) && !st.contains(&lacks))
+                .flat_map(|(h, _)| rnics_of_host.get(h).into_iter().flatten().copied())
+                .collect()
+        };
+        link(&holding(s, s + 1), &holding(s + 1, s));
     }
     pairs.sort_unstable();
     pairs.dedup();

@@ -13,7 +13,8 @@
 //! its gradients with its DP group (ring: `2 (DP-1)/DP` of the bucket per
 //! RNIC) from `2 period / 3 + p * pipeline_offset`: stage `k` bursts before
 //! stage `k + 1`. Transfers between GPUs of one host use NVLink and add no
-//! RNIC bytes. Each transfer has its own timing jitter, seen by both of its
+//! RNIC bytes; a transfer across hosts and rails leaves through the sender
+//! host's RNIC on the receiver's rail (PXN). Each transfer has its own timing jitter, seen by both of its
 //! endpoints; every sample gets Gaussian noise.
 
 use rand::{Rng, SeedableRng, rngs::StdRng};
@@ -109,7 +110,7 @@ impl SyntheticJob {
         if self.tp == 0 || self.pp == 0 || self.dp == 0 || self.rnics_per_host == 0 {
             return bad("tp, pp, dp and rnics_per_host must be >= 1");
         }
-        if (self.tp * self.pp) % self.rnics_per_host != 0 {
+        if !(self.tp * self.pp).is_multiple_of(self.rnics_per_host) {
             return bad("tp * pp must be a multiple of rnics_per_host (replicas fill whole hosts)");
         }
         if self.rnics() > 1 << 20 || self.samples == 0 || self.samples > 1 << 20 {
@@ -176,6 +177,14 @@ impl<'a> Render<'a> {
         rank / self.job.rnics_per_host
     }
 
+    /// RNIC that carries `from`'s bytes to `to` across hosts: the one on
+    /// `from`'s host and `to`'s rail (NCCL's PXN: NVLink to the GPU on the
+    /// right rail, then the network stays on that rail).
+    fn relay(&self, from: usize, to: usize) -> usize {
+        let rph = self.job.rnics_per_host;
+        self.host(from) * rph + to % rph
+    }
+
     fn gaussian(&mut self) -> f64 {
         // Box-Muller; 1 - u keeps the logarithm finite.
         let u: f64 = self.rng.random();
@@ -194,9 +203,10 @@ impl<'a> Render<'a> {
                     let forward = t0 + p as f64 * j.pipeline_offset_s;
                     let backward =
                         t0 + j.period_s / 3.0 + (j.pp - 2 - p) as f64 * j.pipeline_offset_s;
-                    for start in [forward, backward] {
+                    for (start, from, to) in [(forward, a, b), (backward, b, a)] {
                         let start = start + j.transfer_jitter_s * self.gaussian();
-                        self.transfer(&[a, b], start, activation_s, j.activation_bytes);
+                        let via = self.relay(from, to);
+                        self.transfer(&[via, to], start, activation_s, j.activation_bytes);
                     }
                 }
             }
@@ -225,7 +235,13 @@ impl<'a> Render<'a> {
             return;
         }
         for &m in members {
-            add_burst(&mut self.series[m], self.job.interval_s, start, duration, bytes);
+            add_burst(
+                &mut self.series[m],
+                self.job.interval_s,
+                start,
+                duration,
+                bytes,
+            );
         }
         if !self.record_talking {
             return;
@@ -276,7 +292,11 @@ impl<'a> Render<'a> {
         }
         self.talking.sort_unstable();
         self.talking.dedup();
-        SyntheticTrace { observations, groups, talking_pairs: self.talking }
+        SyntheticTrace {
+            observations,
+            groups,
+            talking_pairs: self.talking,
+        }
     }
 }
 
@@ -298,7 +318,12 @@ fn add_burst(series: &mut [f64], interval: f64, start: f64, duration: f64, bytes
 /// Series of a job without training structure: every RNIC sends bursts of
 /// random size at random times (debugging containers, ad-hoc tests). Used to
 /// show the fidelity check falling back to the basic pinglist.
-pub fn unstructured(hosts: usize, rnics_per_host: usize, samples: usize, seed: u64) -> Vec<Observation> {
+pub fn unstructured(
+    hosts: usize,
+    rnics_per_host: usize,
+    samples: usize,
+    seed: u64,
+) -> Vec<Observation> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut out = Vec::with_capacity(hosts * rnics_per_host);
     for h in 0..hosts {

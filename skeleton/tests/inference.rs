@@ -1,0 +1,167 @@
+//! End-to-end inference on synthetic jobs: grouping accuracy, stage order,
+//! skeleton coverage and size, fallback on structureless traffic.
+
+use std::collections::HashSet;
+
+use rocemesh_skeleton::{
+    FallbackReason, InferenceConfig, Outcome, Pair, SyntheticJob, SyntheticTrace, basic_pairs,
+    grouping_accuracy, infer, synth,
+};
+
+/// Truth position (TP rank, stage) of an RNIC of a synthetic job.
+fn position(job: &SyntheticJob, id: u32) -> (usize, usize) {
+    let rank = (id - job.first_id) as usize;
+    (rank % job.tp, (rank / job.tp) % job.pp)
+}
+
+fn covers(skeleton: &[Pair], trace: &SyntheticTrace) -> Vec<Pair> {
+    let set: HashSet<&Pair> = skeleton.iter().collect();
+    trace
+        .talking_pairs
+        .iter()
+        .filter(|p| !set.contains(p))
+        .copied()
+        .collect()
+}
+
+/// Runs inference and checks everything a correct structure implies:
+/// groups, degrees, stage order, coverage of the pairs that really talk.
+fn check_recovers(job: &SyntheticJob) -> (f64, usize, usize) {
+    let trace = job.generate().expect("valid job");
+    let inference = infer(&trace.observations, &InferenceConfig::default()).expect("valid input");
+    let Outcome::Skeleton { structure, pairs } = &inference.outcome else {
+        panic!("fell back: {:?}", inference.outcome);
+    };
+    let accuracy = grouping_accuracy(&trace.groups, &structure.groups);
+    assert_eq!(
+        (structure.dp, structure.tp, structure.pp),
+        (job.dp, job.tp, job.pp)
+    );
+    for (group, stage) in structure.groups.iter().zip(&structure.stage_of_group) {
+        let true_stage = position(job, group[0]).1;
+        assert_eq!(*stage, true_stage, "group {group:?}");
+    }
+    let missing = covers(pairs, &trace);
+    assert!(
+        missing.is_empty(),
+        "skeleton misses talking pairs {missing:?}"
+    );
+    (accuracy, inference.basic.len(), pairs.len())
+}
+
+#[test]
+fn fig8_job_groups_stages_and_reduction() {
+    let job = SyntheticJob::fig8();
+    let (accuracy, basic, skeleton) = check_recovers(&job);
+    let full = 512 * 511 / 2;
+    println!(
+        "fig8 512 RNICs: accuracy {:.1} %, full mesh {full}, basic {basic} ({:.2}x), skeleton {skeleton} ({:.2} % smaller)",
+        accuracy * 100.0,
+        full as f64 / basic as f64,
+        (1.0 - skeleton as f64 / full as f64) * 100.0
+    );
+    assert!(accuracy >= 0.95, "accuracy {accuracy}");
+    assert!(full as f64 / basic as f64 >= 8.0);
+    assert!(skeleton as f64 <= 0.05 * full as f64);
+}
+
+#[test]
+fn fig8_job_survives_other_seeds_and_more_noise() {
+    for seed in [7, 8] {
+        let job = SyntheticJob {
+            seed,
+            noise: 0.1,
+            iteration_jitter_s: 0.3,
+            ..SyntheticJob::fig8()
+        };
+        let (accuracy, _, _) = check_recovers(&job);
+        assert!(accuracy >= 0.95, "seed {seed}: accuracy {accuracy}");
+    }
+}
+
+#[test]
+fn small_job_is_recovered_exactly() {
+    // 16 RNICs on 4-RNIC hosts: each host is one replica (TP x PP = 4).
+    let job = SyntheticJob {
+        rnics_per_host: 4,
+        ..SyntheticJob::new(2, 2, 4)
+    };
+    let (accuracy, _, _) = check_recovers(&job);
+    assert_eq!(accuracy, 1.0);
+}
+
+#[test]
+fn replica_spanning_hosts_with_cross_rail_pipeline_is_covered() {
+    // TP=4 on 8-RNIC hosts: stages 0-1 share a host, 1 -> 2 crosses hosts
+    // and rails (relayed on the receiver's rail).
+    let job = SyntheticJob::new(4, 4, 4);
+    let (accuracy, _, _) = check_recovers(&job);
+    assert_eq!(accuracy, 1.0);
+}
+
+#[test]
+fn structureless_traffic_falls_back_to_the_basic_list() {
+    let observations = synth::unstructured(16, 8, 240, 5);
+    let inference = infer(&observations, &InferenceConfig::default()).expect("valid input");
+    let Outcome::Fallback(reason) = &inference.outcome else {
+        panic!(
+            "accepted a skeleton for random traffic: {:?}",
+            inference.structure()
+        );
+    };
+    assert!(
+        matches!(reason, FallbackReason::WeakPeriodicity { .. }),
+        "{reason}"
+    );
+    let endpoints: Vec<_> = observations.iter().map(|o| o.endpoint).collect();
+    assert_eq!(
+        inference.pinglist(),
+        basic_pairs(&endpoints).expect("endpoints").as_slice()
+    );
+}
+
+#[test]
+fn periodic_traffic_without_replicas_falls_back() {
+    // DP = 1: every position is unique, nothing to group.
+    let trace = SyntheticJob::new(8, 8, 1).generate().expect("valid job");
+    let inference = infer(&trace.observations, &InferenceConfig::default()).expect("valid input");
+    assert!(
+        matches!(inference.outcome, Outcome::Fallback(_)),
+        "{:?}",
+        inference.structure()
+    );
+    assert_eq!(inference.pinglist(), inference.basic.as_slice());
+}
+
+#[test]
+fn periodic_bursts_at_unrelated_phases_fall_back() {
+    // Every RNIC bursts every 10 s, each at its own offset: periodic, but no
+    // two RNICs share a position.
+    let mut trace = SyntheticJob::fig8().generate().expect("valid job");
+    for (k, o) in trace.observations.iter_mut().enumerate() {
+        let shift = (k * 37) % 10;
+        o.bytes.rotate_left(shift);
+    }
+    let inference = infer(&trace.observations, &InferenceConfig::default()).expect("valid input");
+    assert!(
+        matches!(inference.outcome, Outcome::Fallback(_)),
+        "{:?}",
+        inference.structure()
+    );
+}
+
+#[test]
+fn generator_is_deterministic_by_seed() {
+    let job = SyntheticJob {
+        samples: 64,
+        ..SyntheticJob::new(8, 2, 2)
+    };
+    let a = job.generate().expect("valid job");
+    let b = job.generate().expect("valid job");
+    assert_eq!(a, b);
+    let c = SyntheticJob { seed: 2, ..job }
+        .generate()
+        .expect("valid job");
+    assert_ne!(a.observations, c.observations);
+    assert_eq!(a.groups, c.groups);
+}
