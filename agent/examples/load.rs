@@ -67,6 +67,7 @@ fn main() -> anyhow::Result<()> {
             port: PORT,
             max_outstanding: 16_384,
             trace: Some(tracer.feed()),
+            service_timeouts: None,
         };
         let e = EngineHandle::spawn(id, t, counters.clone(), results.clone())?;
         e.send(Command::RnicId(i + 1))?;

@@ -1,7 +1,7 @@
 //! Wiring: binds every RNIC, starts one engine per RNIC, the control thread and the
 //! uploader, and stops them in order.
 
-use crate::config::AgentConfig;
+use crate::config::{AgentConfig, ServiceTracing, TransportKind};
 use crate::control::{ControlClient, ControlLoop, SharedRegistration};
 use crate::discovery;
 use crate::probe::engine::{EngineHandle, EngineIdentity};
@@ -10,8 +10,11 @@ use crate::probe::random_qpn;
 use crate::stats::{AgentStats, Counters};
 use crate::stop::StopSignal;
 use crate::trace::{TracerHandle, TracerOptions};
+use crate::service::ownership::Ownership;
+use crate::service::{ServiceTracker, TimeoutFeed, TrackerOptions};
+use crate::transport::select::{self, Choice, list_rdma_devices};
 use crate::transport::udp::DEFAULT_SEND_SOCKETS;
-use crate::transport::{UdpOptions, UdpTransport};
+use crate::transport::{UdpOptions, UdpTransport, VerbsOptions, VerbsTransport};
 use crate::upload::Uploader;
 use crate::upload::buffer::{Marks, ResultBuffer};
 use anyhow::{Context, Result};
@@ -37,12 +40,14 @@ pub struct AgentHandle {
     stop_upload: Arc<StopSignal>,
     engines: Arc<Vec<(String, EngineHandle)>>,
     tracer: Option<TracerHandle>,
+    service: Option<ServiceTracker>,
     control: JoinHandle<()>,
     uploader: JoinHandle<()>,
 }
 
-/// Starts the agent: binds every RNIC first (a missing IP is a clear error), starts
-/// probing and responding at once, then registers and uploads in the background.
+/// Starts the agent: opens every RNIC's transport first (a missing IP, or `verbs` without
+/// an RDMA device, is a clear error), starts probing and responding at once, then
+/// registers, uploads and traces service flows in the background.
 pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     cfg.validate()?;
     raise_fd_limit();
@@ -61,8 +66,17 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     } else {
         None
     };
+    let service_on = cfg.service_tracing != ServiceTracing::Off;
+    let service_timeouts = Arc::new(TimeoutFeed::default());
+    // Listing devices loads libibverbs: only when some RNIC may use verbs.
+    let devices = match cfg.transport {
+        TransportKind::Auto => list_rdma_devices().map_err(|e| e.to_string()),
+        _ => Err("not listed".to_string()),
+    };
     let mut rnics = Vec::with_capacity(cfg.rnics.len());
     let mut engines = Vec::with_capacity(cfg.rnics.len());
+    let mut engine_ips = Vec::with_capacity(cfg.rnics.len());
+    let mut any_verbs = false;
     for r in &cfg.rnics {
         let ip = match (r.ip, &r.interface) {
             (Some(ip), _) => ip,
@@ -72,32 +86,61 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
             (None, None) => anyhow::bail!("RNIC {}: give an ip or an interface", r.name),
         };
         let ifname = r.interface.clone().or_else(|| discovery::interface_of(ip));
-        let opts = UdpOptions {
-            ip,
-            port: cfg.port,
-            dscp: cfg.dscp,
-            hardware_timestamps_on: ifname.clone().filter(|_| cfg.hardware_timestamps),
-            max_send_sockets: DEFAULT_SEND_SOCKETS,
-        };
-        let transport = UdpTransport::open(opts, counters.clone())
-            .with_context(|| format!("RNIC {}", r.name))?;
-        let qpn = random_qpn();
-        let id = EngineIdentity {
+        let identity = |qpn| EngineIdentity {
             name: format!("rnic-{}", r.name),
             qpn,
             token,
             port: cfg.port,
             max_outstanding: DEFAULT_MAX_OUTSTANDING,
             trace: tracer.as_ref().map(TracerHandle::feed),
+            service_timeouts: service_on.then(|| service_timeouts.clone()),
         };
-        engines.push((
-            r.name.clone(),
-            EngineHandle::spawn(id, transport, counters.clone(), buffer.clone())?,
-        ));
+        let choice = select::choose(cfg.transport, r, ip, &devices);
+        let (engine, qpn, gid) = match &choice {
+            Choice::Udp { reason } => {
+                tracing::info!(rnic = %r.name, %ip, transport = "udp", %reason, "RNIC transport");
+                let opts = UdpOptions {
+                    ip,
+                    port: cfg.port,
+                    dscp: cfg.dscp,
+                    hardware_timestamps_on: ifname.clone().filter(|_| cfg.hardware_timestamps),
+                    max_send_sockets: DEFAULT_SEND_SOCKETS,
+                };
+                let transport = UdpTransport::open(opts, counters.clone())
+                    .with_context(|| format!("RNIC {}", r.name))?;
+                let qpn = random_qpn();
+                let engine =
+                    EngineHandle::spawn(identity(qpn), transport, counters.clone(), buffer.clone())?;
+                (engine, qpn, None)
+            }
+            Choice::Verbs { device } => {
+                any_verbs = true;
+                let opts = VerbsOptions {
+                    ip,
+                    device: device.clone(),
+                    gid_index: r.gid_index,
+                    dscp: cfg.dscp,
+                };
+                let transport = VerbsTransport::open(&opts, counters.clone())
+                    .with_context(|| format!("RNIC {}: verbs transport", r.name))?;
+                let (qpn, gid) = (transport.qpn(), transport.gid().clone());
+                tracing::info!(rnic = %r.name, %ip, transport = "verbs", device = %gid.device, port = gid.port, gid_index = gid.index, qpn, "RNIC transport");
+                let engine =
+                    EngineHandle::spawn(identity(qpn), transport, counters.clone(), buffer.clone())?;
+                (engine, qpn, Some(gid.gid.to_string()))
+            }
+        };
+        counters
+            .transports
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(r.name.clone(), choice.name());
+        engines.push((r.name.clone(), engine));
+        engine_ips.push(ip);
         rnics.push(RnicRegistration {
             ifname: r.name.clone(),
             ip,
-            gid: None,
+            gid,
             qpn,
             port: cfg.port,
             tor: r.tor.clone(),
@@ -106,6 +149,25 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
         });
     }
     let engines = Arc::new(engines);
+    let service = if service_on {
+        let opts = TrackerOptions {
+            controller_url: cfg.controller_url.clone(),
+            ownership: Ownership::for_agent(any_verbs)
+                .context("reading this thread's network namespace")?,
+            engine_ips,
+        };
+        Some(ServiceTracker::spawn(
+            cfg.service_tracing,
+            cfg.service_libraries.clone(),
+            opts,
+            engines.clone(),
+            service_timeouts,
+            counters.clone(),
+        )?)
+    } else {
+        *counters.service_route.lock().unwrap_or_else(|p| p.into_inner()) = "off";
+        None
+    };
     let registration: SharedRegistration = Arc::new(Mutex::new(None));
     let stop_control = Arc::new(StopSignal::default());
     let stop_upload = Arc::new(StopSignal::default());
@@ -142,6 +204,7 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
         stop_upload,
         engines,
         tracer,
+        service,
         control,
         uploader,
     })
@@ -214,7 +277,10 @@ impl AgentHandle {
             .control
             .join()
             .map_err(|_| anyhow::anyhow!("control thread panicked"));
-        // With the control thread gone, this handle holds the only reference to the engines.
+        if let Some(s) = self.service {
+            result = result.and(s.stop());
+        }
+        // With the control and service threads gone, this handle holds the only reference to the engines.
         let engines =
             Arc::try_unwrap(self.engines).map_err(|_| anyhow::anyhow!("engines still shared"))?;
         for (name, engine) in engines {

@@ -4,6 +4,7 @@ use anyhow::{Context, Result, bail, ensure};
 use rocemesh_proto::api::{MAX_NAME_LEN, MAX_RNICS_PER_HOST};
 use serde::Deserialize;
 use std::net::IpAddr;
+use std::path::PathBuf;
 
 /// Default UDP port of every responder (RoCE uses 4791; we sit next to it).
 pub const DEFAULT_PORT: u16 = 4792;
@@ -48,6 +49,71 @@ pub struct AgentConfig {
     /// How often every 5-tuple is traced again, in ms (timeouts trigger a trace at once).
     #[serde(default = "default_trace_refresh_ms")]
     pub trace_refresh_ms: u64,
+    /// Probe transport of every RNIC (`auto`: verbs where an RDMA device carries the IP).
+    #[serde(default)]
+    pub transport: TransportKind,
+    /// Hooks of the service tracer (`auto`: kernel route, else user route).
+    #[serde(default)]
+    pub service_tracing: ServiceTracing,
+    /// libibverbs files the user route hooks besides those found on the host and in
+    /// running processes (libraries at unusual paths; tests).
+    #[serde(default)]
+    pub service_libraries: Vec<PathBuf>,
+}
+
+/// Which transport the RNIC engines use.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TransportKind {
+    /// Verbs when an RDMA device carries the RNIC's IP, else UDP (decided per RNIC).
+    #[default]
+    Auto,
+    /// UDP sockets with kernel timestamps (any Ethernet).
+    Udp,
+    /// A UD QP per RNIC (real RoCE); failing to open it is a start error.
+    Verbs,
+}
+
+impl std::str::FromStr for TransportKind {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "udp" => Ok(Self::Udp),
+            "verbs" => Ok(Self::Verbs),
+            _ => bail!("unknown transport {s:?} (expected auto, udp or verbs)"),
+        }
+    }
+}
+
+/// Which hooks discover service RC connections (R-Pingmesh §4.2.2).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ServiceTracing {
+    /// Kernel route when ib_core BTF and kprobes are usable, else the user route.
+    #[default]
+    Auto,
+    /// kprobes on ib_core.
+    Kernel,
+    /// uprobes on every libibverbs copy found.
+    User,
+    /// No service tracing.
+    Off,
+}
+
+impl std::str::FromStr for ServiceTracing {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(Self::Auto),
+            "kernel" => Ok(Self::Kernel),
+            "user" => Ok(Self::User),
+            "off" => Ok(Self::Off),
+            _ => bail!("unknown service tracing route {s:?} (expected auto, kernel, user or off)"),
+        }
+    }
 }
 
 /// Default highest TTL of a trace: a 3-tier Clos is at most 5 routers deep.
@@ -97,6 +163,9 @@ impl AgentConfig {
             trace_max_hops: DEFAULT_TRACE_MAX_HOPS,
             trace_pps: DEFAULT_TRACE_PPS,
             trace_refresh_ms: DEFAULT_TRACE_REFRESH_MS,
+            transport: TransportKind::Auto,
+            service_tracing: ServiceTracing::Auto,
+            service_libraries: Vec::new(),
         }
     }
 
@@ -174,10 +243,18 @@ pub struct RnicConfig {
     /// Rail index in a rail-optimized fabric.
     #[serde(default)]
     pub rail: Option<u32>,
+    /// RDMA device carrying this RNIC (e.g. `mlx5_0`); found from the IP when not given.
+    #[serde(default)]
+    pub rdma_device: Option<String>,
+    /// GID index override of the verbs transport (needs `rdma_device`); by default the
+    /// RoCEv2 GID holding the RNIC's IP is used.
+    #[serde(default)]
+    pub gid_index: Option<u32>,
 }
 
 impl RnicConfig {
-    /// Parses the command-line form `name=ip[,tor=T][,rail=N]` or `name=@ifname[,...]`.
+    /// Parses the command-line form `name=ip[,tor=T][,rail=N][,device=D][,gid_index=N]`
+    /// or `name=@ifname[,...]`.
     pub fn parse(spec: &str) -> Result<RnicConfig> {
         let mut parts = spec.split(',');
         let head = parts.next().unwrap_or_default();
@@ -190,6 +267,8 @@ impl RnicConfig {
             interface: None,
             tor: None,
             rail: None,
+            rdma_device: None,
+            gid_index: None,
         };
         let addr = addr.trim();
         if let Some(ifname) = addr.strip_prefix('@') {
@@ -214,7 +293,15 @@ impl RnicConfig {
                             .with_context(|| format!("RNIC spec {spec:?}: bad rail {value:?}"))?,
                     )
                 }
-                other => bail!("RNIC spec {spec:?}: unknown key {other:?} (expected tor or rail)"),
+                "device" => rnic.rdma_device = Some(value.trim().to_string()),
+                "gid_index" => {
+                    rnic.gid_index = Some(value.trim().parse().with_context(|| {
+                        format!("RNIC spec {spec:?}: bad gid_index {value:?}")
+                    })?)
+                }
+                other => bail!(
+                    "RNIC spec {spec:?}: unknown key {other:?} (expected tor, rail, device or gid_index)"
+                ),
             }
         }
         rnic.validate()?;
@@ -243,6 +330,25 @@ impl RnicConfig {
             ensure!(
                 name_ok(t),
                 "RNIC {}: ToR name must be 1..={MAX_NAME_LEN} bytes",
+                self.name
+            );
+        }
+        if let Some(d) = &self.rdma_device {
+            ensure!(
+                name_ok(d),
+                "RNIC {}: RDMA device name must be 1..={MAX_NAME_LEN} bytes",
+                self.name
+            );
+        }
+        if let Some(i) = self.gid_index {
+            ensure!(
+                self.rdma_device.is_some(),
+                "RNIC {}: gid_index {i} needs the RDMA device (device=...)",
+                self.name
+            );
+            ensure!(
+                i <= u32::from(u8::MAX),
+                "RNIC {}: gid_index must be 0..=255, got {i}",
                 self.name
             );
         }

@@ -5,6 +5,7 @@
 //! prober/responder engine thread per RNIC) → [`upload`] (one bounded buffer, batches
 //! POSTed to the analyzer). [`control`] registers with the controller and hands the
 //! engines their pinglists; [`trace`] traces the path of every probe and ACK 5-tuple;
+//! [`service`] discovers service RC connections with eBPF and probes their 5-tuples;
 //! [`agent`] wires it all together behind [`start`].
 #![warn(missing_docs)]
 
@@ -13,6 +14,7 @@ pub mod config;
 pub mod control;
 pub mod discovery;
 pub mod probe;
+pub mod service;
 pub mod stats;
 mod stop;
 pub mod trace;
@@ -20,5 +22,5 @@ pub mod transport;
 pub mod upload;
 
 pub use agent::{AgentHandle, start};
-pub use config::{AgentConfig, RnicConfig};
+pub use config::{AgentConfig, RnicConfig, ServiceTracing, TransportKind};
 pub use stats::AgentStats;

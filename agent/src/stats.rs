@@ -56,6 +56,16 @@ pub struct Counters {
     pub trace_drops: AtomicU64,
     /// TRACE packets that reached one of our RNICs (counted and ignored).
     pub trace_received: AtomicU64,
+    /// Live traced service flows of this agent's RNICs (a gauge).
+    pub service_flows: AtomicU64,
+    /// Service-tracing events received (RTR, destroy, process exit; every process).
+    pub service_events: AtomicU64,
+    /// PROBEs of class `Service` sent.
+    pub service_probes: AtomicU64,
+    /// Route the service tracer runs on (`kernel`, `user`, `none`, `off`, `failed`).
+    pub service_route: Mutex<&'static str>,
+    /// Transport in use per RNIC name (`udp` or `verbs`).
+    pub transports: Mutex<BTreeMap<String, &'static str>>,
 }
 
 impl Counters {
@@ -122,6 +132,15 @@ impl Counters {
             paths_uploaded: get(&self.paths_uploaded),
             trace_drops: get(&self.trace_drops),
             trace_received: get(&self.trace_received),
+            service_flows: get(&self.service_flows),
+            service_events: get(&self.service_events),
+            service_probes: get(&self.service_probes),
+            service_route: *self.service_route.lock().unwrap_or_else(|p| p.into_inner()),
+            transports: self
+                .transports
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .clone(),
         }
     }
 }
@@ -185,4 +204,15 @@ pub struct AgentStats {
     pub trace_drops: u64,
     /// TRACE packets that reached us.
     pub trace_received: u64,
+    /// Live traced service flows of our RNICs.
+    pub service_flows: u64,
+    /// Service-tracing events received.
+    pub service_events: u64,
+    /// Service PROBEs sent.
+    pub service_probes: u64,
+    /// Route of the service tracer (`kernel`, `user`, `none`, `off`, `failed`; empty
+    /// until it started).
+    pub service_route: &'static str,
+    /// Transport per RNIC name (`udp` or `verbs`).
+    pub transports: BTreeMap<String, &'static str>,
 }

@@ -40,6 +40,7 @@ fn node(ip: &str, port: u16, qpn: u32, rnic_id: u32) -> Node {
         port,
         max_outstanding: 1024,
         trace: None,
+        service_timeouts: None,
     };
     let engine = EngineHandle::spawn(id, transport, counters.clone(), results.clone()).unwrap();
     engine.send(Command::RnicId(rnic_id)).unwrap();

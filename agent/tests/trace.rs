@@ -66,6 +66,7 @@ fn agent(ns: &str, ip: Ipv4Addr, qpn: u32, rnic_id: u32) -> Agent {
             port: PORT,
             max_outstanding: 1024,
             trace: Some(tracer.feed()),
+            service_timeouts: None,
         };
         let engine = EngineHandle::spawn(id, transport, counters.clone(), results.clone()).unwrap();
         engine.send(Command::RnicId(rnic_id)).unwrap();

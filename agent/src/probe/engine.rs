@@ -2,16 +2,17 @@
 //! and TX stamps, and sleeps in the transport until the next send or deadline.
 
 use super::prober::{AckOutcome, Prober};
-use super::responder::Responder;
+use super::responder::{Responder, ack_src_port};
 use super::schedule::Schedule;
+use crate::service::TimeoutFeed;
 use crate::stats::Counters;
 use crate::trace::{TraceFeed, TraceKey};
 use crate::transport::{Endpoint, Transport, TransportEvent};
 use crate::upload::buffer::ResultBuffer;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
-use rocemesh_proto::api::ProbeList;
-use rocemesh_proto::{Packet, PacketKind, ProbeResult};
+use rocemesh_proto::api::{PingTarget, ProbeList};
+use rocemesh_proto::{Packet, PacketKind, ProbeClass, ProbeResult};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -43,6 +44,8 @@ pub struct EngineIdentity {
     pub max_outstanding: usize,
     /// Where to report 5-tuples to trace (`None`: path tracing off).
     pub trace: Option<TraceFeed>,
+    /// Where to report service targets whose probes time out (their QPN may be stale).
+    pub service_timeouts: Option<Arc<TimeoutFeed>>,
 }
 
 /// A change the control plane hands an engine.
@@ -52,6 +55,8 @@ pub enum Command {
     RnicId(u32),
     /// New lists to probe, and the probe timeout.
     Lists(Vec<ProbeList>, Duration),
+    /// The traced service flows to probe now (replaces the previous set; empty = none).
+    ServiceTargets(Vec<PingTarget>),
 }
 
 /// Control of a running engine thread.
@@ -85,6 +90,7 @@ impl EngineHandle {
             commands: rx,
             stop: stop.clone(),
             trace: id.trace,
+            service_timeouts: id.service_timeouts,
         };
         let thread = std::thread::Builder::new()
             .name(id.name)
@@ -128,6 +134,7 @@ struct Engine<T> {
     commands: Receiver<Command>,
     stop: Arc<AtomicBool>,
     trace: Option<TraceFeed>,
+    service_timeouts: Option<Arc<TimeoutFeed>>,
 }
 
 impl<T: Transport> Engine<T> {
@@ -169,8 +176,12 @@ impl<T: Transport> Engine<T> {
                     if let Some(t) = &self.trace {
                         t.pinglist(self.transport.local_ip(), &lists);
                     }
-                    self.schedule =
-                        Schedule::new(lists, self.clock_ns(Instant::now()), &mut self.rng);
+                    let now = self.clock_ns(Instant::now());
+                    self.schedule.set_lists(lists, now, &mut self.rng);
+                }
+                Command::ServiceTargets(targets) => {
+                    let now = self.clock_ns(Instant::now());
+                    self.schedule.set_service(targets, now, &mut self.rng);
                 }
             }
         }
@@ -194,9 +205,13 @@ impl<T: Transport> Engine<T> {
             };
             let t1_wall_ns = rocemesh_proto::now_unix_ns();
             let t1 = Instant::now();
+            let probe = probe.with_src_port(target.src_port);
             match self.transport.send(&probe.encode(), to, target.src_port) {
                 Ok(tx) => {
                     self.counters.probes_sent.fetch_add(1, Relaxed);
+                    if class == ProbeClass::Service {
+                        self.counters.service_probes.fetch_add(1, Relaxed);
+                    }
                     self.prober.sent(&probe, target, t1, t1_wall_ns, tx);
                 }
                 Err(_) => {
@@ -206,12 +221,18 @@ impl<T: Transport> Engine<T> {
         }
     }
 
-    /// Asks the tracer to trace the 5-tuples of timed-out probes ahead of its queue.
+    /// Asks the tracer to trace the 5-tuples of timed-out probes ahead of its queue, and
+    /// tells the service tracker which service targets went silent.
     fn report_timeouts(&mut self, now: Instant) {
         let src = self.transport.local_ip();
         let timeouts = self.prober.take_timeouts();
-        if let Some(t) = &mut self.trace {
-            for target in timeouts {
+        for (class, target) in timeouts {
+            if class == ProbeClass::Service
+                && let Some(feed) = &self.service_timeouts
+            {
+                feed.report(target.ip);
+            }
+            if let Some(t) = &mut self.trace {
                 t.timed_out(
                     TraceKey {
                         src,
@@ -274,7 +295,7 @@ impl<T: Transport> Engine<T> {
                             let key = TraceKey {
                                 src,
                                 dst: rx.peer_ip,
-                                src_port: rx.peer_port,
+                                src_port: ack_src_port(&pkt, &rx),
                                 dst_port: self.responder.ack_port(),
                                 ack_direction: true,
                             };

@@ -53,7 +53,7 @@ pub struct Prober {
     /// Probes with both ACKs but no ② yet: finished after the current event batch.
     awaiting_tx: Vec<u32>,
     /// Targets of probes that timed out since the last [`Prober::take_timeouts`] (bounded).
-    timed_out: Vec<PingTarget>,
+    timed_out: Vec<(ProbeClass, PingTarget)>,
 }
 
 /// Most timed-out targets remembered between two [`Prober::take_timeouts`].
@@ -209,8 +209,8 @@ impl Prober {
         self.expiry.front().map(|(d, _)| *d)
     }
 
-    /// The targets whose probes timed out (no ACK at all) since the last call.
-    pub fn take_timeouts(&mut self) -> std::vec::Drain<'_, PingTarget> {
+    /// The targets (and classes) whose probes timed out (no ACK at all) since the last call.
+    pub fn take_timeouts(&mut self) -> std::vec::Drain<'_, (ProbeClass, PingTarget)> {
         self.timed_out.drain(..)
     }
 
@@ -265,7 +265,7 @@ impl Prober {
             }
             _ => {
                 if self.timed_out.len() < MAX_TIMED_OUT {
-                    self.timed_out.push(e.target);
+                    self.timed_out.push((e.class, e.target));
                 }
             }
         }

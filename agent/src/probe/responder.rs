@@ -72,7 +72,7 @@ impl Responder {
             port: self.port,
             qpn: probe.prober_qpn,
         };
-        let src_port = rx.peer_port;
+        let src_port = ack_src_port(probe, rx);
         let token = match transport.send(&probe.ack1(self.qpn).encode(), to, src_port) {
             Ok(t) => t,
             Err(_) => {
@@ -165,6 +165,12 @@ impl Responder {
     }
 }
 
+/// The source port ACKs of `probe` go back from: the one it was seen to come from, else
+/// (verbs over IPv4: no flow label in the GRH) the one the PROBE names.
+pub fn ack_src_port(probe: &Packet, rx: &RxDatagram) -> u16 {
+    rx.peer_port.unwrap_or(probe.src_port)
+}
+
 /// ④−③ from kernel/NIC stamps on one clock, else from application times (flagged `App`).
 pub fn responder_delay(
     t3: Option<Stamp>,
@@ -186,6 +192,17 @@ pub fn responder_delay(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn acks_leave_from_the_seen_port_else_the_named_one() {
+        let probe = Packet::probe(rocemesh_proto::ProbeClass::Service, 1, 2, 3, 4, 5, 6)
+            .with_src_port(0xC123);
+        let ip = "10.0.0.1".parse().unwrap();
+        let seen = RxDatagram::new(&probe.encode(), 64, ip, Some(50_000), None);
+        assert_eq!(ack_src_port(&probe, &seen), 50_000);
+        let unseen = RxDatagram::new(&probe.encode(), 64, ip, None, None);
+        assert_eq!(ack_src_port(&probe, &unseen), 0xC123);
+    }
 
     #[test]
     fn delay_uses_one_clock_only() {

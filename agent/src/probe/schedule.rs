@@ -8,6 +8,8 @@ use rocemesh_proto::api::{PingTarget, ProbeList};
 
 /// Highest rate a single list may ask for (a bad pinglist must not flood the fabric).
 pub const MAX_LIST_PPS: f64 = 100_000.0;
+/// Interval between two probes of one service flow (R-Pingmesh §4.2.2: 10 ms).
+pub const SERVICE_PROBE_INTERVAL_MS: f64 = 10.0;
 
 /// One list's round-robin over shuffled targets at a fixed interval.
 #[derive(Debug)]
@@ -70,26 +72,52 @@ impl ListSchedule {
     }
 }
 
-/// All lists of one RNIC.
+/// All lists of one RNIC: the pinglist's, and the traced service flows'.
 #[derive(Debug, Default)]
 pub struct Schedule {
     lists: Vec<ListSchedule>,
+    /// Kept apart so pinglist updates and service-flow changes replace only their own part.
+    service: Option<ListSchedule>,
 }
 
 impl Schedule {
     /// Schedules every usable list.
     pub fn new<R: Rng>(lists: Vec<ProbeList>, now_ns: u64, rng: &mut R) -> Self {
-        Self {
-            lists: lists
-                .into_iter()
-                .filter_map(|l| ListSchedule::new(l, now_ns, rng))
-                .collect(),
-        }
+        let mut s = Self::default();
+        s.set_lists(lists, now_ns, rng);
+        s
+    }
+
+    /// Replaces the pinglist's lists (the service targets stay).
+    pub fn set_lists<R: Rng>(&mut self, lists: Vec<ProbeList>, now_ns: u64, rng: &mut R) {
+        self.lists = lists
+            .into_iter()
+            .filter_map(|l| ListSchedule::new(l, now_ns, rng))
+            .collect();
+    }
+
+    /// Replaces the service targets: each is probed every [`SERVICE_PROBE_INTERVAL_MS`],
+    /// in a shuffled order, as class `Service` (slower only beyond [`MAX_LIST_PPS`]).
+    pub fn set_service<R: Rng>(&mut self, targets: Vec<PingTarget>, now_ns: u64, rng: &mut R) {
+        let list = ProbeList {
+            class: ProbeClass::Service,
+            pps: targets.len() as f64 * 1_000.0 / SERVICE_PROBE_INTERVAL_MS,
+            entries: targets,
+        };
+        self.service = ListSchedule::new(list, now_ns, rng);
+    }
+
+    fn all_mut(&mut self) -> impl Iterator<Item = &mut ListSchedule> {
+        self.lists.iter_mut().chain(self.service.as_mut())
     }
 
     /// Earliest due time over all lists, `None` when there is nothing to probe.
     pub fn next_due_ns(&self) -> Option<u64> {
-        self.lists.iter().map(ListSchedule::next_due_ns).min()
+        self.lists
+            .iter()
+            .chain(self.service.as_ref())
+            .map(ListSchedule::next_due_ns)
+            .min()
     }
 
     /// One target due at `now_ns`, from the most overdue list.
@@ -99,8 +127,7 @@ impl Schedule {
         rng: &mut R,
     ) -> Option<(ProbeClass, &PingTarget)> {
         let list = self
-            .lists
-            .iter_mut()
+            .all_mut()
             .filter(|l| l.next_ns <= now_ns)
             .min_by_key(|l| l.next_ns)?;
         list.pop_due(now_ns, rng)
@@ -184,6 +211,29 @@ mod tests {
         assert!(s.pop_due(stalled, &mut rng).is_some());
         assert!(s.pop_due(stalled, &mut rng).is_none());
         assert!(s.next_due_ns() > stalled && (s.next_due_ns() - phase).is_multiple_of(10_000_000));
+    }
+
+    #[test]
+    fn service_targets_every_10ms_beside_the_pinglist() {
+        let mut rng = StdRng::seed_from_u64(4);
+        let mut s = Schedule::new(vec![list(2, 10.0)], 0, &mut rng);
+        let mut svc = list(3, 1.0).entries;
+        svc.iter_mut().for_each(|t| t.rnic_id += 100);
+        s.set_service(svc, 0, &mut rng);
+        let sent = run(&mut s, &mut rng, 1_000_000_000);
+        let count = |lo: u32, hi: u32| sent.iter().filter(|(_, id)| (lo..hi).contains(id)).count();
+        // 3 flows at 100/s each, and the pinglist's 10/s untouched.
+        assert!((count(101, 104) as i64 - 300).abs() <= 1, "{}", count(101, 104));
+        assert!((count(1, 3) as i64 - 10).abs() <= 1);
+        for id in 101..104 {
+            let times: Vec<u64> = sent.iter().filter(|(_, i)| *i == id).map(|(t, _)| *t).collect();
+            assert!(times.windows(2).all(|w| w[1] - w[0] < 20_000_000), "{id}");
+        }
+        // A pinglist update keeps the service list; an empty service list removes it.
+        s.set_lists(Vec::new(), 1_000_000_000, &mut rng);
+        assert!(s.next_due_ns().is_some());
+        s.set_service(Vec::new(), 1_000_000_000, &mut rng);
+        assert_eq!(s.next_due_ns(), None);
     }
 
     #[test]

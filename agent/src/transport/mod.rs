@@ -4,11 +4,14 @@
 //! A [`Transport`] sends 64-byte payloads to an [`Endpoint`] from a chosen source port
 //! and reports two kinds of [`TransportEvent`]: received payloads with their RX stamp,
 //! and TX completions (the stamp of an earlier send, matched by [`TxToken`]). The UDP
-//! transport ([`udp`]) gets both from `SO_TIMESTAMPING`; an RDMA verbs transport gets
-//! them from completion-queue timestamps of a UD QP behind the same interface.
+//! transport ([`udp`]) gets both from `SO_TIMESTAMPING`; the RDMA verbs transport
+//! ([`verbs`]) gets them from completion-queue timestamps of a UD QP on the RNIC.
+//! [`select`] decides which one each RNIC uses.
 
+pub mod select;
 pub mod timestamping;
 pub mod udp;
+pub mod verbs;
 
 use rocemesh_proto::TimestampSource;
 use rocemesh_proto::packet::PACKET_LEN;
@@ -17,6 +20,7 @@ use std::net::IpAddr;
 use std::time::Duration;
 
 pub use udp::{UdpOptions, UdpTransport};
+pub use verbs::{VerbsOptions, VerbsTransport};
 
 /// A kernel or NIC timestamp, in ns of the clock its source implies.
 ///
@@ -56,8 +60,9 @@ pub struct RxDatagram {
     pub len: usize,
     /// Sender address.
     pub peer_ip: IpAddr,
-    /// Sender source port (the probe's ECMP entropy; ACKs go back from it).
-    pub peer_port: u16,
+    /// Sender source port (the probe's ECMP entropy; ACKs go back from it); `None` when
+    /// the transport cannot see it (verbs over IPv4: no flow label in the GRH).
+    pub peer_port: Option<u16>,
     /// RX timestamp ③/⑤, if the kernel or NIC gave one.
     pub stamp: Option<Stamp>,
 }
@@ -68,7 +73,7 @@ impl RxDatagram {
         bytes: &[u8],
         len: usize,
         peer_ip: IpAddr,
-        peer_port: u16,
+        peer_port: Option<u16>,
         stamp: Option<Stamp>,
     ) -> Self {
         let mut data = [0u8; RX_BUF_LEN];

@@ -246,7 +246,7 @@ impl UdpTransport {
                         &self.rx_buf,
                         r.len,
                         peer.ip(),
-                        peer.port(),
+                        Some(peer.port()),
                         r.control.stamp,
                     );
                     return Some(TransportEvent::Rx(d));
@@ -471,7 +471,7 @@ mod tests {
             };
             assert_eq!(
                 (d.peer_port, d.len, d.payload()),
-                (40_001, PACKET_LEN, &payload[..])
+                (Some(40_001), PACKET_LEN, &payload[..])
             );
             assert_eq!(d.stamp.map(|s| s.source), Some(TimestampSource::Software));
         }
