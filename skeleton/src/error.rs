@@ -52,6 +52,16 @@ pub enum Error {
     /// A configuration or generator parameter is out of range.
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
+    /// A rail has more RNICs than the clustering's memory bound allows.
+    #[error("rail {rail} has {rnics} RNICs, more than the limit of {limit}")]
+    TooLarge {
+        /// The rail.
+        rail: u16,
+        /// Its RNIC count.
+        rnics: usize,
+        /// [`crate::grouping::MAX_RAIL_RNICS`].
+        limit: usize,
+    },
     /// A pair or structure names an RNIC that is not among the endpoints.
     #[error("RNIC {0} is not an endpoint of this task")]
     UnknownRnic(u32),

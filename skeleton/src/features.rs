@@ -230,15 +230,19 @@ impl Stft {
         let w = self.window.len() as f64;
         bins.iter()
             .map(|&bin| {
+                let twiddle: Vec<Complex<f64>> = (0..self.window.len())
+                    .map(|n| Complex::from_polar(1.0, -TAU * bin * n as f64 / w))
+                    .collect();
                 (0..self.frames)
                     .map(|f| {
-                        let start = (f * self.hop) as f64;
-                        self.frame(x, f, mean)
-                            .enumerate()
-                            .map(|(n, v)| {
-                                Complex::from_polar(v, -TAU * bin * (start + n as f64) / w)
-                            })
-                            .sum()
+                        let start =
+                            Complex::from_polar(1.0, -TAU * bin * (f * self.hop) as f64 / w);
+                        let sum: Complex<f64> = self
+                            .frame(x, f, mean)
+                            .zip(&twiddle)
+                            .map(|(v, t)| t * v)
+                            .sum();
+                        sum * start
                     })
                     .collect()
             })

@@ -15,8 +15,10 @@
 //! measured against a noise floor below and the distance of unrelated
 //! traffic above.
 
+use std::collections::HashMap;
+
 use crate::{
-    Endpoint,
+    Endpoint, Error,
     features::TaskFeatures,
     fidelity::FallbackReason,
     linkage::{DistanceMatrix, agglomerate},
@@ -53,8 +55,26 @@ pub struct Grouping {
     /// Jump of the within-group distance after the chosen size (>= 1 means
     /// the chosen groups are tighter than the next coarser grouping).
     pub separation: f64,
-    /// Mean pairwise feature distance inside the chosen groups.
-    pub within: f64,
+}
+
+/// Most RNICs on one rail that a task may have: the per-rail distance
+/// matrix is `n^2` doubles (128 MiB at this limit, 2,048-RNIC tasks use 2 MiB).
+pub const MAX_RAIL_RNICS: usize = 4096;
+
+/// Rejects tasks whose per-rail distance matrix would not fit the memory bound.
+pub fn check_size(endpoints: &[Endpoint]) -> Result<(), Error> {
+    let mut per_rail: HashMap<u16, usize> = HashMap::new();
+    for e in endpoints {
+        *per_rail.entry(e.rail).or_default() += 1;
+    }
+    match per_rail.into_iter().find(|(_, n)| *n > MAX_RAIL_RNICS) {
+        Some((rail, rnics)) => Err(Error::TooLarge {
+            rail,
+            rnics,
+            limit: MAX_RAIL_RNICS,
+        }),
+        None => Ok(()),
+    }
 }
 
 /// Feature distance between two RNICs; infinite for RNICs of one host.
@@ -138,7 +158,7 @@ pub fn group(
         }
     }
     let (k, separation) = best.ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
-    let (dp, mut groups, within) = candidates
+    let (dp, mut groups, _) = candidates
         .into_iter()
         .nth(k)
         .ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
@@ -148,7 +168,6 @@ pub fn group(
         groups,
         dp,
         separation,
-        within,
     })
 }
 

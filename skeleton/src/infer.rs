@@ -74,6 +74,7 @@ impl Inference {
 pub fn infer(observations: &[Observation], config: &InferenceConfig) -> Result<Inference, Error> {
     validate_observations(observations)?;
     let endpoints: Vec<Endpoint> = observations.iter().map(|o| o.endpoint).collect();
+    grouping::check_size(&endpoints)?;
     let basic = basic_pairs(&endpoints)?;
     let feats = features::extract(observations, &config.features)?;
     let outcome = match structure(observations, &endpoints, &feats, config) {

@@ -154,3 +154,16 @@ fn generator_rejects_bad_parameters() {
         );
     }
 }
+
+#[test]
+fn oversized_rail_is_rejected_before_any_work() {
+    let observations: Vec<Observation> = (0..4097u32).map(|i| obs(i, i, vec![1.0; 64])).collect();
+    assert_eq!(
+        run(&observations),
+        Err(Error::TooLarge {
+            rail: 0,
+            rnics: 4097,
+            limit: 4096
+        })
+    );
+}
