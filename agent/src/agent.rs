@@ -272,6 +272,9 @@ impl AgentHandle {
     /// Stops the engines (their last results are kept), does one last upload (≤ 2 s) and
     /// joins every thread.
     pub fn shutdown(self) -> Result<()> {
+        if let Some(s) = &self.service {
+            s.request_stop();
+        }
         self.stop_control.stop();
         let mut result = self
             .control

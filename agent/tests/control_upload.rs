@@ -4,7 +4,7 @@
 mod common;
 
 use common::{Request, Response, serve};
-use rocemesh_agent::{AgentConfig, RnicConfig, start};
+use rocemesh_agent::{AgentConfig, RnicConfig, ServiceTracing, start};
 use rocemesh_proto::api::*;
 use rocemesh_proto::batch::{BatchHeader, decode_batch};
 use rocemesh_proto::path::TracedPath;
@@ -197,6 +197,9 @@ fn config(controller_url: String, ip: &str, port: u16) -> AgentConfig {
     cfg.host = "test-host".into();
     cfg.port = port;
     cfg.dscp = Some(26);
+    // These tests time uploads around shutdown; the service tracer (tested in service.rs)
+    // would add its start-up time to the shutdown.
+    cfg.service_tracing = ServiceTracing::Off;
     cfg
 }
 

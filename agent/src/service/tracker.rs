@@ -152,6 +152,12 @@ impl ServiceTracker {
         Ok(Self { stop, thread })
     }
 
+    /// Asks the thread to stop without waiting (it notices within ~100 ms, or once the
+    /// tracer has finished starting).
+    pub fn request_stop(&self) {
+        self.stop.stop();
+    }
+
     /// Stops the thread and joins it.
     pub fn stop(self) -> anyhow::Result<()> {
         self.stop.stop();
