@@ -7,11 +7,11 @@ use crate::discovery;
 use crate::probe::engine::{EngineHandle, EngineIdentity};
 use crate::probe::prober::DEFAULT_MAX_OUTSTANDING;
 use crate::probe::random_qpn;
+use crate::service::ownership::Ownership;
+use crate::service::{ServiceTracker, TimeoutFeed, TrackerOptions};
 use crate::stats::{AgentStats, Counters};
 use crate::stop::StopSignal;
 use crate::trace::{TracerHandle, TracerOptions};
-use crate::service::ownership::Ownership;
-use crate::service::{ServiceTracker, TimeoutFeed, TrackerOptions};
 use crate::transport::select::{self, Choice, list_rdma_devices};
 use crate::transport::udp::DEFAULT_SEND_SOCKETS;
 use crate::transport::{UdpOptions, UdpTransport, VerbsOptions, VerbsTransport};
@@ -109,8 +109,12 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
                 let transport = UdpTransport::open(opts, counters.clone())
                     .with_context(|| format!("RNIC {}", r.name))?;
                 let qpn = random_qpn();
-                let engine =
-                    EngineHandle::spawn(identity(qpn), transport, counters.clone(), buffer.clone())?;
+                let engine = EngineHandle::spawn(
+                    identity(qpn),
+                    transport,
+                    counters.clone(),
+                    buffer.clone(),
+                )?;
                 (engine, qpn, None)
             }
             Choice::Verbs { device } => {
@@ -125,8 +129,12 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
                     .with_context(|| format!("RNIC {}: verbs transport", r.name))?;
                 let (qpn, gid) = (transport.qpn(), transport.gid().clone());
                 tracing::info!(rnic = %r.name, %ip, transport = "verbs", device = %gid.device, port = gid.port, gid_index = gid.index, qpn, "RNIC transport");
-                let engine =
-                    EngineHandle::spawn(identity(qpn), transport, counters.clone(), buffer.clone())?;
+                let engine = EngineHandle::spawn(
+                    identity(qpn),
+                    transport,
+                    counters.clone(),
+                    buffer.clone(),
+                )?;
                 (engine, qpn, Some(gid.gid.to_string()))
             }
         };
@@ -165,7 +173,10 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
             counters.clone(),
         )?)
     } else {
-        *counters.service_route.lock().unwrap_or_else(|p| p.into_inner()) = "off";
+        *counters
+            .service_route
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = "off";
         None
     };
     let registration: SharedRegistration = Arc::new(Mutex::new(None));

@@ -295,9 +295,10 @@ impl RnicConfig {
                 }
                 "device" => rnic.rdma_device = Some(value.trim().to_string()),
                 "gid_index" => {
-                    rnic.gid_index = Some(value.trim().parse().with_context(|| {
-                        format!("RNIC spec {spec:?}: bad gid_index {value:?}")
-                    })?)
+                    rnic.gid_index =
+                        Some(value.trim().parse().with_context(|| {
+                            format!("RNIC spec {spec:?}: bad gid_index {value:?}")
+                        })?)
                 }
                 other => bail!(
                     "RNIC spec {spec:?}: unknown key {other:?} (expected tor, rail, device or gid_index)"
@@ -375,6 +376,63 @@ mod tests {
     }
 
     #[test]
+    fn transport_and_service_tracing_fields() {
+        let cfg: AgentConfig = toml::from_str(
+            "controller_url = \"http://c:1\"\n[[rnics]]\nname = \"a\"\nip = \"10.0.0.1\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (cfg.transport, cfg.service_tracing),
+            (TransportKind::Auto, ServiceTracing::Auto)
+        );
+        assert!(cfg.service_libraries.is_empty());
+        let cfg: AgentConfig = toml::from_str(
+            "controller_url = \"http://c:1\"\ntransport = \"verbs\"\nservice_tracing = \"user\"\n\
+             service_libraries = [\"/opt/lib/libibverbs.so.1\"]\n\
+             [[rnics]]\nname = \"a\"\nip = \"10.0.0.1\"\nrdma_device = \"mlx5_0\"\ngid_index = 3\n",
+        )
+        .unwrap();
+        assert_eq!(
+            (cfg.transport, cfg.service_tracing),
+            (TransportKind::Verbs, ServiceTracing::User)
+        );
+        assert_eq!(
+            cfg.service_libraries,
+            vec![PathBuf::from("/opt/lib/libibverbs.so.1")]
+        );
+        assert_eq!(
+            (cfg.rnics[0].rdma_device.as_deref(), cfg.rnics[0].gid_index),
+            (Some("mlx5_0"), Some(3))
+        );
+        cfg.validate().unwrap();
+        assert!(
+            toml::from_str::<AgentConfig>(
+                "controller_url = \"http://c:1\"\ntransport = \"rdma\"\nrnics = []\n"
+            )
+            .is_err()
+        );
+        // Command-line forms.
+        assert_eq!(
+            "Verbs".parse::<TransportKind>().unwrap(),
+            TransportKind::Verbs
+        );
+        assert_eq!(
+            " off ".parse::<ServiceTracing>().unwrap(),
+            ServiceTracing::Off
+        );
+        assert!(
+            format!("{:#}", "rdma".parse::<TransportKind>().unwrap_err())
+                .contains("auto, udp or verbs")
+        );
+        assert!("kprobe".parse::<ServiceTracing>().is_err());
+        let r = RnicConfig::parse("mlx5_0=10.0.0.1,device=mlx5_0,gid_index=3").unwrap();
+        assert_eq!(
+            (r.rdma_device.as_deref(), r.gid_index),
+            (Some("mlx5_0"), Some(3))
+        );
+    }
+
+    #[test]
     fn parse_errors_say_what_is_wrong() {
         for (spec, needle) in [
             ("mlx5_0", "expected name=ip"),
@@ -385,6 +443,9 @@ mod tests {
             ("=10.0.0.1", "RNIC name"),
             ("a=@", "bad interface"),
             ("a=@waytoolonginterfacename", "bad interface"),
+            ("a=10.0.0.1,gid_index=1", "needs the RDMA device"),
+            ("a=10.0.0.1,device=d,gid_index=x", "bad gid_index"),
+            ("a=10.0.0.1,device=d,gid_index=256", "0..=255"),
         ] {
             let err = format!("{:#}", RnicConfig::parse(spec).unwrap_err());
             assert!(err.contains(needle), "{spec}: {err}");

@@ -100,7 +100,11 @@ fn stand_in(cluster: Arc<Mutex<Cluster>>) -> impl Fn(&Request) -> Response {
         if req.method == "GET"
             && let Some(rest) = path.strip_prefix("/api/v1/pinglists/")
         {
-            let host_id = rest.split('?').next().and_then(|h| h.parse().ok()).unwrap_or(0);
+            let host_id = rest
+                .split('?')
+                .next()
+                .and_then(|h| h.parse().ok())
+                .unwrap_or(0);
             let mut r = Response::json(
                 200,
                 Pinglist {
@@ -116,7 +120,11 @@ fn stand_in(cluster: Arc<Mutex<Cluster>>) -> impl Fn(&Request) -> Response {
         if req.method == "GET"
             && let Some(ip) = path.strip_prefix("/api/v1/rnics/by-ip/")
         {
-            return match ip.parse().ok().and_then(|ip: IpAddr| c.rnics.get(&ip).cloned()) {
+            return match ip
+                .parse()
+                .ok()
+                .and_then(|ip: IpAddr| c.rnics.get(&ip).cloned())
+            {
                 Some(info) => Response::json(200, info),
                 None => Response::empty(404),
             };
@@ -145,20 +153,30 @@ fn stand_in(cluster: Arc<Mutex<Cluster>>) -> impl Fn(&Request) -> Response {
 }
 
 fn build(dir: &Path) -> (PathBuf, PathBuf) {
-    let ebpf_fx = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../ebpf/tests/fixtures"));
+    let ebpf_fx = Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../ebpf/tests/fixtures"
+    ));
     let own_fx = Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fixtures"));
     let lib = dir.join("libibverbs.so.1");
     let app = dir.join("service_app");
     let cc = |args: &[&str]| {
         let out = Command::new("cc").args(args).output().expect("cc");
-        assert!(out.status.success(), "cc {args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "cc {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     };
     cc(&[
         "-shared",
         "-fPIC",
         "-O0",
         "-Wl,-soname,libibverbs.so.1",
-        &format!("-Wl,--version-script={}", ebpf_fx.join("fakeverbs.map").display()),
+        &format!(
+            "-Wl,--version-script={}",
+            ebpf_fx.join("fakeverbs.map").display()
+        ),
         ebpf_fx.join("fakeverbs.c").to_str().unwrap(),
         "-o",
         lib.to_str().unwrap(),
@@ -175,7 +193,13 @@ fn build(dir: &Path) -> (PathBuf, PathBuf) {
 }
 
 /// A whole agent started inside `ns`, talking to a stand-in served in the same namespace.
-fn agent(ns: &str, host: &str, ip: IpAddr, lib: &Path, cluster: Arc<Mutex<Cluster>>) -> AgentHandle {
+fn agent(
+    ns: &str,
+    host: &str,
+    ip: IpAddr,
+    lib: &Path,
+    cluster: Arc<Mutex<Cluster>>,
+) -> AgentHandle {
     let (host, lib) = (host.to_string(), lib.to_path_buf());
     netns::in_netns(ns, move || {
         let url = serve(stand_in(cluster));
@@ -233,16 +257,25 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
         // No RDMA device here: auto means udp, and it says so.
         assert_eq!(a.stats().transports.get("r0"), Some(&"udp"));
     }
-    wait_for("registration and the tracers", Duration::from_secs(20), || {
-        [&a0, &a2]
-            .iter()
-            .all(|a| a.host_id().is_some() && a.stats().service_route == "user")
-    });
+    wait_for(
+        "registration and the tracers",
+        Duration::from_secs(20),
+        || {
+            [&a0, &a2]
+                .iter()
+                .all(|a| a.host_id().is_some() && a.stats().service_route == "user")
+        },
+    );
     let h2_qpn = cluster.lock().unwrap().rnics[&ip2].qpn;
 
     let mut child = ChildGuard(
         netns::command(&h0.netns, app.to_str().unwrap())
-            .args([&r2.ip.to_string(), "0x4242", &format!("{FLOW_LABEL:#x}"), "0x777"])
+            .args([
+                &r2.ip.to_string(),
+                "0x4242",
+                &format!("{FLOW_LABEL:#x}"),
+                "0x777",
+            ])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -256,12 +289,16 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
     let service_ok = |c: &Cluster| {
         c.results
             .iter()
-            .filter(|(h, r)| *h == 1 && r.class == ProbeClass::Service && r.status == ProbeStatus::Ok)
+            .filter(|(h, r)| {
+                *h == 1 && r.class == ProbeClass::Service && r.status == ProbeStatus::Ok
+            })
             .count()
     };
-    wait_for("answered service probes uploaded", Duration::from_secs(15), || {
-        service_ok(&cluster.lock().unwrap()) >= 50
-    });
+    wait_for(
+        "answered service probes uploaded",
+        Duration::from_secs(15),
+        || service_ok(&cluster.lock().unwrap()) >= 50,
+    );
     {
         let c = cluster.lock().unwrap();
         let service: Vec<&ProbeResult> = c
@@ -275,20 +312,36 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
             .collect();
         for r in &service {
             assert_eq!(
-                (r.prober_rnic, r.target_rnic, r.target_qpn, r.src_port, r.dst_port),
+                (
+                    r.prober_rnic,
+                    r.target_rnic,
+                    r.target_qpn,
+                    r.src_port,
+                    r.dst_port
+                ),
                 (1, 2, h2_qpn, sport, PORT),
                 "{r:?}"
             );
         }
-        let ok = service.iter().filter(|r| r.status == ProbeStatus::Ok).count();
+        let ok = service
+            .iter()
+            .filter(|r| r.status == ProbeStatus::Ok)
+            .count();
         assert!(ok * 10 >= service.len() * 9, "{ok} of {} ok", service.len());
     }
     let s0 = a0.stats();
     assert_eq!(s0.service_flows, 1, "{s0:?}");
     assert!(s0.service_events >= 1);
     let s2 = a2.stats();
-    assert_eq!((s2.service_flows, s2.service_probes), (0, 0), "another namespace: {s2:?}");
-    assert!(s2.service_events >= 1, "h2 saw the event and ignored it: {s2:?}");
+    assert_eq!(
+        (s2.service_flows, s2.service_probes),
+        (0, 0),
+        "another namespace: {s2:?}"
+    );
+    assert!(
+        s2.service_events >= 1,
+        "h2 saw the event and ignored it: {s2:?}"
+    );
     assert!(s2.acks_sent > 0, "h2 answered: {s2:?}");
     // Every 10 ms: ~100 probes/s on the flow.
     let (p1, t1) = (a0.stats().service_probes, Instant::now());
@@ -303,7 +356,10 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
     let after = a0.stats();
     std::thread::sleep(Duration::from_millis(500));
     let later = a0.stats();
-    assert_eq!(later.service_probes, after.service_probes, "still probing after destroy");
+    assert_eq!(
+        later.service_probes, after.service_probes,
+        "still probing after destroy"
+    );
     assert_eq!(later.service_flows, 0);
 
     writeln!(stdin, "go").unwrap();

@@ -223,10 +223,18 @@ mod tests {
         let sent = run(&mut s, &mut rng, 1_000_000_000);
         let count = |lo: u32, hi: u32| sent.iter().filter(|(_, id)| (lo..hi).contains(id)).count();
         // 3 flows at 100/s each, and the pinglist's 10/s untouched.
-        assert!((count(101, 104) as i64 - 300).abs() <= 1, "{}", count(101, 104));
+        assert!(
+            (count(101, 104) as i64 - 300).abs() <= 1,
+            "{}",
+            count(101, 104)
+        );
         assert!((count(1, 3) as i64 - 10).abs() <= 1);
         for id in 101..104 {
-            let times: Vec<u64> = sent.iter().filter(|(_, i)| *i == id).map(|(t, _)| *t).collect();
+            let times: Vec<u64> = sent
+                .iter()
+                .filter(|(_, i)| *i == id)
+                .map(|(t, _)| *t)
+                .collect();
             assert!(times.windows(2).all(|w| w[1] - w[0] < 20_000_000), "{id}");
         }
         // A pinglist update keeps the service list; an empty service list removes it.

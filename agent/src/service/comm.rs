@@ -199,7 +199,13 @@ pub(crate) mod tests {
         let mut cache = CommCache::default();
         let t0 = Instant::now();
         assert_eq!(cache.get(ip, t0, &fake).map(|i| i.qpn), Some(100));
-        assert_eq!(cache.get(ip, t0 + Duration::from_secs(299), &fake).unwrap().qpn, 100);
+        assert_eq!(
+            cache
+                .get(ip, t0 + Duration::from_secs(299), &fake)
+                .unwrap()
+                .qpn,
+            100
+        );
         assert_eq!(fake.calls.borrow().len(), 1, "served from the cache");
         // The peer restarted with a new QPN: seen at the 5-minute refresh...
         fake.add("10.0.0.2", 2, 200);
@@ -208,7 +214,13 @@ pub(crate) mod tests {
         // ... or at once after a timeout, but at most every MIN_REFETCH.
         fake.add("10.0.0.2", 2, 300);
         cache.invalidate(ip);
-        assert_eq!(cache.get(ip, t1 + Duration::from_secs(1), &fake).unwrap().qpn, 200);
+        assert_eq!(
+            cache
+                .get(ip, t1 + Duration::from_secs(1), &fake)
+                .unwrap()
+                .qpn,
+            200
+        );
         assert_eq!(cache.get(ip, t1 + MIN_REFETCH, &fake).unwrap().qpn, 300);
         assert_eq!(fake.calls.borrow().len(), 3);
     }
@@ -221,13 +233,22 @@ pub(crate) mod tests {
         let t0 = Instant::now();
         assert!(cache.get(ip, t0, &fake).is_none());
         fake.add("10.0.0.3", 3, 7);
-        assert!(cache.get(ip, t0 + Duration::from_secs(1), &fake).is_none(), "404 cached");
+        assert!(
+            cache.get(ip, t0 + Duration::from_secs(1), &fake).is_none(),
+            "404 cached"
+        );
         assert_eq!(cache.get(ip, t0 + RETRY, &fake).unwrap().qpn, 7);
         *fake.down.borrow_mut() = true;
         let t1 = t0 + RETRY + REFRESH;
         assert_eq!(cache.get(ip, t1, &fake).unwrap().qpn, 7, "kept while down");
         assert_eq!(fake.calls.borrow().len(), 3);
-        assert_eq!(cache.get(ip, t1 + Duration::from_secs(1), &fake).unwrap().qpn, 7);
+        assert_eq!(
+            cache
+                .get(ip, t1 + Duration::from_secs(1), &fake)
+                .unwrap()
+                .qpn,
+            7
+        );
         assert_eq!(fake.calls.borrow().len(), 3, "retried only after RETRY");
         cache.retain(|_| false);
         assert!(cache.is_empty());

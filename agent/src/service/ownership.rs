@@ -87,7 +87,11 @@ mod tests {
         let rule = Ownership::for_agent(false).unwrap();
         assert!(rule.owns(std::process::id(), NetnsId::of_pid));
         assert!(!rule.owns(u32::MAX - 1, NetnsId::of_pid), "no such process");
-        assert!(Ownership::for_agent(true).unwrap().owns(u32::MAX - 1, NetnsId::of_pid));
+        assert!(
+            Ownership::for_agent(true)
+                .unwrap()
+                .owns(u32::MAX - 1, NetnsId::of_pid)
+        );
         let other = NetnsId::fake(1);
         assert!(!rule.owns(7, |_| Some(other)));
     }

@@ -73,7 +73,10 @@ impl ServiceState {
             TableChange::Added | TableChange::Updated => true,
             TableChange::Removed(n) => n > 0,
             TableChange::Full => {
-                tracing::warn!(refused = self.table.refused(), "service flow table full; flow not probed");
+                tracing::warn!(
+                    refused = self.table.refused(),
+                    "service flow table full; flow not probed"
+                );
                 false
             }
         }
@@ -204,7 +207,9 @@ mod tests {
         let t = s.targets(Instant::now(), &fake);
         assert_eq!(t.len(), 1);
         assert_eq!(
-            t[0].iter().map(|t| (t.ip.to_string(), t.src_port, t.qpn)).collect::<Vec<_>>(),
+            t[0].iter()
+                .map(|t| (t.ip.to_string(), t.src_port, t.qpn))
+                .collect::<Vec<_>>(),
             vec![("10.0.0.2".to_string(), 0xC011, 0x22)]
         );
     }
@@ -224,7 +229,10 @@ mod tests {
         assert_eq!(s.targets(now, &fake)[0].len(), 2);
         assert!(s.apply(&ev(FlowEventKind::ProcessExit, 1, 0, "::", 0), netns_of));
         assert_eq!(
-            s.targets(now, &fake)[0].iter().map(|t| t.src_port).collect::<Vec<_>>(),
+            s.targets(now, &fake)[0]
+                .iter()
+                .map(|t| t.src_port)
+                .collect::<Vec<_>>(),
             vec![0xC013]
         );
         // Exit event lost: the sweep drops the dead process's flows.
@@ -257,6 +265,9 @@ mod tests {
         s.apply(&ev(FlowEventKind::Rtr, 1, 5, "127.0.0.9", 0x11), netns_of);
         let t = s.targets(Instant::now(), &fake);
         assert_eq!((t[0].len(), t[1].len()), (0, 1));
-        assert_eq!(route_source("127.0.0.9".parse().unwrap()), Some("127.0.0.1".parse().unwrap()));
+        assert_eq!(
+            route_source("127.0.0.9".parse().unwrap()),
+            Some("127.0.0.1".parse().unwrap())
+        );
     }
 }

@@ -70,7 +70,12 @@ pub fn start_tracer(
     libraries: Vec<PathBuf>,
     counters: &Counters,
 ) -> Option<ServiceTracer> {
-    let set_route = |name| *counters.service_route.lock().unwrap_or_else(|p| p.into_inner()) = name;
+    let set_route = |name| {
+        *counters
+            .service_route
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = name
+    };
     let opts = TracerOptions {
         route: tracer_route(route),
         libraries,
@@ -235,7 +240,9 @@ impl Run<'_> {
                     tracing::info!(rnic = %name, targets = t.len(), "service targets updated");
                     self.sent[i] = t;
                 }
-                Err(e) => tracing::warn!(rnic = %name, error = %e, "cannot hand the RNIC its service targets"),
+                Err(e) => {
+                    tracing::warn!(rnic = %name, error = %e, "cannot hand the RNIC its service targets")
+                }
             }
         }
     }

@@ -85,9 +85,7 @@ pub fn choose(
             let devices = match devices {
                 Ok(d) => d,
                 Err(e) => {
-                    return Choice::Udp {
-                        reason: e.clone(),
-                    };
+                    return Choice::Udp { reason: e.clone() };
                 }
             };
             let found = match &rnic.rdma_device {
@@ -170,7 +168,10 @@ mod tests {
         else {
             panic!("no device carries {ip}")
         };
-        assert!(reason.contains("10.9.9.9") && reason.contains("mlx5_0, mlx5_1"), "{reason}");
+        assert!(
+            reason.contains("10.9.9.9") && reason.contains("mlx5_0, mlx5_1"),
+            "{reason}"
+        );
         let Choice::Udp { reason } =
             choose(TransportKind::Auto, &rnic(Some("mlx5_9")), ip, &listing())
         else {
