@@ -79,6 +79,14 @@ fn measure(child: &Child, warmup: Duration, window: Duration) -> (f64, u64, u64)
     )
 }
 
+fn decommission(url: &str, host: &str) {
+    let mut resp = ureq::get(&format!("{url}/api/v1/hosts")).call().expect("hosts");
+    let hosts: Vec<rocemesh_proto::api::HostInfo> = resp.body_mut().read_json().expect("hosts json");
+    for h in hosts.iter().filter(|h| h.host == host) {
+        ureq::delete(&format!("{url}/api/v1/hosts/{}", h.id)).call().expect("decommission");
+    }
+}
+
 fn probes_per_second(url: &str) -> f64 {
     let mut resp = ureq::get(&format!("{url}/api/v1/sla/latest?scope=cluster"))
         .call()
@@ -111,6 +119,7 @@ fn main() {
     let (idle_cpu, idle_rss, _) = measure(&idle, Duration::from_secs(3), Duration::from_secs(10));
     let _ = idle.kill();
     let _ = idle.wait();
+    decommission(&url, "bench-1"); // otherwise the busy agent also probes the dead one inter-ToR
 
     let mut busy = spawn_agent(&url, RNICS);
     let (cpu, rss, hwm) = measure(&busy, Duration::from_secs(5), Duration::from_secs(30));

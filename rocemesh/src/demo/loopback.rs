@@ -14,19 +14,13 @@ fn rnic_ip(h: u8, r: u8) -> IpAddr {
     IpAddr::V4(Ipv4Addr::new(127, 77, h + 1, r + 1))
 }
 
-fn agent_config(url: &str, h: u8, args: &DemoArgs) -> AgentConfig {
+fn agent_config(url: &str, h: u8, args: &DemoArgs) -> Result<AgentConfig> {
     let rnics = (0..args.rnics_per_host)
-        .map(|r| RnicConfig {
-            name: format!("rnic{r}"),
-            ip: Some(rnic_ip(h, r)),
-            interface: None,
-            tor: Some(format!("tor-{}", h % args.tors)),
-            rail: Some(r as u32),
-        })
-        .collect();
+        .map(|r| RnicConfig::parse(&format!("rnic{r}={},tor=tor-{},rail={r}", rnic_ip(h, r), h % args.tors)))
+        .collect::<Result<Vec<_>>>()?;
     let mut cfg = AgentConfig::new(url, rnics);
     cfg.host = format!("demo-host-{h}");
-    cfg
+    Ok(cfg)
 }
 
 fn fetch_latest(url: &str, scope: &str) -> Result<Vec<SlaRow>> {
@@ -95,7 +89,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     );
     let mut agents: Vec<Option<AgentHandle>> = Vec::new();
     for h in 0..args.hosts {
-        agents.push(Some(rocemesh_agent::start(agent_config(&url, h, &args))?));
+        agents.push(Some(rocemesh_agent::start(agent_config(&url, h, &args)?)?));
     }
     println!(
         "agents started; figures appear once per {} ms period (network RTT from kernel timestamps)",
