@@ -215,6 +215,10 @@ async fn bench(db_path: &std::path::Path) -> anyhow::Result<()> {
     );
 
     let start = Instant::now();
+    analyzer.diagnose(now).await?;
+    let diagnose_ms = start.elapsed().as_secs_f64() * 1e3;
+
+    let start = Instant::now();
     analyzer.tick(now + period + cfg.grace_ms as i64).await?;
     let finalize_ms = start.elapsed().as_secs_f64() * 1e3;
     let rows = analyzer.latest().len();
@@ -238,6 +242,10 @@ async fn bench(db_path: &std::path::Path) -> anyhow::Result<()> {
     println!("| records ingested | {total} in {ingest_s:.2} s | >= 5,000,000 |");
     println!(
         "| finalize+store {RNICS}-RNIC period ms ({rows} rows) | {finalize_ms:.0} | < period ({period} ms) |"
+    );
+    println!(
+        "| diagnose a window of {} results ms | {diagnose_ms:.0} | < tick ({} ms) |",
+        cfg.diagnosis.max_records, cfg.diagnosis.tick_ms
     );
     println!(
         "| baseline: JSON decode records/s (serde_json) | {} | (binary / JSON = {:.1}x) |",

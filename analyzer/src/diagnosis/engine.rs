@@ -5,7 +5,9 @@
 use super::fabric::FabricMap;
 use super::intake::Liveness;
 use super::paths::{Element, End, PathStore, Route, Tuple, route};
-use super::tomography::{Finding, FlowObs, Params, alg1_votes, explain_away, located_suspects};
+use super::tomography::{
+    Finding, FlowObs, Params, alg1_votes, chernoff_score, explain_away, located_suspects,
+};
 use crate::config::DiagnosisConfig;
 use crate::registry::Registry;
 use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind};
@@ -328,21 +330,25 @@ impl Engine {
         let c = &self.cfg;
         let host_of = |r: u32| inp.registry.get(r).map(|e| e.host_id);
         let on_noisy = |r: u32| host_of(r).is_some_and(|h| noisy.contains_key(&h));
-        let mut mesh: Vec<(u32, u32, u32, u32)> = self
-            .flows
-            .iter()
-            .filter(|(k, f)| {
-                f.class == Some(ProbeClass::TorMesh) && !on_noisy(k.prober) && !on_noisy(k.target)
-            })
-            .map(|(k, f)| (k.prober, k.target, f.ok, f.timeouts + f.ack2_lost))
-            .collect();
+        // (probes to, fails to, probes from, fails from) per RNIC, and the ToR-mesh
+        // flows (prober, target, ok, failed) touching it.
+        let mut counts: HashMap<u32, [u32; 4]> = HashMap::new();
+        let mut touching: HashMap<u32, Vec<(u32, u32, u32, u32)>> = HashMap::new();
         let mut all_class: HashMap<u32, (u32, u32)> = HashMap::new();
         for (k, f) in &self.flows {
+            let fail = f.timeouts + f.ack2_lost;
             for r in [k.prober, k.target] {
                 let e = all_class.entry(r).or_default();
-                e.0 += f.ok + f.timeouts + f.ack2_lost;
-                e.1 += f.timeouts + f.ack2_lost;
+                e.0 += f.ok + fail;
+                e.1 += fail;
             }
+            if f.class != Some(ProbeClass::TorMesh) || on_noisy(k.prober) || on_noisy(k.target) {
+                continue;
+            }
+            let flow = (k.prober, k.target, f.ok, fail);
+            add_mesh_flow(&mut counts, flow, true);
+            touching.entry(k.prober).or_default().push(flow);
+            touching.entry(k.target).or_default().push(flow);
         }
         let ratio = |(n, f): (u32, u32)| {
             if n == 0 {
@@ -351,24 +357,32 @@ impl Engine {
                 f64::from(f) / f64::from(n)
             }
         };
+        // Background: the pooled ToR-mesh timeout ratio, at least the configured floor.
+        let (probes, fails) = counts.values().fold((0u64, 0u64), |(n, f), x| {
+            (n + u64::from(x[0]), f + u64::from(x[1]))
+        });
+        let floor = f64::from(c.background_loss_ppm) / 1e6;
+        let p0 = if probes == 0 {
+            floor
+        } else {
+            (fails as f64 / probes as f64).max(floor)
+        }
+        .min(0.5);
+        let over = |n: u32, f: u32| {
+            n >= c.rnic_min_probes
+                && u64::from(f) * 100 > u64::from(c.rnic_timeout_percent) * u64::from(n)
+        };
+        let significant = |x: &[u32; 4]| {
+            chernoff_score(f64::from(x[1] + x[3]), f64::from(x[0] + x[2]), p0)
+                >= f64::from(c.min_score)
+        };
+        let mut removed: HashSet<u32> = HashSet::new();
         loop {
-            // (probes to, fails to, probes from, fails from) per RNIC.
-            let mut counts: HashMap<u32, [u32; 4]> = HashMap::new();
-            for &(p, t, ok, fail) in &mesh {
-                let x = counts.entry(t).or_default();
-                x[0] += ok + fail;
-                x[1] += fail;
-                let y = counts.entry(p).or_default();
-                y[2] += ok + fail;
-                y[3] += fail;
-            }
-            let over = |n: u32, f: u32| {
-                n >= c.rnic_min_probes
-                    && u64::from(f) * 100 > u64::from(c.rnic_timeout_percent) * u64::from(n)
-            };
             let best = counts
                 .iter()
-                .filter(|(_, x)| over(x[0], x[1]) || over(x[2], x[3]))
+                .filter(|(r, x)| {
+                    !removed.contains(r) && (over(x[0], x[1]) || over(x[2], x[3])) && significant(x)
+                })
                 .map(|(&r, x)| {
                     let own = ratio((x[0] + x[2], x[1] + x[3]));
                     let all = ratio(all_class.get(&r).copied().unwrap_or_default());
@@ -384,14 +398,26 @@ impl Engine {
                 probes: u64::from(x[0] + x[2]),
                 timeouts: u64::from(x[1] + x[3]),
                 detail: format!(
-                    "ToR-mesh: {} of {} probes to it and {} of {} from it timed out (> {} %)",
-                    x[1], x[0], x[3], x[2], c.rnic_timeout_percent
+                    "ToR-mesh: {} of {} probes to it and {} of {} from it timed out (> {} %, background {:.2} %)",
+                    x[1],
+                    x[0],
+                    x[3],
+                    x[2],
+                    c.rnic_timeout_percent,
+                    p0 * 100.0
                 ),
                 ..Evidence::default()
             };
             self.sticky
                 .insert(r, (inp.now_ms + c.rnic_sticky_ms as i64, evidence));
-            mesh.retain(|&(p, t, _, _)| p != r && t != r);
+            removed.insert(r);
+            // Its probes no longer count against its peers.
+            for &flow in touching.get(&r).into_iter().flatten() {
+                let other = if flow.0 == r { flow.1 } else { flow.0 };
+                if !removed.contains(&other) {
+                    add_mesh_flow(&mut counts, flow, false);
+                }
+            }
         }
         self.sticky.retain(|_, (until, _)| *until > inp.now_ms);
         // Several RNICs of one host at once: the host, not its RNICs.
@@ -474,17 +500,27 @@ impl Engine {
             let n = tuple_ids.len();
             *tuple_ids.entry(t).or_insert(n)
         };
+        // Nothing failed or nothing was slow: that tomography has nothing to explain.
+        let c = &self.cfg;
+        let failures: u32 = keys.iter().map(|(_, f)| f.timeouts + f.ack2_lost).sum();
+        let slow_probes: u32 = keys.iter().map(|(_, f)| f.slow).sum();
+        let want_loss = f64::from(failures) >= f64::from(c.min_failures);
+        let want_slow = f64::from(slow_probes) >= MIN_SLOW;
+        if !want_loss && !want_slow {
+            return;
+        }
         for (k, f) in keys {
             let (Some(p), Some(t)) = (end(inp, k.prober), end(inp, k.target)) else {
                 continue;
             };
+            let with_text = f.timeouts + f.ack2_lost + f.slow > 0;
             let fwd_key = Tuple {
                 src: p.ip,
                 dst: t.ip,
                 sport: k.sport,
                 dport: k.dport,
             };
-            let fwd = route(inp.map, inp.paths.get(&fwd_key), &p, &t);
+            let fwd = route(inp.map, inp.paths.get(&fwd_key), &p, &t, with_text);
             let ack_key = Tuple {
                 src: t.ip,
                 dst: p.ip,
@@ -497,7 +533,7 @@ impl Engine {
                 ..ack_key
             };
             let ack_traces = inp.paths.get(&ack_key).or_else(|| inp.paths.get(&swapped));
-            let ack = route(inp.map, ack_traces, &t, &p);
+            let ack = route(inp.map, ack_traces, &t, &p, with_text);
             let ok_elems = union(&[&fwd.ok, &ack.ok]);
             let broken: Vec<&Route> = [&fwd, &ack]
                 .into_iter()
@@ -520,17 +556,19 @@ impl Engine {
             } else {
                 fwd_key
             };
-            loss.push(FlowObs {
-                flow: tuple_id(failed_tuple),
-                ok: f64::from(f.ok),
-                fail: f64::from(f.timeouts),
-                ok_elems: ok_elems.clone(),
-                fail_elems,
-                located,
-                break_device: break_device.clone(),
-                text: fwd.text.clone(),
-            });
-            if f.ack2_lost > 0 {
+            if want_loss {
+                loss.push(FlowObs {
+                    flow: tuple_id(failed_tuple),
+                    ok: f64::from(f.ok),
+                    fail: f64::from(f.timeouts),
+                    ok_elems: ok_elems.clone(),
+                    fail_elems,
+                    located,
+                    break_device: break_device.clone(),
+                    text: fwd.text.clone(),
+                });
+            }
+            if want_loss && f.ack2_lost > 0 {
                 loss.push(FlowObs {
                     flow: tuple_id(ack_key),
                     ok: 0.0,
@@ -542,7 +580,7 @@ impl Engine {
                     text: ack.text.clone(),
                 });
             }
-            if f.ok > 0 {
+            if want_slow && f.ok > 0 {
                 slow.push(FlowObs {
                     flow: tuple_id(fwd_key),
                     ok: f64::from(f.ok - f.slow),
@@ -555,7 +593,6 @@ impl Engine {
                 });
             }
         }
-        let c = &self.cfg;
         let loss_params = Params {
             min_score: f64::from(c.min_score),
             min_failures: f64::from(c.min_failures),
@@ -664,6 +701,24 @@ impl Engine {
                 Some(b) if m > b * c.latency_factor as f64 && m - b > c.latency_min_ns as f64 => b,
                 Some(b) => b + (m - b) * BASELINE_DRIFT,
             });
+        }
+    }
+}
+
+/// Adds (or takes away) one ToR-mesh flow to its target's and prober's counts.
+fn add_mesh_flow(
+    counts: &mut HashMap<u32, [u32; 4]>,
+    (p, t, ok, fail): (u32, u32, u32, u32),
+    add: bool,
+) {
+    for (r, at) in [(t, 0), (p, 2)] {
+        let x = counts.entry(r).or_default();
+        if add {
+            x[at] += ok + fail;
+            x[at + 1] += fail;
+        } else {
+            x[at] -= ok + fail;
+            x[at + 1] -= fail;
         }
     }
 }

@@ -278,19 +278,33 @@ fn break_candidates(
     (cands, Some(device))
 }
 
-/// What the traces of one direction (`src` -> `dst`) say.
-pub fn route(map: &FabricMap, traces: Option<&Traces>, src: &End, dst: &End) -> Route {
+/// What the traces of one direction (`src` -> `dst`) say; the hop list text is
+/// only written `with_text` (it is evidence for failed flows, not needed otherwise).
+pub fn route(
+    map: &FabricMap,
+    traces: Option<&Traces>,
+    src: &End,
+    dst: &End,
+    with_text: bool,
+) -> Route {
+    let text = |hops: &[Option<IpAddr>], to: Option<&End>| {
+        if with_text {
+            describe(map, hops, src, to)
+        } else {
+            String::new()
+        }
+    };
     let Some(t) = traces.filter(|_| src.tor != dst.tor) else {
         let mut fail = Vec::new();
         ecmp_candidates(map, src, dst, &mut fail);
         // An arrival vouches for each candidate as much as a loss votes for it.
         let ok = fail.clone();
-        let text = format!(
-            "{} {} {}",
-            src.name,
-            if src.tor == dst.tor { src.tor } else { "..." },
-            dst.name
-        );
+        let via = if src.tor == dst.tor { src.tor } else { "..." };
+        let text = if with_text {
+            format!("{} {via} {}", src.name, dst.name)
+        } else {
+            String::new()
+        };
         return Route {
             ok,
             fail,
@@ -306,7 +320,7 @@ pub fn route(map: &FabricMap, traces: Option<&Traces>, src: &End, dst: &End) -> 
             ok: path.clone(),
             fail: path,
             break_device: None,
-            text: describe(map, &hops, src, Some(dst)),
+            text: text(&hops, Some(dst)),
         };
     }
     let hops = switch_hops(&t.latest);
@@ -323,7 +337,7 @@ pub fn route(map: &FabricMap, traces: Option<&Traces>, src: &End, dst: &End) -> 
         ok,
         fail,
         break_device,
-        text: describe(map, &hops, src, None),
+        text: text(&hops, None),
     }
 }
 
@@ -391,7 +405,7 @@ mod tests {
             sport: 50_000,
             dport: 4791,
         };
-        let r = route(&map, store.get(&key), &a, &b);
+        let r = route(&map, store.get(&key), &a, &b, true);
         let names: Vec<_> = r.fail.iter().map(|(e, _)| e.clone()).collect();
         assert_eq!(
             names,
@@ -406,7 +420,7 @@ mod tests {
         assert_eq!(r.text, "h0/r0 t0 s1 t1 h1/r0");
         // An older trace arriving late changes nothing.
         store.insert(&trace(&["198.18.0.0"], false, 0));
-        assert_eq!(route(&map, store.get(&key), &a, &b), r);
+        assert_eq!(route(&map, store.get(&key), &a, &b, true), r);
     }
 
     #[test]
@@ -423,7 +437,7 @@ mod tests {
         store.insert(&trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], true, 1));
         // Broke after t0: the link t0 takes towards s1 (from the complete trace).
         store.insert(&trace(&["198.18.0.0", "*", "*"], false, 2));
-        let r = route(&map, store.get(&key), &a, &b);
+        let r = route(&map, store.get(&key), &a, &b, true);
         assert_eq!(r.fail, [(link("t0-s1"), 1.0)]);
         assert_eq!(r.break_device.as_deref(), Some("t0"));
         assert_eq!(r.ok.len(), 4, "arrivals still vouch for the complete path");
@@ -434,13 +448,13 @@ mod tests {
             3,
         ));
         assert_eq!(
-            route(&map, store.get(&key), &a, &b).fail,
+            route(&map, store.get(&key), &a, &b, true).fail,
             [(Element::Rnic(2), 1.0)]
         );
         // Nothing answered: the prober's own RNIC.
         store.insert(&trace(&["*", "*"], false, 4));
         assert_eq!(
-            route(&map, store.get(&key), &a, &b).fail,
+            route(&map, store.get(&key), &a, &b, true).fail,
             [(Element::Rnic(1), 1.0)]
         );
     }
@@ -450,7 +464,7 @@ mod tests {
         let map = FabricMap::parse(MAP).unwrap();
         let (a, b) = ends();
         // No trace: either RNIC, or any uplink of either ToR at 1/2 each.
-        let r = route(&map, None, &a, &b);
+        let r = route(&map, None, &a, &b, true);
         assert_eq!(r.fail.len(), 6);
         assert!(r.fail.contains(&(link("t1-s0"), 0.5)));
         // Partial trace without a complete one: t0's links except the one it came in on.
@@ -462,11 +476,11 @@ mod tests {
             sport: 50_000,
             dport: 4791,
         };
-        let r = route(&map, store.get(&key), &a, &b);
+        let r = route(&map, store.get(&key), &a, &b, true);
         assert_eq!(r.fail, [(link("t0-s0"), 0.5), (link("t0-s1"), 0.5)]);
         // An unanswered spine between two known ToRs: either spine's pair of links.
         store.insert(&trace(&["198.18.0.0", "*", "198.19.0.6"], true, 2));
-        let r = route(&map, store.get(&key), &a, &b);
+        let r = route(&map, store.get(&key), &a, &b, true);
         assert!(r.fail.contains(&(link("t0-s1"), 0.5)) && r.fail.contains(&(link("t1-s0"), 0.5)));
     }
 

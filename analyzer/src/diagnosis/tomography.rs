@@ -80,80 +80,120 @@ pub fn chernoff_score(f: f64, n: f64, p: f64) -> f64 {
     n * kl
 }
 
-#[derive(Default)]
+#[derive(Default, Clone, Copy)]
 struct Tally {
     fail: f64,
     ok: f64,
     located: f64,
 }
 
-fn tally<'a>(obs: &'a [FlowObs], live: &[bool]) -> HashMap<&'a Element, Tally> {
-    let mut t: HashMap<&Element, Tally> = HashMap::new();
-    for (o, _) in obs.iter().zip(live).filter(|(_, l)| **l) {
+/// Observations with their components interned to dense ids, so the rounds of
+/// explain-away index vectors instead of hashing names.
+struct Compiled<'a> {
+    elements: Vec<&'a Element>,
+    ok: Vec<Vec<(usize, f64)>>,
+    fail: Vec<Vec<(usize, f64)>>,
+}
+
+fn compile(obs: &[FlowObs]) -> Compiled<'_> {
+    fn intern<'a>(
+        list: &'a [(Element, f64)],
+        ids: &mut HashMap<&'a Element, usize>,
+        elements: &mut Vec<&'a Element>,
+    ) -> Vec<(usize, f64)> {
+        list.iter()
+            .map(|(e, w)| {
+                let id = *ids.entry(e).or_insert_with(|| {
+                    elements.push(e);
+                    elements.len() - 1
+                });
+                (id, *w)
+            })
+            .collect()
+    }
+    let mut ids = HashMap::new();
+    let mut elements = Vec::new();
+    let mut ok = Vec::with_capacity(obs.len());
+    let mut fail = Vec::with_capacity(obs.len());
+    for o in obs {
+        ok.push(intern(&o.ok_elems, &mut ids, &mut elements));
+        fail.push(intern(&o.fail_elems, &mut ids, &mut elements));
+    }
+    Compiled { elements, ok, fail }
+}
+
+fn tally(obs: &[FlowObs], c: &Compiled, live: &[bool]) -> Vec<Tally> {
+    let mut t = vec![Tally::default(); c.elements.len()];
+    for (i, o) in obs.iter().enumerate().filter(|(i, _)| live[*i]) {
         if o.fail > 0.0 {
-            for (e, w) in &o.fail_elems {
-                let x = t.entry(e).or_default();
-                x.fail += o.fail * w;
+            for &(e, w) in &c.fail[i] {
+                t[e].fail += o.fail * w;
                 if o.located {
-                    x.located += o.fail * w;
+                    t[e].located += o.fail * w;
                 }
             }
         }
         if o.ok > 0.0 {
-            for (e, w) in &o.ok_elems {
-                t.entry(e).or_default().ok += o.ok * w;
+            for &(e, w) in &c.ok[i] {
+                t[e].ok += o.ok * w;
             }
         }
     }
     t
 }
 
-/// Background failure ratio: the lower quartile of the components' (a fault
-/// drags many components' ratios up with it), at least `floor`.
-fn background(t: &HashMap<&Element, Tally>, floor: f64) -> f64 {
-    let mut ratios: Vec<f64> = t
-        .values()
-        .filter(|x| x.fail + x.ok >= 10.0)
-        .map(|x| x.fail / (x.fail + x.ok))
-        .collect();
-    if ratios.is_empty() {
-        return floor;
+/// Background failure ratio: pooled over the observations still unexplained (a
+/// fault found in one round stops inflating it in the next), at least `floor`.
+fn background(obs: &[FlowObs], live: &[bool], floor: f64) -> f64 {
+    let (fail, all) = obs
+        .iter()
+        .zip(live)
+        .filter(|(_, l)| **l)
+        .fold((0.0, 0.0), |(f, n), (o, _)| (f + o.fail, n + o.fail + o.ok));
+    if all > 0.0 {
+        (fail / all).max(floor)
+    } else {
+        floor
     }
-    ratios.sort_by(f64::total_cmp);
-    ratios[ratios.len() / 4].max(floor)
 }
 
 /// Greedy explain-away; findings in the order they were blamed.
 pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
+    let c = compile(obs);
     let mut live: Vec<bool> = obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect();
+    // Many components tested at once: beyond a hundred, each needs more evidence
+    // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
+    let min_score = p.min_score + (c.elements.len() as f64 / 100.0).max(1.0).ln();
     let mut found = Vec::new();
     // Each round removes at least one failed observation: bounded by their number.
     loop {
-        let t = tally(obs, &live);
-        let p0 = background(&t, p.floor).min(0.5);
+        let t = tally(obs, &c, &live);
+        let p0 = background(obs, &live, p.floor).min(0.5);
         let best = t
             .iter()
+            .enumerate()
             .filter(|(_, x)| x.fail >= p.min_failures && x.fail >= p.min_share * (x.fail + x.ok))
             .map(|(e, x)| {
                 let score = chernoff_score(x.fail, x.fail + x.ok, p0);
                 // A break located by a fresh trace beats a tie of whole paths.
                 let rank = score * (1.0 + 0.1 * x.located / x.fail);
-                (rank, score, *e, x)
+                (rank, score, e, *x)
             })
-            .filter(|(_, score, _, _)| *score >= p.min_score)
-            .max_by(|a, b| a.0.total_cmp(&b.0).then_with(|| b.2.cmp(a.2)));
+            .filter(|(_, score, _, _)| *score >= min_score)
+            .max_by(|a, b| {
+                a.0.total_cmp(&b.0)
+                    .then_with(|| c.elements[b.2].cmp(c.elements[a.2]))
+            });
         let Some((_, score, element, x)) = best else {
             break;
         };
-        let element = element.clone();
-        let (failures, ok) = (x.fail, x.ok);
         let mut per_flow: HashMap<usize, (f64, Option<String>)> = HashMap::new();
         let mut examples = Vec::new();
         for (i, o) in obs.iter().enumerate() {
             if !live[i] || o.fail <= 0.0 {
                 continue;
             }
-            if let Some((_, w)) = o.fail_elems.iter().find(|(e, _)| *e == element) {
+            if let Some(&(_, w)) = c.fail[i].iter().find(|(e, _)| *e == element) {
                 let f = per_flow.entry(o.flow).or_insert((0.0, None));
                 f.0 += o.fail * w;
                 if o.break_device.is_some() {
@@ -167,13 +207,13 @@ pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
         }
         let top = per_flow.values().max_by(|a, b| a.0.total_cmp(&b.0));
         let single_flow_break = top
-            .filter(|(f, _)| per_flow.len() == 1 || *f >= 0.9 * failures)
-            .filter(|_| ok >= (4.0 * p.min_failures).max(10.0))
+            .filter(|(f, _)| per_flow.len() == 1 || *f >= 0.9 * x.fail)
+            .filter(|_| x.ok >= (4.0 * p.min_failures).max(10.0))
             .map(|(_, dev)| dev.clone());
         found.push(Finding {
-            element,
-            failures,
-            ok,
+            element: c.elements[element].clone(),
+            failures: x.fail,
+            ok: x.ok,
             score,
             background: p0,
             examples,
@@ -187,11 +227,13 @@ pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
 /// or not explain-away blamed them (a sibling may have explained their failures):
 /// evidence that a whole switch is down.
 pub fn located_suspects(obs: &[FlowObs], min_failures: f64) -> Vec<Element> {
-    let live = vec![true; obs.len()];
-    let mut v: Vec<Element> = tally(obs, &live)
-        .into_iter()
+    let c = compile(obs);
+    let t = tally(obs, &c, &vec![true; obs.len()]);
+    let mut v: Vec<Element> = t
+        .iter()
+        .enumerate()
         .filter(|(_, x)| x.located >= min_failures && x.fail >= x.ok)
-        .map(|(e, _)| e.clone())
+        .map(|(e, _)| c.elements[e].clone())
         .collect();
     v.sort();
     v
