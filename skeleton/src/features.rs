@@ -312,3 +312,100 @@ impl Stft {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Endpoint;
+
+    /// Bursts of 3 samples every `period` samples starting at `offset`.
+    fn bursts(len: usize, period: usize, offset: usize) -> Vec<f64> {
+        (0..len)
+            .map(|k| {
+                if (k + period - offset % period) % period < 3 {
+                    100.0
+                } else {
+                    1.0
+                }
+            })
+            .collect()
+    }
+
+    fn observe(series: Vec<Vec<f64>>) -> Vec<Observation> {
+        series
+            .into_iter()
+            .enumerate()
+            .map(|(i, bytes)| Observation {
+                endpoint: Endpoint {
+                    id: i as u32,
+                    host: i as u32,
+                    rail: 0,
+                },
+                bytes,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn later_bursts_have_smaller_phase_and_period_is_found() {
+        let obs = observe(vec![
+            bursts(256, 16, 0),
+            bursts(256, 16, 2),
+            bursts(256, 16, 4),
+        ]);
+        let f = extract(&obs, &FeatureConfig::default()).expect("valid series");
+        assert!(
+            (f.period_samples - 16.0).abs() < 0.2,
+            "{}",
+            f.period_samples
+        );
+        let p: Vec<f64> = f.rnics.iter().map(|r| r.phases[0]).collect();
+        assert!(p[0] > p[1] && p[1] > p[2], "{p:?}");
+        // 2 samples of a 16-sample period = 45 degrees.
+        assert!((p[0] - p[1] - TAU / 8.0).abs() < 0.05, "{p:?}");
+        assert!(
+            f.rnics
+                .iter()
+                .all(|r| r.coherence > 0.99 && r.periodicity > 2.0)
+        );
+    }
+
+    #[test]
+    fn scale_does_not_change_the_spectrum() {
+        let small = bursts(128, 16, 0);
+        let big: Vec<f64> = small.iter().map(|v| v * 1000.0).collect();
+        let f =
+            extract(&observe(vec![small, big]), &FeatureConfig::default()).expect("valid series");
+        let diff: f64 = f.rnics[0]
+            .spectrum
+            .iter()
+            .zip(&f.rnics[1].spectrum)
+            .map(|(a, b)| (a - b).abs())
+            .sum();
+        assert!(diff < 1e-9, "{diff}");
+    }
+
+    #[test]
+    fn white_noise_is_not_periodic() {
+        // Deterministic pseudo-random series (LCG), no cycle within 512 samples.
+        let mut state = 12345u64;
+        let noise: Vec<Vec<f64>> = (0..4)
+            .map(|_| {
+                (0..512)
+                    .map(|_| {
+                        state = state
+                            .wrapping_mul(6364136223846793005)
+                            .wrapping_add(1442695040888963407);
+                        (state >> 33) as f64
+                    })
+                    .collect()
+            })
+            .collect();
+        let f = extract(&observe(noise), &FeatureConfig::default()).expect("valid series");
+        assert!(
+            f.rnics.iter().all(|r| r.periodicity < 1.5),
+            "{:?}",
+            f.rnics.iter().map(|r| r.periodicity).collect::<Vec<_>>()
+        );
+    }
+}

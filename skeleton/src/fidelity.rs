@@ -25,7 +25,7 @@ impl Default for FidelityConfig {
             min_periodicity: 1.5,
             min_coherence: 0.5,
             min_separation: 3.0,
-            min_stage_separation: 2.0,
+            min_stage_separation: 1.5,
             min_member_correlation: 0.5,
         }
     }

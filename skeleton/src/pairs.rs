@@ -37,3 +37,40 @@ pub fn basic_pairs(endpoints: &[Endpoint]) -> Result<Vec<Pair>, Error> {
     pairs.sort_unstable();
     Ok(pairs)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ep(id: u32, host: u32, rail: u16) -> Endpoint {
+        Endpoint { id, host, rail }
+    }
+
+    #[test]
+    fn basic_pairs_are_same_rail_across_hosts() {
+        // Two hosts with two rails, plus a host with a second RNIC on rail 0.
+        let endpoints = [
+            ep(4, 1, 1),
+            ep(1, 0, 0),
+            ep(2, 0, 1),
+            ep(3, 1, 0),
+            ep(5, 2, 0),
+            ep(6, 2, 0),
+        ];
+        assert_eq!(
+            basic_pairs(&endpoints),
+            Ok(vec![(1, 3), (1, 5), (1, 6), (2, 4), (3, 5), (3, 6)])
+        );
+    }
+
+    #[test]
+    fn basic_is_eight_times_smaller_with_eight_rails() {
+        let endpoints: Vec<Endpoint> = (0..64u32)
+            .flat_map(|h| (0..8u16).map(move |r| ep(h * 8 + r as u32, h, r)))
+            .collect();
+        let basic = basic_pairs(&endpoints).expect("valid endpoints");
+        assert_eq!(basic.len(), 8 * full_mesh_len(64));
+        assert_eq!(full_mesh_len(512), 130_816);
+        assert!(full_mesh_len(512) as f64 / basic.len() as f64 >= 8.0);
+    }
+}

@@ -347,3 +347,45 @@ pub fn unstructured(
     }
     out
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn transfers_inside_a_host_add_no_rnic_bytes() {
+        // One replica per 4-RNIC host: pipeline traffic stays on NVLink, so
+        // only the all-reduce talks, and never within a host.
+        let job = SyntheticJob {
+            rnics_per_host: 4,
+            noise: 0.0,
+            ..SyntheticJob::new(2, 2, 4)
+        };
+        let trace = job.generate().expect("valid job");
+        let host = |id: u32| (id - job.first_id) / 4;
+        assert!(trace.talking_pairs.iter().all(|&(a, b)| host(a) != host(b)));
+        // Talking pairs are exactly the DP groups' pairs: 4 groups x 6.
+        assert_eq!(trace.talking_pairs.len(), 4 * 6);
+        let total: f64 = trace
+            .observations
+            .iter()
+            .map(|o| o.bytes.iter().sum::<f64>())
+            .sum();
+        let per_iteration = 16.0 * job.allreduce_bytes * 2.0 * 3.0 / 4.0;
+        let iterations = job.samples as f64 * job.interval_s / job.period_s;
+        assert!(
+            (total / per_iteration - iterations).abs() < 1.5,
+            "{}",
+            total / per_iteration
+        );
+    }
+
+    #[test]
+    fn burst_bytes_are_conserved_across_intervals() {
+        let mut s = vec![0.0; 10];
+        add_burst(&mut s, 1.0, 2.5, 1.5, 300.0);
+        assert_eq!(s[2], 100.0);
+        assert_eq!(s[3], 200.0);
+        assert_eq!(s.iter().sum::<f64>(), 300.0);
+    }
+}
