@@ -202,6 +202,15 @@ impl Engine {
                     tally.restart_timeouts += 1;
                     continue;
                 }
+                // Sent before the target's agent was first heard of (plus the pinglist
+                // grace): start-up, not a fault, and not worth a problem either.
+                let starting = inp
+                    .hosts
+                    .get(&t.host_id)
+                    .is_none_or(|l| send_ms <= l.first_upload_ms + c.restart_grace_ms as i64);
+                if starting {
+                    continue;
+                }
                 if last < send_ms + c.liveness_margin_ms as i64 {
                     continue; // not yet known whether the target host was alive
                 }
@@ -948,6 +957,7 @@ mod tests {
                         Liveness {
                             epoch: 1,
                             last_upload_ms: NOW,
+                            first_upload_ms: NOW - 60_000,
                             restarts: VecDeque::new(),
                         },
                     )
@@ -1234,6 +1244,23 @@ mod tests {
         sim.run(&mut |_, d, _, _| (false, if d == slow { 20_000_000 } else { 0 }));
         let got = found(&sim.diagnose(&mut engine, &map));
         assert_eq!(got, [(ProblemKind::HighLatency, "h2/r0".to_string())]);
+    }
+
+    #[test]
+    fn timeouts_towards_an_agent_not_yet_started_are_not_faults() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        let late = rnic(1, 1);
+        sim.run(&mut |_, _, _, _| (false, 0));
+        sim.records.retain(|r| r.prober_rnic != late);
+        for r in sim.records.iter_mut().filter(|r| r.target_rnic == late) {
+            (r.status, r.network_rtt_ns) = (ProbeStatus::Timeout, 0);
+        }
+        // Host h1 uploaded for the first time 2 s ago: its pinglist peers probed it
+        // before its responder was up.
+        sim.hosts.get_mut(&2).unwrap().first_upload_ms = NOW - 2_000;
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(got, []);
     }
 
     #[test]

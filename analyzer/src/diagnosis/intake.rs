@@ -20,6 +20,8 @@ pub struct Liveness {
     pub epoch: u32,
     /// When its latest upload arrived, ms since the Unix epoch.
     pub last_upload_ms: i64,
+    /// When its first upload (as this analyzer saw it) arrived.
+    pub first_upload_ms: i64,
     /// Agent restarts seen: (last upload of the old epoch, first of the new one).
     pub restarts: VecDeque<(i64, i64)>,
 }
@@ -54,6 +56,7 @@ impl Intake {
         let h = self.hosts.entry(host_id).or_insert(Liveness {
             epoch,
             last_upload_ms: now_ms,
+            first_upload_ms: now_ms,
             restarts: VecDeque::new(),
         });
         if h.epoch != epoch {
@@ -155,7 +158,10 @@ mod tests {
         i.note_upload(3, 1, 2_000);
         i.note_upload(3, 2, 9_000);
         let h = &i.hosts()[&3];
-        assert_eq!((h.epoch, h.last_upload_ms), (2, 9_000));
+        assert_eq!(
+            (h.epoch, h.first_upload_ms, h.last_upload_ms),
+            (2, 1_000, 9_000)
+        );
         assert_eq!(h.restarts, [(2_000, 9_000)]);
     }
 }
