@@ -64,9 +64,10 @@ pub struct TaskFeatures {
 impl FeatureConfig {
     /// Checks the parameters against a series length.
     pub fn validate(&self, len: usize) -> Result<(), Error> {
-        if self.window < 8 || self.hop == 0 || self.harmonics == 0 || self.window > 1 << 16 {
+        let window_ok = (8..=1 << 16).contains(&self.window);
+        if !window_ok || self.hop == 0 || !(1..=16).contains(&self.harmonics) {
             return Err(Error::InvalidParameter(
-                "STFT window must be in 8..=65536, hop and harmonics >= 1".into(),
+                "STFT window must be in 8..=65536, hop >= 1, harmonics in 1..=16".into(),
             ));
         }
         if len < self.window {

@@ -25,6 +25,42 @@ pub struct InferenceConfig {
     pub fidelity: FidelityConfig,
 }
 
+impl InferenceConfig {
+    /// Checks the thresholds and weights (the STFT parameters are checked
+    /// against the series length in [`features::extract`]): all finite, the
+    /// ones used as divisors or floors strictly positive.
+    pub fn validate(&self) -> Result<(), Error> {
+        let g = &self.grouping;
+        let s = &self.stages;
+        let f = &self.fidelity;
+        let positive = [
+            g.noise_floor,
+            g.unrelated_distance,
+            s.phase_floor,
+            s.phase_gap,
+        ];
+        let non_negative = [
+            g.phase_weight,
+            f.min_periodicity,
+            f.min_coherence,
+            f.min_separation,
+            f.min_stage_separation,
+        ];
+        let finite_ok = f.min_member_correlation.is_finite();
+        if positive.iter().all(|v| v.is_finite() && *v > 0.0)
+            && non_negative.iter().all(|v| v.is_finite() && *v >= 0.0)
+            && finite_ok
+        {
+            Ok(())
+        } else {
+            Err(Error::InvalidParameter(
+                "inference weights and thresholds must be finite; floors and gaps > 0, others >= 0"
+                    .into(),
+            ))
+        }
+    }
+}
+
 /// What the task should be probed with.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Outcome {
@@ -72,6 +108,7 @@ impl Inference {
 /// Errors only for unusable input (see [`Error`]); a task without visible
 /// training structure gets [`Outcome::Fallback`].
 pub fn infer(observations: &[Observation], config: &InferenceConfig) -> Result<Inference, Error> {
+    config.validate()?;
     validate_observations(observations)?;
     let endpoints: Vec<Endpoint> = observations.iter().map(|o| o.endpoint).collect();
     grouping::check_size(&endpoints)?;

@@ -167,3 +167,39 @@ fn oversized_rail_is_rejected_before_any_work() {
         })
     );
 }
+
+#[test]
+fn extreme_but_valid_inputs_do_not_panic() {
+    let huge: Vec<Observation> = (0..16u32)
+        .map(|i| Observation {
+            endpoint: Endpoint {
+                id: i,
+                host: i / 8,
+                rail: (i % 8) as u16,
+            },
+            bytes: (0..128)
+                .map(|k| if k % 10 == 0 { f64::MAX } else { 0.0 })
+                .collect(),
+        })
+        .collect();
+    assert!(infer(&huge, &InferenceConfig::default()).is_ok());
+    // Every RNIC on one host and rail: nothing may be grouped or probed.
+    let one_host: Vec<Observation> = (0..8u32)
+        .map(|i| obs(i, 0, vec![(i % 3) as f64; 64]))
+        .collect();
+    let inference = infer(&one_host, &InferenceConfig::default()).expect("valid input");
+    assert!(inference.structure().is_none());
+    assert!(inference.pinglist().is_empty());
+    // Real structure, but the rails hold different RNIC counts (gcd 1).
+    let mut trace = SyntheticJob::new(8, 2, 2)
+        .generate()
+        .expect("valid job")
+        .observations;
+    trace.pop();
+    assert!(
+        infer(&trace, &InferenceConfig::default())
+            .expect("valid input")
+            .structure()
+            .is_none()
+    );
+}

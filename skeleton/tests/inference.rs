@@ -165,3 +165,28 @@ fn generator_is_deterministic_by_seed() {
     assert_ne!(a.observations, c.observations);
     assert_eq!(a.groups, c.groups);
 }
+
+#[test]
+fn tensor_parallel_across_hosts_merges_groups_but_still_covers_the_traffic() {
+    // TP=16 on 8-RNIC hosts: TP ranks t and t+8 sit on the same rail of the
+    // stage's two hosts and burst identically, so traffic cannot split them;
+    // their groups merge (DP reads 2x) and the skeleton stays a superset.
+    let job = SyntheticJob::new(16, 4, 4);
+    let trace = job.generate().expect("valid job");
+    let inference = infer(&trace.observations, &InferenceConfig::default()).expect("valid input");
+    let Outcome::Skeleton { structure, pairs } = &inference.outcome else {
+        panic!("fell back: {:?}", inference.outcome);
+    };
+    assert_eq!((structure.dp, structure.pp), (8, 4));
+    for group in &structure.groups {
+        let tp_ranks: HashSet<usize> = group.iter().map(|&id| position(&job, id).0 % 8).collect();
+        let stages: HashSet<usize> = group.iter().map(|&id| position(&job, id).1).collect();
+        assert_eq!(
+            (tp_ranks.len(), stages.len()),
+            (1, 1),
+            "group {group:?} mixes positions"
+        );
+    }
+    assert!(covers(pairs, &trace).is_empty());
+    assert!(pairs.len() < inference.basic.len());
+}
