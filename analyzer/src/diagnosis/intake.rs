@@ -1,8 +1,9 @@
 //! What ingest hands to diagnosis: recent results (bounded, in sealed chunks a
-//! tick can share without copying) and per-host upload liveness with agent
-//! restarts (epoch changes).
+//! tick can share without copying), traced paths not yet filed, and per-host
+//! upload liveness with agent restarts (epoch changes).
 
 use rocemesh_proto::ProbeResult;
+use rocemesh_proto::path::TracedPath;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
@@ -33,19 +34,36 @@ pub struct Intake {
     open: Vec<ProbeResult>,
     total: usize,
     max_records: usize,
+    paths: VecDeque<TracedPath>,
+    max_paths: usize,
     hosts: HashMap<u32, Liveness>,
 }
 
 impl Intake {
-    /// Holds at most `max_records` results.
-    pub fn new(max_records: usize) -> Self {
+    /// Holds at most `max_records` results and `max_paths` unfiled paths.
+    pub fn new(max_records: usize, max_paths: usize) -> Self {
         Self {
             sealed: VecDeque::new(),
             open: Vec::new(),
             total: 0,
             max_records,
+            paths: VecDeque::new(),
+            max_paths,
             hosts: HashMap::new(),
         }
+    }
+
+    /// Queues uploaded paths for the next tick (the oldest go beyond the bound).
+    pub fn add_paths(&mut self, paths: &[TracedPath]) {
+        self.paths.extend(paths.iter().cloned());
+        while self.paths.len() > self.max_paths {
+            self.paths.pop_front();
+        }
+    }
+
+    /// The paths queued since the last call, oldest first.
+    pub fn take_paths(&mut self) -> VecDeque<TracedPath> {
+        std::mem::take(&mut self.paths)
     }
 
     /// Notes an upload from `host_id` at `now_ms` (also a heartbeat without records).
@@ -141,7 +159,7 @@ mod tests {
 
     #[test]
     fn bounded_and_aged_out() {
-        let mut i = Intake::new(CHUNK * 2);
+        let mut i = Intake::new(CHUNK * 2, 10);
         i.extend((0..CHUNK as u32 * 3).map(rec), 1_000);
         let n: usize = i.snapshot(0, 1_000).iter().map(|c| c.len()).sum();
         assert_eq!(n, CHUNK * 2, "the oldest chunk went");
@@ -153,7 +171,7 @@ mod tests {
 
     #[test]
     fn epoch_changes_are_restarts() {
-        let mut i = Intake::new(1_000);
+        let mut i = Intake::new(1_000, 10);
         i.note_upload(3, 1, 1_000);
         i.note_upload(3, 1, 2_000);
         i.note_upload(3, 2, 9_000);
@@ -163,5 +181,25 @@ mod tests {
             (2, 1_000, 9_000)
         );
         assert_eq!(h.restarts, [(2_000, 9_000)]);
+    }
+
+    #[test]
+    fn unfiled_paths_are_bounded_and_taken_once() {
+        let mut i = Intake::new(1_000, 3);
+        let p = |port: u16| TracedPath {
+            src: "198.18.0.1".parse().unwrap(),
+            dst: "198.18.1.1".parse().unwrap(),
+            src_port: port,
+            dst_port: 4791,
+            traced_at_unix_ns: 1,
+            reached: true,
+            ack_direction: false,
+            hops: Vec::new(),
+        };
+        i.add_paths(&[p(1), p(2)]);
+        i.add_paths(&[p(3), p(4)]);
+        let taken: Vec<u16> = i.take_paths().iter().map(|t| t.src_port).collect();
+        assert_eq!(taken, [2, 3, 4]);
+        assert!(i.take_paths().is_empty());
     }
 }

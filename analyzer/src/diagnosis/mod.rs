@@ -35,8 +35,8 @@ pub struct Diagnosis {
     map: FabricMap,
     started_ms: i64,
     intake: Mutex<Intake>,
-    paths: Mutex<PathStore>,
-    engine: Mutex<Engine>,
+    /// Paths and engine state belong to the tick alone (ingest only queues paths).
+    analysis: Mutex<(PathStore, Engine)>,
     tracker: Mutex<Tracker>,
     baseline: RwLock<Arc<Vec<BaselineVote>>>,
     /// Serializes database writes of problems.
@@ -57,9 +57,8 @@ impl Diagnosis {
             window_ms: d.window_ms as i64,
             map,
             started_ms: now_ms,
-            intake: Mutex::new(Intake::new(d.max_records)),
-            paths: Mutex::new(PathStore::new(d.max_paths)),
-            engine: Mutex::new(Engine::new(d.clone())),
+            intake: Mutex::new(Intake::new(d.max_records, d.max_paths)),
+            analysis: Mutex::new((PathStore::new(d.max_paths), Engine::new(d.clone()))),
             tracker: Mutex::new(tracker),
             baseline: RwLock::new(Arc::new(Vec::new())),
             writing: tokio::sync::Mutex::new(()),
@@ -74,31 +73,32 @@ impl Diagnosis {
             return;
         }
         intake.extend(batch.records(), now_ms);
-        drop(intake);
-        if !batch.paths.is_empty() {
-            let mut paths = lock(&self.paths);
-            for p in &batch.paths {
-                paths.insert(p);
-            }
-        }
+        intake.add_paths(&batch.paths);
     }
 
     /// Runs one diagnosis at `now_ms` and updates the problems (in memory).
     pub fn analyze(&self, registry: &Registry, now_ms: i64) {
         // Results arrive up to an upload period after they were sent: keep a margin.
-        let records = lock(&self.intake).snapshot(now_ms - 2 * self.window_ms, now_ms);
-        let hosts = lock(&self.intake).hosts().clone();
-        let paths = lock(&self.paths);
-        let outcome = lock(&self.engine).run(&Inputs {
+        let (records, hosts, new_paths) = {
+            let mut intake = lock(&self.intake);
+            let records = intake.snapshot(now_ms - 2 * self.window_ms, now_ms);
+            (records, intake.hosts().clone(), intake.take_paths())
+        };
+        let mut analysis = lock(&self.analysis);
+        let (paths, engine) = &mut *analysis;
+        for p in &new_paths {
+            paths.insert(p);
+        }
+        let outcome = engine.run(&Inputs {
             now_ms,
             started_ms: self.started_ms,
             records: &records,
             hosts: &hosts,
             registry,
             map: &self.map,
-            paths: &paths,
+            paths,
         });
-        drop(paths);
+        drop(analysis);
         write(&self.baseline, Arc::new(outcome.baseline));
         lock(&self.tracker).update(now_ms, outcome.candidates);
     }
