@@ -8,7 +8,7 @@
 //! clustering runs per rail. Within a rail, two RNICs of one host never share
 //! a group (Eq. 3).
 //!
-//! For every candidate group size `d` dividing every rail's RNIC count (so
+//! For every candidate group size `d >= 2` dividing every rail's RNIC count (so
 //! that `N mod d = 0`, Eq. 2), agglomeration is capped at `d` and leftovers
 //! are regrouped, giving equal sizes (zero variance, Eq. 1). The chosen `d`
 //! is the one after which the mean within-group distance jumps most,

@@ -190,3 +190,13 @@ fn tensor_parallel_across_hosts_merges_groups_but_still_covers_the_traffic() {
     assert!(covers(pairs, &trace).is_empty());
     assert!(pairs.len() < inference.basic.len());
 }
+
+#[test]
+fn pure_data_parallel_job_is_one_group_per_rail() {
+    // PP=1: every host is a replica, every same-rail pair all-reduces, so
+    // the skeleton is the whole basic list.
+    let job = SyntheticJob::new(8, 1, 16);
+    let (accuracy, basic, skeleton) = check_recovers(&job);
+    assert_eq!(accuracy, 1.0);
+    assert_eq!(skeleton, basic);
+}
