@@ -262,14 +262,18 @@ impl Engine {
             .map_or_else(|| format!("host-{host}"), str::to_string)
     }
 
-    /// Steps 1 and 2: host down, agent restart (informational, not the network).
+    /// Steps 1 and 2: host down, agent restart (informational, not the network);
+    /// hosts no longer in the registry are forgotten.
     fn host_verdicts(&self, inp: &Inputs, hosts: &HashMap<u32, HostTally>, out: &mut Outcome) {
         let mut ids: Vec<u32> = inp.registry.host_ids().collect();
         ids.sort_unstable();
         for h in ids {
             let silent_ms = inp.now_ms - self.last_upload(inp, h);
             let tally = hosts.get(&h);
-            if silent_ms > self.cfg.host_down_after_ms as i64 {
+            // Only a host this analyzer has heard from can be declared down: a
+            // registry entry that never uploaded may be stale (its timeouts are
+            // still set aside as a silent host's).
+            if silent_ms > self.cfg.host_down_after_ms as i64 && inp.hosts.contains_key(&h) {
                 out.candidates.push(Candidate {
                     kind: ProblemKind::HostDown,
                     component_kind: ComponentKind::Host,
@@ -1166,6 +1170,11 @@ mod tests {
         sim.hosts.get_mut(&3).unwrap().last_upload_ms = NOW - 20_000;
         let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
         assert_eq!(got, [(ProblemKind::HostDown, "h2".to_string())]);
+        // A registered host never heard from is not declared down (maybe stale),
+        // but timeouts towards it are still not the network's.
+        sim.hosts.remove(&3);
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(got, []);
     }
 
     #[test]
