@@ -117,18 +117,18 @@ impl Btf {
         let read = |path: PathBuf| {
             std::fs::read(&path).map_err(|source| BtfLoadError::Read { path, source })
         };
+        // The module's BTF first: without it (no ib_core here) the 5 MB vmlinux is not parsed.
+        let module_data = module.map(|m| read(dir.join(m))).transpose()?;
         let vmlinux = Btf::parse(read(dir.join("vmlinux"))?).map_err(|e| BtfLoadError::Parse {
             path: dir.join("vmlinux"),
             source: e,
         })?;
-        match module {
-            None => Ok(vmlinux),
-            Some(m) => {
-                Btf::parse_split(read(dir.join(m))?, vmlinux).map_err(|e| BtfLoadError::Parse {
-                    path: dir.join(m),
-                    source: e,
-                })
-            }
+        match (module, module_data) {
+            (Some(m), Some(data)) => Btf::parse_split(data, vmlinux).map_err(|e| BtfLoadError::Parse {
+                path: dir.join(m),
+                source: e,
+            }),
+            _ => Ok(vmlinux),
         }
     }
 

@@ -249,6 +249,10 @@ impl ServiceTracer {
 
     fn load_object(offsets: Option<KernelOffsets>) -> Result<Loaded, TracerError> {
         let mut loader = EbpfLoader::new();
+        // The programs read fixed offsets handed in as globals (header offsets for the user
+        // route, ib_core BTF offsets for the kernel route): no CO-RE relocation, so aya need
+        // not parse the kernel's 5 MB vmlinux BTF (it would stay in the agent's RSS).
+        loader.btf(None);
         let values;
         if let Some(o) = offsets {
             values = [1, o.qp_num, o.qp_state, o.dest_qp_num, o.dgid, o.flow_label];

@@ -32,6 +32,15 @@ pub struct AgentArgs {
     /// Result buffer capacity in records (oldest dropped when full).
     #[arg(long)]
     pub buffer_capacity: Option<usize>,
+    /// Probe transport: auto (verbs where an RDMA device holds the RNIC's IP), udp or verbs.
+    #[arg(long)]
+    pub transport: Option<rocemesh_agent::TransportKind>,
+    /// Service tracing route: auto, kernel (kprobes), user (uprobes on libibverbs) or off.
+    #[arg(long)]
+    pub service_tracing: Option<rocemesh_agent::ServiceTracing>,
+    /// Extra libibverbs file for the user route to hook (repeatable).
+    #[arg(long = "service-library")]
+    pub service_libraries: Vec<PathBuf>,
 }
 
 impl AgentArgs {
@@ -75,6 +84,15 @@ impl AgentArgs {
         }
         if let Some(b) = self.buffer_capacity {
             cfg.buffer_capacity = b;
+        }
+        if let Some(t) = self.transport {
+            cfg.transport = t;
+        }
+        if let Some(s) = self.service_tracing {
+            cfg.service_tracing = s;
+        }
+        if !self.service_libraries.is_empty() {
+            cfg.service_libraries = self.service_libraries.clone();
         }
         if cfg.rnics.is_empty() {
             bail!("no RNIC configured: pass --rnic NAME=IP (or [[rnics]] in the config file)");
