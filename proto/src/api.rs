@@ -361,3 +361,112 @@ pub struct Problem {
     /// Evidence at the latest update.
     pub evidence: Evidence,
 }
+
+/// Per-RNIC byte counters of one host, sampled every `interval_ms` (SkeletonHunter
+/// §5.1: burst cycles of RNIC throughput). `POST /api/v1/throughput` to the controller.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ThroughputUpload {
+    /// Host id from registration.
+    pub host_id: u32,
+    /// Agent epoch.
+    pub epoch: u32,
+    /// Sampling interval (at most 1000 ms).
+    pub interval_ms: u32,
+    /// One series per RNIC.
+    pub series: Vec<RnicSeries>,
+}
+
+/// Consecutive samples of one RNIC: bytes transferred in each interval.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct RnicSeries {
+    /// RNIC id.
+    pub rnic_id: u32,
+    /// Start of the first interval, ms since the Unix epoch.
+    pub start_ms: i64,
+    /// Bytes sent per interval.
+    pub tx_bytes: Vec<u64>,
+    /// Bytes received per interval.
+    pub rx_bytes: Vec<u64>,
+}
+
+/// One endpoint (RNIC) of a training task.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TaskEndpoint {
+    /// Host name.
+    pub host: String,
+    /// RNIC name on the host (its registered `ifname`).
+    pub rnic: String,
+    /// Rail index (defaults to the RNIC's registered rail).
+    #[serde(default)]
+    pub rail: Option<u32>,
+    /// Kubernetes namespace of the container, if any.
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Pod (container) name, if any.
+    #[serde(default)]
+    pub pod: Option<String>,
+    /// The endpoint registered itself ready to be probed (incremental activation).
+    #[serde(default)]
+    pub ready: bool,
+}
+
+/// `POST /api/v1/tasks` / `PUT /api/v1/tasks/{id}`: a training task and its endpoints.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TaskSpec {
+    /// Task name (unique).
+    pub name: String,
+    /// Its endpoints.
+    pub endpoints: Vec<TaskEndpoint>,
+}
+
+/// Lifecycle phase of a task's pinglist (SkeletonHunter §5.1).
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TaskPhase {
+    /// Basic same-rail pinglist, endpoints activated as they register ready.
+    Preload,
+    /// Runtime: the inferred skeleton drives the pinglist.
+    Skeleton,
+    /// Runtime, but the skeleton failed the fidelity check: the basic list stays.
+    BasicFallback,
+}
+
+/// The inferred traffic skeleton of a task.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct SkeletonInfo {
+    /// Inferred data-parallel degree.
+    pub dp: u32,
+    /// Inferred TP × PP.
+    pub tp_pp: u32,
+    /// RNIC ids grouped by position across DP replicas.
+    pub groups: Vec<Vec<u32>>,
+    /// Probe pairs of the skeleton.
+    pub pairs: usize,
+    /// Why the basic list was kept, when it was.
+    pub fallback_reason: Option<String>,
+}
+
+/// A task as the controller serves it.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+pub struct TaskInfo {
+    /// Task id.
+    pub id: u32,
+    /// Name.
+    pub name: String,
+    /// Endpoints, with resolved RNIC ids (`None` = not registered yet).
+    pub endpoints: Vec<(TaskEndpoint, Option<u32>)>,
+    /// Pinglist phase.
+    pub phase: TaskPhase,
+    /// Probe pairs in the full mesh, the basic list and the active list.
+    pub full_mesh_pairs: usize,
+    /// Same-rail pairs.
+    pub basic_pairs: usize,
+    /// Pairs probed now (ready endpoints only).
+    pub active_pairs: usize,
+    /// The skeleton, once inferred.
+    pub skeleton: Option<SkeletonInfo>,
+}
