@@ -67,7 +67,7 @@ fn main() {
                 format!("{}/{}/{}", structure.dp, structure.tp, structure.pp),
                 pairs.len(),
             ),
-            Outcome::Fallback(reason) => {
+            Outcome::Fallback { reason } => {
                 println!("{name}: fell back: {reason}");
                 (0.0, "-".to_string(), inference.basic.len())
             }
@@ -121,7 +121,7 @@ fn robustness(config: &InferenceConfig) {
                     accepted += 1;
                     exact.push(grouping_accuracy(&trace.groups, &structure.groups));
                 }
-                Ok(Outcome::Fallback(reason)) => reasons.push(reason.to_string()),
+                Ok(Outcome::Fallback { reason }) => reasons.push(reason.to_string()),
                 Err(e) => reasons.push(e.to_string()),
             }
         }

@@ -5,7 +5,9 @@ use std::collections::HashSet;
 use crate::Error;
 
 /// One RNIC of a training task: the unit a pinglist pairs up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct Endpoint {
     /// RNIC id, unique within the task (the registry's id).
     pub id: u32,
@@ -19,7 +21,7 @@ pub struct Endpoint {
 
 /// An endpoint with its throughput series (bytes per sampling interval,
 /// all series of a task covering the same intervals).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Observation {
     /// The RNIC the series belongs to.
     pub endpoint: Endpoint,

@@ -13,7 +13,8 @@ use rustfft::{FftPlanner, num_complex::Complex};
 use crate::{Error, Observation};
 
 /// STFT parameters.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FeatureConfig {
     /// Window length in samples; must cover at least two iterations.
     pub window: usize,

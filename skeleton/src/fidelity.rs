@@ -5,7 +5,8 @@
 use crate::{Observation, features::TaskFeatures, grouping::Grouping, stages::Stages};
 
 /// Thresholds of the fidelity check.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct FidelityConfig {
     /// Minimum median comb enrichment (1 = white noise).
     pub min_periodicity: f64,
@@ -32,7 +33,8 @@ impl Default for FidelityConfig {
 }
 
 /// Why a task keeps the basic pinglist instead of a skeleton.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "reason", rename_all = "snake_case")]
 pub enum FallbackReason {
     /// Throughput shows no clear iteration cycle.
     WeakPeriodicity {

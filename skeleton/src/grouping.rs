@@ -25,7 +25,8 @@ use crate::{
 };
 
 /// Clustering parameters.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct GroupingConfig {
     /// Weight of the burst-phase term against the spectrum term.
     pub phase_weight: f64,

@@ -13,7 +13,8 @@ use crate::{
 };
 
 /// All tunables of the inference.
-#[derive(Debug, Clone, Default, PartialEq)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct InferenceConfig {
     /// STFT parameters.
     pub features: FeatureConfig,
@@ -62,7 +63,8 @@ impl InferenceConfig {
 }
 
 /// What the task should be probed with.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Outcome {
     /// The structure explains the traffic: probe only the skeleton.
     Skeleton {
@@ -72,11 +74,14 @@ pub enum Outcome {
         pairs: Vec<Pair>,
     },
     /// Keep the basic pinglist, for this reason.
-    Fallback(FallbackReason),
+    Fallback {
+        /// Why the skeleton was not used.
+        reason: FallbackReason,
+    },
 }
 
 /// Result of inference for one task.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Inference {
     /// Same-rail basic pinglist (always computed; the fallback).
     pub basic: Vec<Pair>,
@@ -91,7 +96,7 @@ impl Inference {
     pub fn pinglist(&self) -> &[Pair] {
         match &self.outcome {
             Outcome::Skeleton { pairs, .. } => pairs,
-            Outcome::Fallback(_) => &self.basic,
+            Outcome::Fallback { .. } => &self.basic,
         }
     }
 
@@ -99,7 +104,7 @@ impl Inference {
     pub fn structure(&self) -> Option<&Structure> {
         match &self.outcome {
             Outcome::Skeleton { structure, .. } => Some(structure),
-            Outcome::Fallback(_) => None,
+            Outcome::Fallback { .. } => None,
         }
     }
 }
@@ -119,7 +124,7 @@ pub fn infer(observations: &[Observation], config: &InferenceConfig) -> Result<I
             let pairs = skeleton_pairs(&endpoints, &structure)?;
             Outcome::Skeleton { structure, pairs }
         }
-        Err(reason) => Outcome::Fallback(reason),
+        Err(reason) => Outcome::Fallback { reason },
     };
     Ok(Inference {
         basic,

@@ -8,7 +8,7 @@ use crate::{
 };
 
 /// Parallel structure inferred from traffic.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct Structure {
     /// DP groups: RNIC ids in the same position across replicas, each sorted,
     /// all of size `dp`, every group on one rail with at most one RNIC per host.

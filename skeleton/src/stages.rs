@@ -9,7 +9,8 @@
 use std::f64::consts::TAU;
 
 /// Parameters of the stage split.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
 pub struct StageConfig {
     /// Phase spread (radians) treated as noise inside one stage.
     pub phase_floor: f64,

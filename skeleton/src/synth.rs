@@ -22,7 +22,7 @@ use rand::{Rng, SeedableRng, rngs::StdRng};
 use crate::{Endpoint, Error, Observation, pairs::Pair};
 
 /// Parameters of a synthetic job.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct SyntheticJob {
     /// Tensor-parallel degree.
     pub tp: usize,

@@ -203,3 +203,24 @@ fn extreme_but_valid_inputs_do_not_panic() {
             .is_none()
     );
 }
+
+#[test]
+fn config_from_json_takes_defaults_and_rejects_unknown_or_bad_fields() {
+    let partial: InferenceConfig = serde_json::from_str(
+        r#"{"features": {"window": 128}, "fidelity": {"min_separation": 4.0}}"#,
+    )
+    .expect("partial config");
+    assert_eq!(partial.features.window, 128);
+    assert_eq!(
+        partial.features.hop,
+        InferenceConfig::default().features.hop
+    );
+    assert_eq!(partial.fidelity.min_separation, 4.0);
+    assert!(serde_json::from_str::<InferenceConfig>(r#"{"features": {"windw": 128}}"#).is_err());
+    let negative: InferenceConfig =
+        serde_json::from_str(r#"{"grouping": {"noise_floor": -1.0}}"#).expect("well-formed JSON");
+    assert!(matches!(
+        negative.validate(),
+        Err(Error::InvalidParameter(_))
+    ));
+}

@@ -103,7 +103,7 @@ fn replica_spanning_hosts_with_cross_rail_pipeline_is_covered() {
 fn structureless_traffic_falls_back_to_the_basic_list() {
     let observations = synth::unstructured(16, 8, 240, 5);
     let inference = infer(&observations, &InferenceConfig::default()).expect("valid input");
-    let Outcome::Fallback(reason) = &inference.outcome else {
+    let Outcome::Fallback { reason } = &inference.outcome else {
         panic!(
             "accepted a skeleton for random traffic: {:?}",
             inference.structure()
@@ -126,7 +126,7 @@ fn periodic_traffic_without_replicas_falls_back() {
     let trace = SyntheticJob::new(8, 8, 1).generate().expect("valid job");
     let inference = infer(&trace.observations, &InferenceConfig::default()).expect("valid input");
     assert!(
-        matches!(inference.outcome, Outcome::Fallback(_)),
+        matches!(inference.outcome, Outcome::Fallback { .. }),
         "{:?}",
         inference.structure()
     );
@@ -144,7 +144,7 @@ fn periodic_bursts_at_unrelated_phases_fall_back() {
     }
     let inference = infer(&trace.observations, &InferenceConfig::default()).expect("valid input");
     assert!(
-        matches!(inference.outcome, Outcome::Fallback(_)),
+        matches!(inference.outcome, Outcome::Fallback { .. }),
         "{:?}",
         inference.structure()
     );
@@ -199,4 +199,23 @@ fn pure_data_parallel_job_is_one_group_per_rail() {
     let (accuracy, basic, skeleton) = check_recovers(&job);
     assert_eq!(accuracy, 1.0);
     assert_eq!(skeleton, basic);
+}
+
+#[test]
+fn outcome_serializes_for_the_rest_api() {
+    let observations = synth::unstructured(4, 8, 128, 1);
+    let inference = infer(&observations, &InferenceConfig::default()).expect("valid input");
+    let json = serde_json::to_value(&inference.outcome).expect("serializable");
+    assert_eq!(json["kind"], "fallback");
+    assert_eq!(json["reason"]["reason"], "weak_periodicity");
+    let trace = SyntheticJob {
+        samples: 128,
+        ..SyntheticJob::new(8, 2, 4)
+    }
+    .generate()
+    .expect("valid job");
+    let inference = infer(&trace.observations, &InferenceConfig::default()).expect("valid input");
+    let json = serde_json::to_value(&inference).expect("serializable");
+    assert_eq!(json["outcome"]["kind"], "skeleton", "{json}");
+    assert_eq!(json["outcome"]["structure"]["dp"], 4);
 }
