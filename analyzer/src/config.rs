@@ -40,7 +40,9 @@ pub struct DiagnosisConfig {
     pub max_paths: usize,
     /// A host whose agent has not uploaded for this long is down.
     pub host_down_after_ms: u64,
-    /// Timeouts towards a host silent this long are set aside (likely down or restarting).
+    /// Timeouts towards a host silent this long are set aside (likely down or
+    /// restarting); keep it above two upload periods. (Timeouts are judged only after
+    /// the target uploaded again anyway, see `liveness_margin_ms`.)
     pub host_silent_ms: u64,
     /// A timeout is judged only once its target host uploaded this long after the probe
     /// was sent (proof the host was alive); until then it waits.
@@ -82,7 +84,7 @@ impl Default for DiagnosisConfig {
             max_records: 1_000_000,
             max_paths: 1_000_000,
             host_down_after_ms: 15_000,
-            host_silent_ms: 3_000,
+            host_silent_ms: 10_000,
             liveness_margin_ms: 1_000,
             restart_grace_ms: 10_000,
             rnic_timeout_percent: 10,
