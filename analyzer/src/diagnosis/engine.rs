@@ -646,11 +646,15 @@ impl Engine {
             };
             found.push((ProblemKind::HighLatency, ck, name, f));
         }
-        for (kind, ck, name, f) in group_by_switch(
-            inp.map,
-            found,
-            &located_suspects(&loss, loss_params.min_failures),
-        ) {
+        // Switches that answered the fresh traces of failed probes are alive: their
+        // failed links are link faults, not a dead switch.
+        let alive: HashSet<&str> = loss
+            .iter()
+            .filter(|o| o.fail > 0.0)
+            .filter_map(|o| o.break_device.as_deref())
+            .collect();
+        let suspects = located_suspects(&loss, loss_params.min_failures);
+        for (kind, ck, name, f) in group_by_switch(inp.map, found, &suspects, &alive) {
             let what = match (kind, ck) {
                 (ProblemKind::SwitchFault, _)
                     if f.len() == 1 && f[0].single_flow_break.is_some() =>
@@ -785,10 +789,16 @@ fn evidence(f: &Finding, what: &str) -> Evidence {
 type Found = (ProblemKind, ComponentKind, String, Finding);
 type Group = (ProblemKind, ComponentKind, String, Vec<Finding>);
 
-/// Link findings of one kind covering most links of a switch become one switch finding.
+/// Link findings of one kind covering most links of a switch become one switch finding,
+/// unless the switch is known `alive` (it answered fresh traces of failed probes).
 /// `suspects` are loss suspects not blamed themselves (their failures were explained
 /// by a sibling) that still count towards their switches.
-fn group_by_switch(map: &FabricMap, found: Vec<Found>, suspects: &[Element]) -> Vec<Group> {
+fn group_by_switch(
+    map: &FabricMap,
+    found: Vec<Found>,
+    suspects: &[Element],
+    alive: &HashSet<&str>,
+) -> Vec<Group> {
     let mut per_switch: HashMap<(ProblemKind, String), Vec<usize>> = HashMap::new();
     for (i, (kind, ck, name, _)) in found.iter().enumerate() {
         if *ck != ComponentKind::Link {
@@ -811,6 +821,9 @@ fn group_by_switch(map: &FabricMap, found: Vec<Found>, suspects: &[Element]) -> 
     let mut switches: Vec<_> = per_switch
         .into_iter()
         .filter(|((kind, d), links)| {
+            if *kind == ProblemKind::SwitchFault && alive.contains(d.as_str()) {
+                return false;
+            }
             let total = map.links_of(d).count();
             let extra = if *kind == ProblemKind::SwitchFault {
                 map.links_of(d)
@@ -1158,6 +1171,27 @@ mod tests {
         sim.retrace_via(1, |_| 1);
         let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
         assert_eq!(got, [(ProblemKind::SwitchFault, "s1".to_string())]);
+    }
+
+    #[test]
+    fn both_uplinks_of_a_tor_down_are_two_link_faults_as_the_tor_still_answers() {
+        let map = FabricMap::parse(CLOS_2X2).unwrap();
+        let mut sim = Sim::new();
+        let mut fault = |s: u32, d: u32, sp: Option<u32>, _: u16| {
+            (sp.is_some() && (tor_of(s) == 0 || tor_of(d) == 0), 0)
+        };
+        sim.run(&mut fault);
+        // From t0 the traces stop at t0; from t1 they get to the spine.
+        sim.retrace_via(0, |p| if tor_of(p) == 0 { 1 } else { 2 });
+        sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+        let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+        assert_eq!(
+            got,
+            [
+                (ProblemKind::LinkFault, "t0-s0".to_string()),
+                (ProblemKind::LinkFault, "t0-s1".to_string())
+            ]
+        );
     }
 
     #[test]
