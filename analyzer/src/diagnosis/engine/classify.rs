@@ -1,0 +1,261 @@
+//! Steps 1-4 of a tick: host down, agent restart, anomalous RNICs from ToR-mesh
+//! probes (explain-away, sticky) and host noise.
+
+use super::{Candidate, Engine, HostTally, Inputs, Outcome, rnic_name};
+use crate::diagnosis::tomography::chernoff_score;
+use rocemesh_proto::ProbeClass;
+use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind};
+use std::collections::{HashMap, HashSet};
+
+/// Fewest delays above the noise threshold before a host is noisy.
+const MIN_NOISY_DELAYS: u32 = 5;
+
+impl Engine {
+    pub(super) fn host_name(inp: &Inputs, host: u32) -> String {
+        inp.registry
+            .host_name(host)
+            .map_or_else(|| format!("host-{host}"), str::to_string)
+    }
+
+    /// Steps 1 and 2: host down, agent restart (informational, not the network);
+    /// hosts no longer in the registry are forgotten.
+    pub(super) fn host_verdicts(
+        &self,
+        inp: &Inputs,
+        hosts: &HashMap<u32, HostTally>,
+        out: &mut Outcome,
+    ) {
+        let mut ids: Vec<u32> = inp.registry.host_ids().collect();
+        ids.sort_unstable();
+        for h in ids {
+            let silent_ms = inp.now_ms - self.last_upload(inp, h);
+            let tally = hosts.get(&h);
+            // Only a host this analyzer has heard from can be declared down: a
+            // registry entry that never uploaded may be stale (its timeouts are
+            // still set aside as a silent host's).
+            if silent_ms > self.cfg.host_down_after_ms as i64 && inp.hosts.contains_key(&h) {
+                out.candidates.push(Candidate {
+                    kind: ProblemKind::HostDown,
+                    component_kind: ComponentKind::Host,
+                    component: Self::host_name(inp, h),
+                    confidence: 1.0,
+                    evidence: Evidence {
+                        timeouts: tally.map_or(0, |t| t.silent_timeouts),
+                        detail: format!(
+                            "host down: no upload for {silent_ms} ms (> {} ms); timeouts towards it explained",
+                            self.cfg.host_down_after_ms
+                        ),
+                        ..Evidence::default()
+                    },
+                });
+            }
+            if let Some(t) = tally.filter(|t| t.restart_timeouts > 0) {
+                out.candidates.push(Candidate {
+                    kind: ProblemKind::AgentRestart,
+                    component_kind: ComponentKind::Agent,
+                    component: Self::host_name(inp, h),
+                    confidence: 1.0,
+                    evidence: Evidence {
+                        timeouts: t.restart_timeouts,
+                        detail:
+                            "agent restart: timeouts named a stale QPN or fell into the agent's \
+                                 restart gap (+ pinglist grace); not a network problem"
+                                .into(),
+                        ..Evidence::default()
+                    },
+                });
+            }
+        }
+    }
+
+    /// Step 4 (delay half): hosts whose processing delays are far above normal.
+    pub(super) fn noisy_hosts(&self, hosts: &HashMap<u32, HostTally>) -> HashMap<u32, Evidence> {
+        hosts
+            .iter()
+            .filter(|(_, t)| {
+                t.slow_delays >= MIN_NOISY_DELAYS
+                    && u64::from(t.slow_delays) * 100 >= u64::from(self.cfg.noise_percent) * u64::from(t.delays)
+            })
+            .map(|(&h, t)| {
+                let e = Evidence {
+                    probes: u64::from(t.delays),
+                    timeouts: u64::from(t.slow_delays),
+                    detail: format!(
+                        "host noise: {} of {} processing delays above {} ns (>= {} %): CPU, not the network",
+                        t.slow_delays, t.delays, self.cfg.noise_delay_ns, self.cfg.noise_percent
+                    ),
+                    ..Evidence::default()
+                };
+                (h, e)
+            })
+            .collect()
+    }
+
+    /// Step 3 (+ step 4's several-RNICs rule): anomalous RNICs from ToR-mesh probes,
+    /// found greedily so a dead RNIC's failed probes do not also blame its peers.
+    /// Returns the anomalous RNICs and the noisy hosts.
+    pub(super) fn rnic_verdicts(
+        &mut self,
+        inp: &Inputs,
+        mut noisy: HashMap<u32, Evidence>,
+        out: &mut Outcome,
+    ) -> (HashSet<u32>, HashSet<u32>) {
+        let c = &self.cfg;
+        let host_of = |r: u32| inp.registry.get(r).map(|e| e.host_id);
+        let on_noisy = |r: u32| host_of(r).is_some_and(|h| noisy.contains_key(&h));
+        // (probes to, fails to, probes from, fails from) per RNIC, and the ToR-mesh
+        // flows (prober, target, ok, failed) touching it.
+        let mut counts: HashMap<u32, [u32; 4]> = HashMap::new();
+        let mut touching: HashMap<u32, Vec<(u32, u32, u32, u32)>> = HashMap::new();
+        let mut all_class: HashMap<u32, (u32, u32)> = HashMap::new();
+        for (k, f) in &self.flows {
+            let fail = f.timeouts + f.ack2_lost;
+            for r in [k.prober, k.target] {
+                let e = all_class.entry(r).or_default();
+                e.0 += f.ok + fail;
+                e.1 += fail;
+            }
+            if f.class != Some(ProbeClass::TorMesh) || on_noisy(k.prober) || on_noisy(k.target) {
+                continue;
+            }
+            let flow = (k.prober, k.target, f.ok, fail);
+            add_mesh_flow(&mut counts, flow, true);
+            touching.entry(k.prober).or_default().push(flow);
+            touching.entry(k.target).or_default().push(flow);
+        }
+        let ratio = |(n, f): (u32, u32)| {
+            if n == 0 {
+                0.0
+            } else {
+                f64::from(f) / f64::from(n)
+            }
+        };
+        // Background: the pooled ToR-mesh timeout ratio, at least the configured floor.
+        let (probes, fails) = counts.values().fold((0u64, 0u64), |(n, f), x| {
+            (n + u64::from(x[0]), f + u64::from(x[1]))
+        });
+        let floor = f64::from(c.background_loss_ppm) / 1e6;
+        let p0 = if probes == 0 {
+            floor
+        } else {
+            (fails as f64 / probes as f64).max(floor)
+        }
+        .min(0.5);
+        let over = |n: u32, f: u32| {
+            n >= c.rnic_min_probes
+                && u64::from(f) * 100 > u64::from(c.rnic_timeout_percent) * u64::from(n)
+        };
+        let significant = |x: &[u32; 4]| {
+            chernoff_score(f64::from(x[1] + x[3]), f64::from(x[0] + x[2]), p0)
+                >= f64::from(c.min_score)
+        };
+        let mut removed: HashSet<u32> = HashSet::new();
+        loop {
+            let best = counts
+                .iter()
+                .filter(|(r, x)| {
+                    !removed.contains(r) && (over(x[0], x[1]) || over(x[2], x[3])) && significant(x)
+                })
+                .map(|(&r, x)| {
+                    let own = ratio((x[0] + x[2], x[1] + x[3]));
+                    let all = ratio(all_class.get(&r).copied().unwrap_or_default());
+                    (r, *x, own, all)
+                })
+                .max_by(|a, b| {
+                    a.2.total_cmp(&b.2)
+                        .then(a.3.total_cmp(&b.3))
+                        .then(b.0.cmp(&a.0))
+                });
+            let Some((r, x, _, _)) = best else { break };
+            let evidence = Evidence {
+                probes: u64::from(x[0] + x[2]),
+                timeouts: u64::from(x[1] + x[3]),
+                detail: format!(
+                    "ToR-mesh: {} of {} probes to it and {} of {} from it timed out (> {} %, background {:.2} %)",
+                    x[1],
+                    x[0],
+                    x[3],
+                    x[2],
+                    c.rnic_timeout_percent,
+                    p0 * 100.0
+                ),
+                ..Evidence::default()
+            };
+            self.sticky
+                .insert(r, (inp.now_ms + c.rnic_sticky_ms as i64, evidence));
+            removed.insert(r);
+            // Its probes no longer count against its peers.
+            for &flow in touching.get(&r).into_iter().flatten() {
+                let other = if flow.0 == r { flow.1 } else { flow.0 };
+                if !removed.contains(&other) {
+                    add_mesh_flow(&mut counts, flow, false);
+                }
+            }
+        }
+        self.sticky.retain(|_, (until, _)| *until > inp.now_ms);
+        // Several RNICs of one host at once: the host, not its RNICs.
+        let mut per_host: HashMap<u32, Vec<u32>> = HashMap::new();
+        for &r in self.sticky.keys() {
+            if let Some(h) = host_of(r) {
+                per_host.entry(h).or_default().push(r);
+            }
+        }
+        for (h, rnics) in per_host.into_iter().filter(|(_, v)| v.len() >= 2) {
+            let timeouts = rnics
+                .iter()
+                .filter_map(|r| self.sticky.remove(r))
+                .map(|(_, e)| e.timeouts)
+                .sum();
+            noisy.entry(h).or_insert_with(|| Evidence {
+                timeouts,
+                detail: format!(
+                    "host noise: {} RNICs of the host fail ToR-mesh probes at once",
+                    rnics.len()
+                ),
+                ..Evidence::default()
+            });
+        }
+        let noisy_ids: HashSet<u32> = noisy.keys().copied().collect();
+        let mut noisy: Vec<_> = noisy.into_iter().collect();
+        noisy.sort_by_key(|(h, _)| *h);
+        for (h, evidence) in noisy {
+            out.candidates.push(Candidate {
+                kind: ProblemKind::HostNoise,
+                component_kind: ComponentKind::Host,
+                component: Self::host_name(inp, h),
+                confidence: 0.9,
+                evidence,
+            });
+        }
+        let mut sticky: Vec<_> = self.sticky.iter().collect();
+        sticky.sort_by_key(|(r, _)| **r);
+        for (&r, (_, evidence)) in sticky {
+            out.candidates.push(Candidate {
+                kind: ProblemKind::RnicFault,
+                component_kind: ComponentKind::Rnic,
+                component: rnic_name(inp, r),
+                confidence: 0.95,
+                evidence: evidence.clone(),
+            });
+        }
+        (self.sticky.keys().copied().collect(), noisy_ids)
+    }
+}
+
+/// Adds (or takes away) one ToR-mesh flow to its target's and prober's counts.
+fn add_mesh_flow(
+    counts: &mut HashMap<u32, [u32; 4]>,
+    (p, t, ok, fail): (u32, u32, u32, u32),
+    add: bool,
+) {
+    for (r, at) in [(t, 0), (p, 2)] {
+        let x = counts.entry(r).or_default();
+        if add {
+            x[at] += ok + fail;
+            x[at + 1] += fail;
+        } else {
+            x[at] -= ok + fail;
+            x[at + 1] -= fail;
+        }
+    }
+}

@@ -1,0 +1,457 @@
+//! The pipeline on a simulated 2x2 Clos: each fault type, and silence when healthy.
+
+use super::*;
+use crate::diagnosis::fabric::CLOS_2X2;
+use crate::diagnosis::intake::Liveness;
+use crate::registry::{RnicEntry, RnicMeta};
+use rocemesh_proto::TimestampSource;
+use rocemesh_proto::path::TracedPath;
+use std::collections::VecDeque;
+use std::net::{IpAddr, Ipv4Addr};
+
+const NOW: i64 = 1_700_000_000_000;
+/// Hosts h0..h3, two RNICs each (r0, r1); h0, h1 under t0, h2, h3 under t1.
+const HOSTS: u32 = 4;
+
+fn rnic(host: u32, k: u32) -> u32 {
+    1 + host * 2 + k
+}
+fn host_of(r: u32) -> u32 {
+    (r - 1) / 2
+}
+fn tor_of(r: u32) -> u32 {
+    host_of(r) / 2
+}
+/// Index of an RNIC under its ToR (0..4).
+fn slot(r: u32) -> u8 {
+    ((r - 1) % 4) as u8
+}
+fn ip(r: u32) -> IpAddr {
+    IpAddr::V4(Ipv4Addr::new(198, 18, tor_of(r) as u8, 2 * slot(r) + 1))
+}
+fn rnics() -> impl Iterator<Item = u32> {
+    1..=HOSTS * 2
+}
+
+fn registry() -> Registry {
+    let tors: Arc<[String]> = vec!["t0".to_string(), "t1".to_string()].into();
+    let mut reg = Registry::new(
+        rnics().map(|r| {
+            (
+                r,
+                RnicEntry {
+                    host_id: host_of(r) + 1,
+                    tor: tor_of(r) as u16,
+                },
+            )
+        }),
+        tors,
+    );
+    for r in rnics() {
+        let meta = RnicMeta {
+            name: format!("h{}/r{}", host_of(r), (r - 1) % 2),
+            host: format!("h{}", host_of(r)),
+            ip: ip(r),
+            qpn: 100 + r,
+            epoch: 1,
+        };
+        reg.set_meta(r, meta);
+    }
+    reg
+}
+
+/// Spine of a 5-tuple (stands in for the ECMP hash; the ACK's 5-tuple is another one).
+fn spine(src: u32, dst: u32, sport: u16) -> u32 {
+    (src * 7 + dst * 3 + u32::from(sport)) / 2 % 2
+}
+
+fn hops(src: u32, dst: u32, s: u32) -> Vec<Option<IpAddr>> {
+    let (t, u) = (tor_of(src), tor_of(dst));
+    vec![
+        Some(IpAddr::V4(Ipv4Addr::new(198, 18, t as u8, 2 * slot(src)))),
+        Some(IpAddr::V4(Ipv4Addr::new(
+            198,
+            19,
+            0,
+            (2 * (2 * t + s) + 1) as u8,
+        ))),
+        Some(IpAddr::V4(Ipv4Addr::new(
+            198,
+            19,
+            0,
+            (2 * (2 * u + s)) as u8,
+        ))),
+        Some(ip(dst)),
+    ]
+}
+
+/// What a fault does to one packet direction: (lost, extra delay ns).
+type Fault<'a> = dyn FnMut(u32, u32, Option<u32>, u16) -> (bool, u32) + 'a;
+
+struct Sim {
+    records: Vec<ProbeResult>,
+    paths: PathStore,
+    hosts: HashMap<u32, Liveness>,
+    start_ms: i64,
+    end_ms: i64,
+}
+
+impl Sim {
+    fn new() -> Self {
+        let hosts = (1..=HOSTS)
+            .map(|h| {
+                (
+                    h,
+                    Liveness {
+                        epoch: 1,
+                        last_upload_ms: NOW,
+                        first_upload_ms: NOW - 60_000,
+                        restarts: VecDeque::new(),
+                    },
+                )
+            })
+            .collect();
+        Self {
+            records: Vec::new(),
+            paths: PathStore::new(100_000),
+            hosts,
+            start_ms: NOW - 9_000,
+            end_ms: NOW - 1_500,
+        }
+    }
+
+    fn trace(
+        &mut self,
+        src: u32,
+        dst: u32,
+        sport: u16,
+        s: u32,
+        ack: bool,
+        stop_after: Option<usize>,
+    ) {
+        let mut h = hops(src, dst, s);
+        if let Some(n) = stop_after {
+            h.truncate(n);
+            h.push(None);
+        }
+        self.paths.insert(&TracedPath {
+            src: ip(src),
+            dst: ip(dst),
+            src_port: sport,
+            dst_port: 4791,
+            traced_at_unix_ns: 1,
+            reached: stop_after.is_none(),
+            ack_direction: ack,
+            hops: h,
+        });
+    }
+
+    /// 10 probes per second over the sim's time span on every ToR-mesh pair and
+    /// on two 5-tuples of every inter-ToR pair, complete traces of all of them;
+    /// `fault(src, dst, spine, sport)` decides each direction's fate.
+    fn run(&mut self, fault: &mut Fault) {
+        for p in rnics() {
+            for t in rnics().filter(|&t| t != p) {
+                let ports: &[u16] = if tor_of(p) == tor_of(t) {
+                    &[50_000]
+                } else {
+                    &[50_001, 50_002]
+                };
+                for &sport in ports {
+                    let inter = tor_of(p) != tor_of(t);
+                    let (fs, bs) = (spine(p, t, sport), spine(t, p, sport));
+                    if inter {
+                        self.trace(p, t, sport, fs, false, None);
+                        self.trace(t, p, sport, bs, true, None);
+                    }
+                    let mut at = self.start_ms;
+                    while at < self.end_ms {
+                        let fwd = fault(p, t, inter.then_some(fs), sport);
+                        let back = fault(t, p, inter.then_some(bs), sport);
+                        let lost = fwd.0 || back.0;
+                        let rtt = 20_000 + fwd.1 + back.1;
+                        self.records.push(ProbeResult {
+                            prober_rnic: p,
+                            target_rnic: t,
+                            seq: 0,
+                            target_qpn: 100 + t,
+                            send_unix_ns: at as u64 * 1_000_000,
+                            network_rtt_ns: if lost { 0 } else { rtt },
+                            prober_delay_ns: 30_000,
+                            responder_delay_ns: 10_000,
+                            app_rtt_ns: rtt + 40_000,
+                            src_port: sport,
+                            dst_port: 4791,
+                            class: if inter {
+                                ProbeClass::InterTor
+                            } else {
+                                ProbeClass::TorMesh
+                            },
+                            status: if lost {
+                                ProbeStatus::Timeout
+                            } else {
+                                ProbeStatus::Ok
+                            },
+                            ts_source: TimestampSource::Software,
+                        });
+                        at += 100;
+                    }
+                }
+            }
+        }
+    }
+
+    /// The agents re-traced every inter-ToR 5-tuple hashed onto spine `s` (probes
+    /// and ACKs) after timeouts: the traces stop after `stop(src)` hops.
+    fn retrace_via(&mut self, s: u32, stop: impl Fn(u32) -> usize) {
+        for p in rnics() {
+            for t in rnics().filter(|&t| tor_of(t) != tor_of(p)) {
+                for sport in [50_001, 50_002] {
+                    if spine(p, t, sport) == s {
+                        self.trace(p, t, sport, s, false, Some(stop(p)));
+                    }
+                }
+            }
+        }
+    }
+
+    fn diagnose(&self, engine: &mut Engine, map: &FabricMap) -> Outcome {
+        let registry = registry();
+        let records = [Arc::new(self.records.clone())];
+        engine.run(&Inputs {
+            now_ms: NOW,
+            started_ms: NOW - 600_000,
+            records: &records,
+            hosts: &self.hosts,
+            registry: &registry,
+            map,
+            paths: &self.paths,
+        })
+    }
+}
+
+fn found(o: &Outcome) -> Vec<(ProblemKind, String)> {
+    let mut v: Vec<_> = o
+        .candidates
+        .iter()
+        .map(|c| (c.kind, c.component.clone()))
+        .collect();
+    v.sort();
+    v
+}
+
+fn diagnose(fault: &mut Fault) -> Vec<(ProblemKind, String)> {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    sim.run(fault);
+    found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map))
+}
+
+fn link_down(a: u32, b: u32, s: u32) -> impl FnMut(u32, u32, Option<u32>, u16) -> (bool, u32) {
+    move |src, dst, sp, _| {
+        (
+            sp == Some(s)
+                && (tor_of(src) == a || tor_of(dst) == a)
+                && (tor_of(src) == b || tor_of(dst) == b),
+            0,
+        )
+    }
+}
+
+#[test]
+fn fault_free_fabric_reports_nothing() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    sim.run(&mut |_, _, _, _| (false, 0));
+    // Scattered single timeouts (noise) must not raise anything.
+    for i in (0..sim.records.len()).step_by(997) {
+        sim.records[i].status = ProbeStatus::Timeout;
+        sim.records[i].network_rtt_ns = 0;
+    }
+    let o = sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map);
+    assert_eq!(found(&o), []);
+    assert!(!o.baseline.is_empty(), "Algorithm 1 votes for noise");
+}
+
+#[test]
+fn rnic_down_is_the_rnic_alone() {
+    let dead = rnic(1, 0);
+    let got = diagnose(&mut |s, d, _, _| (s == dead || d == dead, 0));
+    assert_eq!(got, [(ProblemKind::RnicFault, "h1/r0".to_string())]);
+}
+
+#[test]
+fn link_down_is_localized_by_fresh_partial_traces() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let mut fault = link_down(0, 1, 1);
+    sim.run(&mut fault);
+    // Upwards from t0 the trace stops at t0; from t1 it gets to s1.
+    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::LinkFault, "t0-s1".to_string())]);
+}
+
+#[test]
+fn spine_down_is_the_switch() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    sim.run(&mut |_, _, s, _| (s == Some(1), 0));
+    // Whole paths alone cannot tell t0-s1 from t1-s1 here; every ToR's re-trace
+    // stops at the ToR.
+    sim.retrace_via(1, |_| 1);
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::SwitchFault, "s1".to_string())]);
+}
+
+#[test]
+fn both_uplinks_of_a_tor_down_are_two_link_faults_as_the_tor_still_answers() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let mut fault = |s: u32, d: u32, sp: Option<u32>, _: u16| {
+        (sp.is_some() && (tor_of(s) == 0 || tor_of(d) == 0), 0)
+    };
+    sim.run(&mut fault);
+    // From t0 the traces stop at t0; from t1 they get to the spine.
+    sim.retrace_via(0, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(
+        got,
+        [
+            (ProblemKind::LinkFault, "t0-s0".to_string()),
+            (ProblemKind::LinkFault, "t0-s1".to_string())
+        ]
+    );
+}
+
+#[test]
+fn host_down_explains_its_timeouts_and_is_not_the_network() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let dead = |r: u32| host_of(r) == 2;
+    sim.run(&mut |s, d, _, _| (dead(s) || dead(d), 0));
+    sim.records.retain(|r| !dead(r.prober_rnic));
+    sim.hosts.get_mut(&3).unwrap().last_upload_ms = NOW - 20_000;
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::HostDown, "h2".to_string())]);
+    // A registered host never heard from is not declared down (maybe stale),
+    // but timeouts towards it are still not the network's.
+    sim.hosts.remove(&3);
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, []);
+}
+
+#[test]
+fn agent_restart_is_not_the_network() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let restarted = |r: &ProbeResult| host_of(r.target_rnic) == 1;
+    sim.run(&mut |_, _, _, _| (false, 0));
+    // The probers still name the old QPN; the registry has the new one.
+    for r in sim.records.iter_mut().filter(|r| restarted(r)) {
+        (r.status, r.network_rtt_ns, r.target_qpn) = (ProbeStatus::Timeout, 0, 1);
+    }
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::AgentRestart, "h1".to_string())]);
+    // Same timeouts with the current QPN, inside the restart gap of the host.
+    let mut sim = Sim::new();
+    sim.run(&mut |_, _, _, _| (false, 0));
+    for r in sim.records.iter_mut().filter(|r| restarted(r)) {
+        (r.status, r.network_rtt_ns) = (ProbeStatus::Timeout, 0);
+    }
+    sim.hosts
+        .get_mut(&2)
+        .unwrap()
+        .restarts
+        .push_back((NOW - 9_500, NOW - 500));
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::AgentRestart, "h1".to_string())]);
+}
+
+#[test]
+fn cpu_starved_host_is_noise_not_the_network() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let starved = |r: u32| host_of(r) == 3;
+    let mut n = 0u32;
+    sim.run(&mut |s, d, _, _| {
+        n = n.wrapping_add(1);
+        ((starved(s) || starved(d)) && n.is_multiple_of(3), 0)
+    });
+    for r in &mut sim.records {
+        if starved(r.target_rnic) {
+            r.responder_delay_ns = 80_000_000;
+        }
+        if starved(r.prober_rnic) {
+            r.prober_delay_ns = 60_000_000;
+        }
+    }
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::HostNoise, "h3".to_string())]);
+}
+
+#[test]
+fn one_dropped_five_tuple_is_the_switch_where_its_trace_stops() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let (src, dst) = (rnic(0, 0), rnic(2, 1));
+    sim.run(&mut |s, d, _, sport| (s == src && d == dst && sport == 50_001, 0));
+    let s = spine(src, dst, 50_001);
+    sim.trace(src, dst, 50_001, s, false, Some(2));
+    let o = sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map);
+    let got = found(&o);
+    let spine_name = format!("s{s}");
+    assert_eq!(got, [(ProblemKind::SwitchFault, spine_name)]);
+}
+
+#[test]
+fn added_rnic_cable_delay_is_high_latency_after_a_baseline() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut engine = Engine::new(DiagnosisConfig::default());
+    let mut sim = Sim::new();
+    sim.run(&mut |_, _, _, _| (false, 0));
+    assert_eq!(found(&sim.diagnose(&mut engine, &map)), []);
+    let mut sim = Sim::new();
+    // 20 ms one way on the cable of h2/r0, towards the RNIC.
+    let slow = rnic(2, 0);
+    sim.run(&mut |_, d, _, _| (false, if d == slow { 20_000_000 } else { 0 }));
+    let got = found(&sim.diagnose(&mut engine, &map));
+    assert_eq!(got, [(ProblemKind::HighLatency, "h2/r0".to_string())]);
+}
+
+#[test]
+fn timeouts_towards_an_agent_not_yet_started_are_not_faults() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let late = rnic(1, 1);
+    sim.run(&mut |_, _, _, _| (false, 0));
+    sim.records.retain(|r| r.prober_rnic != late);
+    for r in sim.records.iter_mut().filter(|r| r.target_rnic == late) {
+        (r.status, r.network_rtt_ns) = (ProbeStatus::Timeout, 0);
+    }
+    // Host h1 uploaded for the first time 2 s ago: its pinglist peers probed it
+    // before its responder was up.
+    sim.hosts.get_mut(&2).unwrap().first_upload_ms = NOW - 2_000;
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, []);
+}
+
+#[test]
+fn rnic_faults_are_sticky() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut engine = Engine::new(DiagnosisConfig::default());
+    let dead = rnic(3, 1);
+    let mut sim = Sim::new();
+    sim.run(&mut |s, d, _, _| (s == dead || d == dead, 0));
+    assert_eq!(
+        found(&sim.diagnose(&mut engine, &map)),
+        [(ProblemKind::RnicFault, "h3/r1".to_string())]
+    );
+    let mut healthy = Sim::new();
+    healthy.run(&mut |_, _, _, _| (false, 0));
+    assert_eq!(
+        found(&healthy.diagnose(&mut engine, &map)),
+        [(ProblemKind::RnicFault, "h3/r1".to_string())]
+    );
+}
