@@ -228,6 +228,19 @@ mod tests {
                 .to_string()
                 .contains("host_silent_ms")
         );
+        let t: AnalyzerConfig = toml::from_str(
+            "fabric_map = \"/etc/rocemesh/fabric.toml\"\n[diagnosis]\nresolve_after_ms = 5000\n",
+        )
+        .unwrap();
+        assert_eq!(
+            t.fabric_map.as_deref(),
+            Some(std::path::Path::new("/etc/rocemesh/fabric.toml"))
+        );
+        assert_eq!(
+            (t.diagnosis.resolve_after_ms, t.diagnosis.tick_ms),
+            (5_000, 1_000)
+        );
+        assert!(toml::from_str::<AnalyzerConfig>("[diagnosis]\nwindow = 1\n").is_err());
         bad.diagnosis = DiagnosisConfig {
             window_ms: 1,
             ..DiagnosisConfig::default()
