@@ -56,7 +56,9 @@ pub struct RnicFeatures {
 /// Features of a task's RNICs, in the order of the observations.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TaskFeatures {
-    /// Estimated iteration period in samples.
+    /// Estimated iteration period in samples (the strongest harmonic-sum
+    /// peak; with windows much longer than the period it can come out as a
+    /// half or a third of the true period, which still orders the bursts).
     pub period_samples: f64,
     /// Per-RNIC features.
     pub rnics: Vec<RnicFeatures>,

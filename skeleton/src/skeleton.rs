@@ -21,7 +21,8 @@ pub struct Structure {
     pub tp: usize,
     /// Pipeline-parallel degree (stages found in the burst phases).
     pub pp: usize,
-    /// Iteration period in samples.
+    /// Iteration period in samples (see
+    /// [`crate::features::TaskFeatures::period_samples`]).
     pub period_samples: f64,
     /// How much tighter the groups are than the next coarser grouping.
     pub separation: f64,

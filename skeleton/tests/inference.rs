@@ -219,3 +219,20 @@ fn outcome_serializes_for_the_rest_api() {
     assert_eq!(json["outcome"]["kind"], "skeleton", "{json}");
     assert_eq!(json["outcome"]["structure"]["dp"], 4);
 }
+
+#[test]
+fn iteration_periods_from_5_to_60_samples_are_recovered() {
+    // The default 64-sample window: short periods give many iterations per
+    // frame, periods near the window fall below one STFT bin but keep their
+    // burst phase.
+    for period_s in [5.0, 20.0, 60.0] {
+        let job = SyntheticJob {
+            period_s,
+            pipeline_offset_s: period_s * 0.04,
+            samples: 600,
+            ..SyntheticJob::new(8, 4, 4)
+        };
+        let (accuracy, _, _) = check_recovers(&job);
+        assert_eq!(accuracy, 1.0, "period {period_s} s");
+    }
+}
