@@ -117,6 +117,7 @@ impl Fabric {
             spec: spec.clone(),
             next_id: 1,
             faults: vec![],
+            jobs: vec![],
         })?;
         let fabric = Fabric {
             topology,
@@ -261,13 +262,16 @@ impl Fabric {
     }
 
     /// Removes everything of fabric `prefix`, even after a crash: active faults are cleared
-    /// (helper processes killed, cgroups released), every process inside its namespaces is
+    /// (helper processes killed, cgroups released), job helpers are killed, every process inside its namespaces is
     /// killed, its namespaces are deleted and its state file removed. Idempotent.
     pub fn down(prefix: &str) -> Result<()> {
         let lock = StateLock::acquire(prefix)?;
         if let Ok(Some(state)) = lock.load() {
             for fault in state.faults.iter().rev() {
                 crate::faults::undo_all(&fault.undo, true);
+            }
+            for job in &state.jobs {
+                job.kill();
             }
         }
         let namespaces: Vec<String> = netns::list()?

@@ -4,13 +4,15 @@
 //! `{prefix}-t{n}` ToRs, `{prefix}-s{n}` spines) joined by veth pairs, addressed from
 //! 198.18.0.0/15, with L4-hashed ECMP across spines. [`Fabric::apply`] injects faults
 //! ([`Fault`]) with real kernel mechanisms and returns the ground truth for scoring;
-//! [`Fabric::clear`] removes one; [`Fabric::down`] removes everything of a prefix.
+//! [`Fabric::clear`] removes one; [`Fabric::start_job`] sends synthetic training-job traffic
+//! ([`job`]); [`Fabric::down`] removes everything of a prefix.
 //!
 //! Needs root and the Debian packages `iproute2`, `nftables`, `iptables`, `procps`.
 
 pub mod fabric;
 pub mod faults;
 pub mod helper;
+pub mod job;
 pub mod management;
 pub mod netns;
 pub mod process;
@@ -20,6 +22,7 @@ pub mod topology;
 
 pub use fabric::{Fabric, FiveTuple, HelperCommand};
 pub use faults::{Background, ComponentKind, Direction, Fault, FaultHandle, GroundTruth};
+pub use job::{JobHandle, JobSpec, JobTruth, RnicRole};
 pub use spec::FabricSpec;
 pub use state::ActiveFault;
 pub use topology::{Endpoint, Host, Link, NodeKind, Rnic, Router, Topology};

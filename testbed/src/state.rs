@@ -10,6 +10,7 @@ use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::faults::{Fault, GroundTruth};
+use crate::job::ActiveJob;
 use crate::process::TrackedProcess;
 use crate::spec::FabricSpec;
 
@@ -57,6 +58,9 @@ pub struct State {
     pub next_id: u16,
     /// Faults in effect.
     pub faults: Vec<ActiveFault>,
+    /// Emulated training jobs running (absent in state files of older versions).
+    #[serde(default)]
+    pub jobs: Vec<ActiveJob>,
 }
 
 /// Path of a fabric's state file.

@@ -1,9 +1,11 @@
-//! The fault helper process: `nfq` (NFQUEUE delayer/corrupter) and `blast` (paced background
-//! UDP traffic). It runs inside a fabric namespace, started by [`crate::Fabric::apply`] as the
+//! The helper process: `nfq` (NFQUEUE delayer/corrupter), `blast` (paced background UDP
+//! traffic) and `job` (one host's share of an emulated training job). It runs inside a fabric
+//! namespace, started by [`crate::Fabric::apply`] or [`crate::Fabric::start_job`] as the
 //! `rocemesh-testbed-helper` binary or as a hidden subcommand of another binary that calls
 //! [`run`]. It prints [`crate::process::READY_LINE`] on stdout once set up.
 
 mod blast;
+mod job;
 mod nfq;
 
 use std::io::Write;
@@ -13,7 +15,8 @@ use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
 
-const USAGE: &str = "usage: nfq QUEUE DELAY_MS CORRUPT_PERCENT | blast SRC_IP DST_IP:PORT MBPS";
+const USAGE: &str = "usage: nfq QUEUE DELAY_MS CORRUPT_PERCENT | blast SRC_IP DST_IP:PORT MBPS \
+                     | job FABRIC_SPEC_JSON JOB_SPEC_JSON HOST START_UNIX_MS";
 
 fn arg<T: FromStr>(args: &[String], i: usize, what: &str) -> Result<T> {
     let s = args
@@ -48,6 +51,13 @@ pub fn run(args: &[String]) -> Result<()> {
             let mbps: u32 = arg(args, 3, "MBPS")?;
             blast::run(src, dst, mbps)
         }
+        Some("job") => {
+            let fabric: String = arg(args, 1, "FABRIC_SPEC_JSON")?;
+            let job_spec: String = arg(args, 2, "JOB_SPEC_JSON")?;
+            let host: usize = arg(args, 3, "HOST")?;
+            let start: u64 = arg(args, 4, "START_UNIX_MS")?;
+            job::run(&fabric, &job_spec, host, start)
+        }
         _ => bail!("{USAGE}"),
     }
 }
@@ -77,6 +87,27 @@ mod tests {
                 .unwrap_err()
                 .to_string()
                 .contains("missing DST")
+        );
+        let fabric = serde_json::to_string(&crate::FabricSpec::default()).unwrap();
+        let job = |s: &str| {
+            let a = vec![
+                "job".to_string(),
+                fabric.clone(),
+                s.to_string(),
+                "0".into(),
+                "1".into(),
+            ];
+            run(&a).unwrap_err().to_string()
+        };
+        assert!(job("{").contains("JOB_SPEC"));
+        let big = r#"{"name":"j","tp":1,"pp":1,"dp":9,"iteration_ms":500,"pp_offset_ms":0,
+            "allreduce_bytes":1,"activation_bytes":0,"jitter_ms":0,"seed":1}"#;
+        assert!(job(big).contains("hosts"), "{}", job(big));
+        assert!(
+            run(&v("job {} {} 0 x"))
+                .unwrap_err()
+                .to_string()
+                .contains("FABRIC_SPEC")
         );
     }
 }
