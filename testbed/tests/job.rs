@@ -1,0 +1,263 @@
+//! Emulated training-job traffic on a real namespace fabric (root only): interface counters of
+//! the host namespaces show the job's shape (periodic bursts, DP groups moving together, stages
+//! shifted), and stop_job / down stop it.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+use common::{Fixture, root_or_skip};
+use rocemesh_testbed::{Fabric, FabricSpec, JobHandle, JobSpec};
+
+const SAMPLE_MS: u64 = 50;
+
+fn spec() -> JobSpec {
+    JobSpec {
+        name: "llm-a".into(),
+        tp: 2,
+        pp: 2,
+        dp: 4,
+        iteration_ms: 1000,
+        pp_offset_ms: 120,
+        allreduce_bytes: 150_000,
+        activation_bytes: 20_000,
+        jitter_ms: 80,
+        seed: 7,
+        first_host: 0,
+        burst_mbps: 16,
+    }
+}
+
+/// rx + tx bytes of every RNIC, read from /proc/PID/net/dev of a helper in each host namespace.
+fn counters(job: &JobHandle) -> BTreeMap<String, u64> {
+    let mut out = BTreeMap::new();
+    for h in job.helpers() {
+        let text = std::fs::read_to_string(format!("/proc/{}/net/dev", h.process.pid))
+            .expect("net/dev of a helper");
+        for line in text.lines().skip(2) {
+            let Some((ifname, fields)) = line.split_once(':') else {
+                continue;
+            };
+            let v: Vec<u64> = fields
+                .split_whitespace()
+                .filter_map(|f| f.parse().ok())
+                .collect();
+            let ifname = ifname.trim();
+            if ifname.starts_with('r') && v.len() >= 16 {
+                out.insert(format!("{}{ifname}", h.host), v[0] + v[8]);
+            }
+        }
+    }
+    out
+}
+
+/// Per-RNIC bytes per `SAMPLE_MS` interval over `samples` intervals.
+fn sample(job: &JobHandle, samples: usize) -> BTreeMap<String, Vec<f64>> {
+    let start = Instant::now();
+    let mut prev = counters(job);
+    let mut series: BTreeMap<String, Vec<f64>> = BTreeMap::new();
+    for k in 1..=samples {
+        let due = start + Duration::from_millis(SAMPLE_MS * k as u64);
+        std::thread::sleep(due.saturating_duration_since(Instant::now()));
+        let now = counters(job);
+        for (name, v) in &now {
+            let d = v.saturating_sub(prev.get(name).copied().unwrap_or(*v));
+            series.entry(name.clone()).or_default().push(d as f64);
+        }
+        prev = now;
+    }
+    series
+}
+
+fn pearson(a: &[f64], b: &[f64]) -> f64 {
+    let n = a.len().min(b.len()) as f64;
+    let (ma, mb) = (a.iter().sum::<f64>() / n, b.iter().sum::<f64>() / n);
+    let (mut cov, mut va, mut vb) = (0.0, 0.0, 0.0);
+    for (x, y) in a.iter().zip(b) {
+        cov += (x - ma) * (y - mb);
+        va += (x - ma).powi(2);
+        vb += (y - mb).powi(2);
+    }
+    cov / (va * vb).sqrt().max(f64::MIN_POSITIVE)
+}
+
+fn autocorrelation(s: &[f64], lag: usize) -> f64 {
+    pearson(&s[..s.len() - lag], &s[lag..])
+}
+
+/// Delay (ms, within one period) of a series' fundamental: when in the period its bursts sit.
+fn burst_phase_ms(s: &[f64], period_ms: f64) -> f64 {
+    let (mut re, mut im) = (0.0, 0.0);
+    for (k, v) in s.iter().enumerate() {
+        let w = 2.0 * std::f64::consts::PI * (k as f64 * SAMPLE_MS as f64) / period_ms;
+        re += v * w.cos();
+        im += v * w.sin();
+    }
+    (im.atan2(re) / (2.0 * std::f64::consts::PI) * period_ms).rem_euclid(period_ms)
+}
+
+fn mean(v: impl IntoIterator<Item = f64>) -> f64 {
+    let (sum, n) = v.into_iter().fold((0.0, 0), |(s, n), x| (s + x, n + 1));
+    sum / f64::from(n.max(1))
+}
+
+#[test]
+fn job_traffic_has_the_training_shape_and_stops() {
+    if !root_or_skip() {
+        return;
+    }
+    let f = Fixture::up(FabricSpec {
+        prefix: "tbjob".into(),
+        tors: 4,
+        spines: 2,
+        hosts_per_tor: 4,
+        rnics_per_host: 4,
+        rail_optimized: true,
+        management: false,
+    });
+    // A job that does not fit starts nothing.
+    let err = f.0.start_job(&JobSpec { dp: 5, ..spec() }).unwrap_err();
+    assert!(err.to_string().contains("hosts"), "{err:#}");
+    assert!(f.0.jobs().unwrap().is_empty());
+
+    let job = f.0.start_job(&spec()).expect("start job");
+    let truth = job.truth().clone();
+    assert_eq!(truth.rnics.len(), 16);
+    assert_eq!(job.helpers().len(), 4);
+    // Another process sees the same job and truth; names and hosts are exclusive.
+    let listed = Fabric::open("tbjob").unwrap().jobs().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].truth(), &truth);
+    assert!(
+        f.0.start_job(&spec())
+            .unwrap_err()
+            .to_string()
+            .contains("already running")
+    );
+    let other = JobSpec {
+        name: "llm-b".into(),
+        dp: 1,
+        ..spec()
+    };
+    assert!(
+        f.0.start_job(&other)
+            .unwrap_err()
+            .to_string()
+            .contains("holds")
+    );
+
+    std::thread::sleep(Duration::from_millis(300));
+    let series = sample(&job, 200);
+    let period = (spec().iteration_ms as u64 / SAMPLE_MS) as usize;
+
+    // Every RNIC of the job carries about what it should: 2 x 225 kB per iteration.
+    for name in truth.rnics.keys() {
+        let total: f64 = series[name].iter().sum();
+        assert!(
+            total > 0.5 * 10.0 * 450_000.0,
+            "{name} carried only {total} bytes"
+        );
+    }
+
+    // Bursts repeat with the iteration period: the autocorrelation peaks at one period.
+    for name in truth.rnics.keys() {
+        let s = &series[name];
+        let best = (period / 4..=period * 3 / 2)
+            .max_by(|a, b| autocorrelation(s, *a).total_cmp(&autocorrelation(s, *b)))
+            .unwrap();
+        assert!(
+            best.abs_diff(period) <= 1,
+            "{name}: autocorrelation peaks at lag {best}"
+        );
+        let peak = autocorrelation(s, period);
+        println!("{name}: autocorrelation peak at lag {best} ({peak:.2})");
+        assert!(peak > 0.5, "{name}: weak periodicity");
+    }
+
+    // Members of one DP group move together more than with anybody else.
+    let group_of: BTreeMap<&str, usize> = truth
+        .dp_groups
+        .iter()
+        .enumerate()
+        .flat_map(|(g, members)| members.iter().map(move |m| (m.as_str(), g)))
+        .collect();
+    for (a, ga) in &group_of {
+        let corr = |same: bool| {
+            mean(
+                group_of
+                    .iter()
+                    .filter(|(b, gb)| b != &a && (*gb == ga) == same)
+                    .map(|(b, _)| pearson(&series[*a], &series[*b])),
+            )
+        };
+        let (within, across) = (corr(true), corr(false));
+        println!("{a}: DP-group correlation within {within:.2}, across {across:.2}");
+        assert!(
+            within > across + 0.2,
+            "{a}: within {within:.2} across {across:.2}"
+        );
+    }
+
+    // Stage 0's all-reduce bursts come pp_offset_ms before stage 1's.
+    let phase_of_stage = |stage: u32| {
+        let phases: Vec<f64> = truth
+            .rnics
+            .iter()
+            .filter(|(_, r)| r.stage == stage)
+            .map(|(n, _)| burst_phase_ms(&series[n], 1000.0))
+            .collect();
+        mean(phases)
+    };
+    let lag = (phase_of_stage(1) - phase_of_stage(0)).rem_euclid(1000.0);
+    println!("stage 1 bursts {lag:.0} ms after stage 0 (pp_offset_ms 120)");
+    assert!(
+        (60.0..200.0).contains(&lag),
+        "stage 1 lags stage 0 by {lag:.0} ms"
+    );
+
+    // stop_job stops the traffic and its helpers.
+    f.0.stop_job("llm-a").unwrap();
+    assert!(job.helpers().iter().all(|h| !h.process.is_alive()));
+    assert!(f.0.jobs().unwrap().is_empty());
+    assert!(
+        f.0.stop_job("llm-a")
+            .unwrap_err()
+            .to_string()
+            .contains("no running job")
+    );
+    let quiet = sample_from_namespaces(&f, 1000);
+    for (name, bytes) in quiet {
+        assert!(
+            bytes < 5_000,
+            "{name} still carried {bytes} bytes after stop_job"
+        );
+    }
+
+    // down kills the helpers of a job still running.
+    let again = f.0.start_job(&spec()).expect("restart job");
+    Fabric::down("tbjob").unwrap();
+    assert!(again.helpers().iter().all(|h| !h.process.is_alive()));
+}
+
+/// Bytes each RNIC of the fabric carries over `ms` (read in the namespaces with `cat`, as
+/// no helper is left to read them through).
+fn sample_from_namespaces(f: &Fixture, ms: u64) -> BTreeMap<String, u64> {
+    let read = || {
+        let mut out = BTreeMap::new();
+        for h in f.0.hosts() {
+            for r in &h.rnics {
+                let c = |what| f.if_counter(&h.netns, &r.ifname, what);
+                out.insert(r.name.clone(), c("rx_bytes") + c("tx_bytes"));
+            }
+        }
+        out
+    };
+    let before = read();
+    std::thread::sleep(Duration::from_millis(ms));
+    let after = read();
+    after
+        .into_iter()
+        .map(|(n, v)| (n.clone(), v - before[&n]))
+        .collect()
+}
