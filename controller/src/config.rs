@@ -33,12 +33,29 @@ pub struct ControllerConfig {
     pub src_port_min: u16,
     /// Highest UDP source port used in pinglists.
     pub src_port_max: u16,
+    /// Probes per second per active training-task pair (SkeletonHunter §5.1); a prober's
+    /// service list runs at `pairs x task_pair_pps`, capped by `task_max_pps_per_rnic`.
+    pub task_pair_pps: f64,
+    /// Cap on one RNIC's task-service list rate: beyond it each target is probed less often.
+    pub task_max_pps_per_rnic: f64,
+    /// Most basic (same-rail) pairs one task may have: bounds the memory of its pinglist.
+    pub task_max_pairs: usize,
+    /// Throughput samples kept per task RNIC (the ring the skeleton inference reads).
+    pub throughput_window: usize,
+    /// How often the runtime skeleton of every task is inferred again.
+    pub skeleton_interval_ms: u64,
+    /// Samples every RNIC of a task needs before its skeleton is inferred.
+    pub skeleton_min_samples: usize,
+    /// Tunables of the skeleton inference (`[controller.skeleton]`).
+    pub skeleton: rocemesh_skeleton::InferenceConfig,
 }
 
 /// N of Eq. 1 when neither the config nor the topology file says.
 pub const DEFAULT_PARALLEL_PATHS: u32 = 4;
 /// Largest N accepted: k grows like N ln N and every ToR gets k tuples.
 pub const MAX_PARALLEL_PATHS: u32 = 1024;
+/// Largest throughput ring per RNIC: a day of one-second samples.
+pub const MAX_THROUGHPUT_WINDOW: usize = 86_400;
 
 impl Default for ControllerConfig {
     fn default() -> Self {
@@ -56,6 +73,13 @@ impl Default for ControllerConfig {
             topology_file: None,
             src_port_min: 49152,
             src_port_max: 65535,
+            task_pair_pps: 10.0,
+            task_max_pps_per_rnic: 1000.0,
+            task_max_pairs: 2_000_000,
+            throughput_window: 600,
+            skeleton_interval_ms: 60_000,
+            skeleton_min_samples: 128,
+            skeleton: rocemesh_skeleton::InferenceConfig::default(),
         }
     }
 }
@@ -69,6 +93,8 @@ impl ControllerConfig {
         };
         positive("tormesh_pps", self.tormesh_pps)?;
         positive("intertor_link_pps", self.intertor_link_pps)?;
+        positive("task_pair_pps", self.task_pair_pps)?;
+        positive("task_max_pps_per_rnic", self.task_max_pps_per_rnic)?;
         let p = self.coverage_probability;
         anyhow::ensure!(p > 0.0 && p < 1.0, "coverage_probability must be in (0, 1), got {p}");
         if let Some(n) = self.parallel_paths {
@@ -81,6 +107,7 @@ impl ControllerConfig {
             ("pinglist_poll_ms", self.pinglist_poll_ms),
             ("upload_period_ms", self.upload_period_ms),
             ("probe_timeout_ms", self.probe_timeout_ms),
+            ("skeleton_interval_ms", self.skeleton_interval_ms),
         ] {
             anyhow::ensure!(v > 0, "{name} must be positive");
         }
@@ -89,6 +116,20 @@ impl ControllerConfig {
             "source port range {}..={} is empty or starts at 0",
             self.src_port_min,
             self.src_port_max
+        );
+        anyhow::ensure!(self.task_max_pairs > 0, "task_max_pairs must be positive");
+        self.skeleton.validate().map_err(|e| anyhow::anyhow!("skeleton: {e}"))?;
+        let window = self.skeleton.features.window;
+        anyhow::ensure!(
+            self.skeleton_min_samples >= window && self.skeleton_min_samples <= self.throughput_window,
+            "skeleton_min_samples must be in skeleton.features.window ({window})..=throughput_window ({}), got {}",
+            self.throughput_window,
+            self.skeleton_min_samples
+        );
+        anyhow::ensure!(
+            self.throughput_window <= MAX_THROUGHPUT_WINDOW,
+            "throughput_window must be at most {MAX_THROUGHPUT_WINDOW}, got {}",
+            self.throughput_window
         );
         Ok(())
     }
@@ -118,9 +159,14 @@ mod tests {
             ControllerConfig { rotation_fraction: 1.5, ..Default::default() },
             ControllerConfig { rotation_period_ms: 0, ..Default::default() },
             ControllerConfig { src_port_min: 60000, src_port_max: 50000, ..Default::default() },
+            ControllerConfig { task_pair_pps: 0.0, ..Default::default() },
+            ControllerConfig { skeleton_min_samples: 8, ..Default::default() },
+            ControllerConfig { throughput_window: 100, ..Default::default() },
+            ControllerConfig { skeleton_interval_ms: 0, ..Default::default() },
         ];
         let names = ["tormesh_pps", "intertor_link_pps", "coverage_probability", "parallel_paths",
-            "rotation_fraction", "rotation_period_ms", "source port"];
+            "rotation_fraction", "rotation_period_ms", "source port", "task_pair_pps", "skeleton_min_samples",
+            "skeleton_min_samples", "skeleton_interval_ms"];
         for (cfg, name) in bad.iter().zip(names) {
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains(name), "{err}");
@@ -134,5 +180,8 @@ mod tests {
         let cfg: ControllerConfig = toml::from_str("tormesh_pps = 3.0").unwrap();
         assert_eq!(cfg.tormesh_pps, 3.0);
         assert_eq!(cfg.src_port_max, 65535);
+        let cfg: ControllerConfig = toml::from_str("task_pair_pps = 2.0\n[skeleton.features]\nwindow = 32\n").unwrap();
+        assert_eq!((cfg.task_pair_pps, cfg.skeleton.features.window, cfg.throughput_window), (2.0, 32, 600));
+        assert!(toml::from_str::<ControllerConfig>("[skeleton]\nwindow = 32\n").is_err());
     }
 }

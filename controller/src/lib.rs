@@ -1,8 +1,10 @@
 //! Controller: RNIC registry, topology and pinglist generation behind a REST API
-//! (R-Pingmesh §4.1).
+//! (R-Pingmesh §4.1), plus training-task pinglists driven by the traffic skeleton
+//! (SkeletonHunter §5.1).
 //!
 //! The binary builds a [`ControllerState`] from a [`rocemesh_store::Db`] and a
-//! [`ControllerConfig`], and serves [`router`].
+//! [`ControllerConfig`], serves [`router`], and runs
+//! [`ControllerState::run_skeleton_loop`] next to it.
 #![warn(missing_docs)]
 
 pub mod api;
@@ -11,6 +13,8 @@ mod hash;
 pub mod pinglist;
 mod registry;
 mod state;
+mod tasks;
+mod throughput;
 pub mod topology;
 
 pub use api::router;

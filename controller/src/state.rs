@@ -2,10 +2,16 @@
 //! and the pinglist cache. Every change is committed to the database before it is
 //! applied in memory and acknowledged.
 
+mod tasks;
+
 use crate::api::error::ApiError;
 use crate::config::{ControllerConfig, DEFAULT_PARALLEL_PATHS};
 use crate::pinglist::{self, PinglistCache, PinglistParams, PortRange, coverage};
 use crate::registry::{self, Registry, validate};
+use crate::tasks::TaskBook;
+use crate::tasks::resolve::Derived;
+use crate::tasks::service::{self, ServiceParams};
+use crate::throughput::ThroughputStore;
 use crate::topology::{Topology, UNKNOWN_TOR};
 use rocemesh_proto::api::{HostInfo, Pinglist, RegisterRequest, RegisterResponse, RnicInfo, TopologyInfo};
 use rocemesh_store::Db;
@@ -30,6 +36,12 @@ struct Inner {
     writer: tokio::sync::Mutex<()>,
     pinglists: PinglistCache,
     warned_unknown_tor: AtomicBool,
+    /// Training tasks. Lock order: `registry` before `tasks` before `derived`/`pinglists`.
+    tasks: RwLock<TaskBook>,
+    /// Tasks resolved against the registry, for the last generations asked for.
+    derived: std::sync::Mutex<Option<Arc<Derived>>>,
+    service: ServiceParams,
+    throughput: std::sync::Mutex<ThroughputStore>,
 }
 
 /// What `GET /pinglists/{host}` can end in besides a list.
@@ -58,8 +70,11 @@ impl ControllerState {
             ports: PortRange { min: cfg.src_port_min, max: cfg.src_port_max },
             timeout_ms: cfg.probe_timeout_ms,
         };
+        let service = ServiceParams { pair_pps: cfg.task_pair_pps, max_pps: cfg.task_max_pps_per_rnic, ports: params.ports };
         let (hosts, rnics) = registry::load(&db, &topology).await?;
-        tracing::info!(hosts = hosts.len(), rnics = rnics.len(), parallel_paths, tuples_per_tor, "registry loaded");
+        let tasks = crate::tasks::load(&db).await?;
+        tracing::info!(hosts = hosts.len(), rnics = rnics.len(), tasks = tasks.len(), parallel_paths, tuples_per_tor, "registry loaded");
+        let throughput = ThroughputStore::new(cfg.throughput_window);
         let state = Self {
             inner: Arc::new(Inner {
                 db,
@@ -71,6 +86,10 @@ impl ControllerState {
                 writer: tokio::sync::Mutex::new(()),
                 pinglists: PinglistCache::default(),
                 warned_unknown_tor: AtomicBool::new(false),
+                tasks: RwLock::new(TaskBook::from_records(tasks)),
+                derived: std::sync::Mutex::new(None),
+                service,
+                throughput: std::sync::Mutex::new(throughput),
             }),
         };
         state.warn_unknown_tors();
@@ -152,7 +171,14 @@ impl ControllerState {
         {
             return Err(PinglistError::StaleEpoch { current: host.epoch });
         }
-        self.inner.pinglists.get(&reg, &self.inner.params, rotation, host_id).ok_or(PinglistError::UnknownHost)
+        let book = self.tasks_read();
+        let key = (reg.generation(), book.generation(), rotation);
+        let build = || {
+            let derived = self.derived_for(&reg, &book);
+            let service = service::lists(&reg, &derived, self.inner.service);
+            pinglist::build_all(&reg, &self.inner.params, rotation, service)
+        };
+        self.inner.pinglists.get(key, host_id, build).ok_or(PinglistError::UnknownHost)
     }
 
     /// All RNICs by id.

@@ -1,19 +1,25 @@
-//! The controller's REST API under `/api/v1`: agent registration and pinglists, and the
-//! read-only inventory (RNICs, hosts, topology) plus host decommissioning.
+//! The controller's REST API under `/api/v1`: agent registration and pinglists, the
+//! read-only inventory (RNICs, hosts, topology) plus host decommissioning, and training
+//! tasks with their throughput uploads.
 
 mod agents;
 pub mod error;
 mod extract;
 mod inventory;
+mod tasks;
 
 use crate::state::ControllerState;
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
 use error::ApiError;
 
 /// Largest request body accepted; larger bodies get 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
+/// Largest task spec: 100 000 endpoints of up to ~160 bytes of JSON each.
+pub const MAX_TASK_BODY_BYTES: usize = 16 << 20;
+/// Largest throughput upload: 64 RNICs x 1200 samples x 2 counters of up to 20 digits.
+pub const MAX_THROUGHPUT_BODY_BYTES: usize = 4 << 20;
 
 /// All controller routes, already under `/api/v1`.
 pub fn router(state: ControllerState) -> Router {
@@ -26,6 +32,13 @@ pub fn router(state: ControllerState) -> Router {
         .route("/hosts", get(inventory::hosts))
         .route("/hosts/{id}", get(inventory::host).delete(inventory::delete_host))
         .route("/topology", get(inventory::topology))
+        .route("/tasks", post(tasks::create).layer(DefaultBodyLimit::max(MAX_TASK_BODY_BYTES)).get(tasks::list))
+        .route(
+            "/tasks/{id}",
+            put(tasks::replace).layer(DefaultBodyLimit::max(MAX_TASK_BODY_BYTES)).get(tasks::get).delete(tasks::delete),
+        )
+        .route("/tasks/{id}/ready", post(tasks::ready))
+        .route("/throughput", post(tasks::throughput).layer(DefaultBodyLimit::max(MAX_THROUGHPUT_BODY_BYTES)))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))

@@ -40,7 +40,8 @@ pub(crate) struct PinglistParams {
     pub(crate) timeout_ms: u64,
 }
 
-fn target(t: &RnicRecord, src_port: u16) -> PingTarget {
+/// The probe target of an RNIC with a chosen source port.
+pub(crate) fn target(t: &RnicRecord, src_port: u16) -> PingTarget {
     PingTarget { rnic_id: t.id, ip: t.ip, port: t.port, qpn: t.qpn, src_port }
 }
 
@@ -61,8 +62,13 @@ pub(crate) fn tor_infos(reg: &Registry) -> Vec<TorInfo> {
         .collect()
 }
 
-/// Every host's pinglist.
-pub(crate) fn build_all(reg: &Registry, p: &PinglistParams, rotation: u64) -> HashMap<u32, Arc<Pinglist>> {
+/// Every host's pinglist; `service` holds the task-service list of each prober RNIC.
+pub(crate) fn build_all(
+    reg: &Registry,
+    p: &PinglistParams,
+    rotation: u64,
+    mut service: HashMap<u32, ProbeList>,
+) -> HashMap<u32, Arc<Pinglist>> {
     let groups = tor_groups(reg);
     let mut intertor: HashMap<u32, Vec<PingTarget>> = HashMap::new();
     for t in intertor::tuples(&groups, p.tuples_per_tor, p.rotated_per_period, rotation, p.ports) {
@@ -79,6 +85,9 @@ pub(crate) fn build_all(reg: &Registry, p: &PinglistParams, rotation: u64) -> Ha
             if let Some(entries) = intertor.remove(&r.id) {
                 let pps = entries.len() as f64 * p.intertor_link_pps;
                 lists.push(ProbeList { class: ProbeClass::InterTor, pps, entries });
+            }
+            if let Some(list) = service.remove(&r.id).filter(|l| !l.entries.is_empty()) {
+                lists.push(list);
             }
             per_host.entry(r.host_id).or_default().push(RnicPinglist { rnic_id: r.id, lists });
         }
@@ -100,27 +109,32 @@ fn versioned(host_id: u32, timeout_ms: u64, rnics: Vec<RnicPinglist>) -> Pinglis
     list
 }
 
-/// Pinglists of the last (registry generation, rotation) asked for.
+/// What pinglists are a function of: (registry generation, task book generation, rotation).
+pub(crate) type CacheKey = (u64, u64, u64);
+
+/// Pinglists of the last [`CacheKey`] asked for.
 #[derive(Default)]
 pub(crate) struct PinglistCache {
     built: Mutex<Option<Built>>,
 }
 
 struct Built {
-    generation: u64,
-    rotation: u64,
+    key: CacheKey,
     lists: HashMap<u32, Arc<Pinglist>>,
 }
 
 impl PinglistCache {
-    /// The pinglist of `host_id`, rebuilding all lists first if the registry or the
-    /// rotation moved on. One caller rebuilds; concurrent callers wait for its result.
-    pub(crate) fn get(&self, reg: &Registry, p: &PinglistParams, rotation: u64, host_id: u32) -> Option<Arc<Pinglist>> {
+    /// The pinglist of `host_id`, rebuilding all lists with `build` first if the key moved
+    /// on. One caller rebuilds; concurrent callers wait for its result.
+    pub(crate) fn get(
+        &self,
+        key: CacheKey,
+        host_id: u32,
+        build: impl FnOnce() -> HashMap<u32, Arc<Pinglist>>,
+    ) -> Option<Arc<Pinglist>> {
         let mut built = self.built.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-        let fresh = matches!(&*built, Some(b) if b.generation == reg.generation() && b.rotation == rotation);
-        if !fresh {
-            let lists = build_all(reg, p, rotation);
-            *built = Some(Built { generation: reg.generation(), rotation, lists });
+        if !matches!(&*built, Some(b) if b.key == key) {
+            *built = Some(Built { key, lists: build() });
         }
         built.as_ref().and_then(|b| b.lists.get(&host_id).cloned())
     }

@@ -55,7 +55,7 @@ fn list(lists: &HashMap<u32, Arc<Pinglist>>, rnic: u32, class: ProbeClass) -> Op
 #[test]
 fn tormesh_lists_hold_exactly_the_other_rnics_of_the_tor() {
     let reg = registry(3, 4);
-    let lists = build_all(&reg, &params(21, 5), 0);
+    let lists = build_all(&reg, &params(21, 5), 0, HashMap::new());
     assert_eq!(lists.len(), 12, "one pinglist per host");
     for r in reg.rnics() {
         let mesh = list(&lists, r.id, ProbeClass::TorMesh).expect("every RNIC has a ToR-mesh list");
@@ -75,7 +75,7 @@ fn tormesh_lists_hold_exactly_the_other_rnics_of_the_tor() {
 #[test]
 fn a_single_tor_has_no_inter_tor_lists() {
     let reg = registry(1, 3);
-    let lists = build_all(&reg, &params(21, 5), 0);
+    let lists = build_all(&reg, &params(21, 5), 0, HashMap::new());
     assert!(reg.rnics().all(|r| list(&lists, r.id, ProbeClass::InterTor).is_none()));
 }
 
@@ -104,7 +104,7 @@ fn inter_tor_tuples_leave_their_tor_and_set_the_rate() {
     }
     assert!(incoming.values().all(|&n| n == k as usize), "{incoming:?}");
     // Each tuple lands in its source RNIC's list, probed at intertor_link_pps.
-    let lists = build_all(&reg, &params(k, m), 7);
+    let lists = build_all(&reg, &params(k, m), 7, HashMap::new());
     let listed: usize = reg
         .rnics()
         .filter_map(|r| list(&lists, r.id, ProbeClass::InterTor))
@@ -176,10 +176,10 @@ fn each_rotation_changes_exactly_m_slots() {
 #[test]
 fn output_is_deterministic_and_versions_follow_content() {
     let reg = registry(3, 2);
-    let a = build_all(&reg, &params(21, 5), 3);
-    let b = build_all(&registry(3, 2), &params(21, 5), 3);
+    let a = build_all(&reg, &params(21, 5), 3, HashMap::new());
+    let b = build_all(&registry(3, 2), &params(21, 5), 3, HashMap::new());
     assert_eq!(a, b);
-    let rotated = build_all(&reg, &params(21, 5), 4);
+    let rotated = build_all(&reg, &params(21, 5), 4, HashMap::new());
     let changed = a.keys().filter(|h| a[h].version != rotated[h].version).count();
     assert!(changed > 0, "a rotation changes some hosts' lists");
     for (h, list) in &rotated {

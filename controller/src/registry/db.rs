@@ -13,7 +13,7 @@ type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q
 type RnicRow = (i64, i64, String, String, Option<String>, i64, i64, String, Option<String>, Option<i64>, Option<String>, i64, i64);
 
 /// Narrows a database integer to the API's width, naming the column when it does not fit.
-fn narrow<T: TryFrom<i64>>(v: i64, what: &str) -> anyhow::Result<T> {
+pub(crate) fn narrow<T: TryFrom<i64>>(v: i64, what: &str) -> anyhow::Result<T> {
     T::try_from(v).map_err(|_| anyhow::anyhow!("{what} {v} in the database is out of range"))
 }
 

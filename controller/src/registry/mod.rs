@@ -10,7 +10,7 @@ use rocemesh_proto::api::{HostInfo, RegisterRequest, RnicInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-pub(crate) use db::{delete_host, load, save_registration};
+pub(crate) use db::{delete_host, load, narrow, save_registration};
 
 /// A host as recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -98,6 +98,11 @@ impl Registry {
     /// All hosts, by id.
     pub(crate) fn hosts(&self) -> impl Iterator<Item = &HostRecord> {
         self.hosts.values()
+    }
+
+    /// An RNIC by id.
+    pub(crate) fn rnic(&self, id: u32) -> Option<&RnicRecord> {
+        self.rnics.get(&id)
     }
 
     /// All RNICs, by id.

@@ -1,0 +1,66 @@
+//! Training tasks (SkeletonHunter §5.1): CRUD for operators and schedulers, readiness
+//! registration for endpoints, and throughput uploads from agents.
+
+use super::error::ApiError;
+use super::extract::{ApiJson, ApiPath};
+use crate::state::ControllerState;
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use rocemesh_proto::api::{TaskInfo, TaskSpec, ThroughputUpload, UploadAck};
+use serde::Deserialize;
+
+/// `POST /tasks`: 201 with the new task.
+pub(super) async fn create(State(state): State<ControllerState>, ApiJson(spec): ApiJson<TaskSpec>) -> Result<(StatusCode, Json<TaskInfo>), ApiError> {
+    Ok((StatusCode::CREATED, Json(state.create_task(spec).await?)))
+}
+
+/// `GET /tasks`.
+pub(super) async fn list(State(state): State<ControllerState>) -> Json<Vec<TaskInfo>> {
+    Json(state.tasks())
+}
+
+/// `GET /tasks/{id}`.
+pub(super) async fn get(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<Json<TaskInfo>, ApiError> {
+    state.task(id).map(Json).ok_or_else(|| ApiError::not_found(format!("unknown task {id}")))
+}
+
+/// `PUT /tasks/{id}`: replace name and endpoints (back to preload).
+pub(super) async fn replace(
+    State(state): State<ControllerState>,
+    ApiPath(id): ApiPath<u32>,
+    ApiJson(spec): ApiJson<TaskSpec>,
+) -> Result<Json<TaskInfo>, ApiError> {
+    Ok(Json(state.replace_task(id, spec).await?))
+}
+
+/// `DELETE /tasks/{id}`: 204 when done.
+pub(super) async fn delete(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<StatusCode, ApiError> {
+    if state.delete_task(id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!("unknown task {id}")))
+    }
+}
+
+/// Body of `POST /tasks/{id}/ready`: the endpoint that is ready to be probed.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ReadyRequest {
+    host: String,
+    rnic: String,
+}
+
+/// `POST /tasks/{id}/ready`: incremental activation of one endpoint.
+pub(super) async fn ready(
+    State(state): State<ControllerState>,
+    ApiPath(id): ApiPath<u32>,
+    ApiJson(req): ApiJson<ReadyRequest>,
+) -> Result<Json<TaskInfo>, ApiError> {
+    Ok(Json(state.task_ready(id, &req.host, &req.rnic).await?))
+}
+
+/// `POST /throughput`: per-RNIC byte counters from an agent.
+pub(super) async fn throughput(State(state): State<ControllerState>, ApiJson(upload): ApiJson<ThroughputUpload>) -> Result<Json<UploadAck>, ApiError> {
+    Ok(Json(state.ingest_throughput(&upload)?))
+}

@@ -1,0 +1,176 @@
+//! RNIC throughput for the runtime skeleton (SkeletonHunter §5.1): a bounded ring of
+//! per-interval byte counts (tx + rx) per RNIC that belongs to some task. Kept in memory
+//! only: after a controller restart the rings refill from agent uploads, and tasks stay on
+//! their basic list until then.
+
+use rocemesh_proto::api::RnicSeries;
+use std::collections::{HashMap, HashSet, VecDeque};
+
+/// One RNIC's recent samples; `end_ms` is the end of the newest interval.
+#[derive(Debug)]
+struct Ring {
+    interval_ms: u32,
+    end_ms: i64,
+    samples: VecDeque<u64>,
+}
+
+impl Ring {
+    /// Appends a series starting at `start_ms`, placing it on the ring's time grid:
+    /// intervals already held are skipped (a retried upload), a short gap is filled with
+    /// zeros, a gap of a whole window or a new interval starts the ring over. Returns the
+    /// samples stored and the ones skipped.
+    fn append(&mut self, interval_ms: u32, start_ms: i64, bytes: &[u64], window: usize) -> (u64, u64) {
+        let step = i64::from(interval_ms);
+        let span = window as i64 * step;
+        if self.samples.is_empty() || self.interval_ms != interval_ms || start_ms >= self.end_ms.saturating_add(span) {
+            self.interval_ms = interval_ms;
+            self.end_ms = start_ms;
+            self.samples.clear();
+        }
+        let skip = if start_ms < self.end_ms {
+            ((self.end_ms - start_ms + step - 1) / step).min(bytes.len() as i64) as usize
+        } else {
+            let gap = (start_ms - self.end_ms) / step;
+            for _ in 0..gap {
+                self.push(0, window);
+            }
+            self.end_ms += gap * step;
+            0
+        };
+        for &b in &bytes[skip..] {
+            self.push(b, window);
+        }
+        self.end_ms += (bytes.len() - skip) as i64 * step;
+        ((bytes.len() - skip) as u64, skip as u64)
+    }
+
+    fn push(&mut self, b: u64, window: usize) {
+        if self.samples.len() == window {
+            self.samples.pop_front();
+        }
+        self.samples.push_back(b);
+    }
+}
+
+/// What an upload did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) struct Ingested {
+    /// Samples stored.
+    pub(crate) accepted: u64,
+    /// Samples not stored: RNIC in no task, or intervals already held.
+    pub(crate) dropped: u64,
+}
+
+/// Rings of every task RNIC.
+#[derive(Debug)]
+pub(crate) struct ThroughputStore {
+    window: usize,
+    rings: HashMap<u32, Ring>,
+}
+
+impl ThroughputStore {
+    /// An empty store keeping `window` samples per RNIC.
+    pub(crate) fn new(window: usize) -> Self {
+        Self { window, rings: HashMap::new() }
+    }
+
+    /// Stores validated series of RNICs in `members`; others are counted and dropped.
+    pub(crate) fn ingest(&mut self, interval_ms: u32, series: &[RnicSeries], members: &HashSet<u32>) -> Ingested {
+        let mut done = Ingested::default();
+        for s in series {
+            if !members.contains(&s.rnic_id) {
+                done.dropped += s.tx_bytes.len() as u64;
+                continue;
+            }
+            let bytes: Vec<u64> = s.tx_bytes.iter().zip(&s.rx_bytes).map(|(t, r)| t.saturating_add(*r)).collect();
+            let ring = self.rings.entry(s.rnic_id).or_insert_with(|| Ring { interval_ms, end_ms: 0, samples: VecDeque::new() });
+            let (accepted, skipped) = ring.append(interval_ms, s.start_ms, &bytes, self.window);
+            done.accepted += accepted;
+            done.dropped += skipped;
+        }
+        done
+    }
+
+    /// Forgets RNICs no longer in any task.
+    pub(crate) fn retain(&mut self, members: &HashSet<u32>) {
+        self.rings.retain(|id, _| members.contains(id));
+    }
+
+    /// Samples held for one RNIC.
+    #[cfg(test)]
+    pub(crate) fn len(&self, rnic: u32) -> usize {
+        self.rings.get(&rnic).map_or(0, |r| r.samples.len())
+    }
+
+    /// The newest `n >= min` samples of each RNIC over the same intervals (ending at the
+    /// earliest ring end), in `rnics` order; why not when there are too few.
+    pub(crate) fn aligned(&self, rnics: &[u32], min: usize) -> Result<Vec<Vec<f64>>, String> {
+        let rings = rnics
+            .iter()
+            .map(|id| self.rings.get(id).ok_or_else(|| format!("RNIC {id} has no throughput samples")))
+            .collect::<Result<Vec<_>, _>>()?;
+        let Some(first) = rings.first() else {
+            return Err("no RNICs".to_string());
+        };
+        if let Some((id, r)) = rnics.iter().zip(&rings).find(|(_, r)| r.interval_ms != first.interval_ms) {
+            return Err(format!("RNIC {id} samples every {} ms, RNIC {} every {} ms", r.interval_ms, rnics[0], first.interval_ms));
+        }
+        let step = i64::from(first.interval_ms);
+        let end = rings.iter().map(|r| r.end_ms).min().unwrap_or(first.end_ms);
+        let newer = |r: &Ring| ((r.end_ms - end) / step) as usize;
+        let n = rings.iter().map(|r| r.samples.len().saturating_sub(newer(r))).min().unwrap_or(0);
+        if n < min {
+            return Err(format!("only {n} aligned throughput samples per RNIC, {min} needed"));
+        }
+        Ok(rings
+            .iter()
+            .map(|r| {
+                let stop = r.samples.len() - newer(r);
+                r.samples.range(stop - n..stop).map(|&b| b as f64).collect()
+            })
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn series(rnic_id: u32, start_ms: i64, bytes: &[u64]) -> RnicSeries {
+        RnicSeries { rnic_id, start_ms, tx_bytes: bytes.to_vec(), rx_bytes: vec![1; bytes.len()] }
+    }
+
+    #[test]
+    fn retries_are_skipped_gaps_filled_and_the_window_bounded() {
+        let members = HashSet::from([1, 2]);
+        let mut store = ThroughputStore::new(5);
+        assert_eq!(store.ingest(1000, &[series(1, 10_000, &[9, 9, 9])], &members), Ingested { accepted: 3, dropped: 0 });
+        // Retry of the last two intervals plus one new one.
+        assert_eq!(store.ingest(1000, &[series(1, 11_000, &[9, 9, 4])], &members), Ingested { accepted: 1, dropped: 2 });
+        // One missing interval becomes a zero; the ring keeps the newest 5.
+        store.ingest(1000, &[series(1, 15_000, &[7])], &members);
+        assert_eq!(store.len(1), 5);
+        assert_eq!(store.aligned(&[1], 5).unwrap(), vec![vec![10.0, 10.0, 5.0, 0.0, 8.0]]);
+        // Not a member: counted, not kept.
+        assert_eq!(store.ingest(1000, &[series(3, 0, &[1, 1])], &members), Ingested { accepted: 0, dropped: 2 });
+        assert_eq!(store.len(3), 0);
+        // A gap of a whole window starts over.
+        store.ingest(1000, &[series(1, 100_000, &[3])], &members);
+        assert_eq!(store.len(1), 1);
+    }
+
+    #[test]
+    fn alignment_cuts_to_common_intervals() {
+        let members = HashSet::from([1, 2]);
+        let mut store = ThroughputStore::new(10);
+        store.ingest(1000, &[series(1, 0, &[1, 2, 3, 4]), series(2, 1000, &[5, 6, 7, 8, 9])], &members);
+        // RNIC 1 covers 0..4 s, RNIC 2 1..6 s: common intervals 1..4 s.
+        assert_eq!(store.aligned(&[1, 2], 3).unwrap(), vec![vec![3.0, 4.0, 5.0], vec![6.0, 7.0, 8.0]]);
+        assert!(store.aligned(&[1, 2], 4).unwrap_err().contains("only 3"));
+        assert!(store.aligned(&[1, 3], 1).unwrap_err().contains("RNIC 3"));
+        store.ingest(500, &[series(2, 9000, &[1])], &members);
+        assert!(store.aligned(&[1, 2], 1).unwrap_err().contains("every 500 ms"));
+        store.retain(&HashSet::from([2]));
+        assert_eq!(store.len(1), 0);
+    }
+}
