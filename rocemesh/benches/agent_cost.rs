@@ -80,10 +80,15 @@ fn measure(child: &Child, warmup: Duration, window: Duration) -> (f64, u64, u64)
 }
 
 fn decommission(url: &str, host: &str) {
-    let mut resp = ureq::get(&format!("{url}/api/v1/hosts")).call().expect("hosts");
-    let hosts: Vec<rocemesh_proto::api::HostInfo> = resp.body_mut().read_json().expect("hosts json");
+    let mut resp = ureq::get(&format!("{url}/api/v1/hosts"))
+        .call()
+        .expect("hosts");
+    let hosts: Vec<rocemesh_proto::api::HostInfo> =
+        resp.body_mut().read_json().expect("hosts json");
     for h in hosts.iter().filter(|h| h.host == host) {
-        ureq::delete(&format!("{url}/api/v1/hosts/{}", h.id)).call().expect("decommission");
+        ureq::delete(&format!("{url}/api/v1/hosts/{}", h.id))
+            .call()
+            .expect("decommission");
     }
 }
 

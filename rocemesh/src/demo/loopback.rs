@@ -16,7 +16,13 @@ fn rnic_ip(h: u8, r: u8) -> IpAddr {
 
 fn agent_config(url: &str, h: u8, args: &DemoArgs) -> Result<AgentConfig> {
     let rnics = (0..args.rnics_per_host)
-        .map(|r| RnicConfig::parse(&format!("rnic{r}={},tor=tor-{},rail={r}", rnic_ip(h, r), h % args.tors)))
+        .map(|r| {
+            RnicConfig::parse(&format!(
+                "rnic{r}={},tor=tor-{},rail={r}",
+                rnic_ip(h, r),
+                h % args.tors
+            ))
+        })
         .collect::<Result<Vec<_>>>()?;
     let mut cfg = AgentConfig::new(url, rnics);
     cfg.host = format!("demo-host-{h}");

@@ -113,8 +113,9 @@ fn loss(lab: &Lab, percent: u8) -> Result<Injected> {
     )
 }
 
-/// An inter-ToR 5-tuple host h0 really probes, and the spine ECMP puts it on.
-fn probed_inter_tor_flow(lab: &Lab) -> Result<(FiveTuple, String)> {
+/// An inter-ToR 5-tuple host h0 really probes, the spine ECMP puts it on, and the
+/// destination's ToR index.
+fn probed_inter_tor_flow(lab: &Lab) -> Result<(FiveTuple, String, u8)> {
     let hosts: Vec<rocemesh_proto::api::HostInfo> = lab.get("/api/v1/hosts")?;
     let h0 = hosts
         .iter()
@@ -138,8 +139,9 @@ fn probed_inter_tor_flow(lab: &Lab) -> Result<(FiveTuple, String)> {
                 sport: e.src_port,
                 dport: e.port,
             };
-            if let Some(spine) = lab.fabric.spine_for(&flow)? {
-                return Ok((flow, spine));
+            let dst_tor = lab.fabric.topology().rnic_by_ip(dst).map(|(_, r)| r.tor);
+            if let (Some(spine), Some(dst_tor)) = (lab.fabric.spine_for(&flow)?, dst_tor) {
+                return Ok((flow, spine, dst_tor));
             }
         }
     }
@@ -202,12 +204,12 @@ pub fn all() -> Vec<Scenario> {
             name: "five_tuple_silent_drop",
             quick: false,
             inject: |l| {
-                let (flow, spine) = probed_inter_tor_flow(l)?;
+                let (flow, spine, dst_tor) = probed_inter_tor_flow(l)?;
                 let expect = Expect {
                     alternatives: vec![
                         (ComponentKind::Switch, spine.clone()),
                         (ComponentKind::Link, format!("t0-{spine}")),
-                        (ComponentKind::Link, format!("t1-{spine}")),
+                        (ComponentKind::Link, format!("t{dst_tor}-{spine}")),
                     ],
                 };
                 fault(

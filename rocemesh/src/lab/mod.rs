@@ -90,7 +90,10 @@ impl Lab {
         cfg.analyzer.period_ms = timing.period_ms;
         cfg.analyzer.grace_ms = timing.upload_period_ms + 1_000;
         cfg.analyzer.fabric_map = Some(map_path);
-        cfg.analyzer.diagnosis.host_down_after_ms = 3 * timing.upload_period_ms.max(1_000);
+        // Seconds-scale detection: an agent silent for 4 upload periods is down; after
+        // 2.5 periods its targets' timeouts are set aside rather than blamed on the network.
+        cfg.analyzer.diagnosis.host_down_after_ms = 4 * timing.upload_period_ms.max(1_000);
+        cfg.analyzer.diagnosis.host_silent_ms = 5 * timing.upload_period_ms.max(1_000) / 2;
         cfg.analyzer.diagnosis.resolve_after_ms = 5_000;
         let rt = crate::cli::runtime()?;
         let server = rt.block_on(server::start(cfg, Roles::Both))?;

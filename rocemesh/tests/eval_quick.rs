@@ -1,0 +1,55 @@
+//! The quick localization suite, as CI runs it (root only: it builds namespace fabrics).
+//! Asserts the targets on real faults in a real fabric with real agents.
+
+mod support;
+
+use serde_json::Value;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn quick_suite_meets_the_localization_targets() {
+    if !is_root() {
+        eprintln!(
+            "skipping quick_suite_meets_the_localization_targets: needs root (network namespaces)"
+        );
+        return;
+    }
+    let out = support::bin()
+        .args([
+            "eval",
+            "--quick",
+            "--json",
+            "--prefix",
+            "rmci",
+            "--baseline-secs",
+            "8",
+            "--fault-secs",
+            "12",
+            "--recovery-secs",
+            "10",
+        ])
+        .output()
+        .expect("run rocemesh eval");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "eval failed: {stderr}");
+    let report: Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stderr}"));
+    eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let s = &report["summary"];
+    let f = |k: &str| {
+        s[k].as_f64()
+            .unwrap_or_else(|| panic!("summary.{k} missing: {s}"))
+    };
+    assert!(report["scenarios"].as_array().unwrap().len() >= 7);
+    assert!(f("precision") >= 0.99, "precision {s}");
+    assert!(f("recall") >= 0.99, "recall {s}");
+    assert!(f("top1_accuracy") >= 0.95, "top-1 {s}");
+    assert!(
+        f("hard_fault_median_time_to_localize_s") <= 5.0,
+        "hard faults {s}"
+    );
+}
