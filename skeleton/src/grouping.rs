@@ -4,9 +4,10 @@
 //! RNICs in the same position of different DP replicas burst alike; they
 //! all-reduce over the network, and inter-host traffic stays on its rail, so
 //! a group never spans rails. Traffic alone cannot tell the TP ranks of one
-//! host apart (they burst together), so rails are a hard constraint and the
-//! clustering runs per rail. Within a rail, two RNICs of one host never share
-//! a group (Eq. 3).
+//! host apart (they burst together), so rails are a hard constraint. Two
+//! RNICs of one host never share a group (Eq. 3). With uniform hosts whole
+//! hosts are clustered (a group is then one rail of a cluster of hosts);
+//! otherwise RNICs are clustered rail by rail with Eq. 3 as cannot-links.
 //!
 //! For every candidate group size `d >= 2` dividing every rail's RNIC count (so
 //! that `N mod d = 0`, Eq. 2), agglomeration is capped at `d` and leftovers
@@ -107,43 +108,87 @@ pub fn distance(
     (spectrum + weight * phase).sqrt()
 }
 
+/// Units clustered together: each unit is a list of RNIC indices (one per
+/// rail), and a cluster of units yields one DP group per position in the list.
+struct Block {
+    units: Vec<Vec<usize>>,
+    matrix: DistanceMatrix,
+}
+
+/// One feasible group size with its clustering.
+struct Candidate {
+    size: usize,
+    /// Clusters of units, per block.
+    clusters: Vec<Vec<Vec<usize>>>,
+    /// Mean distance inside the clusters.
+    within: f64,
+}
+
 /// Groups RNICs into groups of at least two (a task whose RNICs all look
 /// different has no DP groups to find and keeps the basic pinglist).
+///
+/// When every host has the same rails, whole hosts are clustered: replicas
+/// lay out their ranks alike, so the hosts at the same place in different
+/// replicas match rail by rail, and a host distance averaged over its rails
+/// is far less noisy than one RNIC's. Otherwise each rail's RNICs are
+/// clustered on their own.
 pub fn group(
     endpoints: &[Endpoint],
     features: &TaskFeatures,
     config: &GroupingConfig,
 ) -> Result<Grouping, FallbackReason> {
-    let mut order: Vec<usize> = (0..endpoints.len()).collect();
-    order.sort_by_key(|&i| (endpoints[i].rail, endpoints[i].id));
-    let rails: Vec<(Vec<usize>, DistanceMatrix)> = order
-        .chunk_by(|&a, &b| endpoints[a].rail == endpoints[b].rail)
-        .map(|rail| {
-            let m = DistanceMatrix::new(rail.len(), |i, j| {
-                distance(endpoints, features, config.phase_weight, rail[i], rail[j])
+    let dist = |i: usize, j: usize| distance(endpoints, features, config.phase_weight, i, j);
+    let blocks = match uniform_hosts(endpoints) {
+        Some(hosts) => {
+            let rails = hosts[0].len() as f64;
+            let matrix = DistanceMatrix::new(hosts.len(), |a, b| {
+                hosts[a]
+                    .iter()
+                    .zip(&hosts[b])
+                    .map(|(&i, &j)| dist(i, j))
+                    .sum::<f64>()
+                    / rails
             });
-            (rail.to_vec(), m)
-        })
-        .collect();
-    let common = rails.iter().map(|(r, _)| r.len()).fold(0, gcd);
+            vec![Block {
+                units: hosts,
+                matrix,
+            }]
+        }
+        None => per_rail(endpoints)
+            .into_iter()
+            .map(|rail| {
+                let matrix = DistanceMatrix::new(rail.len(), |a, b| dist(rail[a], rail[b]));
+                Block {
+                    units: rail.into_iter().map(|i| vec![i]).collect(),
+                    matrix,
+                }
+            })
+            .collect(),
+    };
+    let common = blocks.iter().map(|b| b.units.len()).fold(0, gcd);
     if common < 2 {
         return Err(FallbackReason::NoReplicas);
     }
 
-    // (size, groups, mean within distance) for every feasible size.
-    let candidates: Vec<(usize, Vec<Vec<usize>>, f64)> = (2..=common)
+    let candidates: Vec<Candidate> = (2..=common)
         .filter(|d| common.is_multiple_of(*d))
         .filter_map(|d| {
-            let mut groups = Vec::new();
-            for (members, m) in &rails {
-                for g in regroup(agglomerate(m, d), d, m)? {
-                    groups.push(g.into_iter().map(|i| members[i]).collect::<Vec<_>>());
-                }
-            }
-            let within = mean_within(&groups, |i, j| {
-                distance(endpoints, features, config.phase_weight, i, j)
-            });
-            Some((d, groups, within))
+            let clusters = blocks
+                .iter()
+                .map(|b| regroup(agglomerate(&b.matrix, d), d, &b.matrix))
+                .collect::<Option<Vec<_>>>()?;
+            let count: usize = clusters.iter().map(Vec::len).sum();
+            let within: f64 = blocks
+                .iter()
+                .zip(&clusters)
+                .map(|(b, c)| mean_within(c, |i, j| b.matrix.get(i, j)) * c.len() as f64)
+                .sum::<f64>()
+                / count as f64;
+            Some(Candidate {
+                size: d,
+                clusters,
+                within,
+            })
         })
         .collect();
 
@@ -159,17 +204,55 @@ pub fn group(
         }
     }
     let (k, separation) = best.ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
-    let (dp, mut groups, _) = candidates
+    let (dp, clusters, _) = candidates
         .into_iter()
         .nth(k)
         .ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
-    groups.iter_mut().for_each(|g| g.sort_unstable());
+    let mut groups: Vec<Vec<usize>> = Vec::new();
+    for (block, block_clusters) in blocks.iter().zip(clusters) {
+        for cluster in block_clusters {
+            for position in 0..block.units[cluster[0]].len() {
+                let mut g: Vec<usize> = cluster.iter().map(|&u| block.units[u][position]).collect();
+                g.sort_unstable();
+                groups.push(g);
+            }
+        }
+    }
     groups.sort();
     Ok(Grouping {
         groups,
         dp,
         separation,
     })
+}
+
+/// RNIC indices per host, ordered by rail, if every host has the same rails
+/// (each once); `None` for mixed hosts.
+fn uniform_hosts(endpoints: &[Endpoint]) -> Option<Vec<Vec<usize>>> {
+    let mut by_host: HashMap<u32, Vec<usize>> = HashMap::new();
+    for (i, e) in endpoints.iter().enumerate() {
+        by_host.entry(e.host).or_default().push(i);
+    }
+    let mut hosts: Vec<(u32, Vec<usize>)> = by_host.into_iter().collect();
+    hosts.sort_by_key(|(h, _)| *h);
+    for (_, rnics) in hosts.iter_mut() {
+        rnics.sort_by_key(|&i| endpoints[i].rail);
+    }
+    let rails = |rnics: &[usize]| rnics.iter().map(|&i| endpoints[i].rail).collect::<Vec<_>>();
+    let first = rails(&hosts.first()?.1);
+    let distinct = first.windows(2).all(|w| w[0] != w[1]);
+    (distinct && hosts.iter().all(|(_, r)| rails(r) == first))
+        .then(|| hosts.into_iter().map(|(_, r)| r).collect())
+}
+
+/// RNIC indices per rail.
+fn per_rail(endpoints: &[Endpoint]) -> Vec<Vec<usize>> {
+    let mut order: Vec<usize> = (0..endpoints.len()).collect();
+    order.sort_by_key(|&i| (endpoints[i].rail, endpoints[i].id));
+    order
+        .chunk_by(|&a, &b| endpoints[a].rail == endpoints[b].rail)
+        .map(<[usize]>::to_vec)
+        .collect()
 }
 
 /// Keeps clusters of exactly `size` points and regroups the rest greedily:

@@ -236,3 +236,22 @@ fn iteration_periods_from_5_to_60_samples_are_recovered() {
         assert_eq!(accuracy, 1.0, "period {period_s} s");
     }
 }
+
+#[test]
+fn mixed_hosts_are_grouped_rail_by_rail() {
+    // Rail 7 moved onto hosts of its own: hosts no longer share one rail
+    // set, so the per-rail clustering runs instead of the host clustering.
+    let job = SyntheticJob::fig8();
+    let mut trace = job.generate().expect("valid job");
+    for o in trace
+        .observations
+        .iter_mut()
+        .filter(|o| o.endpoint.rail == 7)
+    {
+        o.endpoint.host += 1000;
+    }
+    let inference = infer(&trace.observations, &InferenceConfig::default()).expect("valid input");
+    let structure = inference.structure().expect("skeleton accepted");
+    assert_eq!(grouping_accuracy(&trace.groups, &structure.groups), 1.0);
+    assert_eq!((structure.dp, structure.tp, structure.pp), (8, 8, 8));
+}
