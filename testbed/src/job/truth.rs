@@ -34,24 +34,15 @@ pub struct JobTruth {
 }
 
 fn pairs<'a>(transfers: impl Iterator<Item = (&'a RnicRef, &'a RnicRef)>) -> Vec<[String; 2]> {
-    let mut keyed: Vec<((usize, usize, usize, usize), [String; 2])> = transfers
-        .map(|(a, b)| {
-            if (a.host, a.rail) <= (b.host, b.rail) {
-                (a, b)
-            } else {
-                (b, a)
-            }
-        })
-        .map(|(a, b)| {
-            (
-                (a.host, a.rail, b.host, b.rail),
-                [a.name.clone(), b.name.clone()],
-            )
-        })
+    let place = |r: &RnicRef| (r.host, r.rail);
+    let mut v: Vec<[&RnicRef; 2]> = transfers
+        .map(|(a, b)| if place(a) <= place(b) { [a, b] } else { [b, a] })
         .collect();
-    keyed.sort();
-    keyed.dedup();
-    keyed.into_iter().map(|(_, p)| p).collect()
+    v.sort_by_key(|[a, b]| (place(a), place(b)));
+    v.dedup_by_key(|[a, b]| (place(a), place(b)));
+    v.into_iter()
+        .map(|[a, b]| [a.name.clone(), b.name.clone()])
+        .collect()
 }
 
 impl JobTruth {
