@@ -194,17 +194,19 @@ pub fn group(
 
     let floor = |w: f64| w.max(config.noise_floor);
     let mut best: Option<(usize, f64)> = None;
-    for (k, (_, _, within)) in candidates.iter().enumerate() {
+    for (k, candidate) in candidates.iter().enumerate() {
         let next = candidates
             .get(k + 1)
-            .map_or(config.unrelated_distance, |c| c.2);
-        let score = floor(next) / floor(*within);
+            .map_or(config.unrelated_distance, |c| c.within);
+        let score = floor(next) / floor(candidate.within);
         if best.is_none_or(|(_, s)| score > s) {
             best = Some((k, score));
         }
     }
     let (k, separation) = best.ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
-    let (dp, clusters, _) = candidates
+    let Candidate {
+        size: dp, clusters, ..
+    } = candidates
         .into_iter()
         .nth(k)
         .ok_or(FallbackReason::ConstraintsUnsatisfiable)?;
