@@ -7,6 +7,8 @@ use crate::discovery;
 use crate::probe::engine::{EngineHandle, EngineIdentity};
 use crate::probe::prober::DEFAULT_MAX_OUTSTANDING;
 use crate::probe::random_qpn;
+use crate::sample::counters::{CounterSource, INFINIBAND_SYSFS};
+use crate::sample::{SampledRnic, SamplerHandle, SamplerOptions};
 use crate::service::ownership::Ownership;
 use crate::service::{ServiceTracker, TimeoutFeed, TrackerOptions};
 use crate::stats::{AgentStats, Counters};
@@ -41,6 +43,7 @@ pub struct AgentHandle {
     engines: Arc<Vec<(String, EngineHandle)>>,
     tracer: Option<TracerHandle>,
     service: Option<ServiceTracker>,
+    sampler: Option<SamplerHandle>,
     control: JoinHandle<()>,
     uploader: JoinHandle<()>,
 }
@@ -77,7 +80,8 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     let mut engines = Vec::with_capacity(cfg.rnics.len());
     let mut engine_ips = Vec::with_capacity(cfg.rnics.len());
     let mut any_verbs = false;
-    for r in &cfg.rnics {
+    let mut sampled = Vec::with_capacity(cfg.rnics.len());
+    for (config_index, r) in cfg.rnics.iter().enumerate() {
         let ip = match (r.ip, &r.interface) {
             (Some(ip), _) => ip,
             (None, Some(ifname)) => {
@@ -96,7 +100,7 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
             service_timeouts: service_on.then(|| service_timeouts.clone()),
         };
         let choice = select::choose(cfg.transport, r, ip, &devices);
-        let (engine, qpn, gid) = match &choice {
+        let (engine, qpn, gid, source) = match &choice {
             Choice::Udp { reason } => {
                 tracing::info!(rnic = %r.name, %ip, transport = "udp", %reason, "RNIC transport");
                 let opts = UdpOptions {
@@ -115,7 +119,12 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
                     counters.clone(),
                     buffer.clone(),
                 )?;
-                (engine, qpn, None)
+                // 127.x aliases are not listed as addresses of `lo`, but live there.
+                let netdev = ifname
+                    .clone()
+                    .or_else(|| ip.is_loopback().then(|| "lo".to_string()));
+                let source = netdev.map(|ifname| CounterSource::NetDev { ifname });
+                (engine, qpn, None, source)
             }
             Choice::Verbs { device } => {
                 any_verbs = true;
@@ -135,9 +144,23 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
                     counters.clone(),
                     buffer.clone(),
                 )?;
-                (engine, qpn, Some(gid.gid.to_string()))
+                let source = CounterSource::rdma_port(
+                    std::path::Path::new(INFINIBAND_SYSFS),
+                    &gid.device,
+                    gid.port,
+                );
+                (engine, qpn, Some(gid.gid.to_string()), Some(source))
             }
         };
+        match source {
+            Some(source) => sampled.push(SampledRnic {
+                config_index,
+                source,
+            }),
+            None => {
+                tracing::warn!(rnic = %r.name, %ip, "no interface holds this IP; its throughput is not sampled")
+            }
+        }
         counters
             .transports
             .lock()
@@ -197,6 +220,22 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
         counters: counters.clone(),
         stop: stop_control.clone(),
     };
+    let sampler = if cfg.sampling_enabled {
+        let opts = SamplerOptions {
+            interval: Duration::from_millis(cfg.sample_interval_ms),
+            upload_period: Duration::from_millis(cfg.sample_upload_ms),
+            controller_url: cfg.controller_url.clone(),
+            epoch,
+        };
+        Some(SamplerHandle::spawn(
+            opts,
+            sampled,
+            registration.clone(),
+            counters.clone(),
+        )?)
+    } else {
+        None
+    };
     let control = std::thread::Builder::new()
         .name("control".into())
         .spawn(move || control.run())?;
@@ -216,6 +255,7 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
         engines,
         tracer,
         service,
+        sampler,
         control,
         uploader,
     })
@@ -307,7 +347,11 @@ impl AgentHandle {
         {
             result = result.and(Err(e));
         }
+        // The last result upload and the last sample upload overlap.
         self.stop_upload.stop();
+        if let Some(s) = self.sampler {
+            result = result.and(s.stop());
+        }
         let upload = self
             .uploader
             .join()

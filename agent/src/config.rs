@@ -59,6 +59,15 @@ pub struct AgentConfig {
     /// running processes (libraries at unusual paths; tests).
     #[serde(default)]
     pub service_libraries: Vec<PathBuf>,
+    /// Sample every RNIC's tx/rx bytes for the controller (SkeletonHunter skeleton inference).
+    #[serde(default = "default_true")]
+    pub sampling_enabled: bool,
+    /// Throughput sampling interval in ms (10..=1000).
+    #[serde(default = "default_sample_interval_ms")]
+    pub sample_interval_ms: u64,
+    /// How often buffered samples are POSTed to the controller, in ms.
+    #[serde(default = "default_sample_upload_ms")]
+    pub sample_upload_ms: u64,
 }
 
 /// Which transport the RNIC engines use.
@@ -139,6 +148,19 @@ fn default_trace_refresh_ms() -> u64 {
     DEFAULT_TRACE_REFRESH_MS
 }
 
+/// Default throughput sampling interval.
+pub const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 1_000;
+/// Default upload period of throughput samples.
+pub const DEFAULT_SAMPLE_UPLOAD_MS: u64 = 10_000;
+
+fn default_sample_interval_ms() -> u64 {
+    DEFAULT_SAMPLE_INTERVAL_MS
+}
+
+fn default_sample_upload_ms() -> u64 {
+    DEFAULT_SAMPLE_UPLOAD_MS
+}
+
 fn default_port() -> u16 {
     DEFAULT_PORT
 }
@@ -166,6 +188,9 @@ impl AgentConfig {
             transport: TransportKind::Auto,
             service_tracing: ServiceTracing::Auto,
             service_libraries: Vec::new(),
+            sampling_enabled: true,
+            sample_interval_ms: DEFAULT_SAMPLE_INTERVAL_MS,
+            sample_upload_ms: DEFAULT_SAMPLE_UPLOAD_MS,
         }
     }
 
@@ -212,6 +237,16 @@ impl AgentConfig {
             self.trace_refresh_ms >= 1_000,
             "trace_refresh_ms must be at least 1000, got {}",
             self.trace_refresh_ms
+        );
+        ensure!(
+            (10..=1_000).contains(&self.sample_interval_ms),
+            "sample_interval_ms must be 10..=1000, got {}",
+            self.sample_interval_ms
+        );
+        ensure!(
+            (self.sample_interval_ms..=3_600_000).contains(&self.sample_upload_ms),
+            "sample_upload_ms must be sample_interval_ms..=3600000, got {}",
+            self.sample_upload_ms
         );
         for (i, r) in self.rnics.iter().enumerate() {
             r.validate()?;
@@ -511,5 +546,48 @@ mod tests {
             (false, 5.5, 4, 2000)
         );
         traced.validate().unwrap();
+    }
+
+    #[test]
+    fn sampling_fields_default_and_are_bounded() {
+        let base = "controller_url = \"http://c:1\"\n[[rnics]]\nname = \"a\"\nip = \"127.0.0.1\"\n";
+        let cfg: AgentConfig = toml::from_str(base).unwrap();
+        assert_eq!(
+            (
+                cfg.sampling_enabled,
+                cfg.sample_interval_ms,
+                cfg.sample_upload_ms
+            ),
+            (true, 1_000, 10_000)
+        );
+        let cfg: AgentConfig = toml::from_str(&format!(
+            "sampling_enabled = false\nsample_interval_ms = 100\nsample_upload_ms = 500\n{base}"
+        ))
+        .unwrap();
+        assert_eq!(
+            (
+                cfg.sampling_enabled,
+                cfg.sample_interval_ms,
+                cfg.sample_upload_ms
+            ),
+            (false, 100, 500)
+        );
+        cfg.validate().unwrap();
+        for (interval, upload, needle) in [
+            (1_001, 10_000, "sample_interval_ms"),
+            (0, 10_000, "sample_interval_ms"),
+            (1_000, 999, "sample_upload_ms"),
+            (1_000, 3_600_001, "sample_upload_ms"),
+        ] {
+            let bad = AgentConfig {
+                sample_interval_ms: interval,
+                sample_upload_ms: upload,
+                ..cfg.clone()
+            };
+            assert!(
+                format!("{:#}", bad.validate().unwrap_err()).contains(needle),
+                "{needle}"
+            );
+        }
     }
 }

@@ -6,6 +6,7 @@
 //! POSTed to the analyzer). [`control`] registers with the controller and hands the
 //! engines their pinglists; [`trace`] traces the path of every probe and ACK 5-tuple;
 //! [`service`] discovers service RC connections with eBPF and probes their 5-tuples;
+//! [`sample`] samples every RNIC's throughput for the controller's skeleton inference;
 //! [`agent`] wires it all together behind [`start`].
 #![warn(missing_docs)]
 
@@ -14,6 +15,7 @@ pub mod config;
 pub mod control;
 pub mod discovery;
 pub mod probe;
+pub mod sample;
 pub mod service;
 pub mod stats;
 mod stop;

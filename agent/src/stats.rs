@@ -66,6 +66,18 @@ pub struct Counters {
     pub service_route: Mutex<&'static str>,
     /// Transport in use per RNIC name (`udp` or `verbs`).
     pub transports: Mutex<BTreeMap<String, &'static str>>,
+    /// Throughput samples taken (one per RNIC per interval).
+    pub samples_taken: AtomicU64,
+    /// Throughput uploads the controller accepted.
+    pub sample_uploads: AtomicU64,
+    /// Throughput uploads that failed with a transport error or 5xx (kept and retried).
+    pub sample_upload_failures: AtomicU64,
+    /// Throughput uploads refused with 4xx (their samples dropped).
+    pub sample_uploads_rejected: AtomicU64,
+    /// Throughput samples lost: oldest dropped from the full buffer, or refused with 4xx.
+    pub samples_dropped: AtomicU64,
+    /// RNIC byte counters that could not be read (the interval counts 0 bytes).
+    pub sample_read_errors: AtomicU64,
 }
 
 impl Counters {
@@ -141,6 +153,12 @@ impl Counters {
                 .lock()
                 .unwrap_or_else(|p| p.into_inner())
                 .clone(),
+            samples_taken: get(&self.samples_taken),
+            sample_uploads: get(&self.sample_uploads),
+            sample_upload_failures: get(&self.sample_upload_failures),
+            sample_uploads_rejected: get(&self.sample_uploads_rejected),
+            samples_dropped: get(&self.samples_dropped),
+            sample_read_errors: get(&self.sample_read_errors),
         }
     }
 }
@@ -215,4 +233,16 @@ pub struct AgentStats {
     pub service_route: &'static str,
     /// Transport per RNIC name (`udp` or `verbs`).
     pub transports: BTreeMap<String, &'static str>,
+    /// Throughput samples taken (one per RNIC per interval).
+    pub samples_taken: u64,
+    /// Throughput uploads accepted by the controller.
+    pub sample_uploads: u64,
+    /// Failed throughput uploads (retried).
+    pub sample_upload_failures: u64,
+    /// Throughput uploads refused with 4xx.
+    pub sample_uploads_rejected: u64,
+    /// Throughput samples lost to the full buffer or to 4xx.
+    pub samples_dropped: u64,
+    /// Unreadable RNIC byte counters.
+    pub sample_read_errors: u64,
 }

@@ -33,6 +33,39 @@ struct Retry {
     end: Marks,
 }
 
+/// Classifies the answer to a POST (`what` names the body in logs): 2xx accepted, 4xx
+/// rejected (the body is dropped: sending it again cannot help), anything else retried.
+pub fn outcome_of(
+    sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    what: &str,
+) -> UploadOutcome {
+    match sent {
+        Ok(resp) if resp.status().is_success() => UploadOutcome::Accepted,
+        Ok(mut resp) if resp.status().is_client_error() => {
+            let why = resp
+                .body_mut()
+                .with_config()
+                .limit(64 * 1024)
+                .read_json::<ErrorBody>()
+                .map_or_else(|_| "(no error body)".to_string(), |b| b.error);
+            tracing::warn!(status = resp.status().as_u16(), what, error = %why, "refused; dropped");
+            UploadOutcome::Rejected
+        }
+        Ok(resp) => {
+            tracing::debug!(
+                status = resp.status().as_u16(),
+                what,
+                "server error; will retry"
+            );
+            UploadOutcome::Retry
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, what, "upload failed; will retry");
+            UploadOutcome::Retry
+        }
+    }
+}
+
 /// Sends the buffer's records as `proto::batch` bodies.
 #[derive(Debug)]
 pub struct Uploader {
@@ -115,36 +148,12 @@ impl Uploader {
         let front = self.buffer.encode_front(header, limit, MAX_CHUNK);
         let (body, end) = (front.body, front.end);
         let url = format!("{}{API_PREFIX}/results", analyzer_url.trim_end_matches('/'));
-        let outcome = match self
+        let sent = self
             .http
             .post(&url)
             .header("Content-Type", CONTENT_TYPE)
-            .send(&body[..])
-        {
-            Ok(resp) if resp.status().is_success() => UploadOutcome::Accepted,
-            Ok(mut resp) if resp.status().is_client_error() => {
-                let why = resp
-                    .body_mut()
-                    .with_config()
-                    .limit(64 * 1024)
-                    .read_json::<ErrorBody>()
-                    .map_or_else(|_| "(no error body)".to_string(), |b| b.error);
-                tracing::warn!(status = resp.status().as_u16(), batch_seq, error = %why, "analyzer refused a batch; dropped");
-                UploadOutcome::Rejected
-            }
-            Ok(resp) => {
-                tracing::debug!(
-                    status = resp.status().as_u16(),
-                    batch_seq,
-                    "analyzer error; will retry"
-                );
-                UploadOutcome::Retry
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, batch_seq, "upload failed; will retry");
-                UploadOutcome::Retry
-            }
-        };
+            .send(&body[..]);
+        let outcome = outcome_of(sent, &format!("batch {batch_seq}"));
         match outcome {
             UploadOutcome::Accepted | UploadOutcome::Rejected => {
                 self.buffer.release(end);
