@@ -22,7 +22,11 @@ impl Drop for Server {
 }
 
 pub async fn serve(db: Db, cfg: ControllerConfig) -> Server {
-    let state = ControllerState::new(db, cfg).await.expect("controller state");
+    serve_state(ControllerState::new(db, cfg).await.expect("controller state")).await
+}
+
+/// Serves an existing state (tests that also call its public methods).
+pub async fn serve_state(state: ControllerState) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
@@ -91,6 +95,10 @@ pub async fn get(addr: SocketAddr, path: &str) -> Response {
 
 pub async fn post_json(addr: SocketAddr, path: &str, body: &[u8]) -> Response {
     request(addr, "POST", path, &[("Content-Type", "application/json")], body).await
+}
+
+pub async fn send_json(addr: SocketAddr, method: &str, path: &str, body: &serde_json::Value) -> Response {
+    request(addr, method, path, &[("Content-Type", "application/json")], body.to_string().as_bytes()).await
 }
 
 /// A registration body: `rnics` as (ifname, ip, tor hint).
