@@ -94,9 +94,12 @@ pub fn extract(
     let stft = Stft::new(config, len);
     let spectra: Vec<Vec<f64>> = observations.iter().map(|o| stft.power(&o.bytes)).collect();
     let fundamental = stft.fundamental(&spectra);
+    // The iteration frequency itself is always kept (it may sit at Nyquist).
     let harmonics: Vec<f64> = (1..=config.harmonics)
         .map(|h| h as f64 * fundamental)
-        .filter(|&b| b < stft.bins() as f64)
+        .enumerate()
+        .filter(|&(i, b)| i == 0 || b < stft.bins() as f64)
+        .map(|(_, b)| b)
         .collect();
 
     // Per-frame coefficients at the iteration frequency and its harmonics,

@@ -183,6 +183,11 @@ fn extreme_but_valid_inputs_do_not_panic() {
         })
         .collect();
     assert!(infer(&huge, &InferenceConfig::default()).is_ok());
+    // Period of two samples: the iteration frequency is the Nyquist bin.
+    let alternating: Vec<Observation> = (0..16u32)
+        .map(|i| obs(i, i, (0..128).map(|k| (k % 2) as f64 * 1e9).collect()))
+        .collect();
+    assert!(infer(&alternating, &InferenceConfig::default()).is_ok());
     // Every RNIC on one host and rail: nothing may be grouped or probed.
     let one_host: Vec<Observation> = (0..8u32)
         .map(|i| obs(i, 0, vec![(i % 3) as f64; 64]))
