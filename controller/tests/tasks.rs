@@ -417,3 +417,31 @@ async fn unstructured_traffic_keeps_the_basic_list() {
         assert_eq!(service_entries(srv.addr, &host_ids).await.len(), 24);
     }
 }
+
+#[tokio::test]
+async fn the_periodic_loop_infers_without_being_asked() {
+    let (_, db) = test_databases().await.remove(0);
+    let state = ControllerState::new(db, ControllerConfig { skeleton_interval_ms: 100, ..cfg() }).await.unwrap();
+    let srv = serve_state(state.clone()).await;
+    let mut hosts = Vec::new();
+    for h in 0..4 {
+        hosts.push(register_host(srv.addr, h, 4).await);
+    }
+    let t: TaskInfo = send_json(srv.addr, "POST", "/api/v1/tasks", &grid("looped", 4, 4)).await.json();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let looping = tokio::spawn(state.clone().run_skeleton_loop(cancel.clone()));
+    let job = SyntheticJob { rnics_per_host: 4, ..SyntheticJob::new(2, 2, 4) };
+    let bytes: Vec<Vec<f64>> = job.generate().unwrap().observations.into_iter().map(|o| o.bytes).collect();
+    upload_ranks(srv.addr, &hosts, &bytes).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    let phase = loop {
+        let info: TaskInfo = get(srv.addr, &format!("/api/v1/tasks/{}", t.id)).await.json();
+        if info.phase != TaskPhase::Preload || tokio::time::Instant::now() > deadline {
+            break info.phase;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    };
+    assert_eq!(phase, TaskPhase::Skeleton);
+    cancel.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(5), looping).await.expect("loop stops when cancelled").unwrap();
+}
