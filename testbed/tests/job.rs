@@ -261,3 +261,74 @@ fn sample_from_namespaces(f: &Fixture, ms: u64) -> BTreeMap<String, u64> {
         .map(|(n, v)| (n.clone(), v - before[&n]))
         .collect()
 }
+
+#[test]
+fn jobs_share_a_non_rail_fabric_and_stop_independently() {
+    if !root_or_skip() {
+        return;
+    }
+    // 2 ToRs x 2 hosts x 2 RNICs, all RNICs of a host on its ToR.
+    let f = Fixture::up(FabricSpec {
+        prefix: "tbjob2".into(),
+        rnics_per_host: 2,
+        ..FabricSpec::default()
+    });
+    let base = JobSpec {
+        iteration_ms: 500,
+        pp_offset_ms: 50,
+        activation_bytes: 40_000,
+        allreduce_bytes: 40_000,
+        jitter_ms: 20,
+        ..spec()
+    };
+    // Pipeline only, across hosts 0 and 1; data parallel only, across hosts 2 and 3.
+    let pipeline = JobSpec {
+        name: "pipe".into(),
+        tp: 2,
+        pp: 2,
+        dp: 1,
+        ..base.clone()
+    };
+    let data = JobSpec {
+        name: "data".into(),
+        tp: 2,
+        pp: 1,
+        dp: 2,
+        first_host: 2,
+        ..base
+    };
+    let a = f.0.start_job(&pipeline).expect("pipeline job");
+    let b = f.0.start_job(&data).expect("data job");
+    assert_eq!(a.truth().pp_pairs.len(), 2);
+    assert!(a.truth().dp_pairs.is_empty());
+    assert_eq!(
+        b.truth().dp_pairs,
+        vec![
+            ["h2r0".to_string(), "h3r0".to_string()],
+            ["h2r1".to_string(), "h3r1".to_string()]
+        ]
+    );
+
+    // Each RNIC carries 2 x 40 kB per 500 ms iteration (one transfer out, one in).
+    let busy = sample_from_namespaces(&f, 2000);
+    for (name, bytes) in &busy {
+        println!("{name}: {bytes} bytes in 2 s");
+        assert!(*bytes > 130_000, "{name} carried only {bytes} bytes");
+    }
+    f.0.stop_job("pipe").unwrap();
+    let after = sample_from_namespaces(&f, 1000);
+    for (name, bytes) in after {
+        if a.truth().rnics.contains_key(&name) {
+            assert!(
+                bytes < 5_000,
+                "{name} still carried {bytes} bytes after its job stopped"
+            );
+        } else {
+            assert!(
+                bytes > 60_000,
+                "{name} of the other job went quiet ({bytes} bytes)"
+            );
+        }
+    }
+    assert_eq!(f.0.jobs().unwrap().len(), 1);
+}

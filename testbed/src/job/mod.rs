@@ -59,8 +59,9 @@ impl ActiveJob {
     }
 }
 
-/// What [`Fabric::start_job`] and [`Fabric::jobs`] return: the job and its ground truth.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What [`Fabric::start_job`] and [`Fabric::jobs`] return: the job and its ground truth
+/// (serializes as `{"active": …, "truth": …}` for tools that print it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct JobHandle {
     active: ActiveJob,
     truth: JobTruth,
