@@ -124,3 +124,20 @@ fn ms_since(epoch: Instant) -> f64 {
         None => -(epoch.duration_since(now).as_secs_f64() * 1000.0),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn epoch_follows_the_shared_unix_clock() {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let past = ms_since(job_epoch(now_ms - 1500));
+        assert!((1490.0..1600.0).contains(&past), "{past}");
+        let future = ms_since(job_epoch(now_ms + 800));
+        assert!((-810.0..-700.0).contains(&future), "{future}");
+    }
+}
