@@ -34,6 +34,9 @@ pub enum TestbedCmd {
     Status(PrefixArg),
     /// Print the analyzer fabric map (TOML) of a fabric.
     Map(PrefixArg),
+    /// Synthetic training-job traffic between host namespaces.
+    #[command(subcommand)]
+    Job(JobCmd),
     /// Fault helper process (NFQUEUE delay/corruption, background traffic); internal.
     #[command(hide = true)]
     Helper {
@@ -41,6 +44,29 @@ pub enum TestbedCmd {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+/// Training-job traffic subcommands.
+#[derive(Debug, Subcommand)]
+pub enum JobCmd {
+    /// Start a job from a JSON JobSpec, e.g. '{"name":"j1","tp":2,"pp":2,"dp":4,
+    /// "iteration_ms":2000,"pp_offset_ms":100,"allreduce_bytes":2000000,
+    /// "activation_bytes":200000,"jitter_ms":10,"seed":1}'; prints its ground truth.
+    Start {
+        #[command(flatten)]
+        prefix: PrefixArg,
+        /// The job as JSON.
+        spec: String,
+    },
+    /// Stop a job by name.
+    Stop {
+        #[command(flatten)]
+        prefix: PrefixArg,
+        /// Job name.
+        name: String,
+    },
+    /// List running jobs with their ground truth (JSON).
+    List(PrefixArg),
 }
 
 /// The fabric's name prefix.
