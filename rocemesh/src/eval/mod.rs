@@ -4,6 +4,7 @@
 //! voting, computed by the analyzer on the same data, is scored alongside as a baseline.
 
 pub mod scenarios;
+mod skeleton;
 mod score;
 
 use crate::lab::{Lab, LabTiming};
@@ -12,9 +13,21 @@ use clap::Args;
 use rocemesh_testbed::FabricSpec;
 use std::time::Duration;
 
+/// Which evaluation to run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Suite {
+    /// Fault scenarios on namespace fabrics (root).
+    Localization,
+    /// Traffic-skeleton inference on synthetic jobs with known groups.
+    Skeleton,
+}
+
 /// Options of the evaluation run.
 #[derive(Debug, Args)]
 pub struct EvalArgs {
+    /// The suite.
+    #[arg(long, value_enum, default_value_t = Suite::Localization)]
+    pub suite: Suite,
     /// Scenario to run (repeatable); default: all.
     #[arg(long = "scenario")]
     pub scenarios: Vec<String>,
@@ -53,8 +66,33 @@ pub fn lab_spec(prefix: &str) -> FabricSpec {
     }
 }
 
-/// Runs the selected scenarios and prints the report.
+/// Runs the selected suite and prints the report.
 pub fn run(args: EvalArgs) -> Result<()> {
+    if args.suite == Suite::Skeleton {
+        let report = skeleton::run()?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&report)?);
+        } else {
+            for c in &report.cases {
+                println!(
+                    "{:<24} {:>5} RNICs  correct {:<5} accuracy {:>5}  pairs full {:>9} basic {:>8} ({:.1}x) pinglist {:>8} ({:.1} % smaller)  {:.0} ms{}",
+                    c.name,
+                    c.rnics,
+                    c.correct,
+                    c.grouping_accuracy.map_or("-".into(), |a| format!("{a:.3}")),
+                    c.full_mesh_pairs,
+                    c.basic_pairs,
+                    c.basic_reduction_x,
+                    c.pinglist_pairs,
+                    c.pinglist_reduction_pct,
+                    c.infer_ms,
+                    c.fallback.as_ref().map_or(String::new(), |r| format!("  fallback: {r}"))
+                );
+            }
+            println!("{}", serde_json::to_string(&report.summary)?);
+        }
+        return Ok(());
+    }
     let all = scenarios::all();
     if args.list {
         for s in &all {
