@@ -4,7 +4,8 @@
 //!
 //! A complete trace names every component. A partial trace that is the latest
 //! one (the agent re-traces right after a timeout) locates a hard break right
-//! after its last answering hop; the last complete trace of the same 5-tuple,
+//! after its last answering hop, unless that hop is the destination's ToR
+//! (silence there is also what arrival looks like); the last complete trace of the same 5-tuple,
 //! when consistent with the partial one, names the component there. Without
 //! any trace, an inter-ToR flow may have used any uplink of its ToRs (ECMP), so
 //! its loss is spread over them.
@@ -226,6 +227,15 @@ fn ecmp_candidates(map: &FabricMap, src: &End, dst: &End, out: &mut Vec<(Element
     }
 }
 
+/// True when every answered hop of `partial` is the complete trace's hop at that TTL.
+fn consistent(partial: &[Option<IpAddr>], complete: &[Option<IpAddr>]) -> bool {
+    partial.len() <= complete.len()
+        && partial
+            .iter()
+            .zip(complete)
+            .all(|(h, c)| h.is_none() || h == c)
+}
+
 /// The component right after hop `k` of the partial trace `hops`, using the
 /// consistent complete trace when there is one.
 fn break_candidates(
@@ -247,7 +257,7 @@ fn break_candidates(
     let device = map.device(last);
     if let Some(c) = complete
         && c.len() > k
-        && (0..=k).all(|i| hops[i].is_none() || hops[i] == c[i])
+        && consistent(&hops[..=k], c)
     {
         let elem = match c.get(k + 1) {
             None => Some(Element::Rnic(dst.rnic)),
@@ -257,9 +267,6 @@ fn break_candidates(
         if let Some(e) = elem {
             return (vec![(e, 1.0)], Some(device));
         }
-    }
-    if device == dst.tor {
-        return (vec![(Element::Rnic(dst.rnic), 1.0)], Some(device));
     }
     let incoming = k
         .checked_sub(1)
@@ -324,6 +331,21 @@ pub fn route(
         };
     }
     let hops = switch_hops(&t.latest);
+    // Silence after the destination's ToR is what arrival looks like too (the agent
+    // cannot tell them apart after a timeout): no break is located, the whole path votes.
+    let last = hops.iter().rev().flatten().next();
+    if last.is_some_and(|&a| map.device(a) == dst.tor) {
+        let path = match &complete {
+            Some(c) if consistent(&hops, c) => full_path(map, c, src, dst),
+            _ => full_path(map, &hops, src, dst),
+        };
+        return Route {
+            ok: path.clone(),
+            fail: path,
+            break_device: None,
+            text: text(&hops, Some(dst)),
+        };
+    }
     let (fail, break_device) = break_candidates(map, &hops, complete.as_deref(), src, dst);
     let ok = match &complete {
         Some(c) => full_path(map, c, src, dst),
@@ -441,16 +463,17 @@ mod tests {
         assert_eq!(r.fail, [(link("t0-s1"), 1.0)]);
         assert_eq!(r.break_device.as_deref(), Some("t0"));
         assert_eq!(r.ok.len(), 4, "arrivals still vouch for the complete path");
-        // Broke after the destination ToR: the target RNIC.
+        // Silent after the destination ToR: as likely arrival (a re-trace after a lost
+        // ACK looks like this), so no break is located and the whole path votes.
         store.insert(&trace(
             &["198.18.0.0", "198.19.0.3", "198.19.0.6"],
             false,
             3,
         ));
-        assert_eq!(
-            route(&map, store.get(&key), &a, &b, true).fail,
-            [(Element::Rnic(2), 1.0)]
-        );
+        let r = route(&map, store.get(&key), &a, &b, true);
+        assert_eq!(r.break_device, None);
+        assert_eq!(r.fail.len(), 4);
+        assert_eq!(r.fail, r.ok);
         // Nothing answered: the prober's own RNIC.
         store.insert(&trace(&["*", "*"], false, 4));
         assert_eq!(

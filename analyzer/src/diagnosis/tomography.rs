@@ -14,8 +14,6 @@ use std::collections::HashMap;
 /// Probes of one flow (one prober/target/5-tuple) with one way of failing.
 #[derive(Debug, Clone, Default)]
 pub struct FlowObs {
-    /// Identity of the failing 5-tuple (a probe's and the reverse probe's ACK share it).
-    pub flow: usize,
     /// Probes that arrived (for latency: arrived and fast).
     pub ok: f64,
     /// Probes that failed (for latency: arrived slow).
@@ -60,8 +58,6 @@ pub struct Finding {
     pub background: f64,
     /// Failed paths it explains (up to a few, for evidence).
     pub examples: Vec<String>,
-    /// When one 5-tuple alone fails through it while others pass: where its trace broke.
-    pub single_flow_break: Option<Option<String>>,
 }
 
 /// Binomial upper-tail exponent: `n * KL(q || p)` for `q = f / n > p`, else 0.
@@ -157,13 +153,29 @@ fn background(obs: &[FlowObs], live: &[bool], floor: f64) -> f64 {
     }
 }
 
-/// Greedy explain-away; findings in the order they were blamed.
-pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
+/// Share of a component's failures on paths through components already blamed that
+/// makes it a side effect of those (when it also carries mostly arrivals).
+const SHADOW_SHARE: f64 = 0.9;
+
+/// Greedy explain-away over the components `eligible` allows; findings in the order
+/// they were blamed.
+///
+/// A component that carries mostly arrivals and whose failures (nearly) all come from
+/// flows whose paths cross a component already blamed is not blamed: those failures are
+/// the first fault's, merely located elsewhere (e.g. a trace cut short by a router's
+/// ICMP rate limit), so one fault yields one verdict.
+pub fn explain_away(
+    obs: &[FlowObs],
+    p: &Params,
+    eligible: impl Fn(&Element) -> bool,
+) -> Vec<Finding> {
     let c = compile(obs);
     let mut live: Vec<bool> = obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect();
     // Many components tested at once: beyond a hundred, each needs more evidence
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
     let min_score = p.min_score + (c.elements.len() as f64 / 100.0).max(1.0).ln();
+    let allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
+    let mut blamed: Vec<usize> = Vec::new();
     let mut found = Vec::new();
     // Each round removes at least one failed observation: bounded by their number.
     loop {
@@ -172,7 +184,9 @@ pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
         let best = t
             .iter()
             .enumerate()
-            .filter(|(_, x)| x.fail >= p.min_failures && x.fail >= p.min_share * (x.fail + x.ok))
+            .filter(|(e, x)| {
+                allowed[*e] && x.fail >= p.min_failures && x.fail >= p.min_share * (x.fail + x.ok)
+            })
             .map(|(e, x)| {
                 let score = chernoff_score(x.fail, x.fail + x.ok, p0);
                 // A break located by a fresh trace beats a tie of whole paths.
@@ -187,17 +201,21 @@ pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
         let Some((_, score, element, x)) = best else {
             break;
         };
-        let mut per_flow: HashMap<usize, (f64, Option<String>)> = HashMap::new();
+        let crosses_blamed = |i: usize| {
+            c.ok[i]
+                .iter()
+                .chain(&c.fail[i])
+                .any(|(e, _)| blamed.contains(e))
+        };
         let mut examples = Vec::new();
+        let mut shadowed = 0.0;
         for (i, o) in obs.iter().enumerate() {
             if !live[i] || o.fail <= 0.0 {
                 continue;
             }
             if let Some(&(_, w)) = c.fail[i].iter().find(|(e, _)| *e == element) {
-                let f = per_flow.entry(o.flow).or_insert((0.0, None));
-                f.0 += o.fail * w;
-                if o.break_device.is_some() {
-                    f.1.clone_from(&o.break_device);
+                if crosses_blamed(i) {
+                    shadowed += o.fail * w;
                 }
                 if examples.len() < 3 && !examples.contains(&o.text) {
                     examples.push(o.text.clone());
@@ -205,11 +223,10 @@ pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
                 live[i] = false;
             }
         }
-        let top = per_flow.values().max_by(|a, b| a.0.total_cmp(&b.0));
-        let single_flow_break = top
-            .filter(|(f, _)| per_flow.len() == 1 || *f >= 0.9 * x.fail)
-            .filter(|_| x.ok >= (4.0 * p.min_failures).max(10.0))
-            .map(|(_, dev)| dev.clone());
+        if x.ok >= x.fail && shadowed >= SHADOW_SHARE * x.fail {
+            continue;
+        }
+        blamed.push(element);
         found.push(Finding {
             element: c.elements[element].clone(),
             failures: x.fail,
@@ -217,7 +234,6 @@ pub fn explain_away(obs: &[FlowObs], p: &Params) -> Vec<Finding> {
             score,
             background: p0,
             examples,
-            single_flow_break,
         });
     }
     found
@@ -281,7 +297,6 @@ mod tests {
             (Element::Rnic(b * 10 + id as u32 % 3), 1.0),
         ];
         FlowObs {
-            flow: id,
             ok,
             fail,
             ok_elems: elems.clone(),
@@ -322,7 +337,7 @@ mod tests {
                 0.0
             }
         });
-        assert_eq!(blamed(&explain_away(&obs, &P)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
     }
 
     #[test]
@@ -332,7 +347,7 @@ mod tests {
             0 if a == 2 || b == 2 => 0.1,
             _ => 0.0,
         });
-        let mut got = blamed(&explain_away(&obs, &P));
+        let mut got = blamed(&explain_away(&obs, &P, |_| true));
         got.sort();
         assert_eq!(got, [link("t0-s1"), link("t2-s0")]);
     }
@@ -347,17 +362,17 @@ mod tests {
                 0.0
             }
         });
-        assert_eq!(blamed(&explain_away(&obs, &P)), [link("t3-s0")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t3-s0")]);
         // Noise: one timeout on each of 8 random flows all over the fabric.
         let mut noise = fabric(|_, _, _| 0.0);
         for i in (0..noise.len()).step_by(noise.len() / 8) {
             noise[i].fail = 1.0;
         }
-        assert!(explain_away(&noise, &P).is_empty());
+        assert!(explain_away(&noise, &P, |_| true).is_empty());
         // A lone burst of two timeouts is not enough either.
         let mut burst = fabric(|_, _, _| 0.0);
         burst[5].fail = 2.0;
-        assert!(explain_away(&burst, &P).is_empty());
+        assert!(explain_away(&burst, &P, |_| true).is_empty());
     }
 
     #[test]
@@ -365,9 +380,8 @@ mod tests {
         let mut obs = fabric(|_, _, _| 0.0);
         // Flows from t1 whose spine is unknown (no trace): losses spread over t1's
         // uplinks; located breaks from fresh traces point at t1-s0.
-        for i in 0..6 {
+        for _ in 0..6 {
             obs.push(FlowObs {
-                flow: 1000 + i,
                 ok: 0.0,
                 fail: 10.0,
                 fail_elems: vec![(link("t1-s0"), 0.5), (link("t1-s1"), 0.5)],
@@ -375,9 +389,8 @@ mod tests {
                 ..FlowObs::default()
             });
         }
-        for i in 0..3 {
+        for _ in 0..3 {
             obs.push(FlowObs {
-                flow: 2000 + i,
                 fail: 10.0,
                 fail_elems: vec![(link("t1-s0"), 1.0)],
                 located: true,
@@ -386,7 +399,7 @@ mod tests {
                 ..FlowObs::default()
             });
         }
-        assert_eq!(blamed(&explain_away(&obs, &P)), [link("t1-s0")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t1-s0")]);
     }
 
     #[test]
@@ -400,9 +413,46 @@ mod tests {
             break_device: Some("t0".into()),
             ..obs[0].clone()
         };
-        let f = explain_away(&obs, &P);
+        let f = explain_away(&obs, &P, |_| true);
         assert_eq!(blamed(&f), [link("t0-s0")]);
-        assert_eq!(f[0].single_flow_break, Some(Some("t0".into())));
+    }
+
+    #[test]
+    fn a_break_located_elsewhere_on_a_blamed_path_is_not_a_second_fault() {
+        // t0-s1 down; one flow t2 -> t0 over s1 re-traced short (ICMP rate limit at
+        // s1) locates its break on t2-s1, which carries plenty of arrivals.
+        let mut obs = fabric(|a, s, b| {
+            if s == 1 && (a == 0 || b == 0) {
+                1.0
+            } else {
+                0.0
+            }
+        });
+        let i = obs.iter().position(|o| o.text.contains("t2 s1 t0")).unwrap();
+        obs[i].fail_elems = vec![(link("t2-s1"), 1.0)];
+        obs[i].located = true;
+        obs[i].break_device = Some("t2".into());
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
+        // The same lone located break without the link fault is blamed (a silent drop).
+        let mut alone = fabric(|_, _, _| 0.0);
+        alone[i] = FlowObs {
+            fail: 100.0,
+            ok: 0.0,
+            ..obs[i].clone()
+        };
+        assert_eq!(blamed(&explain_away(&alone, &P, |_| true)), [link("t2-s1")]);
+    }
+
+    #[test]
+    fn ineligible_components_are_never_blamed() {
+        // Every probe RNIC 1 sends fails: it is the culprit unless it may not be blamed.
+        let mut obs = fabric(|_, _, _| 0.0);
+        for o in obs.iter_mut().filter(|o| o.fail_elems[0].0 == Element::Rnic(1)) {
+            (o.ok, o.fail) = (0.0, 100.0);
+        }
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [Element::Rnic(1)]);
+        let f = explain_away(&obs, &P, |e| *e != Element::Rnic(1));
+        assert!(f.iter().all(|f| f.element != Element::Rnic(1)));
     }
 
     #[test]

@@ -93,13 +93,14 @@ impl Engine {
 
     /// Step 3 (+ step 4's several-RNICs rule): anomalous RNICs from ToR-mesh probes,
     /// found greedily so a dead RNIC's failed probes do not also blame its peers.
-    /// Returns the anomalous RNICs and the noisy hosts.
+    /// Returns the anomalous RNICs, the noisy hosts and the RNICs whose ToR-mesh probes
+    /// vouch for them (enough probes, no significant failures besides dead peers').
     pub(super) fn rnic_verdicts(
         &mut self,
         inp: &Inputs,
         mut noisy: HashMap<u32, Evidence>,
         out: &mut Outcome,
-    ) -> (HashSet<u32>, HashSet<u32>) {
+    ) -> (HashSet<u32>, HashSet<u32>, HashSet<u32>) {
         let c = &self.cfg;
         let host_of = |r: u32| inp.registry.get(r).map(|e| e.host_id);
         let on_noisy = |r: u32| host_of(r).is_some_and(|h| noisy.contains_key(&h));
@@ -192,6 +193,13 @@ impl Engine {
                 }
             }
         }
+        let vouched: HashSet<u32> = counts
+            .iter()
+            .filter(|(r, x)| {
+                !removed.contains(r) && x[0] + x[2] >= c.rnic_min_probes && !significant(x)
+            })
+            .map(|(&r, _)| r)
+            .collect();
         self.sticky.retain(|_, (until, _)| *until > inp.now_ms);
         // Several RNICs of one host at once: the host, not its RNICs.
         let mut per_host: HashMap<u32, Vec<u32>> = HashMap::new();
@@ -238,7 +246,7 @@ impl Engine {
                 evidence: evidence.clone(),
             });
         }
-        (self.sticky.keys().copied().collect(), noisy_ids)
+        (self.sticky.keys().copied().collect(), noisy_ids, vouched)
     }
 }
 

@@ -23,11 +23,13 @@ fn confidence(score: f64, min_score: f64) -> f64 {
 
 impl Engine {
     /// Step 5: tomography of the timeouts and slow probes nothing else explains.
+    /// RNICs `vouched` for by their own ToR-mesh probes are never blamed for loss.
     pub(super) fn tomography(
         &mut self,
         inp: &Inputs,
         noisy_hosts: &HashSet<u32>,
         anomalous: &HashSet<u32>,
+        vouched: &HashSet<u32>,
         out: &mut Outcome,
     ) {
         let excluded = |r: u32| {
@@ -47,13 +49,6 @@ impl Engine {
             })
             .collect();
         keys.sort_by_key(|(k, _)| (k.prober, k.target, k.sport, k.dport));
-        // Observations are tagged with the 5-tuple that failed: a probe's and the
-        // reverse probe's ACK share one.
-        let mut tuple_ids: HashMap<Tuple, usize> = HashMap::new();
-        let mut tuple_id = |t: Tuple| {
-            let n = tuple_ids.len();
-            *tuple_ids.entry(t).or_insert(n)
-        };
         // Nothing failed or nothing was slow: that tomography has nothing to explain.
         let c = &self.cfg;
         let failures: u32 = keys.iter().map(|(_, f)| f.timeouts + f.ack2_lost).sum();
@@ -105,14 +100,8 @@ impl Engine {
                 .break_device
                 .clone()
                 .or_else(|| ack.break_device.clone());
-            let failed_tuple = if fwd.break_device.is_none() && ack.break_device.is_some() {
-                ack_key
-            } else {
-                fwd_key
-            };
             if want_loss {
                 loss.push(FlowObs {
-                    flow: tuple_id(failed_tuple),
                     ok: f64::from(f.ok),
                     fail: f64::from(f.timeouts),
                     ok_elems: ok_elems.clone(),
@@ -124,10 +113,10 @@ impl Engine {
             }
             if want_loss && f.ack2_lost > 0 {
                 loss.push(FlowObs {
-                    flow: tuple_id(ack_key),
                     ok: 0.0,
                     fail: f64::from(f.ack2_lost),
-                    ok_elems: Vec::new(),
+                    // Never counted as arrivals (ok = 0): the path, for explain-away.
+                    ok_elems: ack.ok.clone(),
                     fail_elems: ack.fail.clone(),
                     located: ack.break_device.is_some(),
                     break_device: ack.break_device.clone(),
@@ -136,7 +125,6 @@ impl Engine {
             }
             if want_slow && f.ok > 0 {
                 slow.push(FlowObs {
-                    flow: tuple_id(fwd_key),
                     ok: f64::from(f.ok - f.slow),
                     fail: f64::from(f.slow),
                     fail_elems: ok_elems.clone(),
@@ -160,9 +148,10 @@ impl Engine {
             ..loss_params
         };
         let mut found = Vec::new();
-        for f in explain_away(&loss, &loss_params) {
-            let (kind, ck, name) = match (&f.element, &f.single_flow_break) {
-                (Element::Rnic(r), _) => {
+        let blamable = |e: &Element| !matches!(e, Element::Rnic(r) if vouched.contains(r));
+        for f in explain_away(&loss, &loss_params, blamable) {
+            let (kind, ck, name) = match &f.element {
+                Element::Rnic(r) => {
                     self.sticky.insert(
                         *r,
                         (inp.now_ms + c.rnic_sticky_ms as i64, evidence(&f, "RNIC")),
@@ -173,14 +162,11 @@ impl Engine {
                         rnic_name(inp, *r),
                     )
                 }
-                (Element::Link(_), Some(Some(dev))) => {
-                    (ProblemKind::SwitchFault, ComponentKind::Switch, dev.clone())
-                }
-                (Element::Link(l), _) => (ProblemKind::LinkFault, ComponentKind::Link, l.clone()),
+                Element::Link(l) => (ProblemKind::LinkFault, ComponentKind::Link, l.clone()),
             };
             found.push((kind, ck, name, f));
         }
-        for f in explain_away(&slow, &slow_params) {
+        for f in explain_away(&slow, &slow_params, |_| true) {
             let (ck, name) = match &f.element {
                 Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, *r)),
                 Element::Link(l) => (ComponentKind::Link, l.clone()),
@@ -196,13 +182,8 @@ impl Engine {
             .collect();
         let suspects = located_suspects(&loss, loss_params.min_failures);
         for (kind, ck, name, f) in group_by_switch(inp.map, found, &suspects, &alive) {
-            let what = match (kind, ck) {
-                (ProblemKind::SwitchFault, _)
-                    if f.len() == 1 && f[0].single_flow_break.is_some() =>
-                {
-                    "one 5-tuple fails through links others cross: silent drop in the switch where its trace stops"
-                }
-                (ProblemKind::HighLatency, _) => "latency tomography: slow probes",
+            let what = match kind {
+                ProblemKind::HighLatency => "latency tomography: slow probes",
                 _ => "loss tomography: failed probes",
             };
             let score = f.iter().map(|x| x.score).fold(0.0, f64::max);
@@ -289,8 +270,9 @@ fn evidence(f: &Finding, what: &str) -> Evidence {
 type Found = (ProblemKind, ComponentKind, String, Finding);
 type Group = (ProblemKind, ComponentKind, String, Vec<Finding>);
 
-/// Link findings of one kind covering most links of a switch become one switch finding,
-/// unless the switch is known `alive` (it answered fresh traces of failed probes).
+/// Link findings of one kind covering most (and at least two) links of a switch become
+/// one switch finding, unless the switch is known `alive` (it answered fresh traces of
+/// failed probes): a switch verdict needs more evidence than any one link's.
 /// `suspects` are loss suspects not blamed themselves (their failures were explained
 /// by a sibling) that still count towards their switches.
 fn group_by_switch(

@@ -127,8 +127,8 @@ impl Engine {
         let hosts = self.aggregate(inp);
         self.host_verdicts(inp, &hosts, &mut out);
         let noisy = self.noisy_hosts(&hosts);
-        let (anomalous, noisy) = self.rnic_verdicts(inp, noisy, &mut out);
-        self.tomography(inp, &noisy, &anomalous, &mut out);
+        let (anomalous, noisy, vouched) = self.rnic_verdicts(inp, noisy, &mut out);
+        self.tomography(inp, &noisy, &anomalous, &vouched, &mut out);
         self.update_baselines();
         out
     }

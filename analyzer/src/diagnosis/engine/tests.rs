@@ -392,17 +392,17 @@ fn cpu_starved_host_is_noise_not_the_network() {
 }
 
 #[test]
-fn one_dropped_five_tuple_is_the_switch_where_its_trace_stops() {
+fn one_dropped_five_tuple_is_the_link_after_its_trace_stops_not_a_switch() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let mut sim = Sim::new();
     let (src, dst) = (rnic(0, 0), rnic(2, 1));
     sim.run(&mut |s, d, _, sport| (s == src && d == dst && sport == 50_001, 0));
     let s = spine(src, dst, 50_001);
+    // The spine drops the 5-tuple's trace too: it stops after the spine's ingress.
     sim.trace(src, dst, 50_001, s, false, Some(2));
     let o = sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map);
-    let got = found(&o);
-    let spine_name = format!("s{s}");
-    assert_eq!(got, [(ProblemKind::SwitchFault, spine_name)]);
+    // One 5-tuple is no evidence against a whole switch: the located link it is.
+    assert_eq!(found(&o), [(ProblemKind::LinkFault, format!("t1-s{s}"))]);
 }
 
 #[test]
