@@ -1,0 +1,327 @@
+//! Short-term detector (SkeletonHunter §5.2): LOF of the newest window's
+//! features against the previous windows of a look-back (5 minutes = 10
+//! windows of 30 s), gated by a material rise of the window's central latency.
+//!
+//! Scaling: each feature is taken as `ln(max(x, 1 ns))` (latencies are
+//! multiplicative; the log makes a x2 rise the same distance at 10 µs and at
+//! 1 ms), then standardized per feature over the look-back set, with the
+//! standard deviation floored at `min_scale` so a look-back of identical
+//! windows does not turn a 0.1 % wobble into an infinite distance.
+//!
+//! Decision: anomaly when `LOF > lof_threshold` AND the shift is material:
+//! at least two of the three quartiles (p25, p50, p75) are more than
+//! `min_shift` above the highest value of that quartile in any look-back
+//! window (the median of the three rises). This encodes "cannot be clustered
+//! into previous windows": a periodic congestion burst that already happened
+//! within the look-back raised its quartiles then, so its recurrence is not
+//! material; a heavy-tail spike moves LOF (max, std) but no quartile; and
+//! asking for two quartiles stops the one quartile that sits on the edge of a
+//! burst (p50 when about half the probes are congested) from jumping
+//! between episodes and firing. A step or a slow path moves two or three.
+
+use std::collections::VecDeque;
+
+use serde::{Deserialize, Serialize};
+
+use crate::{
+    Error,
+    features::{FEATURE_DIM, WindowFeatures},
+    lof::{LofScratch, Point, lof},
+};
+
+/// Knobs of the short-term detector.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ShortTermConfig {
+    /// Look-back windows kept per pair (10 x 30 s = 5 minutes).
+    pub lookback: usize,
+    /// LOF neighbourhood size; needs `k + 1 <= min_history`.
+    pub k: usize,
+    /// Windows required before a window is judged (default: a full look-back,
+    /// so a burst cycle up to 5 minutes long has been seen at least once).
+    pub min_history: usize,
+    /// LOF above which a window is an outlier. 1.5: LOF is ~1 inside a
+    /// cluster, and with 10 reference points and k = 5 the stable-traffic
+    /// LOF stays below ~1.5 in the vast majority of windows (see the
+    /// `lof_quantiles` test); the `min_shift` gate removes the remainder.
+    pub lof_threshold: f64,
+    /// Relative rise (0.15 = +15 %) of two of the three quartiles over the
+    /// look-back's highest value of the same quartile needed for an outlier
+    /// to be material.
+    pub min_shift: f64,
+    /// Floor of the per-feature standard deviation in ln units (0.01 ~ 1 %).
+    pub min_scale: f64,
+}
+
+impl Default for ShortTermConfig {
+    fn default() -> Self {
+        Self {
+            lookback: 10,
+            k: 5,
+            min_history: 10,
+            lof_threshold: 1.5,
+            min_shift: 0.15,
+            min_scale: 0.01,
+        }
+    }
+}
+
+impl ShortTermConfig {
+    /// Rejects settings the detector cannot honour (k = 0, k + 1 > history, ...).
+    pub fn validate(&self) -> Result<(), Error> {
+        let bad = |m: String| Err(Error::InvalidConfig(m));
+        if self.k == 0 {
+            return bad("short-term k must be >= 1".into());
+        }
+        if self.min_history < self.k + 1 || self.min_history > self.lookback {
+            return bad(format!(
+                "short-term min_history {} must be within k + 1 = {} ..= lookback {}",
+                self.min_history,
+                self.k + 1,
+                self.lookback
+            ));
+        }
+        if self.lookback > 1024 {
+            return bad(format!("short-term lookback {} exceeds 1024", self.lookback));
+        }
+        for (name, v) in [
+            ("lof_threshold", self.lof_threshold),
+            ("min_shift", self.min_shift),
+            ("min_scale", self.min_scale),
+        ] {
+            if !(v.is_finite() && v > 0.0) {
+                return bad(format!("short-term {name} must be finite and > 0, got {v}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Outcome of scoring one window.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct ShortTermVerdict {
+    /// Local outlier factor against the look-back.
+    pub lof: f64,
+    /// Median over p25, p50, p75 of the relative rise above the look-back's
+    /// maximum of that quartile; negative when not above the look-back.
+    pub shift: f64,
+    /// `lof > lof_threshold && shift > min_shift`.
+    pub anomaly: bool,
+}
+
+/// Short-term state of one RNIC pair: a bounded ring of the last `lookback`
+/// windows' log features (56 bytes each) plus reusable LOF buffers.
+#[derive(Debug, Clone)]
+pub struct ShortTermDetector {
+    config: ShortTermConfig,
+    history: VecDeque<Point>,
+    scaled: Vec<Point>,
+    scratch: LofScratch,
+}
+
+const P25: usize = 0;
+const P50: usize = 1;
+const P75: usize = 2;
+
+impl ShortTermDetector {
+    /// A detector with an empty look-back.
+    pub fn new(config: ShortTermConfig) -> Result<Self, Error> {
+        config.validate()?;
+        Ok(Self {
+            config,
+            history: VecDeque::with_capacity(config.lookback),
+            scaled: Vec::with_capacity(config.lookback),
+            scratch: LofScratch::default(),
+        })
+    }
+
+    /// The configuration in use.
+    pub fn config(&self) -> &ShortTermConfig {
+        &self.config
+    }
+
+    /// Windows currently in the look-back.
+    pub fn history_len(&self) -> usize {
+        self.history.len()
+    }
+
+    /// Scores `window` against the look-back without recording it.
+    /// [`Error::NotEnoughHistory`] until `min_history` windows were observed.
+    pub fn score(&mut self, window: &WindowFeatures) -> Result<ShortTermVerdict, Error> {
+        window.validate()?;
+        if self.history.len() < self.config.min_history {
+            return Err(Error::NotEnoughHistory {
+                have: self.history.len(),
+                need: self.config.min_history,
+            });
+        }
+        let query = log_point(window);
+        let (mean, scale) = self.standardization();
+        let standardize = |p: &Point| -> Point {
+            std::array::from_fn(|d| (p[d] - mean[d]) / scale[d])
+        };
+        self.scaled.clear();
+        self.scaled.extend(self.history.iter().map(standardize));
+        let lof = lof(&self.scaled, &standardize(&query), self.config.k, &mut self.scratch);
+        let rise = |d: usize| {
+            let top = self.history.iter().map(|p| p[d]).fold(f64::NEG_INFINITY, f64::max);
+            query[d] - top
+        };
+        let mut rises = [rise(P25), rise(P50), rise(P75)];
+        rises.sort_unstable_by(f64::total_cmp);
+        let shift = rises[1].exp() - 1.0;
+        Ok(ShortTermVerdict {
+            lof,
+            shift,
+            anomaly: lof > self.config.lof_threshold && shift > self.config.min_shift,
+        })
+    }
+
+    /// Scores `window` (when the look-back is full enough) and then records
+    /// it, evicting the oldest window. `Ok(None)` while warming up; an invalid
+    /// window is an error and is not recorded. Anomalous windows are recorded
+    /// too: a lasting shift becomes the short-term norm after one look-back
+    /// (the long-term detector keeps reporting it).
+    pub fn observe(&mut self, window: &WindowFeatures) -> Result<Option<ShortTermVerdict>, Error> {
+        let verdict = match self.score(window) {
+            Ok(v) => Some(v),
+            Err(Error::NotEnoughHistory { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        if self.history.len() == self.config.lookback {
+            self.history.pop_front();
+        }
+        self.history.push_back(log_point(window));
+        Ok(verdict)
+    }
+
+    /// Per-feature mean and floored standard deviation over the look-back.
+    fn standardization(&self) -> (Point, Point) {
+        let n = self.history.len() as f64;
+        let mean: Point =
+            std::array::from_fn(|d| self.history.iter().map(|p| p[d]).sum::<f64>() / n);
+        let scale: Point = std::array::from_fn(|d| {
+            let var = self.history.iter().map(|p| (p[d] - mean[d]).powi(2)).sum::<f64>() / n;
+            var.sqrt().max(self.config.min_scale)
+        });
+        (mean, scale)
+    }
+}
+
+fn log_point(w: &WindowFeatures) -> Point {
+    let a = w.to_array();
+    std::array::from_fn(|d| a[d].max(1.0).ln())
+}
+
+const _: () = assert!(FEATURE_DIM == 7);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn window(center: f64, spread: f64) -> WindowFeatures {
+        WindowFeatures {
+            p25: center - spread,
+            p50: center,
+            p75: center + spread,
+            min: center - 3.0 * spread,
+            mean: center + 0.1 * spread,
+            std: 1.5 * spread,
+            max: center + 6.0 * spread,
+        }
+    }
+
+    /// Ten windows around 20 µs with a deterministic 1-2 % wobble.
+    fn warmed(config: ShortTermConfig) -> ShortTermDetector {
+        let mut det = ShortTermDetector::new(config).unwrap();
+        for i in 0..config.lookback {
+            let wobble = 1.0 + 0.01 * ((i * 7 % 5) as f64 - 2.0);
+            assert_eq!(det.observe(&window(20_000.0 * wobble, 1_000.0)).unwrap(), None);
+        }
+        det
+    }
+
+    #[test]
+    fn warm_up_returns_none_then_scores() {
+        let mut det = warmed(ShortTermConfig::default());
+        let v = det.observe(&window(20_100.0, 1_000.0)).unwrap().unwrap();
+        assert!(!v.anomaly, "{v:?}");
+        assert_eq!(det.history_len(), 10);
+    }
+
+    #[test]
+    fn step_fires_and_then_becomes_the_norm() {
+        let mut det = warmed(ShortTermConfig::default());
+        let v = det.observe(&window(40_000.0, 2_000.0)).unwrap().unwrap();
+        assert!(v.anomaly && v.lof > 3.0 && v.shift > 0.8, "{v:?}");
+        // The same level again is no longer above every look-back window.
+        let v = det.observe(&window(40_000.0, 2_000.0)).unwrap().unwrap();
+        assert!(!v.anomaly, "{v:?}");
+    }
+
+    #[test]
+    fn recurring_burst_in_lookback_does_not_fire() {
+        let mut det = ShortTermDetector::new(ShortTermConfig::default()).unwrap();
+        let burst = window(45_000.0, 9_000.0);
+        for i in 0..30 {
+            let w = if i % 5 == 4 { burst } else { window(20_000.0, 1_000.0) };
+            if let Some(v) = det.observe(&w).unwrap() {
+                assert!(!v.anomaly, "window {i}: {v:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn tail_spike_without_central_shift_does_not_fire() {
+        let mut det = warmed(ShortTermConfig::default());
+        let mut w = window(20_000.0, 1_000.0);
+        w.max *= 20.0;
+        w.std *= 10.0;
+        let v = det.score(&w).unwrap();
+        assert!(v.lof > 1.5 && !v.anomaly, "{v:?}");
+    }
+
+    #[test]
+    fn bad_config_and_input_are_clear_errors() {
+        let cfg = ShortTermConfig { k: 10, ..Default::default() };
+        assert!(matches!(ShortTermDetector::new(cfg), Err(Error::InvalidConfig(_))));
+        let cfg = ShortTermConfig { k: 0, ..Default::default() };
+        assert!(matches!(ShortTermDetector::new(cfg), Err(Error::InvalidConfig(_))));
+        let cfg = ShortTermConfig { lof_threshold: f64::NAN, ..Default::default() };
+        assert!(matches!(ShortTermDetector::new(cfg), Err(Error::InvalidConfig(_))));
+
+        let mut det = ShortTermDetector::new(ShortTermConfig::default()).unwrap();
+        assert_eq!(
+            det.score(&window(20_000.0, 1_000.0)),
+            Err(Error::NotEnoughHistory { have: 0, need: 10 })
+        );
+        let mut bad = window(20_000.0, 1_000.0);
+        bad.mean = f64::INFINITY;
+        assert!(matches!(det.observe(&bad), Err(Error::InvalidFeature { name: "mean", .. })));
+        assert_eq!(det.history_len(), 0, "an invalid window must not be recorded");
+    }
+
+    #[test]
+    fn one_jumping_quartile_is_not_material() {
+        let mut det = warmed(ShortTermConfig::default());
+        let mut w = window(20_000.0, 1_000.0);
+        w.p50 *= 1.6;
+        w.mean *= 1.3;
+        let v = det.score(&w).unwrap();
+        assert!(v.lof > 1.5 && v.shift < 0.05 && !v.anomaly, "{v:?}");
+        w.p75 *= 1.6;
+        let v = det.score(&w).unwrap();
+        assert!(v.anomaly && v.shift > 0.4, "two quartiles up: {v:?}");
+    }
+
+    #[test]
+    fn identical_lookback_is_finite() {
+        let mut det = ShortTermDetector::new(ShortTermConfig::default()).unwrap();
+        for _ in 0..10 {
+            det.observe(&window(20_000.0, 0.0)).unwrap();
+        }
+        let same = det.score(&window(20_000.0, 0.0)).unwrap();
+        assert!(same.lof.is_finite() && !same.anomaly, "{same:?}");
+        let up = det.score(&window(30_000.0, 0.0)).unwrap();
+        assert!(up.lof.is_finite() && up.anomaly, "{up:?}");
+    }
+}
