@@ -293,6 +293,28 @@ fn link_down_is_localized_by_fresh_partial_traces() {
 }
 
 #[test]
+fn lost_acks_retraced_to_the_destination_tor_do_not_blame_the_target_rnic() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let mut fault = link_down(0, 1, 1);
+    sim.run(&mut fault);
+    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    // Probes that went over s0 but whose ACKs took s1 timed out too: their probers
+    // re-traced them, every hop answered up to the target's ToR, then silence.
+    for p in rnics() {
+        for t in rnics().filter(|&t| tor_of(t) != tor_of(p)) {
+            for sport in [50_001, 50_002] {
+                if spine(p, t, sport) == 0 && spine(t, p, sport) == 1 {
+                    sim.trace(p, t, sport, 0, false, Some(3));
+                }
+            }
+        }
+    }
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::LinkFault, "t0-s1".to_string())]);
+}
+
+#[test]
 fn spine_down_is_the_switch() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let mut sim = Sim::new();
