@@ -3,7 +3,8 @@
 //!
 //! `cargo run --release -p rocemesh-agent --example load [seconds]`
 
-use rocemesh_agent::probe::engine::{Command, EngineHandle, EngineIdentity};
+use rocemesh_agent::probe::engine::{Command, EngineIdentity};
+use rocemesh_agent::probe::event_loop::EventLoop;
 use rocemesh_agent::stats::Counters;
 use rocemesh_agent::trace::{TracerHandle, TracerOptions};
 use rocemesh_agent::transport::{UdpOptions, UdpTransport};
@@ -51,6 +52,9 @@ fn main() -> anyhow::Result<()> {
     };
     let tracer = TracerHandle::spawn(topts, counters.clone(), results.clone())?;
     let mut engines = Vec::new();
+    let mut lists = Vec::new();
+    // One thread for every RNIC, as in the agent.
+    let mut event_loop = EventLoop::new("rnics");
     for i in 0..RNICS {
         let opts = UdpOptions {
             ip: ip(i),
@@ -69,7 +73,7 @@ fn main() -> anyhow::Result<()> {
             trace: Some(tracer.feed()),
             service_timeouts: None,
         };
-        let e = EngineHandle::spawn(id, t, counters.clone(), results.clone())?;
+        let e = event_loop.add(id, t, counters.clone(), results.clone());
         e.send(Command::RnicId(i + 1))?;
         let entries = (0..RNICS)
             .filter(|j| *j != i)
@@ -82,15 +86,16 @@ fn main() -> anyhow::Result<()> {
                 src_port: 50_000 + (j as u16) * 8 + k,
             })
             .collect();
-        e.send(Command::Lists(
-            vec![ProbeList {
-                class: ProbeClass::TorMesh,
-                pps: PPS,
-                entries,
-            }],
-            Duration::from_millis(500),
-        ))?;
+        lists.push(ProbeList {
+            class: ProbeClass::TorMesh,
+            pps: PPS,
+            entries,
+        });
         engines.push(e);
+    }
+    event_loop.spawn()?;
+    for (e, list) in engines.iter().zip(lists) {
+        e.send(Command::Lists(vec![list], Duration::from_millis(500)))?;
     }
     std::thread::sleep(Duration::from_secs(2));
     let (c0, t0) = (cpu_ticks()?, Instant::now());
@@ -113,6 +118,9 @@ fn main() -> anyhow::Result<()> {
         s.trace_packets_sent,
         results.paths_len()
     );
+    for e in &engines {
+        e.request_stop();
+    }
     for e in engines {
         e.stop()?;
     }

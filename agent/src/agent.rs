@@ -5,6 +5,7 @@ use crate::config::{AgentConfig, ServiceTracing, TransportKind};
 use crate::control::{ControlClient, ControlLoop, SharedRegistration};
 use crate::discovery;
 use crate::probe::engine::{EngineHandle, EngineIdentity};
+use crate::probe::event_loop::EventLoop;
 use crate::probe::prober::DEFAULT_MAX_OUTSTANDING;
 use crate::probe::random_qpn;
 use crate::sample::counters::{CounterSource, INFINIBAND_SYSFS};
@@ -81,6 +82,8 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     let mut engine_ips = Vec::with_capacity(cfg.rnics.len());
     let mut any_verbs = false;
     let mut sampled = Vec::with_capacity(cfg.rnics.len());
+    // Every UDP RNIC on one thread and one epoll; each verbs RNIC blocks on its own.
+    let mut udp_loop = EventLoop::new("rnics");
     for (config_index, r) in cfg.rnics.iter().enumerate() {
         let ip = match (r.ip, &r.interface) {
             (Some(ip), _) => ip,
@@ -113,12 +116,8 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
                 let transport = UdpTransport::open(opts, counters.clone())
                     .with_context(|| format!("RNIC {}", r.name))?;
                 let qpn = random_qpn();
-                let engine = EngineHandle::spawn(
-                    identity(qpn),
-                    transport,
-                    counters.clone(),
-                    buffer.clone(),
-                )?;
+                let engine =
+                    udp_loop.add(identity(qpn), transport, counters.clone(), buffer.clone());
                 // 127.x aliases are not listed as addresses of `lo`, but live there.
                 let netdev = ifname
                     .clone()
@@ -178,6 +177,9 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
             rail: r.rail,
             gateway: ifname.as_deref().and_then(discovery::gateway),
         });
+    }
+    if !udp_loop.is_empty() {
+        udp_loop.spawn()?;
     }
     let engines = Arc::new(engines);
     let service = if service_on {
@@ -337,6 +339,9 @@ impl AgentHandle {
         // With the control and service threads gone, this handle holds the only reference to the engines.
         let engines =
             Arc::try_unwrap(self.engines).map_err(|_| anyhow::anyhow!("engines still shared"))?;
+        for (_, engine) in &engines {
+            engine.request_stop();
+        }
         for (name, engine) in engines {
             if let Err(e) = engine.stop() {
                 result = result.and(Err(e.context(format!("RNIC {name}"))));

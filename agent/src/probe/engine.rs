@@ -1,6 +1,7 @@
-//! One RNIC's event loop: a thread that sends due probes, answers probes, matches ACKs
-//! and TX stamps, and sleeps in the transport until the next send or deadline.
+//! One RNIC's engine: sends due probes, answers probes, matches ACKs and TX stamps; an
+//! [`EventLoop`] thread drives it (alone, or with the other RNICs' engines).
 
+use super::event_loop::{Driven, EventLoop, LoopThread};
 use super::prober::{AckOutcome, Prober};
 use super::responder::{Responder, ack_src_port};
 use super::schedule::Schedule;
@@ -13,19 +14,17 @@ use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rocemesh_proto::api::{PingTarget, ProbeList};
 use rocemesh_proto::{Packet, PacketKind, ProbeClass, ProbeResult};
-use std::sync::Arc;
+use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender, TrySendError, sync_channel};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// Longest sleep: how soon a command or stop request is noticed when idle.
 const IDLE_WAKE: Duration = Duration::from_millis(50);
 /// Results are handed to the shared buffer in batches of at most this many.
 const RESULT_BATCH: usize = 256;
-/// Timer slack of engine threads: how late the kernel may wake us to batch wake-ups.
-const TIMER_SLACK_NS: libc::c_ulong = 2_000_000;
 /// Commands queued per engine (pinglist updates are rare).
 const COMMAND_QUEUE: usize = 8;
 
@@ -59,47 +58,28 @@ pub enum Command {
     ServiceTargets(Vec<PingTarget>),
 }
 
-/// Control of a running engine thread.
+/// Control of one engine running on an [`EventLoop`] thread (alone or with others).
 #[derive(Debug)]
 pub struct EngineHandle {
     commands: SyncSender<Command>,
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<()>,
+    /// Closed (or signalled) once the loop has flushed and dropped this engine.
+    done: Mutex<Receiver<()>>,
+    thread: Arc<LoopThread>,
 }
 
 impl EngineHandle {
-    /// Starts the engine thread over `transport`.
+    /// Starts the engine alone on its own event loop thread.
     pub fn spawn<T: Transport + 'static>(
         id: EngineIdentity,
         transport: T,
         counters: Arc<Counters>,
         results: Arc<ResultBuffer>,
     ) -> std::io::Result<Self> {
-        let (commands, rx) = sync_channel(COMMAND_QUEUE);
-        let stop = Arc::new(AtomicBool::new(false));
-        let engine = Engine {
-            prober: Prober::new(id.qpn, id.token, id.max_outstanding),
-            responder: Responder::new(id.qpn, id.port),
-            schedule: Schedule::default(),
-            transport,
-            counters,
-            results,
-            batch: Vec::with_capacity(RESULT_BATCH),
-            rng: StdRng::from_rng(&mut rand::rng()),
-            epoch: Instant::now(),
-            commands: rx,
-            stop: stop.clone(),
-            trace: id.trace,
-            service_timeouts: id.service_timeouts,
-        };
-        let thread = std::thread::Builder::new()
-            .name(id.name)
-            .spawn(move || engine.run())?;
-        Ok(Self {
-            commands,
-            stop,
-            thread,
-        })
+        let mut event_loop = EventLoop::new(id.name.clone());
+        let handle = event_loop.add(id, transport, counters, results);
+        event_loop.spawn()?;
+        Ok(handle)
     }
 
     /// Queues a command; a full queue (engine wedged) is reported, never blocks.
@@ -111,13 +91,63 @@ impl EngineHandle {
         }
     }
 
-    /// Stops the engine, flushing its pending results, and joins it.
-    pub fn stop(self) -> anyhow::Result<()> {
+    /// Asks the engine to stop without waiting (stopping many engines at once).
+    pub fn request_stop(&self) {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread
-            .join()
-            .map_err(|_| anyhow::anyhow!("engine thread panicked"))
     }
+
+    /// Stops the engine, flushing its pending results; the last engine of a loop also
+    /// joins the loop's thread.
+    pub fn stop(self) -> anyhow::Result<()> {
+        self.request_stop();
+        // An error means the loop dropped the engine already (its transport failed, or
+        // the thread panicked: the join below tells).
+        let _ = self
+            .done
+            .into_inner()
+            .unwrap_or_else(|p| p.into_inner())
+            .recv();
+        match Arc::try_unwrap(self.thread) {
+            Ok(t) => t.join(),
+            Err(_) => Ok(()),
+        }
+    }
+}
+
+/// Builds an engine for `thread`'s loop: the engine, its handle, and the sender the loop
+/// signals once the engine is flushed and dropped.
+pub(super) fn build<T: Transport + 'static>(
+    id: EngineIdentity,
+    transport: T,
+    counters: Arc<Counters>,
+    results: Arc<ResultBuffer>,
+    thread: Arc<LoopThread>,
+) -> (Box<dyn Driven>, EngineHandle, SyncSender<()>) {
+    let (commands, rx) = sync_channel(COMMAND_QUEUE);
+    let (done_tx, done) = sync_channel(1);
+    let stop = Arc::new(AtomicBool::new(false));
+    let engine = Engine {
+        prober: Prober::new(id.qpn, id.token, id.max_outstanding),
+        responder: Responder::new(id.qpn, id.port),
+        schedule: Schedule::default(),
+        transport,
+        counters,
+        results,
+        batch: Vec::with_capacity(RESULT_BATCH),
+        rng: StdRng::from_rng(&mut rand::rng()),
+        epoch: Instant::now(),
+        commands: rx,
+        stop: stop.clone(),
+        trace: id.trace,
+        service_timeouts: id.service_timeouts,
+    };
+    let handle = EngineHandle {
+        commands,
+        stop,
+        done: Mutex::new(done),
+        thread,
+    };
+    (Box::new(engine), handle, done_tx)
 }
 
 struct Engine<T> {
@@ -138,30 +168,22 @@ struct Engine<T> {
 }
 
 impl<T: Transport> Engine<T> {
-    fn run(mut self) {
-        // Send times need no µs precision (② comes from the kernel): let the kernel
-        // coalesce our timer wake-ups with others'.
-        // SAFETY: prctl(PR_SET_TIMERSLACK) only affects this thread.
-        unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS) };
-        while !self.stop.load(Ordering::Relaxed) {
-            self.apply_commands();
-            let now = Instant::now();
-            self.send_due(now);
-            self.prober.expire(now, &mut self.batch);
-            self.report_timeouts(now);
-            self.responder
-                .expire(now, &mut self.transport, &self.counters);
-            self.flush_results();
-            if let Err(e) = self.transport.wait(self.sleep_time()) {
-                tracing::error!(error = %e, "transport wait failed; engine stops");
-                break;
-            }
-            while let Some(ev) = self.transport.next_event() {
-                self.handle(ev);
-            }
-            self.prober.flush_awaiting(&mut self.batch);
+    /// Timer work at `now`: commands, due probes, expired probes and ACK2 deadlines.
+    fn on_wake(&mut self, now: Instant) {
+        self.apply_commands();
+        self.send_due(now);
+        self.prober.expire(now, &mut self.batch);
+        self.report_timeouts(now);
+        self.responder
+            .expire(now, &mut self.transport, &self.counters);
+    }
+
+    /// Handles every event the transport has without blocking.
+    fn drain(&mut self) {
+        while let Some(ev) = self.transport.next_event() {
+            self.handle(ev);
         }
-        self.flush_results();
+        self.prober.flush_awaiting(&mut self.batch);
     }
 
     fn apply_commands(&mut self) {
@@ -247,8 +269,8 @@ impl<T: Transport> Engine<T> {
         }
     }
 
-    fn sleep_time(&self) -> Duration {
-        let now = Instant::now();
+    /// When this engine next has timer work (at most [`IDLE_WAKE`] from `now`).
+    fn next_wake(&self, now: Instant) -> Instant {
         let mut until = now + IDLE_WAKE;
         if let Some(due) = self.schedule.next_due_ns() {
             until = until.min(self.epoch + Duration::from_nanos(due));
@@ -259,7 +281,7 @@ impl<T: Transport> Engine<T> {
         {
             until = until.min(d);
         }
-        until.saturating_duration_since(now)
+        until
     }
 
     fn handle(&mut self, ev: TransportEvent) {
@@ -326,5 +348,44 @@ impl<T: Transport> Engine<T> {
             self.counters.count_result(r.status, r.ts_source);
         }
         self.results.push_all(&mut self.batch);
+    }
+}
+
+impl<T: Transport> Driven for Engine<T> {
+    fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+
+    fn on_wake(&mut self, now: Instant) {
+        Engine::on_wake(self, now);
+    }
+
+    fn drain(&mut self) {
+        Engine::drain(self);
+    }
+
+    fn wait(&mut self, timeout: Duration) -> std::io::Result<()> {
+        self.transport.wait(timeout)
+    }
+
+    fn ready(&mut self, events: u32) -> std::io::Result<()> {
+        self.transport.ready(events)
+    }
+
+    fn needs_poll(&self) -> bool {
+        self.transport.poll_within().is_some()
+    }
+
+    fn next_wake(&self, now: Instant) -> Instant {
+        let t = Engine::next_wake(self, now);
+        self.transport.poll_within().map_or(t, |p| t.min(now + p))
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        self.transport.wait_fd()
+    }
+
+    fn flush(&mut self) {
+        self.flush_results();
     }
 }

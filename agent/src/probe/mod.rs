@@ -1,8 +1,10 @@
 //! The six-timestamp probing protocol: what to probe when ([`schedule`]), the prober's
 //! outstanding probes ([`prober`]) and their arithmetic ([`rtt`]), the responder
-//! ([`responder`]), and the per-RNIC event loop tying them to a transport ([`engine`]).
+//! ([`responder`]), the per-RNIC engine tying them to a transport ([`engine`]) and the
+//! thread(s) driving the engines ([`event_loop`]).
 
 pub mod engine;
+pub mod event_loop;
 pub mod prober;
 pub mod responder;
 pub mod rtt;

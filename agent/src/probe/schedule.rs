@@ -6,6 +6,9 @@ use rand::seq::SliceRandom;
 use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{PingTarget, ProbeList};
 
+/// How late a slot may be and still be sent: covers an event loop that wakes on a tick.
+pub const CATCH_UP_NS: u64 = 20_000_000;
+
 /// Highest rate a single list may ask for (a bad pinglist must not flood the fabric).
 pub const MAX_LIST_PPS: f64 = 100_000.0;
 /// Interval between two probes of one service flow (R-Pingmesh §4.2.2: 10 ms).
@@ -48,7 +51,8 @@ impl ListSchedule {
     }
 
     /// The target due at `now_ns`, if any; advances the schedule by one slot. After a stall
-    /// the missed slots are skipped (keeping the phase) instead of being sent in a burst.
+    /// longer than [`CATCH_UP_NS`] the missed slots are skipped (keeping the phase)
+    /// instead of being sent in a burst.
     pub fn pop_due<R: Rng>(
         &mut self,
         now_ns: u64,
@@ -64,7 +68,9 @@ impl ListSchedule {
             self.order.shuffle(rng);
         }
         self.next_ns += self.interval_ns;
-        if self.next_ns <= now_ns {
+        // Slots missed by less than the catch-up window (an event loop waking on its tick)
+        // are still sent; a longer stall skips them.
+        if self.next_ns.saturating_add(CATCH_UP_NS) <= now_ns {
             let behind = (now_ns - self.next_ns) / self.interval_ns + 1;
             self.next_ns += behind * self.interval_ns;
         }
@@ -211,6 +217,12 @@ mod tests {
         assert!(s.pop_due(stalled, &mut rng).is_some());
         assert!(s.pop_due(stalled, &mut rng).is_none());
         assert!(s.next_due_ns() > stalled && (s.next_due_ns() - phase).is_multiple_of(10_000_000));
+        // Late by less than the catch-up window: the missed slots still go, then on grid.
+        let late = s.next_due_ns() + 15_000_000;
+        assert!(s.pop_due(late, &mut rng).is_some());
+        assert!(s.pop_due(late, &mut rng).is_some());
+        assert!(s.pop_due(late, &mut rng).is_none());
+        assert!(s.next_due_ns() > late && (s.next_due_ns() - phase).is_multiple_of(10_000_000));
     }
 
     #[test]

@@ -8,6 +8,7 @@
 //! ([`verbs`]) gets them from completion-queue timestamps of a UD QP on the RNIC.
 //! [`select`] decides which one each RNIC uses.
 
+pub mod recv_batch;
 pub mod select;
 pub mod timestamping;
 pub mod udp;
@@ -17,6 +18,7 @@ use rocemesh_proto::TimestampSource;
 use rocemesh_proto::packet::PACKET_LEN;
 use std::io;
 use std::net::IpAddr;
+use std::os::fd::RawFd;
 use std::time::Duration;
 
 pub use udp::{UdpOptions, UdpTransport};
@@ -130,4 +132,24 @@ pub trait Transport: Send {
 
     /// Returns the next pending event without blocking; `None` once drained.
     fn next_event(&mut self) -> Option<TransportEvent>;
+
+    /// An fd one event loop can put in its own epoll to multiplex many transports: when
+    /// epoll reports it, the loop calls [`Self::ready`] instead of blocking in
+    /// [`Self::wait`]. `None`: this transport can only block in `wait`.
+    fn wait_fd(&self) -> Option<RawFd> {
+        None
+    }
+
+    /// The loop saw `events` (epoll bits; 0 = just a poll) on [`Self::wait_fd`]: prepares
+    /// what they announce for [`Self::next_event`], without blocking.
+    fn ready(&mut self, events: u32) -> io::Result<()> {
+        let _ = events;
+        self.wait(Duration::ZERO)
+    }
+
+    /// With a [`Self::wait_fd`]: how soon `ready(0)` must be called even if the fd stays
+    /// quiet (something must be polled for), else `None`.
+    fn poll_within(&self) -> Option<Duration> {
+        None
+    }
 }

@@ -1,8 +1,9 @@
 //! The UDP transport: one main socket per RNIC at (ip, port) receiving PROBEs and ACKs,
 //! plus a bounded LRU of send sockets bound to (ip, src_port) for ECMP entropy.
 
+use super::recv_batch::{BATCH, RecvBatch};
 use super::timestamping::{self, ControlBuf};
-use super::{Endpoint, RX_BUF_LEN, RxDatagram, Transport, TransportEvent, TxToken};
+use super::{Endpoint, RxDatagram, Transport, TransportEvent, TxToken};
 use crate::stats::Counters;
 use rocemesh_proto::packet::PACKET_LEN;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
@@ -67,7 +68,7 @@ pub struct UdpTransport {
     ready: [libc::epoll_event; MAX_READY],
     nready: usize,
     cursor: usize,
-    rx_buf: [u8; RX_BUF_LEN],
+    rx: Box<RecvBatch>,
     control: ControlBuf,
     counters: Arc<Counters>,
 }
@@ -122,7 +123,7 @@ impl UdpTransport {
             ready: [libc::epoll_event { events: 0, u64: 0 }; MAX_READY],
             nready: 0,
             cursor: 0,
-            rx_buf: [0; RX_BUF_LEN],
+            rx: RecvBatch::new(),
             control: ControlBuf::default(),
             counters,
         })
@@ -222,9 +223,10 @@ impl UdpTransport {
         self.unstamped = list;
     }
 
-    /// Reads one message from the main socket, guided by its epoll `events` (EPOLLERR: TX
-    /// stamps of sends that fell back to it; EPOLLIN: a datagram). Bits of sources found
-    /// empty are cleared so nothing is read twice in vain.
+    /// Reads from the main socket, guided by its epoll `events` (EPOLLERR: TX stamps of
+    /// sends that fell back to it, one at a time; EPOLLIN: a batch of datagrams, the first
+    /// returned and the rest queued). Bits of sources found empty are cleared so nothing
+    /// is read twice in vain.
     fn read_one(&mut self, events: &mut u32) -> Option<TransportEvent> {
         let (fd, generation) = (self.main.socket.as_raw_fd(), self.main.generation);
         while *events & libc::EPOLLERR as u32 != 0 {
@@ -239,17 +241,25 @@ impl UdpTransport {
             }
         }
         if *events & libc::EPOLLIN as u32 != 0 {
-            match timestamping::recv(fd, &mut self.rx_buf, false, &mut self.control) {
-                Ok(r) => {
-                    let peer = r.peer.unwrap_or(SocketAddr::new(self.opts.ip, 0));
-                    let d = RxDatagram::new(
-                        &self.rx_buf,
-                        r.len,
-                        peer.ip(),
-                        Some(peer.port()),
-                        r.control.stamp,
-                    );
-                    return Some(TransportEvent::Rx(d));
+            match self.rx.recv(fd) {
+                Ok(n) => {
+                    // A short batch emptied the queue: no read is spent to find out.
+                    if n < BATCH {
+                        *events &= !(libc::EPOLLIN as u32);
+                    }
+                    for i in 0..n {
+                        let (data, r) = self.rx.get(i);
+                        let peer = r.peer.unwrap_or(SocketAddr::new(self.opts.ip, 0));
+                        let d = RxDatagram::new(
+                            data,
+                            r.len,
+                            peer.ip(),
+                            Some(peer.port()),
+                            r.control.stamp,
+                        );
+                        self.pending.push_back(TransportEvent::Rx(d));
+                    }
+                    return self.pending.pop_front();
                 }
                 Err(_) => *events &= !(libc::EPOLLIN as u32),
             }
@@ -383,6 +393,28 @@ impl Transport for UdpTransport {
             self.poll_unstamped(Instant::now());
         }
         Ok(())
+    }
+
+    fn wait_fd(&self) -> Option<RawFd> {
+        Some(self.main.socket.as_raw_fd())
+    }
+
+    /// The main socket's readiness comes from the caller's epoll: no syscall to learn it.
+    fn ready(&mut self, events: u32) -> io::Result<()> {
+        self.ready[0] = libc::epoll_event {
+            events,
+            u64: MAIN_KEY,
+        };
+        self.cursor = 0;
+        self.nready = 1;
+        if !self.unstamped.is_empty() {
+            self.poll_unstamped(Instant::now());
+        }
+        Ok(())
+    }
+
+    fn poll_within(&self) -> Option<Duration> {
+        (!self.unstamped.is_empty()).then_some(STAMP_POLL)
     }
 
     fn next_event(&mut self) -> Option<TransportEvent> {
