@@ -14,8 +14,9 @@ use std::collections::{HashMap, HashSet};
 const MIN_SLOW: f64 = 10.0;
 /// Background share of slow probes assumed at least.
 const SLOW_FLOOR: f64 = 0.01;
-/// Share of a switch's links that must be blamed to blame the switch.
-const SWITCH_SHARE: f64 = 0.75;
+/// Share of a switch's links (at least two) that must be blamed, more than this, to
+/// blame the switch.
+const SWITCH_SHARE: f64 = 0.5;
 
 fn confidence(score: f64, min_score: f64) -> f64 {
     score / (score + min_score)
@@ -181,7 +182,13 @@ impl Engine {
             .filter_map(|o| o.break_device.as_deref())
             .collect();
         let suspects = located_suspects(&loss, loss_params.min_failures);
-        for (kind, ck, name, f) in group_by_switch(inp.map, found, &suspects, &alive) {
+        self.down_switches.retain(|_, until| *until > inp.now_ms);
+        let groups = group_by_switch(inp.map, found, &suspects, &alive, &self.down_switches);
+        for (_, _, name, _) in groups.iter().filter(|g| g.0 == ProblemKind::SwitchFault) {
+            self.down_switches
+                .insert(name.clone(), inp.now_ms + c.window_ms as i64);
+        }
+        for (kind, ck, name, f) in groups {
             let what = match kind {
                 ProblemKind::HighLatency => "latency tomography: slow probes",
                 _ => "loss tomography: failed probes",
@@ -274,12 +281,14 @@ type Group = (ProblemKind, ComponentKind, String, Vec<Finding>);
 /// one switch finding, unless the switch is known `alive` (it answered fresh traces of
 /// failed probes): a switch verdict needs more evidence than any one link's.
 /// `suspects` are loss suspects not blamed themselves (their failures were explained
-/// by a sibling) that still count towards their switches.
+/// by a sibling) that still count towards their switches; a switch recently found
+/// `down` keeps any of its failing links.
 fn group_by_switch(
     map: &FabricMap,
     found: Vec<Found>,
     suspects: &[Element],
     alive: &HashSet<&str>,
+    down: &HashMap<String, i64>,
 ) -> Vec<Group> {
     let mut per_switch: HashMap<(ProblemKind, String), Vec<usize>> = HashMap::new();
     for (i, (kind, ck, name, _)) in found.iter().enumerate() {
@@ -316,7 +325,8 @@ fn group_by_switch(
                 0
             };
             let implicated = links.len() + extra;
-            implicated >= 2 && implicated as f64 >= SWITCH_SHARE * total as f64
+            (*kind == ProblemKind::SwitchFault && down.contains_key(d))
+                || (implicated >= 2 && implicated as f64 > SWITCH_SHARE * total as f64)
         })
         .collect();
     switches.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));

@@ -95,11 +95,14 @@ struct FlowAgg {
     baseline: Option<f64>,
 }
 
-/// Diagnosis state kept across ticks: sticky RNIC verdicts and flow baselines.
+/// Diagnosis state kept across ticks: sticky RNIC and switch verdicts, flow baselines.
 #[derive(Debug)]
 pub struct Engine {
     cfg: DiagnosisConfig,
     sticky: HashMap<u32, (i64, Evidence)>,
+    /// Switches found down, until when a single failing link of theirs is still theirs
+    /// (the switch's last failures leave the window link by link).
+    down_switches: HashMap<String, i64>,
     flows: HashMap<FlowKey, FlowAgg>,
 }
 
@@ -117,6 +120,7 @@ impl Engine {
         Self {
             cfg,
             sticky: HashMap::new(),
+            down_switches: HashMap::new(),
             flows: HashMap::new(),
         }
     }

@@ -327,6 +327,35 @@ fn spine_down_is_the_switch() {
 }
 
 #[test]
+fn a_down_switch_keeps_its_last_failing_link() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut engine = Engine::new(DiagnosisConfig::default());
+    let mut sim = Sim::new();
+    sim.run(&mut |_, _, s, _| (s == Some(1), 0));
+    sim.retrace_via(1, |_| 1);
+    let got = found(&sim.diagnose(&mut engine, &map));
+    assert_eq!(got, [(ProblemKind::SwitchFault, "s1".to_string())]);
+    // The spine is back; the window's last failures are t1's, located on t1-s1 alone.
+    let from_t1 = |src: u32, s: Option<u32>| s == Some(1) && tor_of(src) == 1;
+    let mut tail = Sim::new();
+    tail.run(&mut |src, _, s, _| (from_t1(src, s), 0));
+    for p in rnics().filter(|&p| tor_of(p) == 1) {
+        for t in rnics().filter(|&t| tor_of(t) == 0) {
+            for sport in [50_001, 50_002] {
+                if spine(p, t, sport) == 1 {
+                    tail.trace(p, t, sport, 1, false, Some(1));
+                }
+            }
+        }
+    }
+    let got = found(&tail.diagnose(&mut engine, &map));
+    assert_eq!(got, [(ProblemKind::SwitchFault, "s1".to_string())]);
+    // Without the switch verdict just before, that is the link.
+    let got = found(&tail.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::LinkFault, "t1-s1".to_string())]);
+}
+
+#[test]
 fn both_uplinks_of_a_tor_down_are_two_link_faults_as_the_tor_still_answers() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let mut sim = Sim::new();
