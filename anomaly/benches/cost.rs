@@ -39,7 +39,11 @@ fn main() {
         .map(|round| {
             round
                 .iter()
-                .map(|w| WindowFeatures::from_samples(w, &mut scratch).expect("valid window").0)
+                .map(|w| {
+                    WindowFeatures::from_samples(w, &mut scratch)
+                        .expect("valid window")
+                        .0
+                })
                 .collect()
         })
         .collect();
@@ -78,7 +82,10 @@ fn main() {
             s.extend(black_box(w));
         }
     }
-    rows.push((format!("log-normal update ({SAMPLES} samples)"), t.elapsed()));
+    rows.push((
+        format!("log-normal update ({SAMPLES} samples)"),
+        t.elapsed(),
+    ));
 
     let mut long: Vec<LongTermDetector> = (0..PAIRS)
         .map(|_| LongTermDetector::new(LongTermConfig::default()).expect("default config"))
@@ -94,10 +101,18 @@ fn main() {
     }
     rows.push(("z-test + refit (per long window)".into(), t.elapsed()));
 
-    println!("{PAIRS} RNIC pairs, {ROUNDS} windows each (LOF alarms on stable/bursty pairs: {alarms})");
-    println!("{:<38} {:>14} {:>18}", "stage", "ns per pair", "ms per 10k pairs");
+    println!(
+        "{PAIRS} RNIC pairs, {ROUNDS} windows each (LOF alarms on stable/bursty pairs: {alarms})"
+    );
+    println!(
+        "{:<38} {:>14} {:>18}",
+        "stage", "ns per pair", "ms per 10k pairs"
+    );
     for (name, elapsed) in rows {
         let per_pair = elapsed.as_nanos() as f64 / (PAIRS * ROUNDS) as f64;
-        println!("{name:<38} {per_pair:>14.0} {:>18.2}", per_pair * PAIRS as f64 / 1e6);
+        println!(
+            "{name:<38} {per_pair:>14.0} {:>18.2}",
+            per_pair * PAIRS as f64 / 1e6
+        );
     }
 }

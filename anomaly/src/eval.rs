@@ -56,7 +56,7 @@ impl SuiteConfig {
     /// Rejects shapes on which a creep could not be scored.
     pub fn validate(&self) -> Result<(), Error> {
         if self.windows_per_long == 0
-            || self.windows % self.windows_per_long != 0
+            || !self.windows.is_multiple_of(self.windows_per_long)
             || self.windows / self.windows_per_long < 3
             || self.samples_per_window == 0
         {
@@ -159,7 +159,11 @@ impl Score {
 }
 
 fn ratio(num: u64, den: u64) -> f64 {
-    if den == 0 { 1.0 } else { num as f64 / den as f64 }
+    if den == 0 {
+        1.0
+    } else {
+        num as f64 / den as f64
+    }
 }
 
 /// Scores one pair: `truth` and `alarms` per window, `event` its fault.
@@ -175,7 +179,11 @@ pub fn score(truth: &[bool], alarms: &[bool], event: Option<Event>) -> Score {
     if let Some(e) = event {
         s.events = 1;
         let last = e.deadline.min(alarms.len().saturating_sub(1));
-        s.detected = u64::from(alarms.get(e.onset..=last).is_some_and(|w| w.contains(&true)));
+        s.detected = u64::from(
+            alarms
+                .get(e.onset..=last)
+                .is_some_and(|w| w.contains(&true)),
+        );
     }
     s
 }
@@ -191,13 +199,13 @@ pub fn run_pair(spec: &PairSpec, config: &SuiteConfig) -> Result<PairRun, Error>
     for _ in 0..config.windows {
         let w = generator.next_window(&mut samples);
         let short_term = monitor.observe_window(&samples, &mut scratch)?.short_term;
-        let long_term = if (w + 1) % config.windows_per_long == 0 {
+        let long_term = if (w + 1).is_multiple_of(config.windows_per_long) {
             Some(monitor.close_long_window()?)
         } else {
             None
         };
-        let alarm = short_term.is_some_and(|v| v.anomaly)
-            || long_term.is_some_and(|v| v.is_anomaly());
+        let alarm =
+            short_term.is_some_and(|v| v.anomaly) || long_term.is_some_and(|v| v.is_anomaly());
         verdicts.push(WindowVerdict {
             short_term,
             long_term,
@@ -271,9 +279,20 @@ mod tests {
     #[test]
     fn score_counts_alarms_and_deadline() {
         let truth = [false, false, true, true, true];
-        let e = Event { onset: 2, deadline: 3 };
+        let e = Event {
+            onset: 2,
+            deadline: 3,
+        };
         let s = score(&truth, &[true, false, false, true, true], Some(e));
-        assert_eq!(s, Score { true_alarms: 2, false_alarms: 1, events: 1, detected: 1 });
+        assert_eq!(
+            s,
+            Score {
+                true_alarms: 2,
+                false_alarms: 1,
+                events: 1,
+                detected: 1
+            }
+        );
         assert!((s.precision() - 2.0 / 3.0).abs() < 1e-12);
         let late = score(&truth, &[false, false, false, false, true], Some(e));
         assert_eq!((late.detected, late.recall()), (0, 0.0));
@@ -282,15 +301,36 @@ mod tests {
 
     #[test]
     fn creep_deadline_is_end_of_next_long_window() {
-        let e = Event::of(&Fault::Creep { onset: 70, rate: 0.01 }, 60);
-        assert_eq!(e, Event { onset: 70, deadline: 179 });
-        let e = Event::of(&Fault::Step { onset: 70, factor: 2.0 }, 60);
+        let e = Event::of(
+            &Fault::Creep {
+                onset: 70,
+                rate: 0.01,
+            },
+            60,
+        );
+        assert_eq!(
+            e,
+            Event {
+                onset: 70,
+                deadline: 179
+            }
+        );
+        let e = Event::of(
+            &Fault::Step {
+                onset: 70,
+                factor: 2.0,
+            },
+            60,
+        );
         assert_eq!(e.deadline, 71);
     }
 
     #[test]
     fn bad_suite_shape_is_an_error() {
-        let cfg = SuiteConfig { windows: 100, ..Default::default() };
+        let cfg = SuiteConfig {
+            windows: 100,
+            ..Default::default()
+        };
         assert!(matches!(run_suite(&cfg), Err(Error::InvalidConfig(_))));
     }
 }

@@ -128,10 +128,19 @@ mod tests {
     #[test]
     fn five_samples_give_exact_quantiles_and_moments() {
         let (f, t) = features(&[50.0, 10.0, 40.0, 20.0, 30.0]).unwrap();
-        assert_eq!((f.min, f.p25, f.p50, f.p75, f.max), (10.0, 20.0, 30.0, 40.0, 50.0));
+        assert_eq!(
+            (f.min, f.p25, f.p50, f.p75, f.max),
+            (10.0, 20.0, 30.0, 40.0, 50.0)
+        );
         assert_eq!(f.mean, 30.0);
         assert!((f.std - 200.0f64.sqrt()).abs() < 1e-12);
-        assert_eq!(t, SampleTally { accepted: 5, rejected: 0 });
+        assert_eq!(
+            t,
+            SampleTally {
+                accepted: 5,
+                rejected: 0
+            }
+        );
     }
 
     #[test]
@@ -147,13 +156,22 @@ mod tests {
     #[test]
     fn invalid_samples_are_skipped_and_counted() {
         let (f, t) = features(&[f64::NAN, 100.0, -3.0, f64::INFINITY, 0.0, 300.0]).unwrap();
-        assert_eq!(t, SampleTally { accepted: 2, rejected: 4 });
+        assert_eq!(
+            t,
+            SampleTally {
+                accepted: 2,
+                rejected: 4
+            }
+        );
         assert_eq!((f.min, f.max, f.mean), (100.0, 300.0, 200.0));
     }
 
     #[test]
     fn empty_or_all_invalid_window_is_an_error() {
-        assert_eq!(features(&[]).unwrap_err(), Error::EmptyWindow { rejected: 0 });
+        assert_eq!(
+            features(&[]).unwrap_err(),
+            Error::EmptyWindow { rejected: 0 }
+        );
         assert_eq!(
             features(&[f64::NAN, f64::NEG_INFINITY, -1.0]).unwrap_err(),
             Error::EmptyWindow { rejected: 3 }
@@ -164,12 +182,21 @@ mod tests {
     fn validate_rejects_nan_and_non_positive_latency() {
         let (mut f, _) = features(&[10.0, 20.0]).unwrap();
         f.p50 = f64::NAN;
-        assert!(matches!(f.validate(), Err(Error::InvalidFeature { name: "p50", .. })));
+        assert!(matches!(
+            f.validate(),
+            Err(Error::InvalidFeature { name: "p50", .. })
+        ));
         f.p50 = 15.0;
         f.min = 0.0;
-        assert!(matches!(f.validate(), Err(Error::InvalidFeature { name: "min", .. })));
+        assert!(matches!(
+            f.validate(),
+            Err(Error::InvalidFeature { name: "min", .. })
+        ));
         f.min = 10.0;
         f.std = -1.0;
-        assert!(matches!(f.validate(), Err(Error::InvalidFeature { name: "std", .. })));
+        assert!(matches!(
+            f.validate(),
+            Err(Error::InvalidFeature { name: "std", .. })
+        ));
     }
 }

@@ -20,7 +20,9 @@ pub mod short_term;
 pub mod synth;
 
 pub use error::Error;
-pub use eval::{PairRun, Score, SuiteConfig, SuiteReport, WindowVerdict, run_pair, run_suite, score};
+pub use eval::{
+    PairRun, Score, SuiteConfig, SuiteReport, WindowVerdict, run_pair, run_suite, score,
+};
 pub use features::{FEATURE_DIM, FEATURE_NAMES, SampleTally, WindowFeatures};
 pub use log_summary::LogSummary;
 pub use long_term::{LogNormalFit, LongTermConfig, LongTermDetector, LongTermVerdict, ZTest};

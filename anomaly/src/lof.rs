@@ -51,7 +51,11 @@ pub fn lof(reference: &[Point], query: &Point, k: usize, scratch: &mut LofScratc
     knn.clear();
     for i in 0..n {
         let row = &dist[i * n..(i + 1) * n];
-        let kd = nearest(row.iter().copied().enumerate().filter(|&(j, _)| j != i), k, order);
+        let kd = nearest(
+            row.iter().copied().enumerate().filter(|&(j, _)| j != i),
+            k,
+            order,
+        );
         kdist.push(kd);
         knn.extend(order.iter().map(|&(_, j)| j));
     }

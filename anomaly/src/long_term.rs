@@ -9,8 +9,8 @@
 //! i.e. the geometric-mean RTT up by more than ~10.5 %).
 //!
 //! Refit policy: only a non-anomalous window updates the baseline, as an
-//! exponentially weighted pool of sufficient statistics (old sums x `memory`
-//! + the window's sums). An anomaly never moves the baseline, so a step or a
+//! exponentially weighted pool of sufficient statistics (the old sums times
+//! `memory`, plus the window's sums). An anomaly never moves the baseline, so a step or a
 //! creep keeps alarming until an operator calls [`LongTermDetector::reset`];
 //! drift slower than about `min_ln_shift * (1 - memory) / memory` per window
 //! (≈ 3.3 % per 30 min with the defaults) is absorbed as legitimate change.
@@ -53,10 +53,16 @@ impl LongTermConfig {
     pub fn validate(&self) -> Result<(), Error> {
         let checks = [
             ("alpha", self.alpha > 0.0 && self.alpha < 1.0),
-            ("min_ln_shift", self.min_ln_shift.is_finite() && self.min_ln_shift >= 0.0),
+            (
+                "min_ln_shift",
+                self.min_ln_shift.is_finite() && self.min_ln_shift >= 0.0,
+            ),
             ("min_samples", self.min_samples >= 2),
             ("memory", (0.0..1.0).contains(&self.memory)),
-            ("min_sigma", self.min_sigma.is_finite() && self.min_sigma > 0.0),
+            (
+                "min_sigma",
+                self.min_sigma.is_finite() && self.min_sigma > 0.0,
+            ),
         ];
         match checks.iter().find(|(_, ok)| !ok) {
             Some((name, _)) => Err(Error::InvalidConfig(format!(
@@ -174,7 +180,9 @@ impl LongTermDetector {
         };
         let Some(base) = self.baseline else {
             self.baseline = Some(pooled_window);
-            return Ok(LongTermVerdict::Fitted(pooled_window.fit(self.config.min_sigma)));
+            return Ok(LongTermVerdict::Fitted(
+                pooled_window.fit(self.config.min_sigma),
+            ));
         };
         let baseline = base.fit(self.config.min_sigma);
         let n = window.count as f64;
@@ -221,8 +229,13 @@ mod tests {
     fn first_window_fits_mle() {
         let mut det = LongTermDetector::new(LongTermConfig::default()).unwrap();
         let v = det.observe(&summary(10.0, 0.2, 1000)).unwrap();
-        let LongTermVerdict::Fitted(fit) = v else { panic!("{v:?}") };
-        assert!((fit.mu - 10.0).abs() < 1e-9 && (fit.sigma - 0.2).abs() < 1e-9, "{fit:?}");
+        let LongTermVerdict::Fitted(fit) = v else {
+            panic!("{v:?}")
+        };
+        assert!(
+            (fit.mu - 10.0).abs() < 1e-9 && (fit.sigma - 0.2).abs() < 1e-9,
+            "{fit:?}"
+        );
         assert!(!v.is_anomaly());
     }
 
@@ -231,9 +244,15 @@ mod tests {
         let mut det = LongTermDetector::new(LongTermConfig::default()).unwrap();
         det.observe(&summary(10.0, 0.2, 1000)).unwrap();
         let v = det.observe(&summary(10.3, 0.2, 1000)).unwrap();
-        let LongTermVerdict::Tested(t) = v else { panic!("{v:?}") };
+        let LongTermVerdict::Tested(t) = v else {
+            panic!("{v:?}")
+        };
         assert!(t.anomaly && t.z > 40.0 && t.p_value < 1e-100, "{t:?}");
-        assert_eq!(det.baseline().unwrap().mu, 10.0, "anomalous windows never refit");
+        assert_eq!(
+            det.baseline().unwrap().mu,
+            10.0,
+            "anomalous windows never refit"
+        );
         assert!(det.observe(&summary(10.3, 0.2, 1000)).unwrap().is_anomaly());
     }
 
@@ -242,7 +261,9 @@ mod tests {
         let mut det = LongTermDetector::new(LongTermConfig::default()).unwrap();
         det.observe(&summary(10.0, 0.2, 100_000)).unwrap();
         let v = det.observe(&summary(10.05, 0.2, 100_000)).unwrap();
-        let LongTermVerdict::Tested(t) = v else { panic!("{v:?}") };
+        let LongTermVerdict::Tested(t) = v else {
+            panic!("{v:?}")
+        };
         assert!(t.p_value < 1e-10 && !t.anomaly, "{t:?}");
         let mu = det.baseline().unwrap().mu;
         assert!(mu > 10.02 && mu < 10.03, "pooled with memory 0.75: {mu}");
@@ -264,14 +285,29 @@ mod tests {
         let mut s = LogSummary::default();
         s.extend(&[f64::NAN, -1.0, 0.0, f64::INFINITY, 1000.0]);
         assert_eq!((s.count, s.rejected), (1, 4));
-        assert_eq!(det.observe(&s), Err(Error::TooFewSamples { have: 1, need: 30 }));
+        assert_eq!(
+            det.observe(&s),
+            Err(Error::TooFewSamples { have: 1, need: 30 })
+        );
         assert_eq!(det.baseline(), None);
         for cfg in [
-            LongTermConfig { alpha: 0.0, ..Default::default() },
-            LongTermConfig { memory: 1.0, ..Default::default() },
-            LongTermConfig { min_sigma: f64::NAN, ..Default::default() },
+            LongTermConfig {
+                alpha: 0.0,
+                ..Default::default()
+            },
+            LongTermConfig {
+                memory: 1.0,
+                ..Default::default()
+            },
+            LongTermConfig {
+                min_sigma: f64::NAN,
+                ..Default::default()
+            },
         ] {
-            assert!(matches!(LongTermDetector::new(cfg), Err(Error::InvalidConfig(_))));
+            assert!(matches!(
+                LongTermDetector::new(cfg),
+                Err(Error::InvalidConfig(_))
+            ));
         }
     }
 
@@ -282,6 +318,9 @@ mod tests {
         let LongTermVerdict::Tested(t) = det.observe(&summary(10.0, 0.0, 100)).unwrap() else {
             panic!()
         };
-        assert!(t.z.is_finite() && t.p_value.is_finite() && !t.anomaly, "{t:?}");
+        assert!(
+            t.z.is_finite() && t.p_value.is_finite() && !t.anomaly,
+            "{t:?}"
+        );
     }
 }

@@ -127,13 +127,22 @@ impl PairSpec {
     /// short-term gate, a limit stated in the crate report), its fault placed so that a long-term baseline
     /// exists first (onset in long window 1 or later) and, for a creep, so
     /// that the long window after the onset's ends within `windows`.
-    pub fn random(kind: PairKind, windows: usize, windows_per_long: usize, rng: &mut StdRng) -> Self {
+    pub fn random(
+        kind: PairKind,
+        windows: usize,
+        windows_per_long: usize,
+        rng: &mut StdRng,
+    ) -> Self {
         let bursty = matches!(kind, PairKind::Bursty | PairKind::BurstyStep);
         let burst = bursty.then(|| {
             let period = rng.random_range(3..=10);
             Burst {
                 period,
-                length: if period >= 6 { rng.random_range(1..=2) } else { 1 },
+                length: if period >= 6 {
+                    rng.random_range(1..=2)
+                } else {
+                    1
+                },
                 phase: rng.random_range(0..period),
                 fraction: rng.random_range(0.2..0.6),
                 factor: rng.random_range(1.5..3.0),
@@ -248,7 +257,10 @@ mod tests {
             sigma: 0.1,
             spike_prob: 0.0,
             burst: None,
-            fault: Some(Fault::Step { onset: 2, factor: 2.0 }),
+            fault: Some(Fault::Step {
+                onset: 2,
+                factor: 2.0,
+            }),
             seed: 1,
         };
         let mut g = spec.generator(500);
@@ -259,12 +271,21 @@ mod tests {
             out.sort_by(f64::total_cmp);
             medians.push(out[250]);
         }
-        assert!(medians[1] < 11_000.0 && medians[2] > 18_000.0, "{medians:?}");
+        assert!(
+            medians[1] < 11_000.0 && medians[2] > 18_000.0,
+            "{medians:?}"
+        );
     }
 
     #[test]
     fn bursts_follow_the_period() {
-        let b = Burst { period: 4, length: 1, phase: 2, fraction: 0.5, factor: 2.0 };
+        let b = Burst {
+            period: 4,
+            length: 1,
+            phase: 2,
+            fraction: 0.5,
+            factor: 2.0,
+        };
         let active: Vec<usize> = (0..12).filter(|&w| b.active(w)).collect();
         assert_eq!(active, [2, 6, 10]);
     }
