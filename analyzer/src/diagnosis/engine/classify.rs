@@ -94,7 +94,7 @@ impl Engine {
     /// Step 3 (+ step 4's several-RNICs rule): anomalous RNICs from ToR-mesh probes,
     /// found greedily so a dead RNIC's failed probes do not also blame its peers.
     /// Returns the anomalous RNICs, the noisy hosts and the RNICs whose ToR-mesh probes
-    /// vouch for them (enough probes, no significant failures besides dead peers').
+    /// vouch for them.
     pub(super) fn rnic_verdicts(
         &mut self,
         inp: &Inputs,
@@ -193,10 +193,17 @@ impl Engine {
                 }
             }
         }
+        // Vouched: its ToR-mesh probes fail far less often than all its probes do, so
+        // its other failures are not its own (an RNIC fault hits every probe alike).
         let vouched: HashSet<u32> = counts
             .iter()
             .filter(|(r, x)| {
-                !removed.contains(r) && x[0] + x[2] >= c.rnic_min_probes && !significant(x)
+                let (n, f) = (x[0] + x[2], x[1] + x[3]);
+                let q = ratio(all_class.get(r).copied().unwrap_or_default());
+                !removed.contains(r)
+                    && n >= c.rnic_min_probes
+                    && chernoff_score(f64::from(n - f), f64::from(n), 1.0 - q)
+                        >= f64::from(c.min_score)
             })
             .map(|(&r, _)| r)
             .collect();
