@@ -170,12 +170,16 @@ pub fn run(cmd: TestbedCmd) -> Result<()> {
             crate::lab::fabric_map::render(open(&p.prefix)?.topology())?
         ),
         TestbedCmd::Job(JobCmd::Start { prefix, spec }) => {
-            let spec: rocemesh_testbed::JobSpec = serde_json::from_str(&spec).context("parsing the job JSON")?;
+            let spec: rocemesh_testbed::JobSpec =
+                serde_json::from_str(&spec).context("parsing the job JSON")?;
             let handle = open(&prefix.prefix)?.start_job(&spec)?;
             println!("{}", serde_json::to_string(handle.truth())?);
         }
         TestbedCmd::Job(JobCmd::Stop { prefix, name }) => open(&prefix.prefix)?.stop_job(&name)?,
-        TestbedCmd::Job(JobCmd::List(p)) => println!("{}", serde_json::to_string_pretty(&open(&p.prefix)?.jobs()?)?),
+        TestbedCmd::Job(JobCmd::List(p)) => println!(
+            "{}",
+            serde_json::to_string_pretty(&open(&p.prefix)?.jobs()?)?
+        ),
         TestbedCmd::Helper { .. } => unreachable!("handled above"),
     }
     Ok(())

@@ -3,9 +3,10 @@
 //! scored against the injected ground truth, never assumed. Plain R-Pingmesh Alg. 1
 //! voting, computed by the analyzer on the same data, is scored alongside as a baseline.
 
+mod latency;
 pub mod scenarios;
-mod skeleton;
 mod score;
+mod skeleton;
 
 use crate::lab::{Lab, LabTiming};
 use anyhow::{Result, bail};
@@ -20,6 +21,8 @@ pub enum Suite {
     Localization,
     /// Traffic-skeleton inference on synthetic jobs with known groups.
     Skeleton,
+    /// Latency anomaly detectors on labelled synthetic RNIC-pair series.
+    Latency,
 }
 
 /// Options of the evaluation run.
@@ -68,6 +71,18 @@ pub fn lab_spec(prefix: &str) -> FabricSpec {
 
 /// Runs the selected suite and prints the report.
 pub fn run(args: EvalArgs) -> Result<()> {
+    if args.suite == Suite::Latency {
+        let report = latency::run()?;
+        println!(
+            "{}",
+            if args.json {
+                serde_json::to_string_pretty(&report)?
+            } else {
+                serde_json::to_string(&report["summary"])?
+            }
+        );
+        return Ok(());
+    }
     if args.suite == Suite::Skeleton {
         let report = skeleton::run()?;
         if args.json {
@@ -79,14 +94,17 @@ pub fn run(args: EvalArgs) -> Result<()> {
                     c.name,
                     c.rnics,
                     c.correct,
-                    c.grouping_accuracy.map_or("-".into(), |a| format!("{a:.3}")),
+                    c.grouping_accuracy
+                        .map_or("-".into(), |a| format!("{a:.3}")),
                     c.full_mesh_pairs,
                     c.basic_pairs,
                     c.basic_reduction_x,
                     c.pinglist_pairs,
                     c.pinglist_reduction_pct,
                     c.infer_ms,
-                    c.fallback.as_ref().map_or(String::new(), |r| format!("  fallback: {r}"))
+                    c.fallback
+                        .as_ref()
+                        .map_or(String::new(), |r| format!("  fallback: {r}"))
                 );
             }
             println!("{}", serde_json::to_string(&report.summary)?);

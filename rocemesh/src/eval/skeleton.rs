@@ -63,9 +63,21 @@ pub struct Report {
 }
 
 fn jobs() -> Vec<(&'static str, SyntheticJob)> {
-    let small = SyntheticJob { rnics_per_host: 4, ..SyntheticJob::new(2, 2, 4) };
-    let noisy = SyntheticJob { noise: 0.10, seed: 7, ..SyntheticJob::fig8() };
-    let jittery = SyntheticJob { iteration_jitter_s: 0.4, transfer_jitter_s: 0.2, seed: 11, ..SyntheticJob::fig8() };
+    let small = SyntheticJob {
+        rnics_per_host: 4,
+        ..SyntheticJob::new(2, 2, 4)
+    };
+    let noisy = SyntheticJob {
+        noise: 0.10,
+        seed: 7,
+        ..SyntheticJob::fig8()
+    };
+    let jittery = SyntheticJob {
+        iteration_jitter_s: 0.4,
+        transfer_jitter_s: 0.2,
+        seed: 11,
+        ..SyntheticJob::fig8()
+    };
     vec![
         ("tp2_pp2_dp4_16", small),
         ("fig8_tp8_pp8_dp8_512", SyntheticJob::fig8()),
@@ -81,18 +93,30 @@ fn run_case(name: &str, job: Option<&SyntheticJob>, cfg: &InferenceConfig) -> Re
             let t = j.generate()?;
             (t.observations, Some(t.groups), t.talking_pairs)
         }
-        None => (rocemesh_skeleton::synth::unstructured(16, 4, 240, 3), None, Vec::new()),
+        None => (
+            rocemesh_skeleton::synth::unstructured(16, 4, 240, 3),
+            None,
+            Vec::new(),
+        ),
     };
     let started = Instant::now();
     let inference = infer(&observations, cfg)?;
     let infer_ms = started.elapsed().as_secs_f64() * 1000.0;
     let pinglist = inference.pinglist();
     let (inferred, accuracy, fallback) = match (&inference.outcome, &truth_groups) {
-        (Outcome::Skeleton { structure, .. }, Some(truth)) => {
-            (Some([structure.tp, structure.pp, structure.dp]), Some(grouping_accuracy(truth, &structure.groups)), None)
+        (Outcome::Skeleton { structure, .. }, Some(truth)) => (
+            Some([structure.tp, structure.pp, structure.dp]),
+            Some(grouping_accuracy(truth, &structure.groups)),
+            None,
+        ),
+        (Outcome::Skeleton { structure, .. }, None) => {
+            (Some([structure.tp, structure.pp, structure.dp]), None, None)
         }
-        (Outcome::Skeleton { structure, .. }, None) => (Some([structure.tp, structure.pp, structure.dp]), None, None),
-        (Outcome::Fallback { reason }, _) => (None, truth_groups.as_ref().map(|_| 0.0), Some(reason.to_string())),
+        (Outcome::Fallback { reason }, _) => (
+            None,
+            truth_groups.as_ref().map(|_| 0.0),
+            Some(reason.to_string()),
+        ),
     };
     let correct = match job {
         Some(_) => accuracy == Some(1.0),
@@ -130,10 +154,20 @@ pub fn run() -> Result<Report> {
     let structured: Vec<&Case> = cases.iter().filter(|c| c.truth.is_some()).collect();
     let fig8 = cases.iter().find(|c| c.name == "fig8_tp8_pp8_dp8_512");
     let summary = Summary {
-        correct: format!("{}/{}", cases.iter().filter(|c| c.correct).count(), cases.len()),
-        mean_grouping_accuracy: structured.iter().filter_map(|c| c.grouping_accuracy).sum::<f64>() / structured.len().max(1) as f64,
+        correct: format!(
+            "{}/{}",
+            cases.iter().filter(|c| c.correct).count(),
+            cases.len()
+        ),
+        mean_grouping_accuracy: structured
+            .iter()
+            .filter_map(|c| c.grouping_accuracy)
+            .sum::<f64>()
+            / structured.len().max(1) as f64,
         fig8_basic_reduction_x: fig8.map(|c| c.basic_reduction_x),
-        fig8_skeleton_reduction_pct: fig8.filter(|c| c.fallback.is_none()).map(|c| c.pinglist_reduction_pct),
+        fig8_skeleton_reduction_pct: fig8
+            .filter(|c| c.fallback.is_none())
+            .map(|c| c.pinglist_reduction_pct),
     };
     Ok(Report { cases, summary })
 }
@@ -148,6 +182,9 @@ mod tests {
         assert!(c.correct && c.talking_pairs_covered, "{c:?}");
         assert_eq!(c.inferred, Some([2, 2, 4]));
         let u = super::run_case("u", None, &cfg).unwrap();
-        assert!(u.correct && u.fallback.is_some() && u.pinglist_pairs == u.basic_pairs, "{u:?}");
+        assert!(
+            u.correct && u.fallback.is_some() && u.pinglist_pairs == u.basic_pairs,
+            "{u:?}"
+        );
     }
 }
