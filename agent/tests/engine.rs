@@ -209,3 +209,94 @@ fn garbage_is_counted_and_never_answered() {
     assert_eq!(n, 64);
     b.engine.stop().unwrap();
 }
+
+/// Three RNICs on ONE event loop (as in the agent): each probes the next, every probe is
+/// answered within the loop's own wake-ups, and stopping one engine leaves the others
+/// running (its peer's probes to it then time out).
+#[test]
+fn engines_sharing_one_loop_probe_each_other_and_stop_independently() {
+    use rocemesh_agent::probe::event_loop::EventLoop;
+    let port = 47_941;
+    let counters = Arc::new(Counters::default());
+    let buffer = Arc::new(ResultBuffer::new(100_000, counters.clone()));
+    let mut event_loop = EventLoop::new("test-shared");
+    let ips: Vec<IpAddr> = (1..=3)
+        .map(|i| format!("127.0.7.{}", 10 + i).parse().unwrap())
+        .collect();
+    let qpn = |i: usize| 0x100 + i as u32;
+    let handles: Vec<EngineHandle> = ips
+        .iter()
+        .enumerate()
+        .map(|(i, ip)| {
+            let opts = UdpOptions {
+                ip: *ip,
+                port,
+                dscp: None,
+                hardware_timestamps_on: None,
+                max_send_sockets: 16,
+            };
+            let t = UdpTransport::open(opts, counters.clone()).unwrap();
+            let id = EngineIdentity {
+                name: format!("shared-{i}"),
+                qpn: qpn(i),
+                token: rand_token(qpn(i)),
+                port,
+                max_outstanding: 1024,
+                trace: None,
+                service_timeouts: None,
+            };
+            event_loop.add(id, t, counters.clone(), buffer.clone())
+        })
+        .collect();
+    assert_eq!(event_loop.len(), 3);
+    event_loop.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    for (i, h) in handles.iter().enumerate() {
+        let j = (i + 1) % 3;
+        h.send(Command::RnicId(i as u32 + 1)).unwrap();
+        let list = ProbeList {
+            class: ProbeClass::TorMesh,
+            pps: 200.0,
+            entries: vec![PingTarget {
+                rnic_id: j as u32 + 1,
+                ip: ips[j],
+                port,
+                qpn: qpn(j),
+                src_port: 50_300 + i as u16,
+            }],
+        };
+        h.send(Command::Lists(vec![list], Duration::from_millis(200)))
+            .unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(1_000));
+    let mut handles = handles.into_iter();
+    let first = handles.next().unwrap();
+    first.stop().unwrap();
+    let before = results(&buffer).len();
+    std::thread::sleep(Duration::from_millis(1_000));
+    let all = results(&buffer);
+    for h in handles {
+        h.stop().unwrap();
+    }
+    let ok = |from: usize| {
+        all.iter()
+            .filter(|r| r.prober_rnic == from as u32 + 1 && r.status == ProbeStatus::Ok)
+            .count()
+    };
+    // 200 pps each: ~200 answered in the first second, both survivors keep going after.
+    assert!(ok(0) >= 150, "engine 0: {}", ok(0));
+    assert!(ok(1) >= 300 && ok(2) >= 150, "{} {}", ok(1), ok(2));
+    assert!(all.len() > before + 250, "{before} -> {}", all.len());
+    // Engine 2 probes the stopped engine 0: its probes now time out.
+    let timeouts = all
+        .iter()
+        .filter(|r| r.prober_rnic == 3 && r.status == ProbeStatus::Timeout)
+        .count();
+    assert!(timeouts >= 100, "{timeouts}");
+    assert!(
+        all.iter()
+            .filter(|r| r.status == ProbeStatus::Ok)
+            .all(|r| r.ts_source == TimestampSource::Software)
+    );
+    assert_eq!(counters.unmatched_ack.load(Relaxed), 0);
+}

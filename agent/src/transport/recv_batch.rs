@@ -76,7 +76,7 @@ impl RecvBatch {
         let received = Received {
             len: m.msg_len as usize,
             peer: sockaddr_to_std(&self.addrs[i]),
-            control: parse_control(&self.control[i], m.msg_hdr.msg_controllen as usize),
+            control: parse_control(&self.control[i], m.msg_hdr.msg_controllen),
         };
         (&self.data[i], received)
     }
