@@ -14,9 +14,9 @@ use std::collections::{HashMap, HashSet};
 const MIN_SLOW: f64 = 10.0;
 /// Background share of slow probes assumed at least.
 const SLOW_FLOOR: f64 = 0.01;
-/// Share of a switch's links (at least two) that must be blamed, more than this, to
-/// blame the switch.
-const SWITCH_SHARE: f64 = 0.5;
+/// Share of a switch's links (at least two) that must be blamed to blame the switch
+/// (more than half let one link fault plus one mislocated trace make a spine down).
+const SWITCH_SHARE: f64 = 0.75;
 
 fn confidence(score: f64, min_score: f64) -> f64 {
     score / (score + min_score)
@@ -326,7 +326,7 @@ fn group_by_switch(
             };
             let implicated = links.len() + extra;
             (*kind == ProblemKind::SwitchFault && down.contains_key(d))
-                || (implicated >= 2 && implicated as f64 > SWITCH_SHARE * total as f64)
+                || (implicated >= 2 && implicated as f64 >= SWITCH_SHARE * total as f64)
         })
         .collect();
     switches.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));
