@@ -25,6 +25,16 @@ fn add_table(ctx: &mut Install, ns: &str, family: &str, name: &str, ruleset: &st
     Ok(())
 }
 
+/// The nft rule dropping `percent` % of IPv4 packets; nft's numgen compares against
+/// 0..=99, so 100 % is a plain drop.
+fn loss_rule(percent: u8) -> String {
+    if percent >= 100 {
+        "meta protocol ip drop".to_string()
+    } else {
+        format!("meta protocol ip numgen random mod 100 < {percent} drop")
+    }
+}
+
 /// Drops `percent` % of IPv4 packets arriving at the receiving end(s) of `link`.
 pub(super) fn loss(ctx: &mut Install, link: &str, direction: Direction, percent: u8) -> Result<()> {
     let table = ctx.object_name();
@@ -35,7 +45,8 @@ pub(super) fn loss(ctx: &mut Install, link: &str, direction: Direction, percent:
     for (ns, ifname) in ends {
         let ruleset = format!(
             "table netdev {table} {{\n chain loss {{\n  type filter hook ingress device \"{ifname}\" priority 0;\n  \
-             meta protocol ip numgen random mod 100 < {percent} drop\n }}\n}}\n"
+             {}\n }}\n}}\n",
+            loss_rule(percent)
         );
         add_table(ctx, &ns, "netdev", &table, &ruleset)?;
     }
@@ -72,4 +83,13 @@ pub(super) fn flow_drop(ctx: &mut Install, flow: &FiveTuple, at: Option<&str>) -
         flow.src, flow.dst, flow.sport, flow.dport
     );
     add_table(ctx, &ns, "ip", &table, &ruleset)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn full_loss_is_a_plain_drop_and_partial_loss_uses_numgen() {
+        assert_eq!(super::loss_rule(100), "meta protocol ip drop");
+        assert_eq!(super::loss_rule(10), "meta protocol ip numgen random mod 100 < 10 drop");
+    }
 }
