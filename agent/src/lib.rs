@@ -2,7 +2,8 @@
 //! uploads results.
 //!
 //! Data path: [`transport`] (UDP sockets with kernel timestamps) → [`probe`] (one
-//! prober/responder engine thread per RNIC) → [`upload`] (one bounded buffer, batches
+//! prober/responder engine per RNIC; every UDP RNIC on one event-loop thread, each verbs
+//! RNIC on its own) → [`upload`] (one bounded buffer, batches
 //! POSTed to the analyzer). [`control`] registers with the controller and hands the
 //! engines their pinglists; [`trace`] traces the path of every probe and ACK 5-tuple;
 //! [`service`] discovers service RC connections with eBPF and probes their 5-tuples;
