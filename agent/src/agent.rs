@@ -222,7 +222,7 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
         counters: counters.clone(),
         stop: stop_control.clone(),
     };
-    let sampler = if cfg.sampling_enabled {
+    let sampler = if cfg.sampling_enabled && !sampled.is_empty() {
         let opts = SamplerOptions {
             interval: Duration::from_millis(cfg.sample_interval_ms),
             upload_period: Duration::from_millis(cfg.sample_upload_ms),

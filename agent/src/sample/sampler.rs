@@ -44,11 +44,9 @@ impl Sampler {
 
     /// When the next reading is due.
     pub fn next_due(&self) -> Instant {
-        let next = self.last.map_or(0, |k| k + 1);
-        self.origin
-            + self
-                .interval
-                .saturating_mul(u32::try_from(next).unwrap_or(u32::MAX))
+        let next = u128::from(self.last.map_or(0, |k| k + 1));
+        let ns = (next * self.interval.as_nanos()).min(u128::from(u64::MAX));
+        self.origin + Duration::from_nanos(ns as u64)
     }
 
     /// Reads every counter at `now` (normally [`Self::next_due`]). Returns the row of the
