@@ -86,6 +86,9 @@ const ROUTER_SYSCTLS: &[&str] = &[
     "net.ipv4.ip_forward=1",
     "net.ipv4.fib_multipath_hash_policy=1",
     "net.ipv4.icmp_ratelimit=0",
+    // The global ICMP budget (default 1000/s, burst 50) would still cut traceroutes short.
+    "net.ipv4.icmp_msgs_per_sec=100000",
+    "net.ipv4.icmp_msgs_burst=10000",
     "net.ipv4.icmp_errors_use_inbound_ifaddr=1",
     "net.ipv4.conf.all.rp_filter=0",
     "net.ipv4.conf.default.rp_filter=0",
