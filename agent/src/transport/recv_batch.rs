@@ -95,6 +95,16 @@ mod tests {
         timestamping::enable(rx.as_raw_fd()).unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
         let mut b = RecvBatch::new();
+        // The kernel switches RX timestamping on through deferred work: wait until a
+        // datagram comes back stamped before the real test.
+        for _ in 0..100 {
+            tx.send_to(&[0xFF; 8], rx.local_addr().unwrap()).unwrap();
+            std::thread::sleep(std::time::Duration::from_millis(10));
+            let n = b.recv(rx.as_raw_fd()).unwrap();
+            if (0..n).all(|i| b.get(i).1.control.stamp.is_some()) {
+                break;
+            }
+        }
         assert_eq!(
             b.recv(rx.as_raw_fd()).unwrap_err().kind(),
             io::ErrorKind::WouldBlock
