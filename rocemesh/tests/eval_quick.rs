@@ -18,7 +18,13 @@ fn quick_suite_meets_the_localization_targets() {
         );
         return;
     }
-    let out = support::bin()
+    // Timing targets are about the product: test the release binary when the test script
+    // built one (ROCEMESH_EVAL_BIN), else this build's binary.
+    let mut cmd = match std::env::var_os("ROCEMESH_EVAL_BIN") {
+        Some(path) => std::process::Command::new(path),
+        None => support::bin(),
+    };
+    let out = cmd
         .args([
             "eval",
             "--quick",
