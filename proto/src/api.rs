@@ -304,7 +304,10 @@ pub enum ProblemKind {
 impl ProblemKind {
     /// True when this kind of problem is the network's fault.
     pub fn is_network(self) -> bool {
-        matches!(self, Self::RnicFault | Self::LinkFault | Self::SwitchFault | Self::HighLatency)
+        matches!(
+            self,
+            Self::RnicFault | Self::LinkFault | Self::SwitchFault | Self::HighLatency
+        )
     }
 }
 

@@ -273,7 +273,9 @@ impl<'a> Batch<'a> {
 
     /// Iterates the records.
     pub fn records(&self) -> impl ExactSizeIterator<Item = ProbeResult> + 'a {
-        self.records.chunks_exact(RECORD_LEN).map(|c| decode_record(c).expect("validated in decode_batch"))
+        self.records
+            .chunks_exact(RECORD_LEN)
+            .map(|c| decode_record(c).expect("validated in decode_batch"))
     }
 }
 
@@ -332,7 +334,10 @@ pub fn decode_batch(body: &[u8]) -> Result<Batch<'_>, BatchError> {
     let version = le_u16(body, 4);
     let record_len = le_u16(body, 6);
     if version != BATCH_VERSION || record_len as usize != RECORD_LEN {
-        return Err(BatchError::Version { version, record_len });
+        return Err(BatchError::Version {
+            version,
+            record_len,
+        });
     }
     let count = le_u32(body, 8);
     let flags = le_u32(body, 20);
@@ -343,10 +348,17 @@ pub fn decode_batch(body: &[u8]) -> Result<Batch<'_>, BatchError> {
     let records_len = count as usize * RECORD_LEN;
     let has_paths = flags & FLAG_PATHS != 0;
     if count > MAX_RECORDS || rest < records_len || (!has_paths && rest != records_len) {
-        return Err(BatchError::Length { count, body: body.len() });
+        return Err(BatchError::Length {
+            count,
+            body: body.len(),
+        });
     }
     let records = &body[HEADER_LEN..HEADER_LEN + records_len];
-    let paths = if has_paths { decode_paths(&body[HEADER_LEN + records_len..]).map_err(BatchError::Paths)? } else { Vec::new() };
+    let paths = if has_paths {
+        decode_paths(&body[HEADER_LEN + records_len..]).map_err(BatchError::Paths)?
+    } else {
+        Vec::new()
+    };
     for (index, c) in records.chunks_exact(RECORD_LEN).enumerate() {
         decode_record(c).map_err(|what| BatchError::Record { index, what })?;
     }
@@ -386,7 +398,12 @@ mod tests {
     }
 
     fn header() -> BatchHeader {
-        BatchHeader { host_id: 3, epoch: 99, batch_seq: 12, dropped: 5 }
+        BatchHeader {
+            host_id: 3,
+            epoch: 99,
+            batch_seq: 12,
+            dropped: 5,
+        }
     }
 
     #[test]
@@ -409,7 +426,11 @@ mod tests {
             traced_at_unix_ns: 7,
             reached: true,
             ack_direction: false,
-            hops: vec![Some("198.18.0.0".parse().unwrap()), None, Some("198.19.0.3".parse().unwrap())],
+            hops: vec![
+                Some("198.18.0.0".parse().unwrap()),
+                None,
+                Some("198.19.0.3".parse().unwrap()),
+            ],
         };
         let mut e = BatchEncoder::new(header(), 2);
         e.push(&rec(1));
@@ -434,14 +455,26 @@ mod tests {
     #[test]
     fn malformed_batches_are_refused_whole() {
         let body = encode_batch(header(), &[rec(1), rec(2)]);
-        assert_eq!(decode_batch(&body[..10]).unwrap_err(), BatchError::Truncated(10));
-        assert_eq!(decode_batch(b"{\"json\": true}").unwrap_err(), BatchError::Magic);
+        assert_eq!(
+            decode_batch(&body[..10]).unwrap_err(),
+            BatchError::Truncated(10)
+        );
+        assert_eq!(
+            decode_batch(b"{\"json\": true}").unwrap_err(),
+            BatchError::Magic
+        );
         assert_eq!(decode_batch(b"RMB").unwrap_err(), BatchError::Truncated(3));
         assert_eq!(decode_batch(&[b'x'; 100]).unwrap_err(), BatchError::Magic);
-        assert!(matches!(decode_batch(&body[..body.len() - 1]), Err(BatchError::Length { .. })));
+        assert!(matches!(
+            decode_batch(&body[..body.len() - 1]),
+            Err(BatchError::Length { .. })
+        ));
         let mut long = body.clone();
         long.extend_from_slice(&[0; RECORD_LEN]);
-        assert!(matches!(decode_batch(&long), Err(BatchError::Length { .. })));
+        assert!(matches!(
+            decode_batch(&long),
+            Err(BatchError::Length { .. })
+        ));
         let mut v = body.clone();
         v[4] = 2;
         assert!(matches!(decode_batch(&v), Err(BatchError::Version { .. })));
@@ -454,12 +487,24 @@ mod tests {
         // Second record with an unknown status: the whole batch goes.
         let mut s = body.clone();
         s[HEADER_LEN + RECORD_LEN + 45] = 7;
-        assert_eq!(decode_batch(&s).unwrap_err(), BatchError::Record { index: 1, what: "unknown status" });
+        assert_eq!(
+            decode_batch(&s).unwrap_err(),
+            BatchError::Record {
+                index: 1,
+                what: "unknown status"
+            }
+        );
         let mut t = body.clone();
         t[HEADER_LEN + 45] = ProbeStatus::Timeout as u8;
-        assert!(matches!(decode_batch(&t), Err(BatchError::Record { index: 0, .. })));
+        assert!(matches!(
+            decode_batch(&t),
+            Err(BatchError::Record { index: 0, .. })
+        ));
         let mut huge = body;
         huge[8..12].copy_from_slice(&(MAX_RECORDS + 1).to_le_bytes());
-        assert!(matches!(decode_batch(&huge), Err(BatchError::Length { .. })));
+        assert!(matches!(
+            decode_batch(&huge),
+            Err(BatchError::Length { .. })
+        ));
     }
 }

@@ -70,7 +70,9 @@ impl PacketKind {
 }
 
 /// Which pinglist a probe belongs to; the analyzer treats the classes differently.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeClass {
     /// Probes among RNICs under one ToR: RNIC health (R-Pingmesh §4.3.2).
@@ -129,7 +131,11 @@ impl TimestampSource {
 
     /// The weaker of two sources: a difference is only as good as its worst stamp.
     pub fn min(self, other: Self) -> Self {
-        if (self as u8) <= (other as u8) { self } else { other }
+        if (self as u8) <= (other as u8) {
+            self
+        } else {
+            other
+        }
     }
 
     /// Stable lowercase name.
@@ -240,12 +246,19 @@ impl Packet {
 
     /// A TRACE packet for the 5-tuple of this probe (or of its ACKs).
     pub fn trace(&self) -> Self {
-        Self { kind: PacketKind::Trace, ..*self }
+        Self {
+            kind: PacketKind::Trace,
+            ..*self
+        }
     }
 
     /// The ACK1 a responder with QPN `responder_qpn` sends for this probe.
     pub fn ack1(&self, responder_qpn: u32) -> Self {
-        Self { kind: PacketKind::Ack1, responder_qpn, ..*self }
+        Self {
+            kind: PacketKind::Ack1,
+            responder_qpn,
+            ..*self
+        }
     }
 
     /// The ACK2 carrying the responder delay and how it was timestamped.
@@ -333,7 +346,9 @@ impl Packet {
             prober_token: u64_at(40),
             src_port: u16::from_be_bytes([buf[6], buf[7]]),
         };
-        if matches!(kind, PacketKind::Probe | PacketKind::Trace) && (p.responder_qpn != 0 || p.responder_delay_ns != 0 || flags != 0) {
+        if matches!(kind, PacketKind::Probe | PacketKind::Trace)
+            && (p.responder_qpn != 0 || p.responder_delay_ns != 0 || flags != 0)
+        {
             return Err(PacketError::Malformed("probe carries responder fields"));
         }
         if kind == PacketKind::Ack1 && (p.responder_delay_ns != 0 || flags != 0) {
@@ -348,13 +363,27 @@ mod tests {
     use super::*;
 
     fn sample() -> Packet {
-        Packet::probe(ProbeClass::InterTor, 7, 11, 0x00ab_cdef, 22, 0x0012_3456, 0xdead_beef_0102_0304).with_src_port(0xC123)
+        Packet::probe(
+            ProbeClass::InterTor,
+            7,
+            11,
+            0x00ab_cdef,
+            22,
+            0x0012_3456,
+            0xdead_beef_0102_0304,
+        )
+        .with_src_port(0xC123)
     }
 
     #[test]
     fn round_trips_every_kind() {
         let p = sample();
-        for pkt in [p, p.trace(), p.ack1(0x0012_3456), p.ack2(0x0012_3456, 12_345, TimestampSource::Software)] {
+        for pkt in [
+            p,
+            p.trace(),
+            p.ack1(0x0012_3456),
+            p.ack2(0x0012_3456, 12_345, TimestampSource::Software),
+        ] {
             let bytes = pkt.encode();
             assert_eq!(bytes.len(), PACKET_LEN);
             assert_eq!(Packet::decode(&bytes), Ok(pkt));
@@ -363,7 +392,13 @@ mod tests {
 
     #[test]
     fn layout_is_the_documented_one() {
-        let b = sample().ack2(0x0012_3456, 0x0102_0304_0506_0708, TimestampSource::Hardware).encode();
+        let b = sample()
+            .ack2(
+                0x0012_3456,
+                0x0102_0304_0506_0708,
+                TimestampSource::Hardware,
+            )
+            .encode();
         assert_eq!(&b[0..4], &[b'R', b'M', 1, 3]);
         assert_eq!(b[4], 0b01);
         assert_eq!(b[5], 2);
@@ -384,14 +419,20 @@ mod tests {
         let mut long = good.to_vec();
         long.push(0);
         assert_eq!(Packet::decode(&long), Err(PacketError::Oversized(65)));
-        assert_eq!(Packet::decode(b"GET / HTTP/1.1\r\n"), Err(PacketError::Foreign));
+        assert_eq!(
+            Packet::decode(b"GET / HTTP/1.1\r\n"),
+            Err(PacketError::Foreign)
+        );
         let mut v = good;
         v[2] = 9;
         assert_eq!(Packet::decode(&v), Err(PacketError::Version(9)));
         for (i, val) in [(3usize, 0u8), (3, 5), (5, 0), (5, 9), (4, 0x80), (63, 1)] {
             let mut m = good;
             m[i] = val;
-            assert!(matches!(Packet::decode(&m), Err(PacketError::Malformed(_))), "byte {i}={val}");
+            assert!(
+                matches!(Packet::decode(&m), Err(PacketError::Malformed(_))),
+                "byte {i}={val}"
+            );
         }
         // A PROBE may not carry a responder delay: that would let a prober fake an ACK2.
         let mut m = good;

@@ -72,7 +72,9 @@ pub fn encode_paths(out: &mut Vec<u8>, paths: &[TracedPath]) {
         out.extend_from_slice(&p.src_port.to_le_bytes());
         out.extend_from_slice(&p.dst_port.to_le_bytes());
         out.push(hops.len() as u8);
-        out.push(if p.reached { FLAG_REACHED } else { 0 } | if p.ack_direction { FLAG_ACK } else { 0 });
+        out.push(
+            if p.reached { FLAG_REACHED } else { 0 } | if p.ack_direction { FLAG_ACK } else { 0 },
+        );
         out.extend_from_slice(&[0, 0]);
         out.extend_from_slice(&p.traced_at_unix_ns.to_le_bytes());
         for h in hops {
@@ -93,7 +95,9 @@ pub fn decode_paths(b: &[u8]) -> Result<Vec<TracedPath>, String> {
     let mut paths = Vec::with_capacity(count.min(1024) as usize);
     let mut at = 4;
     for i in 0..count as usize {
-        let fixed = b.get(at..at + PATH_FIXED_LEN).ok_or_else(|| format!("path {i}: truncated"))?;
+        let fixed = b
+            .get(at..at + PATH_FIXED_LEN)
+            .ok_or_else(|| format!("path {i}: truncated"))?;
         let n = fixed[36] as usize;
         let flags = fixed[37];
         if n > MAX_HOPS {
@@ -102,7 +106,9 @@ pub fn decode_paths(b: &[u8]) -> Result<Vec<TracedPath>, String> {
         if flags & !(FLAG_REACHED | FLAG_ACK) != 0 || fixed[38] != 0 || fixed[39] != 0 {
             return Err(format!("path {i}: unknown flags or reserved bytes"));
         }
-        let hop_bytes = b.get(at + PATH_FIXED_LEN..at + PATH_FIXED_LEN + 16 * n).ok_or_else(|| format!("path {i}: hops truncated"))?;
+        let hop_bytes = b
+            .get(at + PATH_FIXED_LEN..at + PATH_FIXED_LEN + 16 * n)
+            .ok_or_else(|| format!("path {i}: hops truncated"))?;
         let mut ts = [0u8; 8];
         ts.copy_from_slice(&fixed[40..48]);
         paths.push(TracedPath {
@@ -115,13 +121,22 @@ pub fn decode_paths(b: &[u8]) -> Result<Vec<TracedPath>, String> {
             ack_direction: flags & FLAG_ACK != 0,
             hops: hop_bytes
                 .chunks_exact(16)
-                .map(|h| if h.iter().all(|&x| x == 0) { None } else { Some(ip_from(h)) })
+                .map(|h| {
+                    if h.iter().all(|&x| x == 0) {
+                        None
+                    } else {
+                        Some(ip_from(h))
+                    }
+                })
                 .collect(),
         });
         at += PATH_FIXED_LEN + 16 * n;
     }
     if at != b.len() {
-        return Err(format!("{} trailing bytes after the path section", b.len() - at));
+        return Err(format!(
+            "{} trailing bytes after the path section",
+            b.len() - at
+        ));
     }
     Ok(paths)
 }
@@ -137,9 +152,17 @@ mod tests {
             src_port: 50_000,
             dst_port: 4792,
             traced_at_unix_ns: 42,
-            reached: hops % 2 == 0,
-            ack_direction: hops % 3 == 0,
-            hops: (0..hops).map(|i| if i == 1 { None } else { Some(IpAddr::from([198, 19, 0, i as u8])) }).collect(),
+            reached: hops.is_multiple_of(2),
+            ack_direction: hops.is_multiple_of(3),
+            hops: (0..hops)
+                .map(|i| {
+                    if i == 1 {
+                        None
+                    } else {
+                        Some(IpAddr::from([198, 19, 0, i as u8]))
+                    }
+                })
+                .collect(),
         }
     }
 
