@@ -153,17 +153,14 @@ fn background(obs: &[FlowObs], live: &[bool], floor: f64) -> f64 {
     }
 }
 
-/// Share of a component's failures on paths through components already blamed that
-/// makes it a side effect of those (when it also carries mostly arrivals).
-const SHADOW_SHARE: f64 = 0.9;
-
 /// Greedy explain-away over the components `eligible` allows; findings in the order
 /// they were blamed.
 ///
-/// A component that carries mostly arrivals and whose failures (nearly) all come from
-/// flows whose paths cross a component already blamed is not blamed: those failures are
-/// the first fault's, merely located elsewhere (e.g. a trace cut short by a router's
-/// ICMP rate limit), so one fault yields one verdict.
+/// Every finding must then stand without each other one: judged only by the flows whose
+/// paths do not cross that other finding, it must still be significant ([`independent`]). Failures of one
+/// fault located elsewhere on its paths (a trace cut short by a router's ICMP rate limit,
+/// the ACKs of an ECMP blackhole) thus yield one verdict, while two faults each with
+/// flows of their own are both kept.
 pub fn explain_away(
     obs: &[FlowObs],
     p: &Params,
@@ -201,30 +198,17 @@ pub fn explain_away(
         let Some((_, score, element, x)) = best else {
             break;
         };
-        let crosses_blamed = |i: usize| {
-            c.ok[i]
-                .iter()
-                .chain(&c.fail[i])
-                .any(|(e, _)| blamed.contains(e))
-        };
         let mut examples = Vec::new();
-        let mut shadowed = 0.0;
         for (i, o) in obs.iter().enumerate() {
             if !live[i] || o.fail <= 0.0 {
                 continue;
             }
-            if let Some(&(_, w)) = c.fail[i].iter().find(|(e, _)| *e == element) {
-                if crosses_blamed(i) {
-                    shadowed += o.fail * w;
-                }
+            if c.fail[i].iter().any(|(e, _)| *e == element) {
                 if examples.len() < 3 && !examples.contains(&o.text) {
                     examples.push(o.text.clone());
                 }
                 live[i] = false;
             }
-        }
-        if x.ok >= x.fail && shadowed >= SHADOW_SHARE * x.fail {
-            continue;
         }
         blamed.push(element);
         found.push(Finding {
@@ -236,7 +220,58 @@ pub fn explain_away(
             examples,
         });
     }
+    let significant = |x: &Tally, background: f64| {
+        x.fail >= p.min_failures
+            && x.fail >= p.min_share * (x.fail + x.ok)
+            && chernoff_score(x.fail, x.fail + x.ok, background) >= min_score
+    };
+    // Drop the weakest finding that another one shadows, one at a time (of two findings
+    // sharing every flow, the one with flows of its own stays). Shadowing is pairwise:
+    // a dead link shares each of its flows with some other link of its spine, but no
+    // single other link holds them all.
+    loop {
+        let weakest = (0..found.len())
+            .flat_map(|k| {
+                (0..found.len())
+                    .filter(move |&j| j != k)
+                    .map(move |j| (k, j))
+            })
+            .map(|(k, j)| {
+                let x = independent(obs, &c, blamed[k], blamed[j]);
+                (
+                    k,
+                    x,
+                    chernoff_score(x.fail, x.fail + x.ok, found[k].background),
+                )
+            })
+            .filter(|(k, x, _)| !significant(x, found[*k].background))
+            .min_by(|a, b| a.2.total_cmp(&b.2));
+        let Some((k, _, _)) = weakest else {
+            break;
+        };
+        found.remove(k);
+        blamed.remove(k);
+    }
     found
+}
+
+/// Tally of `element` over the flows whose paths (arrival or failure components)
+/// do not cross `other`: what it explains without it.
+fn independent(obs: &[FlowObs], c: &Compiled, element: usize, other: usize) -> Tally {
+    let mut t = Tally::default();
+    for (i, o) in obs.iter().enumerate() {
+        let mut elems = c.ok[i].iter().chain(&c.fail[i]);
+        if elems.any(|(e, _)| *e == other) {
+            continue;
+        }
+        if let Some(&(_, w)) = c.fail[i].iter().find(|(e, _)| *e == element) {
+            t.fail += o.fail * w;
+        }
+        if let Some(&(_, w)) = c.ok[i].iter().find(|(e, _)| *e == element) {
+            t.ok += o.ok * w;
+        }
+    }
+    t
 }
 
 /// Components most of whose probes fail at breaks located by fresh traces, whether
@@ -428,7 +463,10 @@ mod tests {
                 0.0
             }
         });
-        let i = obs.iter().position(|o| o.text.contains("t2 s1 t0")).unwrap();
+        let i = obs
+            .iter()
+            .position(|o| o.text.contains("t2 s1 t0"))
+            .unwrap();
         obs[i].fail_elems = vec![(link("t2-s1"), 1.0)];
         obs[i].located = true;
         obs[i].break_device = Some("t2".into());
@@ -444,13 +482,75 @@ mod tests {
     }
 
     #[test]
+    fn failures_located_beside_a_dead_link_are_not_a_second_link_fault() {
+        // t0-s1 down (ECMP blackhole): the traces of t1 <-> t0 over s1 and of their lost
+        // ACKs stop after t1 (s1 rate-limits ICMP), so t1-s1 gets more failures than
+        // arrivals, yet every one of them comes from a flow whose path crosses t0-s1.
+        let mut obs = fabric(|a, s, b| {
+            if s == 1 && (a == 0 || b == 0) {
+                1.0
+            } else {
+                0.0
+            }
+        });
+        // The same beside t2: every flow of t0-s1 also crosses t1-s1 or t2-s1.
+        let located_on = |o: &FlowObs, tor: &str| FlowObs {
+            fail_elems: vec![(link(&format!("{tor}-s1")), 1.0)],
+            located: true,
+            break_device: Some(tor.into()),
+            ..o.clone()
+        };
+        for tor in ["t1", "t2"] {
+            let beside: Vec<usize> = (0..obs.len())
+                .filter(|&i| {
+                    obs[i].text.ends_with(&format!("{tor} s1 t0"))
+                        || obs[i].text.ends_with(&format!("t0 s1 {tor}"))
+                })
+                .collect();
+            for &i in &beside {
+                obs[i] = located_on(&obs[i], tor);
+                for _ in 0..2 {
+                    let ack = FlowObs {
+                        ok: 0.0,
+                        ..located_on(&obs[i], tor)
+                    };
+                    obs.push(ack);
+                }
+            }
+        }
+        let t1_s1 = |o: &FlowObs| o.fail_elems.iter().any(|(e, _)| *e == link("t1-s1"));
+        let (fail, ok): (f64, f64) = obs
+            .iter()
+            .filter(|o| t1_s1(o))
+            .fold((0.0, 0.0), |(f, k), o| (f + o.fail, k + o.ok));
+        assert!(fail > ok, "the reproduction needs mostly failures on t1-s1");
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
+        // A second dead link on the other spine (its flows cross neither) is found too.
+        for o in obs
+            .iter_mut()
+            .filter(|o| o.text.contains("t3 s0") || o.text.ends_with("s0 t3"))
+        {
+            (o.ok, o.fail) = (0.0, 100.0);
+        }
+        let mut got = blamed(&explain_away(&obs, &P, |_| true));
+        got.sort();
+        assert_eq!(got, [link("t0-s1"), link("t3-s0")]);
+    }
+
+    #[test]
     fn ineligible_components_are_never_blamed() {
         // Every probe RNIC 1 sends fails: it is the culprit unless it may not be blamed.
         let mut obs = fabric(|_, _, _| 0.0);
-        for o in obs.iter_mut().filter(|o| o.fail_elems[0].0 == Element::Rnic(1)) {
+        for o in obs
+            .iter_mut()
+            .filter(|o| o.fail_elems[0].0 == Element::Rnic(1))
+        {
             (o.ok, o.fail) = (0.0, 100.0);
         }
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [Element::Rnic(1)]);
+        assert_eq!(
+            blamed(&explain_away(&obs, &P, |_| true)),
+            [Element::Rnic(1)]
+        );
         let f = explain_away(&obs, &P, |e| *e != Element::Rnic(1));
         assert!(f.iter().all(|f| f.element != Element::Rnic(1)));
     }

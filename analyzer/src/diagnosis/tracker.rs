@@ -105,7 +105,14 @@ impl Tracker {
                 resolved_ms: None,
                 evidence: c.evidence,
             };
-            tracing::info!(kind = ?problem.kind, component = %problem.component, "problem found");
+            tracing::info!(
+                kind = ?problem.kind,
+                component = %problem.component,
+                confidence = problem.confidence,
+                detail = %problem.evidence.detail,
+                paths = ?problem.evidence.example_paths,
+                "problem found"
+            );
             self.active.insert(
                 k,
                 Tracked {
