@@ -7,7 +7,7 @@
 //! address itself (device) and `"<a>-><b>"` (link).
 
 use anyhow::{Context, bail, ensure};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
@@ -15,34 +15,47 @@ use std::path::Path;
 /// Largest fabric map file read (a 100k-link fabric fits in a few MiB).
 const MAX_MAP_BYTES: u64 = 64 << 20;
 
-#[derive(Deserialize)]
+/// The fabric map file (TOML) as written by operators or by the lab from a testbed
+/// topology: switches with their interface addresses, switch-to-switch links.
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct MapFile {
+pub struct MapFile {
+    /// Switches.
     #[serde(default)]
-    switch: Vec<SwitchDef>,
+    pub switch: Vec<SwitchDef>,
+    /// Switch-to-switch links.
     #[serde(default)]
-    link: Vec<LinkDef>,
+    pub link: Vec<LinkDef>,
 }
 
-#[derive(Deserialize)]
+/// One switch and every interface address it answers traceroute from.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct SwitchDef {
-    name: String,
-    addresses: Vec<IpAddr>,
+pub struct SwitchDef {
+    /// Switch name (e.g. "s1").
+    pub name: String,
+    /// Its interface addresses.
+    pub addresses: Vec<IpAddr>,
 }
 
-#[derive(Deserialize)]
+/// One switch-to-switch link.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct LinkDef {
-    name: String,
-    ends: [LinkEnd; 2],
+pub struct LinkDef {
+    /// Link name (e.g. "t0-s1").
+    pub name: String,
+    /// Its two ends.
+    pub ends: [LinkEnd; 2],
 }
 
-#[derive(Deserialize)]
+/// One end of a link: the device and its interface address on the link.
+#[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
-struct LinkEnd {
-    device: String,
-    ip: IpAddr,
+pub struct LinkEnd {
+    /// Device name.
+    pub device: String,
+    /// Interface address.
+    pub ip: IpAddr,
 }
 
 /// A switch-to-switch link of the map.
