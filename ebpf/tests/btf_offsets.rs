@@ -3,43 +3,15 @@
 
 mod common;
 
-use object::read::elf::ElfFile64;
-use object::{Object, ObjectSection};
 use rocemesh_ebpf::KernelOffsets;
-use rocemesh_ebpf::btf::Btf;
 
 #[test]
 fn kernel_offsets_from_clang_btf_match_offsetof() {
     let dir = tempfile::tempdir().unwrap();
-    let fx = common::fixtures();
-    let obj = dir.path().join("ib_structs.o");
-    let obj_s = obj.to_str().unwrap();
-    let include = format!("-I{}", fx.display());
-    common::run(
-        "clang",
-        &[
-            "-g",
-            "-O2",
-            "-target",
-            "bpf",
-            "-I/usr/include/x86_64-linux-gnu",
-            &include,
-            "-c",
-            fx.join("ib_structs_btf.c").to_str().unwrap(),
-            "-o",
-            obj_s,
-        ],
-    );
-    let data = std::fs::read(&obj).unwrap();
-    let elf = ElfFile64::<object::Endianness>::parse(&*data).unwrap();
-    let btf_bytes = elf
-        .section_by_name(".BTF")
-        .expect(".BTF section")
-        .data()
-        .unwrap()
-        .to_vec();
-    let btf = Btf::parse(btf_bytes).unwrap();
+    let btf = common::fixture_btf(dir.path());
     let from_btf = KernelOffsets::from_btf(&btf).unwrap();
+    let fx = common::fixtures();
+    let include = format!("-I{}", fx.display());
 
     let exe = dir.path().join("offsets");
     common::run(

@@ -4,42 +4,12 @@
 
 mod common;
 
-use object::read::elf::ElfFile64;
-use object::{Object, ObjectSection};
-use rocemesh_ebpf::btf::Btf;
 use rocemesh_ebpf::{ActiveRoute, Hook, KernelOffsets, Route, ServiceTracer, Stage, TracerOptions};
 
 /// ib_core offsets from clang BTF of the fixture structs (this machine has no ib_core).
 fn fixture_offsets() -> KernelOffsets {
     let dir = tempfile::tempdir().unwrap();
-    let fx = common::fixtures();
-    let obj = dir.path().join("ib.o");
-    let include = format!("-I{}", fx.display());
-    common::run(
-        "clang",
-        &[
-            "-g",
-            "-O2",
-            "-target",
-            "bpf",
-            "-I/usr/include/x86_64-linux-gnu",
-            &include,
-            "-c",
-            fx.join("ib_structs_btf.c").to_str().unwrap(),
-            "-o",
-            obj.to_str().unwrap(),
-        ],
-    );
-    let data = std::fs::read(&obj).unwrap();
-    let elf = ElfFile64::<object::Endianness>::parse(&*data).unwrap();
-    let btf = Btf::parse(
-        elf.section_by_name(".BTF")
-            .unwrap()
-            .data()
-            .unwrap()
-            .to_vec(),
-    )
-    .unwrap();
+    let btf = common::fixture_btf(dir.path());
     KernelOffsets::from_btf(&btf).unwrap()
 }
 

@@ -42,3 +42,31 @@ pub fn parse_pairs(text: &str) -> std::collections::HashMap<String, u64> {
         })
         .collect()
 }
+
+/// Compiles `fixtures/ib_structs_btf.c` (look-alike ib_core structs) with clang for BPF
+/// into `dir` and parses the object's `.BTF` section: the BTF the kernel route reads.
+pub fn fixture_btf(dir: &Path) -> rocemesh_ebpf::btf::Btf {
+    use object::{Object, ObjectSection, read::elf::ElfFile64};
+    let fx = fixtures();
+    let obj = dir.join("ib_structs.o");
+    let include = format!("-I{}", fx.display());
+    run(
+        "clang",
+        &[
+            "-g",
+            "-O2",
+            "-target",
+            "bpf",
+            "-I/usr/include/x86_64-linux-gnu",
+            &include,
+            "-c",
+            fx.join("ib_structs_btf.c").to_str().unwrap(),
+            "-o",
+            obj.to_str().unwrap(),
+        ],
+    );
+    let data = std::fs::read(&obj).unwrap();
+    let elf = ElfFile64::<object::Endianness>::parse(&*data).unwrap();
+    let btf = elf.section_by_name(".BTF").expect(".BTF section").data().unwrap().to_vec();
+    rocemesh_ebpf::btf::Btf::parse(btf).unwrap()
+}
