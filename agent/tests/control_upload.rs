@@ -54,32 +54,7 @@ fn controller(
                         },
                     );
                 };
-                let rnics = r
-                    .rnics
-                    .iter()
-                    .map(|n| RnicInfo {
-                        id: RNIC_ID,
-                        host_id: HOST_ID,
-                        host: r.host.clone(),
-                        ifname: n.ifname.clone(),
-                        ip: n.ip,
-                        gid: None,
-                        qpn: n.qpn,
-                        port: n.port,
-                        tor: n.tor.clone().unwrap_or_default(),
-                        rail: n.rail,
-                        epoch: r.epoch,
-                        registered_at_ms: 0,
-                    })
-                    .collect();
-                let resp = RegisterResponse {
-                    host_id: HOST_ID,
-                    epoch: r.epoch,
-                    rnics,
-                    analyzer_url: analyzer.clone(),
-                    upload_period_ms: 200,
-                    pinglist_poll_ms: 100,
-                };
+                let resp = common::register_reply(&r, HOST_ID, RNIC_ID, analyzer.clone(), 200, 100);
                 st.registrations.push(r);
                 Response::json(200, resp)
             }

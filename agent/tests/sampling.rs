@@ -32,35 +32,7 @@ fn controller(seen: Arc<Mutex<Seen>>) -> impl Fn(&Request) -> Response {
     move |req| match (req.method.as_str(), req.path.as_str()) {
         ("POST", "/api/v1/agents/register") => {
             let r: RegisterRequest = serde_json::from_slice(&req.body).unwrap();
-            let rnics = r
-                .rnics
-                .iter()
-                .map(|n| RnicInfo {
-                    id: RNIC_ID,
-                    host_id: HOST_ID,
-                    host: r.host.clone(),
-                    ifname: n.ifname.clone(),
-                    ip: n.ip,
-                    gid: None,
-                    qpn: n.qpn,
-                    port: n.port,
-                    tor: String::new(),
-                    rail: None,
-                    epoch: r.epoch,
-                    registered_at_ms: 0,
-                })
-                .collect();
-            Response::json(
-                200,
-                RegisterResponse {
-                    host_id: HOST_ID,
-                    epoch: r.epoch,
-                    rnics,
-                    analyzer_url: None,
-                    upload_period_ms: 60_000,
-                    pinglist_poll_ms: 60_000,
-                },
-            )
+            Response::json(200, common::register_reply(&r, HOST_ID, RNIC_ID, None, 60_000, 60_000))
         }
         ("POST", "/api/v1/throughput") => {
             if !req

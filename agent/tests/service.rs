@@ -64,38 +64,11 @@ fn stand_in(cluster: Arc<Mutex<Cluster>>) -> impl Fn(&Request) -> Response {
             };
             let next = c.hosts.len() as u32 + 1;
             let host_id = *c.hosts.entry(r.host.clone()).or_insert(next);
-            let rnics: Vec<RnicInfo> = r
-                .rnics
-                .iter()
-                .map(|n| RnicInfo {
-                    id: host_id,
-                    host_id,
-                    host: r.host.clone(),
-                    ifname: n.ifname.clone(),
-                    ip: n.ip,
-                    gid: n.gid.clone(),
-                    qpn: n.qpn,
-                    port: n.port,
-                    tor: "t".into(),
-                    rail: n.rail,
-                    epoch: r.epoch,
-                    registered_at_ms: 0,
-                })
-                .collect();
-            for i in &rnics {
+            let reply = common::register_reply(&r, host_id, host_id, None, 200, 200);
+            for i in &reply.rnics {
                 c.rnics.insert(i.ip, i.clone());
             }
-            return Response::json(
-                200,
-                RegisterResponse {
-                    host_id,
-                    epoch: r.epoch,
-                    rnics,
-                    analyzer_url: None,
-                    upload_period_ms: 200,
-                    pinglist_poll_ms: 200,
-                },
-            );
+            return Response::json(200, reply);
         }
         if req.method == "GET"
             && let Some(rest) = path.strip_prefix("/api/v1/pinglists/")

@@ -106,3 +106,41 @@ pub fn serve(handler: impl Fn(&Request) -> Response + Send + Sync + 'static) -> 
     });
     url
 }
+
+/// The registration reply of a stand-in controller: host `host_id`, every registered
+/// RNIC echoed with id `rnic_id`, the given analyzer URL and periods.
+pub fn register_reply(
+    r: &rocemesh_proto::api::RegisterRequest,
+    host_id: u32,
+    rnic_id: u32,
+    analyzer_url: Option<String>,
+    upload_period_ms: u64,
+    pinglist_poll_ms: u64,
+) -> rocemesh_proto::api::RegisterResponse {
+    let rnics = r
+        .rnics
+        .iter()
+        .map(|n| rocemesh_proto::api::RnicInfo {
+            id: rnic_id,
+            host_id,
+            host: r.host.clone(),
+            ifname: n.ifname.clone(),
+            ip: n.ip,
+            gid: n.gid.clone(),
+            qpn: n.qpn,
+            port: n.port,
+            tor: n.tor.clone().unwrap_or_default(),
+            rail: n.rail,
+            epoch: r.epoch,
+            registered_at_ms: 0,
+        })
+        .collect();
+    rocemesh_proto::api::RegisterResponse {
+        host_id,
+        epoch: r.epoch,
+        rnics,
+        analyzer_url,
+        upload_period_ms,
+        pinglist_poll_ms,
+    }
+}
