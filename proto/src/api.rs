@@ -4,6 +4,7 @@
 use crate::packet::ProbeClass;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
+use utoipa::ToSchema;
 
 /// Path prefix of every API route.
 pub const API_PREFIX: &str = "/api/v1";
@@ -14,19 +15,20 @@ pub const MAX_NAME_LEN: usize = 253;
 pub const MAX_RNICS_PER_HOST: usize = 64;
 
 /// Error body of every non-2xx JSON response.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct ErrorBody {
     /// Human-readable reason.
     pub error: String,
 }
 
 /// One RNIC as an agent reports it at start-up.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RnicRegistration {
     /// Interface name on the host (e.g. `mlx5_0` or `eth1`).
     pub ifname: String,
     /// IP address the RNIC probes from and answers on.
+    #[schema(value_type = String)]
     pub ip: IpAddr,
     /// RoCE GID (verbs transport), if any.
     #[serde(default)]
@@ -43,11 +45,12 @@ pub struct RnicRegistration {
     pub rail: Option<u32>,
     /// Default gateway of the interface, used to infer the ToR.
     #[serde(default)]
+    #[schema(value_type = Option<String>)]
     pub gateway: Option<IpAddr>,
 }
 
 /// `POST /api/v1/agents/register`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RegisterRequest {
     /// Host name (unique in the cluster).
@@ -59,7 +62,7 @@ pub struct RegisterRequest {
 }
 
 /// Reply to a registration.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct RegisterResponse {
     /// Controller-assigned host id, stable across agent restarts.
     pub host_id: u32,
@@ -73,10 +76,48 @@ pub struct RegisterResponse {
     pub upload_period_ms: u64,
     /// How often to poll the pinglist.
     pub pinglist_poll_ms: u64,
+    /// Probe keys and the per-source answer limit; absent (an older controller): probe
+    /// authentication off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_auth: Option<ProbeAuth>,
+}
+
+/// How agents authenticate probe packets and bound what they answer (issue 8): the cluster
+/// keys (see [`crate::probe_auth`]) and a per-source token bucket.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct ProbeAuth {
+    /// Id of the key PROBEs and ACKs are signed with; `None`: authentication off (packets
+    /// go untagged and tags are ignored).
+    pub sign_key: Option<u8>,
+    /// Every key accepted on receipt (previous, signing, next).
+    pub keys: Vec<ProbeKey>,
+    /// PROBEs per second one source IP gets answered, sustained (token refill).
+    pub source_pps: f64,
+    /// PROBEs one source IP gets answered in a burst (bucket size).
+    pub source_burst: u32,
+}
+
+/// One cluster probe key.
+#[derive(Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct ProbeKey {
+    /// Key id: byte 48 of a tagged packet.
+    pub id: u8,
+    /// The 32-byte key, lowercase hex.
+    pub key: String,
+}
+
+/// Never prints the key: responses are logged in debug output.
+impl std::fmt::Debug for ProbeKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProbeKey")
+            .field("id", &self.id)
+            .field("key", &"<redacted>")
+            .finish()
+    }
 }
 
 /// An RNIC as the registry knows it (also the comm info a prober needs).
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct RnicInfo {
     /// Controller-assigned id, stable for (host, ifname).
     pub id: u32,
@@ -87,6 +128,7 @@ pub struct RnicInfo {
     /// Interface name.
     pub ifname: String,
     /// IP address.
+    #[schema(value_type = String)]
     pub ip: IpAddr,
     /// RoCE GID, if any.
     pub gid: Option<String>,
@@ -105,7 +147,7 @@ pub struct RnicInfo {
 }
 
 /// A host and its agent's incarnation.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct HostInfo {
     /// Host id.
     pub id: u32,
@@ -120,11 +162,12 @@ pub struct HostInfo {
 }
 
 /// One probe target in a pinglist.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash, ToSchema)]
 pub struct PingTarget {
     /// Target RNIC id.
     pub rnic_id: u32,
     /// Target IP.
+    #[schema(value_type = String)]
     pub ip: IpAddr,
     /// Target responder port.
     pub port: u16,
@@ -135,7 +178,7 @@ pub struct PingTarget {
 }
 
 /// One list of targets probed at a common rate.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct ProbeList {
     /// Pinglist class.
     pub class: ProbeClass,
@@ -146,7 +189,7 @@ pub struct ProbeList {
 }
 
 /// All lists of one RNIC.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct RnicPinglist {
     /// Probing RNIC id.
     pub rnic_id: u32,
@@ -156,7 +199,7 @@ pub struct RnicPinglist {
 
 /// `GET /api/v1/pinglists/{host_id}`: everything one agent probes. The response
 /// carries an `ETag`; a poll with a matching `If-None-Match` gets `304`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct Pinglist {
     /// Host id.
     pub host_id: u32,
@@ -166,10 +209,14 @@ pub struct Pinglist {
     pub timeout_ms: u64,
     /// Per-RNIC lists.
     pub rnics: Vec<RnicPinglist>,
+    /// The current probe keys and answer limit (they rotate; the ETag changes with them);
+    /// absent (an older controller): probe authentication off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub probe_auth: Option<ProbeAuth>,
 }
 
 /// One ToR and its RNICs.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct TorInfo {
     /// ToR name.
     pub name: String,
@@ -178,7 +225,7 @@ pub struct TorInfo {
 }
 
 /// `GET /api/v1/topology`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct TopologyInfo {
     /// ToRs.
     pub tors: Vec<TorInfo>,
@@ -189,7 +236,9 @@ pub struct TopologyInfo {
 }
 
 /// Aggregation scope of an SLA row.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum SlaScope {
     /// The whole cluster; key `"cluster"`.
@@ -213,7 +262,7 @@ impl SlaScope {
 }
 
 /// Percentiles of one delay metric, in nanoseconds; `None` without samples.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Default, ToSchema)]
 pub struct Quantiles {
     /// Median.
     pub p50: Option<u64>,
@@ -226,7 +275,7 @@ pub struct Quantiles {
 }
 
 /// SLA figures of one scope over one analysis period.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct SlaRow {
     /// Period start, ms since the Unix epoch.
     pub period_start_ms: i64,
@@ -250,10 +299,13 @@ pub struct SlaRow {
     pub responder_delay_ns: Quantiles,
     /// Application RTT percentiles (what a software pinger would see).
     pub app_rtt_ns: Quantiles,
+    /// RNIC scope: Kubernetes labels of the task endpoints on this RNIC.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<EndpointLabel>,
 }
 
 /// Reply to a result upload.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct UploadAck {
     /// Records taken into aggregation.
     pub accepted: u64,
@@ -264,7 +316,9 @@ pub struct UploadAck {
 }
 
 /// What kind of component a problem is blamed on.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ComponentKind {
     /// An RNIC, its cable or the ToR port it plugs into (R-Pingmesh cannot tell them apart);
@@ -282,7 +336,9 @@ pub enum ComponentKind {
 }
 
 /// The category of a problem; decides whether the network is to blame.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord, ToSchema,
+)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemKind {
     /// The agent stopped uploading (R-Pingmesh: host down). Not a network problem.
@@ -312,7 +368,7 @@ impl ProblemKind {
 }
 
 /// Lifecycle of a problem.
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum ProblemState {
     /// The symptom is present.
@@ -321,8 +377,43 @@ pub enum ProblemState {
     Resolved,
 }
 
+/// How much a problem matters to the services (R-Pingmesh §4.3.4): assessed by the impact
+/// loop from where the problem sits and how the affected tasks perform.
+#[derive(
+    Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord, ToSchema,
+)]
+pub enum Priority {
+    /// In the service network and a task it affects performs worse than it tolerates.
+    P0,
+    /// In the service network, no affected task degraded beyond its threshold.
+    P1,
+    /// Outside the service network (no active task uses the component).
+    P2,
+}
+
+impl Priority {
+    /// The wire name (`"P0"`, `"P1"`, `"P2"`), also the `problems.priority` column value.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::P0 => "P0",
+            Self::P1 => "P1",
+            Self::P2 => "P2",
+        }
+    }
+
+    /// Parses a wire name; `None` for anything else.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "P0" => Some(Self::P0),
+            "P1" => Some(Self::P1),
+            "P2" => Some(Self::P2),
+            _ => None,
+        }
+    }
+}
+
 /// The numbers behind a verdict.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Default, ToSchema)]
 pub struct Evidence {
     /// Probes considered for this component in the last window.
     pub probes: u64,
@@ -336,10 +427,98 @@ pub struct Evidence {
     pub example_paths: Vec<String>,
     /// Free-text explanation (which rule fired, thresholds).
     pub detail: String,
+    /// Problems on an RNIC: Kubernetes labels of the task endpoints on it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub labels: Vec<EndpointLabel>,
+    /// High latency: the RNIC pairs whose latency detectors fired, behind the verdict.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub latency_pairs: Vec<LatencyPairEvidence>,
+}
+
+/// Kubernetes identity of one training-task endpoint (from the task spec), carried by
+/// results about its RNIC so operators see whose pods a problem touches.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
+pub struct EndpointLabel {
+    /// Task name.
+    pub task: String,
+    /// Kubernetes namespace, if the task spec names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Pod (container), if the task spec names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod: Option<String>,
+}
+
+/// The seven statistics of one RNIC pair's network RTTs over one short window
+/// (SkeletonHunter §5.2), in ns.
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Default, ToSchema)]
+pub struct LatencyWindowStats {
+    /// 25th percentile.
+    pub p25_ns: f64,
+    /// Median.
+    pub p50_ns: f64,
+    /// 75th percentile.
+    pub p75_ns: f64,
+    /// Smallest sample.
+    pub min_ns: f64,
+    /// Mean.
+    pub mean_ns: f64,
+    /// Standard deviation.
+    pub std_ns: f64,
+    /// Largest sample.
+    pub max_ns: f64,
+}
+
+/// One RNIC pair behind a high-latency verdict: which detector fired and the numbers.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct LatencyPairEvidence {
+    /// Probing RNIC (`"<host>/<ifname>"`).
+    pub prober: String,
+    /// Target RNIC.
+    pub target: String,
+    /// `short_term_lof`, `long_term_ztest`, or both joined by `+`.
+    pub detector: String,
+    /// When the pair became anomalous, ms since the Unix epoch.
+    pub since_ms: i64,
+    /// The pair's latest closed short window.
+    pub window: LatencyWindowStats,
+    /// The pair's level before the anomaly (median of the look-back windows' medians,
+    /// or the long-term baseline's median), ns.
+    pub reference_ns: f64,
+    /// Probes of the pair above this RTT count as slow in latency tomography, ns.
+    pub slow_above_ns: f64,
+    /// Short-term: local outlier factor of the window that fired.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lof: Option<f64>,
+    /// Short-term: that window's median rise over the look-back median (0.5 = +50 %).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shift: Option<f64>,
+    /// Long-term: z statistic of the long window against the log-normal baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub z: Option<f64>,
+    /// Long-term: one-sided p-value of that z-test.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p_value: Option<f64>,
+    /// Long-term: rise of the mean ln RTT over the baseline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ln_shift: Option<f64>,
+    /// Slow probes of the pair through the component in the diagnosis window.
+    pub slow_probes: u64,
+    /// All probes of the pair through the component in that window.
+    pub probes: u64,
+    /// Hop lists of the pair's slow flows (a few).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub paths: Vec<String>,
+    /// Kubernetes labels of the prober's task endpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub prober_labels: Vec<EndpointLabel>,
+    /// Kubernetes labels of the target's task endpoints.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_labels: Vec<EndpointLabel>,
 }
 
 /// A diagnosed problem, as stored and served under `/api/v1/problems`.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct Problem {
     /// Database id.
     pub id: i64,
@@ -363,11 +542,17 @@ pub struct Problem {
     pub resolved_ms: Option<i64>,
     /// Evidence at the latest update.
     pub evidence: Evidence,
+    /// Impact priority; `None` until the impact loop has assessed the problem.
+    #[serde(default)]
+    pub priority: Option<Priority>,
+    /// Ids of the tasks whose service network the problem sits in.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub affected_tasks: Vec<u32>,
 }
 
 /// Per-RNIC byte counters of one host, sampled every `interval_ms` (SkeletonHunter
 /// §5.1: burst cycles of RNIC throughput). `POST /api/v1/throughput` to the controller.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ThroughputUpload {
     /// Host id from registration.
@@ -381,7 +566,7 @@ pub struct ThroughputUpload {
 }
 
 /// Consecutive samples of one RNIC: bytes transferred in each interval.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RnicSeries {
     /// RNIC id.
@@ -395,7 +580,7 @@ pub struct RnicSeries {
 }
 
 /// One endpoint (RNIC) of a training task.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskEndpoint {
     /// Host name.
@@ -417,7 +602,7 @@ pub struct TaskEndpoint {
 }
 
 /// `POST /api/v1/tasks` / `PUT /api/v1/tasks/{id}`: a training task and its endpoints.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TaskSpec {
     /// Task name (unique).
@@ -427,7 +612,7 @@ pub struct TaskSpec {
 }
 
 /// Lifecycle phase of a task's pinglist (SkeletonHunter §5.1).
-#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskPhase {
     /// Basic same-rail pinglist, endpoints activated as they register ready.
@@ -439,7 +624,7 @@ pub enum TaskPhase {
 }
 
 /// The inferred traffic skeleton of a task.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct SkeletonInfo {
     /// Inferred data-parallel degree.
     pub dp: u32,
@@ -454,7 +639,7 @@ pub struct SkeletonInfo {
 }
 
 /// A task as the controller serves it.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct TaskInfo {
     /// Task id.
     pub id: u32,

@@ -1,15 +1,24 @@
 //! Shared wire formats of rocemesh.
 //!
 //! - [`packet`]: the 64-byte PROBE/ACK1/ACK2 payload both transports carry;
+//! - [`probe_auth`]: the keyed MAC (cluster key) in those packets;
 //! - [`batch`]: the binary result batches agents upload to the analyzer;
 //! - [`path`]: traced paths, uploaded in a batch's optional path section;
-//! - [`api`]: JSON types of the REST API.
+//! - [`api`]: JSON types of the REST API;
+//! - `http_client` (feature `http-client`): the HTTP(S) client every component builds;
+//! - [`utc`]: timestamps as RFC 3339 text.
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod batch;
+#[cfg(feature = "http-client")]
+pub mod http_client;
 pub mod packet;
 pub mod path;
+pub mod probe_auth;
+#[cfg(feature = "testing")]
+pub mod testing;
+pub mod utc;
 
 pub use batch::{ProbeResult, ProbeStatus};
 pub use packet::{Packet, PacketError, PacketKind, ProbeClass, TimestampSource};

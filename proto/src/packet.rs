@@ -6,7 +6,7 @@
 //! ```text
 //! offset size field
 //!  0      2   magic            0x52 0x4D ("RM")
-//!  2      1   version          1
+//!  2      1   version          1 = untagged, 2 = tagged (bytes 48..64 carry the MAC)
 //!  3      1   kind             1 = PROBE, 2 = ACK1, 3 = ACK2, 4 = TRACE
 //!  4      1   flags            bit0: responder timestamps are hardware (ACK2)
 //!                              bit1: responder timestamps are software (ACK2)
@@ -23,7 +23,9 @@
 //! 28      4   responder_qpn    ACKs: the responder's real QPN; PROBE: zero
 //! 32      8   responder_delay  ACK2: ④−③ in ns; otherwise zero
 //! 40      8   prober_token     random per prober start, echoed in ACKs
-//! 48     16   auth_tag         reserved for the cluster MAC; zero in version 1
+//! 48     16   auth_tag         version 1: zero. Version 2: byte 48 = key id, bytes
+//!                              49..64 = HMAC-SHA256(cluster key, bytes 0..49) truncated
+//!                              to 15 bytes (see [`crate::probe_auth`])
 //! ```
 //!
 //! A responder answers a PROBE only when `target_qpn` equals its own QPN, exactly as
@@ -36,8 +38,11 @@ use thiserror::Error;
 pub const PACKET_LEN: usize = 64;
 /// First two bytes of every packet.
 pub const MAGIC: [u8; 2] = *b"RM";
-/// The only packet version this build speaks.
+/// Version of untagged packets (authentication off); [`Packet::encode`] writes it.
 pub const VERSION: u8 = 1;
+/// Version of packets carrying a key id and MAC in bytes 48..64
+/// ([`crate::probe_auth::Keyring::seal`] writes it).
+pub const VERSION_TAGGED: u8 = 2;
 
 const FLAG_RESPONDER_HW_TS: u8 = 0b01;
 const FLAG_RESPONDER_SW_TS: u8 = 0b10;
@@ -71,7 +76,17 @@ impl PacketKind {
 
 /// Which pinglist a probe belongs to; the analyzer treats the classes differently.
 #[derive(
-    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    PartialOrd,
+    Ord,
+    serde::Serialize,
+    serde::Deserialize,
+    utoipa::ToSchema,
 )]
 #[serde(rename_all = "snake_case")]
 pub enum ProbeClass {
@@ -296,7 +311,8 @@ impl Packet {
         b
     }
 
-    /// Parses and validates a received payload.
+    /// Parses and validates a received payload (version 1 or 2; the tag of a version 2
+    /// packet is not checked here).
     pub fn decode(buf: &[u8]) -> Result<Self, PacketError> {
         if buf.len() >= 2 && buf[0..2] != MAGIC {
             return Err(PacketError::Foreign);
@@ -307,7 +323,7 @@ impl Packet {
         if buf.len() > PACKET_LEN {
             return Err(PacketError::Oversized(buf.len()));
         }
-        if buf[2] != VERSION {
+        if buf[2] != VERSION && buf[2] != VERSION_TAGGED {
             return Err(PacketError::Version(buf[2]));
         }
         let kind = PacketKind::from_u8(buf[3]).ok_or(PacketError::Malformed("unknown kind"))?;
@@ -316,7 +332,8 @@ impl Packet {
             return Err(PacketError::Malformed("unknown flag bits"));
         }
         let class = ProbeClass::from_u8(buf[5]).ok_or(PacketError::Malformed("unknown class"))?;
-        if buf[48..64].iter().any(|&x| x != 0) {
+        // A tagged packet's bytes 48..64 are checked by the keyring, not here.
+        if buf[2] == VERSION && buf[48..64].iter().any(|&x| x != 0) {
             return Err(PacketError::Malformed("reserved bytes not zero"));
         }
         let u32_at = |o: usize| u32::from_be_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);

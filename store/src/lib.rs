@@ -5,6 +5,8 @@
 //! Any supports (integers, f64, bool, text, bytes): times are `i64` unix ms, ids `i64`.
 #![warn(missing_docs)]
 
+pub mod coord;
+mod unavailable;
 mod url;
 
 #[cfg(feature = "testing")]
@@ -16,6 +18,7 @@ use anyhow::Context;
 use sqlx::any::AnyPoolOptions;
 use std::time::Duration;
 
+pub use unavailable::is_unavailable;
 pub use url::redact_url;
 
 /// Pool size: the controller and analyzer do short transactions; more buys nothing.
@@ -44,7 +47,9 @@ pub struct Db {
 
 impl std::fmt::Debug for Db {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Db").field("backend", &self.backend).finish_non_exhaustive()
+        f.debug_struct("Db")
+            .field("backend", &self.backend)
+            .finish_non_exhaustive()
     }
 }
 
@@ -62,9 +67,22 @@ impl Db {
         let backend = target.backend;
         // sqlx's SQLite driver already gives every connection a 5 s busy timeout and
         // `foreign_keys = ON` (RNIC rows cascade with their host); the tests pin both.
+        let sqlite = backend == Backend::Sqlite;
         let pool = AnyPoolOptions::new()
             .max_connections(MAX_CONNECTIONS)
             .acquire_timeout(ACQUIRE_TIMEOUT)
+            // In WAL mode, NORMAL syncs the log at checkpoints instead of every commit: the
+            // database stays consistent, and a power cut may lose only the last commits
+            // (what any agent re-sends or the next tick rewrites). FULL made every
+            // registration wait for an fsync, which bounded a registration storm.
+            .after_connect(move |conn, _| {
+                Box::pin(async move {
+                    if sqlite {
+                        sqlx::Executor::execute(conn, "PRAGMA synchronous = NORMAL").await?;
+                    }
+                    Ok(())
+                })
+            })
             .connect(&target.sqlx_url)
             .await
             .with_context(|| format!("cannot open database {shown}"))?;

@@ -14,17 +14,29 @@ const PG_URL_VAR: &str = "ROCEMESH_TEST_PG_URL";
 /// PostgreSQL database. Without that variable the PostgreSQL half is skipped with a note
 /// on stderr, except under `CI`, where skipping would hide a missing test and panics.
 pub async fn test_databases() -> Vec<(&'static str, Db)> {
-    let mut dbs = vec![("sqlite", sqlite_db().await.expect("create test SQLite database"))];
+    let mut dbs = vec![(
+        "sqlite",
+        sqlite_db().await.expect("create test SQLite database"),
+    )];
     match std::env::var(PG_URL_VAR) {
-        Ok(admin_url) => dbs.push(("postgres", postgres_db(&admin_url).await.expect("create test PostgreSQL database"))),
-        Err(_) if std::env::var_os("CI").is_some() => panic!("ROCEMESH_TEST_PG_URL must be set in CI"),
+        Ok(admin_url) => dbs.push((
+            "postgres",
+            postgres_db(&admin_url)
+                .await
+                .expect("create test PostgreSQL database"),
+        )),
+        Err(_) if std::env::var_os("CI").is_some() => {
+            panic!("ROCEMESH_TEST_PG_URL must be set in CI")
+        }
         Err(_) => eprintln!("skipping PostgreSQL: ROCEMESH_TEST_PG_URL not set"),
     }
     dbs
 }
 
 async fn sqlite_db() -> anyhow::Result<Db> {
-    let dir = tempfile::Builder::new().prefix("rocemesh-test-").tempdir()?;
+    let dir = tempfile::Builder::new()
+        .prefix("rocemesh-test-")
+        .tempdir()?;
     let path = dir.path().join("test.db");
     let path = path.to_str().context("temporary path is not UTF-8")?;
     let mut db = Db::connect(path).await?;
@@ -34,7 +46,9 @@ async fn sqlite_db() -> anyhow::Result<Db> {
 
 async fn postgres_db(admin_url: &str) -> anyhow::Result<Db> {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)?
+        .as_nanos();
     let name = format!(
         "rocemesh_test_{}_{}_{}",
         std::process::id(),
@@ -44,10 +58,15 @@ async fn postgres_db(admin_url: &str) -> anyhow::Result<Db> {
     let mut admin = sqlx::PgConnection::connect(admin_url)
         .await
         .with_context(|| format!("cannot connect to {}", crate::redact_url(admin_url)))?;
-    sqlx::raw_sql(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
+    sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+        .execute(&mut admin)
+        .await?;
     admin.close().await?;
     let db = Db::connect(&database_url(admin_url, &name)).await?;
-    anyhow::ensure!(db.backend() == Backend::Postgres, "{PG_URL_VAR} is not a PostgreSQL URL");
+    anyhow::ensure!(
+        db.backend() == Backend::Postgres,
+        "{PG_URL_VAR} is not a PostgreSQL URL"
+    );
     Ok(db)
 }
 
@@ -74,8 +93,17 @@ mod tests {
 
     #[test]
     fn database_name_is_swapped_in() {
-        assert_eq!(database_url("postgres://u@h:1/postgres", "t1"), "postgres://u@h:1/t1");
-        assert_eq!(database_url("postgres://u@h:1", "t1"), "postgres://u@h:1/t1");
-        assert_eq!(database_url("postgres://u@h/db?sslmode=disable", "t1"), "postgres://u@h/t1?sslmode=disable");
+        assert_eq!(
+            database_url("postgres://u@h:1/postgres", "t1"),
+            "postgres://u@h:1/t1"
+        );
+        assert_eq!(
+            database_url("postgres://u@h:1", "t1"),
+            "postgres://u@h:1/t1"
+        );
+        assert_eq!(
+            database_url("postgres://u@h/db?sslmode=disable", "t1"),
+            "postgres://u@h/t1?sslmode=disable"
+        );
     }
 }

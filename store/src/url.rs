@@ -15,18 +15,30 @@ pub(crate) fn parse(url: &str) -> anyhow::Result<Target> {
         anyhow::bail!("empty database URL");
     }
     if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        return Ok(Target { backend: Backend::Postgres, sqlx_url: url.to_string() });
+        return Ok(Target {
+            backend: Backend::Postgres,
+            sqlx_url: url.to_string(),
+        });
     }
     let sqlite_url = if url.starts_with("sqlite:") {
         url.to_string()
     } else if url.contains("://") {
-        anyhow::bail!("unsupported database URL {} (use sqlite://PATH or postgres://...)", redact_url(url));
+        anyhow::bail!(
+            "unsupported database URL {} (use sqlite://PATH or postgres://...)",
+            redact_url(url)
+        );
     } else {
         // A bare path: escape what sqlx would read as URL syntax.
-        let escaped = url.replace('%', "%25").replace('?', "%3F").replace('#', "%23");
+        let escaped = url
+            .replace('%', "%25")
+            .replace('?', "%3F")
+            .replace('#', "%23");
         format!("sqlite://{escaped}")
     };
-    Ok(Target { backend: Backend::Sqlite, sqlx_url: with_create_mode(sqlite_url) })
+    Ok(Target {
+        backend: Backend::Sqlite,
+        sqlx_url: with_create_mode(sqlite_url),
+    })
 }
 
 /// Makes SQLite create the file when missing, unless the URL already chose a mode.
@@ -64,9 +76,18 @@ mod tests {
         let t = parse("rocemesh.db").unwrap();
         assert_eq!(t.backend, Backend::Sqlite);
         assert_eq!(t.sqlx_url, "sqlite://rocemesh.db?mode=rwc");
-        assert_eq!(parse("/var/lib/a?b#c%.db").unwrap().sqlx_url, "sqlite:///var/lib/a%3Fb%23c%25.db?mode=rwc");
-        assert_eq!(parse("sqlite://x.db?cache=shared").unwrap().sqlx_url, "sqlite://x.db?cache=shared&mode=rwc");
-        assert_eq!(parse("sqlite://x.db?mode=ro").unwrap().sqlx_url, "sqlite://x.db?mode=ro");
+        assert_eq!(
+            parse("/var/lib/a?b#c%.db").unwrap().sqlx_url,
+            "sqlite:///var/lib/a%3Fb%23c%25.db?mode=rwc"
+        );
+        assert_eq!(
+            parse("sqlite://x.db?cache=shared").unwrap().sqlx_url,
+            "sqlite://x.db?cache=shared&mode=rwc"
+        );
+        assert_eq!(
+            parse("sqlite://x.db?mode=ro").unwrap().sqlx_url,
+            "sqlite://x.db?mode=ro"
+        );
     }
 
     #[test]
@@ -74,14 +95,23 @@ mod tests {
         let t = parse("postgresql://u:p@h/db").unwrap();
         assert_eq!(t.backend, Backend::Postgres);
         assert_eq!(t.sqlx_url, "postgresql://u:p@h/db");
-        let err = parse("mysql://root:hunter2@h/db").err().unwrap().to_string();
-        assert!(err.contains("unsupported") && !err.contains("hunter2"), "{err}");
+        let err = parse("mysql://root:hunter2@h/db")
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(
+            err.contains("unsupported") && !err.contains("hunter2"),
+            "{err}"
+        );
         assert!(parse("  ").is_err());
     }
 
     #[test]
     fn passwords_are_redacted() {
-        assert_eq!(redact_url("postgres://u:secret@h:5432/db?x=1"), "postgres://u:***@h:5432/db?x=1");
+        assert_eq!(
+            redact_url("postgres://u:secret@h:5432/db?x=1"),
+            "postgres://u:***@h:5432/db?x=1"
+        );
         assert_eq!(redact_url("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact_url("postgres://h/db"), "postgres://h/db");
         assert_eq!(redact_url("rocemesh.db"), "rocemesh.db");
