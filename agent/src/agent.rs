@@ -4,8 +4,10 @@
 use crate::config::{AgentConfig, ServiceTracing, TransportKind};
 use crate::control::{ControlClient, ControlLoop, SharedRegistration};
 use crate::discovery;
-use crate::probe::engine::{EngineHandle, EngineIdentity};
+use crate::metrics::{MetricsServer, Sources};
+use crate::probe::engine::{Command, EngineHandle, EngineIdentity};
 use crate::probe::event_loop::EventLoop;
+use crate::probe::guard::GuardSettings;
 use crate::probe::prober::DEFAULT_MAX_OUTSTANDING;
 use crate::probe::random_qpn;
 use crate::sample::counters::{CounterSource, INFINIBAND_SYSFS};
@@ -45,6 +47,7 @@ pub struct AgentHandle {
     tracer: Option<TracerHandle>,
     service: Option<ServiceTracker>,
     sampler: Option<SamplerHandle>,
+    metrics: Option<MetricsServer>,
     control: JoinHandle<()>,
     uploader: JoinHandle<()>,
 }
@@ -57,6 +60,17 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     raise_fd_limit();
     let counters = Arc::new(Counters::default());
     let buffer = Arc::new(ResultBuffer::new(cfg.buffer_capacity, counters.clone()));
+    let metrics = match cfg.metrics_listen {
+        Some(addr) => Some(MetricsServer::spawn(
+            addr,
+            Sources {
+                counters: counters.clone(),
+                buffer: buffer.clone(),
+                buffer_capacity: cfg.buffer_capacity,
+            },
+        )?),
+        None => None,
+    };
     let epoch = rand::random_range(1..=u32::MAX);
     let token: u64 = rand::random();
     let tracer = if cfg.trace_enabled {
@@ -178,6 +192,11 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
             gateway: ifname.as_deref().and_then(discovery::gateway),
         });
     }
+    // Nothing is answered or trusted until the controller hands out the probe keys.
+    let closed = Arc::new(GuardSettings::closed());
+    for (_, engine) in &engines {
+        engine.send(Command::Guard(closed.clone()))?;
+    }
     if !udp_loop.is_empty() {
         udp_loop.spawn()?;
     }
@@ -258,6 +277,7 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
         tracer,
         service,
         sampler,
+        metrics,
         control,
         uploader,
     })
@@ -317,6 +337,11 @@ impl AgentHandle {
             .map(|r| r.host_id)
     }
 
+    /// Where `/metrics` is served, when `metrics_listen` is set.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics.as_ref().map(MetricsServer::local_addr)
+    }
+
     /// This incarnation's epoch.
     pub fn epoch(&self) -> u32 {
         self.epoch
@@ -361,6 +386,9 @@ impl AgentHandle {
             .uploader
             .join()
             .map_err(|_| anyhow::anyhow!("upload thread panicked"));
+        if let Some(m) = self.metrics {
+            result = result.and(m.stop());
+        }
         result.and(upload)
     }
 }

@@ -3,7 +3,7 @@
 use anyhow::{Context, Result, bail, ensure};
 use rocemesh_proto::api::{MAX_NAME_LEN, MAX_RNICS_PER_HOST};
 use serde::Deserialize;
-use std::net::IpAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 /// Default UDP port of every responder (RoCE uses 4791; we sit next to it).
@@ -68,6 +68,23 @@ pub struct AgentConfig {
     /// How often buffered samples are POSTed to the controller, in ms.
     #[serde(default = "default_sample_upload_ms")]
     pub sample_upload_ms: u64,
+    /// File holding the bearer token of the server's `agent` role (read at start; the
+    /// binary also takes `--token-file` or `ROCEMESH_TOKEN`).
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// CA certificates (PEM) that https controller/analyzer URLs must chain to (default:
+    /// the public web roots). Invalid certificates are always refused.
+    #[serde(default)]
+    pub ca_file: Option<PathBuf>,
+    /// Client certificate chain (PEM) shown to a server that requires mutual TLS.
+    #[serde(default)]
+    pub client_cert_file: Option<PathBuf>,
+    /// Private key (PEM) of `client_cert_file`.
+    #[serde(default)]
+    pub client_key_file: Option<PathBuf>,
+    /// Serve the agent's self-metrics at `GET /metrics` on this address (off when unset).
+    #[serde(default)]
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 /// Which transport the RNIC engines use.
@@ -191,6 +208,11 @@ impl AgentConfig {
             sampling_enabled: true,
             sample_interval_ms: DEFAULT_SAMPLE_INTERVAL_MS,
             sample_upload_ms: DEFAULT_SAMPLE_UPLOAD_MS,
+            token_file: None,
+            ca_file: None,
+            client_cert_file: None,
+            client_key_file: None,
+            metrics_listen: None,
         }
     }
 

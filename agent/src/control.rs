@@ -1,12 +1,13 @@
 //! Control plane: registration with the controller (with backoff) and pinglist polling
 //! with ETags, handing each RNIC engine its identity and lists.
 
+use crate::http_client::http_agent;
 use crate::probe::engine::{Command, EngineHandle};
+use crate::probe::guard::GuardSettings;
 use crate::stats::Counters;
 use crate::stop::StopSignal;
-use crate::upload::http_agent;
 use anyhow::{Context, Result, bail};
-use rocemesh_proto::api::{API_PREFIX, Pinglist, RegisterRequest, RegisterResponse};
+use rocemesh_proto::api::{API_PREFIX, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -84,7 +85,13 @@ impl ControlClient {
                 .limit(64 * 1024)
                 .read_to_string()
                 .unwrap_or_default();
-            bail!("POST {url}: HTTP {}: {}", resp.status(), body.trim());
+            let hint = match resp.status().as_u16() {
+                401 | 403 => {
+                    " (the server refused this agent's credential: set the agent token with --token-file or ROCEMESH_TOKEN)"
+                }
+                _ => "",
+            };
+            bail!("POST {url}: HTTP {}: {}{hint}", resp.status(), body.trim());
         }
         resp.body_mut()
             .with_config()
@@ -220,13 +227,32 @@ impl ControlLoop {
                 None => tracing::warn!(rnic = %name, "controller returned no id for this RNIC"),
             }
         }
+        self.apply_probe_auth(resp.probe_auth.as_ref());
         self.counters.registrations.fetch_add(1, Relaxed);
         tracing::info!(host_id = reg.host_id, analyzer = %reg.analyzer_url, "registered");
         *self.registration.lock().unwrap_or_else(|p| p.into_inner()) = Some(reg.clone());
         reg
     }
 
+    /// Hands every engine the controller's probe keys and answer limit; unusable settings
+    /// are logged and the engines keep what they have.
+    fn apply_probe_auth(&self, auth: Option<&ProbeAuth>) {
+        let settings = match GuardSettings::from_api(auth) {
+            Ok(s) => Arc::new(s),
+            Err(e) => {
+                tracing::warn!(error = %format!("{e:#}"), "unusable probe keys from the controller; keeping the current ones");
+                return;
+            }
+        };
+        for (name, engine) in self.engines.iter() {
+            if let Err(e) = engine.send(Command::Guard(settings.clone())) {
+                tracing::warn!(rnic = %name, error = %e, "cannot hand the RNIC its probe keys");
+            }
+        }
+    }
+
     fn apply_pinglist(&self, list: &Pinglist, reg: &Registration) {
+        self.apply_probe_auth(list.probe_auth.as_ref());
         let timeout = Duration::from_millis(list.timeout_ms.clamp(1, 60_000));
         for ((name, engine), id) in self.engines.iter().zip(&reg.rnic_ids) {
             let lists = id

@@ -15,6 +15,8 @@ mod agent;
 pub mod config;
 pub mod control;
 pub mod discovery;
+pub mod http_client;
+pub mod metrics;
 pub mod probe;
 pub mod sample;
 pub mod service;

@@ -1,5 +1,6 @@
 //! Lock-free counters shared by every thread of the agent, and their snapshot.
 
+use crate::probe::guard::REJECT_REASONS;
 use rocemesh_proto::{PacketError, ProbeStatus, TimestampSource};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -22,7 +23,10 @@ pub struct Counters {
     results_by_source: [AtomicU64; 3],
     /// ACK1 + ACK2 packets sent by responders.
     pub acks_sent: AtomicU64,
+    /// ACK1 + ACK2 packets received that matched an outstanding probe.
+    pub acks_received: AtomicU64,
     drops: [AtomicU64; 5],
+    rejected: [AtomicU64; REJECT_REASONS.len()],
     /// PROBEs for a QPN or RNIC id that is not ours (dropped silently).
     pub stale_qpn: AtomicU64,
     /// ACKs that match no outstanding probe.
@@ -96,6 +100,15 @@ impl Counters {
         self.drops[i].fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Counts one well-formed packet the probe guard refused (`Reject::reason`).
+    pub fn count_reject(&self, reason: &str) {
+        let i = REJECT_REASONS
+            .iter()
+            .position(|r| *r == reason)
+            .unwrap_or(REJECT_REASONS.len() - 1);
+        self.rejected[i].fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Takes a consistent-enough snapshot for reporting (`buffer_len` filled by the caller).
     pub fn snapshot(&self, buffer_len: usize) -> AgentStats {
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
@@ -118,9 +131,15 @@ impl Counters {
                 .map(|s| (s.as_str(), get(&self.results_by_source[*s as usize])))
                 .collect(),
             acks_sent: get(&self.acks_sent),
+            acks_received: get(&self.acks_received),
             drops_by_reason: DROP_REASONS
                 .iter()
                 .zip(&self.drops)
+                .map(|(r, c)| (*r, get(c)))
+                .collect(),
+            rejected_by_reason: REJECT_REASONS
+                .iter()
+                .zip(&self.rejected)
                 .map(|(r, c)| (*r, get(c)))
                 .collect(),
             stale_qpn: get(&self.stale_qpn),
@@ -186,8 +205,13 @@ pub struct AgentStats {
     pub results_by_ts_source: BTreeMap<&'static str, u64>,
     /// ACK1 + ACK2 sent.
     pub acks_sent: u64,
+    /// Matched ACK1 + ACK2 received.
+    pub acks_received: u64,
     /// Dropped datagrams per `PacketError::reason`.
     pub drops_by_reason: BTreeMap<&'static str, u64>,
+    /// Packets refused by the probe guard per reason (`no_key`, `untagged`,
+    /// `unknown_key`, `bad_tag`, `rate_limited`): never answered nor trusted.
+    pub rejected_by_reason: BTreeMap<&'static str, u64>,
     /// PROBEs for a QPN/RNIC that is not ours.
     pub stale_qpn: u64,
     /// ACKs matching no outstanding probe.

@@ -81,6 +81,7 @@ fn controller(
                     host_id: HOST_ID,
                     version: "v1".into(),
                     timeout_ms: 300,
+                    probe_auth: None,
                     rnics: vec![RnicPinglist {
                         rnic_id: RNIC_ID,
                         lists: vec![ProbeList {

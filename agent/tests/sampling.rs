@@ -32,7 +32,10 @@ fn controller(seen: Arc<Mutex<Seen>>) -> impl Fn(&Request) -> Response {
     move |req| match (req.method.as_str(), req.path.as_str()) {
         ("POST", "/api/v1/agents/register") => {
             let r: RegisterRequest = serde_json::from_slice(&req.body).unwrap();
-            Response::json(200, common::register_reply(&r, HOST_ID, RNIC_ID, None, 60_000, 60_000))
+            Response::json(
+                200,
+                common::register_reply(&r, HOST_ID, RNIC_ID, None, 60_000, 60_000),
+            )
         }
         ("POST", "/api/v1/throughput") => {
             if !req

@@ -85,6 +85,7 @@ fn stand_in(cluster: Arc<Mutex<Cluster>>) -> impl Fn(&Request) -> Response {
                     version: "v0".into(),
                     timeout_ms: 300,
                     rnics: Vec::new(),
+                    probe_auth: None,
                 },
             );
             r.headers.push(("ETag".into(), "\"v0\"".into()));

@@ -124,10 +124,12 @@ impl Btf {
             source: e,
         })?;
         match (module, module_data) {
-            (Some(m), Some(data)) => Btf::parse_split(data, vmlinux).map_err(|e| BtfLoadError::Parse {
-                path: dir.join(m),
-                source: e,
-            }),
+            (Some(m), Some(data)) => {
+                Btf::parse_split(data, vmlinux).map_err(|e| BtfLoadError::Parse {
+                    path: dir.join(m),
+                    source: e,
+                })
+            }
             _ => Ok(vmlinux),
         }
     }

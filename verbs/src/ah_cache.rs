@@ -50,7 +50,11 @@ impl<H> AhCache<H> {
 
     /// The handle for `key`, created with `create` on a miss (evicting the least
     /// recently used handle when full). A failed `create` changes nothing.
-    pub fn get_or_create<E>(&mut self, key: AhKey, create: impl FnOnce() -> Result<H, E>) -> Result<Arc<H>, E> {
+    pub fn get_or_create<E>(
+        &mut self,
+        key: AhKey,
+        create: impl FnOnce() -> Result<H, E>,
+    ) -> Result<Arc<H>, E> {
         self.clock += 1;
         let now = self.clock;
         if let Some((handle, used)) = self.entries.get_mut(&key) {
@@ -61,7 +65,9 @@ impl<H> AhCache<H> {
         }
         let handle = Arc::new(create()?);
         while self.entries.len() >= self.capacity {
-            let Some((_, oldest)) = self.by_age.pop_first() else { break };
+            let Some((_, oldest)) = self.by_age.pop_first() else {
+                break;
+            };
             self.entries.remove(&oldest);
         }
         self.entries.insert(key, (Arc::clone(&handle), now));
@@ -71,7 +77,12 @@ impl<H> AhCache<H> {
 
     /// Drops every handle towards `dgid` (the peer moved or its GID changed); returns how many.
     pub fn invalidate_gid(&mut self, dgid: Gid) -> usize {
-        let stale: Vec<(AhKey, u64)> = self.entries.iter().filter(|(k, _)| k.dgid == dgid).map(|(k, (_, used))| (*k, *used)).collect();
+        let stale: Vec<(AhKey, u64)> = self
+            .entries
+            .iter()
+            .filter(|(k, _)| k.dgid == dgid)
+            .map(|(k, (_, used))| (*k, *used))
+            .collect();
         for (key, used) in &stale {
             self.entries.remove(key);
             self.by_age.remove(used);
@@ -120,7 +131,8 @@ mod tests {
         }
         assert_eq!(created, 1);
         // same GID, other flow label: another handle
-        c.get_or_create(key(1, 8), || Ok::<_, ()>(Fake(2, &drops))).unwrap();
+        c.get_or_create(key(1, 8), || Ok::<_, ()>(Fake(2, &drops)))
+            .unwrap();
         assert_eq!(c.len(), 2);
     }
 
@@ -128,15 +140,27 @@ mod tests {
     fn the_least_recently_used_is_evicted_and_destroyed() {
         let drops = AtomicUsize::new(0);
         let mut c = AhCache::new(2);
-        c.get_or_create(key(1, 1), || Ok::<_, ()>(Fake(1, &drops))).unwrap();
-        c.get_or_create(key(2, 1), || Ok::<_, ()>(Fake(2, &drops))).unwrap();
-        c.get_or_create(key(1, 1), || Ok::<_, ()>(Fake(99, &drops))).unwrap(); // touch 1
-        c.get_or_create(key(3, 1), || Ok::<_, ()>(Fake(3, &drops))).unwrap(); // evicts 2
+        c.get_or_create(key(1, 1), || Ok::<_, ()>(Fake(1, &drops)))
+            .unwrap();
+        c.get_or_create(key(2, 1), || Ok::<_, ()>(Fake(2, &drops)))
+            .unwrap();
+        c.get_or_create(key(1, 1), || Ok::<_, ()>(Fake(99, &drops)))
+            .unwrap(); // touch 1
+        c.get_or_create(key(3, 1), || Ok::<_, ()>(Fake(3, &drops)))
+            .unwrap(); // evicts 2
         assert_eq!(c.len(), 2);
-        assert_eq!(drops.load(Ordering::SeqCst), 1, "a hit creates nothing; Fake(2) was evicted");
-        let again = c.get_or_create(key(2, 1), || Ok::<_, ()>(Fake(22, &drops))).unwrap();
+        assert_eq!(
+            drops.load(Ordering::SeqCst),
+            1,
+            "a hit creates nothing; Fake(2) was evicted"
+        );
+        let again = c
+            .get_or_create(key(2, 1), || Ok::<_, ()>(Fake(22, &drops)))
+            .unwrap();
         assert_eq!(again.0, 22);
-        let one = c.get_or_create(key(3, 1), || Ok::<_, ()>(Fake(0, &drops))).unwrap();
+        let one = c
+            .get_or_create(key(3, 1), || Ok::<_, ()>(Fake(0, &drops)))
+            .unwrap();
         assert_eq!(one.0, 3);
     }
 
@@ -144,8 +168,11 @@ mod tests {
     fn an_evicted_handle_in_use_lives_until_released() {
         let drops = AtomicUsize::new(0);
         let mut c = AhCache::new(1);
-        let in_flight = c.get_or_create(key(1, 1), || Ok::<_, ()>(Fake(1, &drops))).unwrap();
-        c.get_or_create(key(2, 1), || Ok::<_, ()>(Fake(2, &drops))).unwrap();
+        let in_flight = c
+            .get_or_create(key(1, 1), || Ok::<_, ()>(Fake(1, &drops)))
+            .unwrap();
+        c.get_or_create(key(2, 1), || Ok::<_, ()>(Fake(2, &drops)))
+            .unwrap();
         assert_eq!(drops.load(Ordering::SeqCst), 0);
         drop(in_flight);
         assert_eq!(drops.load(Ordering::SeqCst), 1);
@@ -155,11 +182,18 @@ mod tests {
     fn a_failed_create_changes_nothing() {
         let drops = AtomicUsize::new(0);
         let mut c = AhCache::new(1);
-        c.get_or_create(key(1, 1), || Ok::<_, &str>(Fake(1, &drops))).unwrap();
-        assert_eq!(c.get_or_create(key(2, 1), || Err("ENOMEM")).err(), Some("ENOMEM"));
+        c.get_or_create(key(1, 1), || Ok::<_, &str>(Fake(1, &drops)))
+            .unwrap();
+        assert_eq!(
+            c.get_or_create(key(2, 1), || Err("ENOMEM")).err(),
+            Some("ENOMEM")
+        );
         assert_eq!(c.len(), 1);
         assert_eq!(drops.load(Ordering::SeqCst), 0);
-        assert_eq!(c.get_or_create(key(1, 1), || Err("unused")).map(|h| h.0), Ok(1));
+        assert_eq!(
+            c.get_or_create(key(1, 1), || Err("unused")).map(|h| h.0),
+            Ok(1)
+        );
     }
 
     #[test]
@@ -167,15 +201,18 @@ mod tests {
         let drops = AtomicUsize::new(0);
         let mut c = AhCache::new(8);
         for fl in 1..=3 {
-            c.get_or_create(key(1, fl), || Ok::<_, ()>(Fake(fl, &drops))).unwrap();
+            c.get_or_create(key(1, fl), || Ok::<_, ()>(Fake(fl, &drops)))
+                .unwrap();
         }
-        c.get_or_create(key(2, 1), || Ok::<_, ()>(Fake(9, &drops))).unwrap();
+        c.get_or_create(key(2, 1), || Ok::<_, ()>(Fake(9, &drops)))
+            .unwrap();
         assert_eq!(c.invalidate_gid(key(1, 0).dgid), 3);
         assert_eq!((c.len(), drops.load(Ordering::SeqCst)), (1, 3));
         assert_eq!(c.invalidate_gid(key(1, 0).dgid), 0);
         // LRU order survives invalidation: filling up evicts cleanly
         for fl in 10..20 {
-            c.get_or_create(key(3, fl), || Ok::<_, ()>(Fake(fl, &drops))).unwrap();
+            c.get_or_create(key(3, fl), || Ok::<_, ()>(Fake(fl, &drops)))
+                .unwrap();
         }
         assert_eq!(c.len(), 8);
         c.clear();

@@ -19,10 +19,15 @@ pub fn rdma_device_names() -> Result<Vec<String>, VerbsError> {
 /// Device names from `ibv_get_device_list`, which returns NULL (errno ENOSYS), not an
 /// empty list, on a kernel without the RDMA subsystem.
 pub(crate) fn device_names(lib: &Libibverbs) -> Result<Vec<String>, VerbsError> {
-    with_device_list(lib, |devices| devices.iter().map(|&d| device_name(lib, d)).collect())
+    with_device_list(lib, |devices| {
+        devices.iter().map(|&d| device_name(lib, d)).collect()
+    })
 }
 
-fn with_device_list<T>(lib: &Libibverbs, f: impl FnOnce(&[*mut ibv_device]) -> T) -> Result<T, VerbsError> {
+fn with_device_list<T>(
+    lib: &Libibverbs,
+    f: impl FnOnce(&[*mut ibv_device]) -> T,
+) -> Result<T, VerbsError> {
     let mut n: libc::c_int = 0;
     // SAFETY: valid out pointer; the list is freed below.
     let list = unsafe { (lib.ibv_get_device_list)(&mut n) };
@@ -53,7 +58,9 @@ fn device_name(lib: &Libibverbs, device: *mut ibv_device) -> String {
         return String::new();
     }
     // SAFETY: NUL-terminated name inside the device struct.
-    unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    unsafe { CStr::from_ptr(name) }
+        .to_string_lossy()
+        .into_owned()
 }
 
 /// Device capabilities the transport depends on.
@@ -94,7 +101,10 @@ impl Device {
             match found {
                 // SAFETY: a device from the live list; the context outlives the list.
                 Some(&d) => Ok(unsafe { (lib.ibv_open_device)(d) }),
-                None => Err(devices.iter().map(|&d| device_name(&lib, d)).collect::<Vec<_>>()),
+                None => Err(devices
+                    .iter()
+                    .map(|&d| device_name(&lib, d))
+                    .collect::<Vec<_>>()),
             }
         })?;
         let ctx = match opened {
@@ -151,7 +161,8 @@ impl Device {
     /// `ibv_query_gid`: the GID the device itself has at `index`.
     pub(crate) fn gid(&self, port: u8, index: u32) -> Result<Gid, VerbsError> {
         let mut gid = ibv_gid::default();
-        let index = libc::c_int::try_from(index).map_err(|_| VerbsError::Config(format!("GID index {index} too large")))?;
+        let index = libc::c_int::try_from(index)
+            .map_err(|_| VerbsError::Config(format!("GID index {index} too large")))?;
         // SAFETY: live context, valid out pointer.
         if unsafe { (self.lib.ibv_query_gid)(self.ctx, port, index, &mut gid) } != 0 {
             return Err(VerbsError::last_os("ibv_query_gid"));
@@ -178,19 +189,28 @@ mod tests {
     fn the_device_list_explains_why_there_are_no_devices() {
         let rdma_present = std::path::Path::new("/sys/class/infiniband_verbs").exists();
         let lib = Arc::new(Libibverbs::load().unwrap());
-        let open_err = Device::open(Arc::clone(&lib), "no_such_rdma_dev").err().unwrap();
+        let open_err = Device::open(Arc::clone(&lib), "no_such_rdma_dev")
+            .err()
+            .unwrap();
         match rdma_device_names() {
             Err(e) if !rdma_present => {
                 assert_eq!(
                     e.to_string(),
                     "no RDMA devices: ibv_get_device_list failed with ENOSYS (the kernel has no RDMA subsystem: ib_uverbs not loaded, /sys/class/infiniband_verbs missing)"
                 );
-                assert!(matches!(open_err, VerbsError::NoRdmaSubsystem), "{open_err}");
+                assert!(
+                    matches!(open_err, VerbsError::NoRdmaSubsystem),
+                    "{open_err}"
+                );
             }
-            Err(VerbsError::NoDevices) => assert!(rdma_present && matches!(open_err, VerbsError::NoDevices)),
+            Err(VerbsError::NoDevices) => {
+                assert!(rdma_present && matches!(open_err, VerbsError::NoDevices))
+            }
             Ok(names) => {
                 assert!(rdma_present && names.iter().all(|n| !n.is_empty()));
-                assert!(matches!(open_err, VerbsError::NoSuchDevice { ref available, .. } if *available == names));
+                assert!(
+                    matches!(open_err, VerbsError::NoSuchDevice { ref available, .. } if *available == names)
+                );
             }
             Err(other) => panic!("unexpected: {other}"),
         }

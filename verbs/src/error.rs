@@ -10,7 +10,9 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum VerbsError {
     /// libibverbs could not be loaded (not installed, or not on the loader path).
-    #[error("RDMA verbs unavailable: cannot load libibverbs ({library}): {reason}; install the libibverbs1 (rdma-core) package or use the udp transport")]
+    #[error(
+        "RDMA verbs unavailable: cannot load libibverbs ({library}): {reason}; install the libibverbs1 (rdma-core) package or use the udp transport"
+    )]
     LibraryMissing {
         /// The file name(s) tried.
         library: String,
@@ -127,8 +129,12 @@ impl From<VerbsError> for io::Error {
     fn from(e: VerbsError) -> Self {
         match e {
             VerbsError::SendQueueFull(_) => io::Error::new(io::ErrorKind::WouldBlock, e),
-            VerbsError::Verb { source, call } => io::Error::new(source.kind(), format!("{call} failed: {source}")),
-            VerbsError::SourcePortOutOfRange(_) | VerbsError::Config(_) => io::Error::new(io::ErrorKind::InvalidInput, e),
+            VerbsError::Verb { source, call } => {
+                io::Error::new(source.kind(), format!("{call} failed: {source}"))
+            }
+            VerbsError::SourcePortOutOfRange(_) | VerbsError::Config(_) => {
+                io::Error::new(io::ErrorKind::InvalidInput, e)
+            }
             other => io::Error::other(other),
         }
     }

@@ -48,7 +48,11 @@ mod tests {
             let fl = sport_to_flow_label(sport).unwrap();
             assert_ne!(fl, 0);
             assert_eq!(fl & !FLOW_LABEL_MASK, 0);
-            assert_eq!(flow_label_to_udp_sport(fl), sport, "sport {sport:#x} via fl {fl:#x}");
+            assert_eq!(
+                flow_label_to_udp_sport(fl),
+                sport,
+                "sport {sport:#x} via fl {fl:#x}"
+            );
         }
     }
 

@@ -83,7 +83,10 @@ mod tests {
     #[test]
     fn ipv4_maps_to_ffff_prefix_and_back() {
         let gid = Gid::from_ip("10.1.2.3".parse().unwrap());
-        assert_eq!(gid.0, [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3]);
+        assert_eq!(
+            gid.0,
+            [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 10, 1, 2, 3]
+        );
         assert!(gid.is_ipv4_mapped());
         assert_eq!(gid.to_ip(), "10.1.2.3".parse::<IpAddr>().unwrap());
     }
@@ -101,7 +104,10 @@ mod tests {
     fn sysfs_spelling_parses_and_rejects_garbage() {
         let gid = Gid::parse_sysfs("0000:0000:0000:0000:0000:ffff:0a01:0203\n").unwrap();
         assert_eq!(gid.to_ip(), "10.1.2.3".parse::<IpAddr>().unwrap());
-        assert_eq!(Gid::parse_sysfs("0000:0000:0000:0000:0000:0000:0000:0000"), Some(Gid::ZERO));
+        assert_eq!(
+            Gid::parse_sysfs("0000:0000:0000:0000:0000:0000:0000:0000"),
+            Some(Gid::ZERO)
+        );
         for bad in [
             "",
             "fe80::1",

@@ -110,7 +110,10 @@ impl SysfsGids {
                 available: self.devices()?,
             });
         }
-        let mut ports: Vec<u8> = dir_names(&dir)?.iter().filter_map(|n| n.parse().ok()).collect();
+        let mut ports: Vec<u8> = dir_names(&dir)?
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect();
         ports.sort_unstable();
         Ok(ports)
     }
@@ -119,14 +122,25 @@ impl SysfsGids {
     pub fn table(&self, device: &str, port: u8) -> Result<Vec<GidEntry>, VerbsError> {
         let port_dir = self.root.join(device).join("ports").join(port.to_string());
         let gids_dir = port_dir.join("gids");
-        let mut indices: Vec<u32> = dir_names(&gids_dir)?.iter().filter_map(|n| n.parse().ok()).collect();
+        let mut indices: Vec<u32> = dir_names(&gids_dir)?
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect();
         indices.sort_unstable();
-        Ok(indices.into_iter().filter_map(|i| self.entry_in(&port_dir, device, port, i)).collect())
+        Ok(indices
+            .into_iter()
+            .filter_map(|i| self.entry_in(&port_dir, device, port, i))
+            .collect())
     }
 
     /// One slot, `None` when empty, unreadable or without a type.
     pub fn entry(&self, device: &str, port: u8, index: u32) -> Option<GidEntry> {
-        self.entry_in(&self.root.join(device).join("ports").join(port.to_string()), device, port, index)
+        self.entry_in(
+            &self.root.join(device).join("ports").join(port.to_string()),
+            device,
+            port,
+            index,
+        )
     }
 
     fn entry_in(&self, port_dir: &Path, device: &str, port: u8, index: u32) -> Option<GidEntry> {
@@ -136,7 +150,8 @@ impl SysfsGids {
             return None;
         }
         // The kernel refuses to read the type of an empty slot (EINVAL).
-        let kind = GidKind::parse(&fs::read_to_string(port_dir.join("gid_attrs/types").join(&name)).ok()?);
+        let kind =
+            GidKind::parse(&fs::read_to_string(port_dir.join("gid_attrs/types").join(&name)).ok()?);
         let netdev = fs::read_to_string(port_dir.join("gid_attrs/ndevs").join(&name))
             .ok()
             .map(|s| s.trim().to_string())
@@ -165,7 +180,11 @@ impl SysfsGids {
                 vec![name.clone()]
             }
             None if sel.ip.is_some() => self.devices()?,
-            None => return Err(VerbsError::Config("select the RDMA device by name or by IP".into())),
+            None => {
+                return Err(VerbsError::Config(
+                    "select the RDMA device by name or by IP".into(),
+                ));
+            }
         };
         if let Some(index) = sel.gid_index {
             return self.forced(&devices, sel, index);
@@ -192,19 +211,29 @@ impl SysfsGids {
                 .find(|e| e.gid.is_ipv4_mapped())
                 .or_else(|| seen.iter().filter(roce_v2).find(|e| !is_link_local(e.gid))),
         };
-        chosen.cloned().ok_or_else(|| no_gid_error(sel, &devices, &seen))
+        chosen
+            .cloned()
+            .ok_or_else(|| no_gid_error(sel, &devices, &seen))
     }
 
-    fn forced(&self, devices: &[String], sel: &GidSelector, index: u32) -> Result<GidEntry, VerbsError> {
+    fn forced(
+        &self,
+        devices: &[String],
+        sel: &GidSelector,
+        index: u32,
+    ) -> Result<GidEntry, VerbsError> {
         let [device] = devices else {
-            return Err(VerbsError::Config("a GID index override needs the RDMA device name".into()));
+            return Err(VerbsError::Config(
+                "a GID index override needs the RDMA device name".into(),
+            ));
         };
         let port = sel.port.unwrap_or(1);
-        self.entry(device, port, index).ok_or_else(|| VerbsError::BadGidIndex {
-            device: device.clone(),
-            port,
-            index,
-        })
+        self.entry(device, port, index)
+            .ok_or_else(|| VerbsError::BadGidIndex {
+                device: device.clone(),
+                port,
+                index,
+            })
     }
 }
 
@@ -218,7 +247,16 @@ fn no_gid_error(sel: &GidSelector, devices: &[String], seen: &[GidEntry]) -> Ver
     } else {
         let listed: Vec<String> = seen
             .iter()
-            .map(|e| format!("{}:{}[{}]={} ({:?})", e.device, e.port, e.index, e.gid.to_ip(), e.kind))
+            .map(|e| {
+                format!(
+                    "{}:{}[{}]={} ({:?})",
+                    e.device,
+                    e.port,
+                    e.index,
+                    e.gid.to_ip(),
+                    e.kind
+                )
+            })
             .collect();
         format!("found only {}", listed.join(", "))
     };
@@ -255,10 +293,22 @@ mod tests {
             for sub in ["gids", "gid_attrs/types", "gid_attrs/ndevs"] {
                 fs::create_dir_all(port_dir.join(sub)).unwrap();
             }
-            fs::write(port_dir.join("gids").join(index.to_string()), format!("{gid}\n")).unwrap();
+            fs::write(
+                port_dir.join("gids").join(index.to_string()),
+                format!("{gid}\n"),
+            )
+            .unwrap();
             if let Some(kind) = kind {
-                fs::write(port_dir.join("gid_attrs/types").join(index.to_string()), format!("{kind}\n")).unwrap();
-                fs::write(port_dir.join("gid_attrs/ndevs").join(index.to_string()), "eth2\n").unwrap();
+                fs::write(
+                    port_dir.join("gid_attrs/types").join(index.to_string()),
+                    format!("{kind}\n"),
+                )
+                .unwrap();
+                fs::write(
+                    port_dir.join("gid_attrs/ndevs").join(index.to_string()),
+                    "eth2\n",
+                )
+                .unwrap();
             }
         }
         dir
@@ -291,7 +341,10 @@ mod tests {
         assert_eq!(sys.devices().unwrap(), vec!["mlx5_0", "mlx5_1"]);
         assert_eq!(sys.ports("mlx5_0").unwrap(), vec![1]);
         let table = sys.table("mlx5_0", 1).unwrap();
-        assert_eq!(table.iter().map(|e| e.index).collect::<Vec<_>>(), vec![0, 1, 2, 3]);
+        assert_eq!(
+            table.iter().map(|e| e.index).collect::<Vec<_>>(),
+            vec![0, 1, 2, 3]
+        );
         assert_eq!(table[3].kind, GidKind::RoceV2);
         assert_eq!(table[2].kind, GidKind::IbOrRoceV1);
         assert_eq!(table[3].netdev.as_deref(), Some("eth2"));
@@ -340,7 +393,10 @@ mod tests {
             })
             .unwrap();
         assert_eq!(e.index, 3);
-        let only_v6 = fake_sysfs(&[("rxe0", 1, 1, LINK_LOCAL, Some("RoCE v2")), ("rxe0", 1, 2, V6_FD00_1, Some("RoCE v2"))]);
+        let only_v6 = fake_sysfs(&[
+            ("rxe0", 1, 1, LINK_LOCAL, Some("RoCE v2")),
+            ("rxe0", 1, 2, V6_FD00_1, Some("RoCE v2")),
+        ]);
         let e = SysfsGids::new(only_v6.path())
             .select(&GidSelector {
                 device: Some("rxe0".into()),
@@ -359,7 +415,10 @@ mod tests {
             gid_index: Some(1),
             ..Default::default()
         };
-        assert_eq!(sys.select(&sel).unwrap().gid.to_ip().to_string(), "fe80::a00:27ff:fe00:1");
+        assert_eq!(
+            sys.select(&sel).unwrap().gid.to_ip().to_string(),
+            "fe80::a00:27ff:fe00:1"
+        );
         let empty = GidSelector {
             gid_index: Some(4),
             ..sel.clone()
@@ -398,7 +457,10 @@ mod tests {
                 ..Default::default()
             })
             .unwrap_err();
-        assert_eq!(err.to_string(), "no RDMA device named \"mlx4_0\" (available: mlx5_0, mlx5_1)");
+        assert_eq!(
+            err.to_string(),
+            "no RDMA device named \"mlx4_0\" (available: mlx5_0, mlx5_1)"
+        );
         let v1_only = fake_sysfs(&[("mlx4_0", 1, 0, V4_10_0_0_1, Some("IB/RoCE v1"))]);
         let err = SysfsGids::new(v1_only.path())
             .select(&GidSelector {
@@ -420,12 +482,18 @@ mod tests {
             .to_string()
             .contains("does not exist (no RDMA driver loaded)")
         );
-        assert!(matches!(sys.select(&GidSelector::default()), Err(VerbsError::Config(_))));
+        assert!(matches!(
+            sys.select(&GidSelector::default()),
+            Err(VerbsError::Config(_))
+        ));
     }
 
     #[test]
     fn garbage_in_sysfs_is_skipped_not_fatal() {
-        let dir = fake_sysfs(&[("mlx5_0", 1, 0, "not a gid", Some("RoCE v2")), ("mlx5_0", 1, 1, V4_10_0_0_1, Some("RoCE v2"))]);
+        let dir = fake_sysfs(&[
+            ("mlx5_0", 1, 0, "not a gid", Some("RoCE v2")),
+            ("mlx5_0", 1, 1, V4_10_0_0_1, Some("RoCE v2")),
+        ]);
         fs::write(dir.path().join("mlx5_0/ports/1/gids/junk"), "x").unwrap();
         let sys = SysfsGids::new(dir.path());
         assert_eq!(sys.table("mlx5_0", 1).unwrap().len(), 1);

@@ -56,7 +56,10 @@ pub enum GrhError {
 impl Grh {
     /// Parses the first [`GRH_LEN`] bytes of a UD receive buffer.
     pub fn parse(buf: &[u8]) -> Result<Self, GrhError> {
-        let grh: &[u8; GRH_LEN] = buf.get(..GRH_LEN).and_then(|b| b.try_into().ok()).ok_or(GrhError::Truncated(buf.len()))?;
+        let grh: &[u8; GRH_LEN] = buf
+            .get(..GRH_LEN)
+            .and_then(|b| b.try_into().ok())
+            .ok_or(GrhError::Truncated(buf.len()))?;
         let ipv4 = &grh[IPV4_OFFSET..];
         let ip6_version = grh[0] >> 4;
         let ip4_version = ipv4[0] >> 4;
@@ -71,7 +74,11 @@ impl Grh {
             // only a header with IHL 5 and a valid checksum is believed.
             ip4_ihl == 5 && ipv4_checksum_ok(ipv4)
         };
-        Ok(if is_v4 { Self::parse_v4(ipv4) } else { Self::parse_v6(grh) })
+        Ok(if is_v4 {
+            Self::parse_v4(ipv4)
+        } else {
+            Self::parse_v6(grh)
+        })
     }
 
     fn parse_v6(grh: &[u8; GRH_LEN]) -> Self {
@@ -129,7 +136,13 @@ pub(crate) mod tests {
     use super::*;
 
     /// A GRH area as a NIC writes it for RoCEv2 over IPv4 (first 20 bytes `junk`).
-    pub(crate) fn ipv4_grh(junk: u8, tos: u8, ttl: u8, src: [u8; 4], dst: [u8; 4]) -> [u8; GRH_LEN] {
+    pub(crate) fn ipv4_grh(
+        junk: u8,
+        tos: u8,
+        ttl: u8,
+        src: [u8; 4],
+        dst: [u8; 4],
+    ) -> [u8; GRH_LEN] {
         let mut g = [junk; GRH_LEN];
         let ip = &mut g[IPV4_OFFSET..];
         ip[..12].copy_from_slice(&[0x45, tos, 0, 84, 0x12, 0x34, 0x40, 0, ttl, 17, 0, 0]);
@@ -147,7 +160,10 @@ pub(crate) mod tests {
         assert_eq!(grh.version, IpVersion::V4);
         assert_eq!(grh.sgid.to_ip().to_string(), "10.0.0.1");
         assert_eq!(grh.dgid.to_ip().to_string(), "10.0.0.2");
-        assert_eq!((grh.traffic_class, grh.hop_limit, grh.flow_label), (0x68, 63, 0));
+        assert_eq!(
+            (grh.traffic_class, grh.hop_limit, grh.flow_label),
+            (0x68, 63, 0)
+        );
     }
 
     #[test]
@@ -175,7 +191,10 @@ pub(crate) mod tests {
         g[24..40].copy_from_slice(&Gid::from_ip("fd00::2".parse().unwrap()).0);
         let grh = Grh::parse(&g).unwrap();
         assert_eq!(grh.version, IpVersion::V6);
-        assert_eq!((grh.traffic_class, grh.flow_label, grh.hop_limit), (0xA5, 0xB_CDEF, 9));
+        assert_eq!(
+            (grh.traffic_class, grh.flow_label, grh.hop_limit),
+            (0xA5, 0xB_CDEF, 9)
+        );
         assert_eq!(grh.sgid.to_string(), "fd00::1");
         assert_eq!(grh.dgid.to_string(), "fd00::2");
     }
@@ -183,6 +202,9 @@ pub(crate) mod tests {
     #[test]
     fn short_or_unknown_headers_are_errors() {
         assert_eq!(Grh::parse(&[0x60; 39]), Err(GrhError::Truncated(39)));
-        assert_eq!(Grh::parse(&[0u8; GRH_LEN]), Err(GrhError::UnknownVersion(0)));
+        assert_eq!(
+            Grh::parse(&[0u8; GRH_LEN]),
+            Err(GrhError::UnknownVersion(0))
+        );
     }
 }

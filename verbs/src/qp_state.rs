@@ -4,7 +4,9 @@
 //! UD QP; the state only advances when the modify call succeeded, so a failed modify
 //! leaves the machine (and the QP) where they were.
 
-use crate::ffi::consts::{IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_SQ_PSN, IBV_QP_STATE};
+use crate::ffi::consts::{
+    IBV_QP_PKEY_INDEX, IBV_QP_PORT, IBV_QP_QKEY, IBV_QP_SQ_PSN, IBV_QP_STATE,
+};
 use thiserror::Error;
 
 /// A QP state (`enum ibv_qp_state`, the values UD uses).
@@ -37,7 +39,9 @@ impl QpState {
 
 /// A transition the machine refused.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
-#[error("illegal UD QP transition {from:?} -> {to:?} (UD QPs go Reset -> Init -> Rtr -> Rts; any -> Error; any -> Reset)")]
+#[error(
+    "illegal UD QP transition {from:?} -> {to:?} (UD QPs go Reset -> Init -> Rtr -> Rts; any -> Error; any -> Reset)"
+)]
 pub struct QpStateError {
     /// State the QP is in.
     pub from: QpState,
@@ -60,7 +64,9 @@ impl Default for UdQpStateMachine {
 impl UdQpStateMachine {
     /// A freshly created QP: RESET.
     pub fn new() -> Self {
-        Self { state: QpState::Reset }
+        Self {
+            state: QpState::Reset,
+        }
     }
 
     /// The current state.
@@ -81,7 +87,11 @@ impl UdQpStateMachine {
     }
 
     /// Moves to `to` by calling `modify(attr_mask)`; the state changes only if it succeeds.
-    pub fn transition<E: From<QpStateError>>(&mut self, to: QpState, modify: impl FnOnce(u32) -> Result<(), E>) -> Result<(), E> {
+    pub fn transition<E: From<QpStateError>>(
+        &mut self,
+        to: QpState,
+        modify: impl FnOnce(u32) -> Result<(), E>,
+    ) -> Result<(), E> {
         let mask = self.attr_mask(to)?;
         modify(mask)?;
         self.state = to;
@@ -89,7 +99,10 @@ impl UdQpStateMachine {
     }
 
     /// Walks the QP up to RTS one legal step at a time (an errored QP is reset first).
-    pub fn bring_up<E: From<QpStateError>>(&mut self, mut modify: impl FnMut(QpState, u32) -> Result<(), E>) -> Result<(), E> {
+    pub fn bring_up<E: From<QpStateError>>(
+        &mut self,
+        mut modify: impl FnMut(QpState, u32) -> Result<(), E>,
+    ) -> Result<(), E> {
         loop {
             let next = match self.state {
                 QpState::Error => QpState::Reset,
@@ -131,7 +144,10 @@ mod tests {
         assert_eq!(
             calls,
             vec![
-                (QpState::Init, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY),
+                (
+                    QpState::Init,
+                    IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY
+                ),
                 (QpState::Rtr, IBV_QP_STATE),
                 (QpState::Rts, IBV_QP_STATE | IBV_QP_SQ_PSN),
             ]
@@ -141,7 +157,9 @@ mod tests {
     #[test]
     fn skipping_or_going_backwards_is_refused_without_calling_modify() {
         let mut m = UdQpStateMachine::new();
-        let r = m.transition(QpState::Rts, |_| -> Result<(), E> { panic!("modify must not be called") });
+        let r = m.transition(QpState::Rts, |_| -> Result<(), E> {
+            panic!("modify must not be called")
+        });
         assert_eq!(
             r,
             Err(E::State(QpStateError {
@@ -160,12 +178,19 @@ mod tests {
     #[test]
     fn a_failed_modify_leaves_the_state_unchanged() {
         let mut m = UdQpStateMachine::new();
-        assert_eq!(m.transition(QpState::Init, |_| Err(E::Modify)), Err(E::Modify));
+        assert_eq!(
+            m.transition(QpState::Init, |_| Err(E::Modify)),
+            Err(E::Modify)
+        );
         assert_eq!(m.state(), QpState::Reset);
         let mut n = 0;
         let r = m.bring_up(|to, _| {
             n += 1;
-            if to == QpState::Rtr { Err(E::Modify) } else { Ok(()) }
+            if to == QpState::Rtr {
+                Err(E::Modify)
+            } else {
+                Ok(())
+            }
         });
         assert_eq!(r, Err(E::Modify));
         assert_eq!((m.state(), n), (QpState::Init, 2));
@@ -187,15 +212,24 @@ mod tests {
             Ok::<_, E>(())
         })
         .unwrap();
-        assert_eq!(path, vec![QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts]);
+        assert_eq!(
+            path,
+            vec![QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts]
+        );
     }
 
     #[test]
     fn states_have_their_ibv_values() {
-        let v: Vec<u32> = [QpState::Reset, QpState::Init, QpState::Rtr, QpState::Rts, QpState::Error]
-            .iter()
-            .map(|s| s.as_ibv())
-            .collect();
+        let v: Vec<u32> = [
+            QpState::Reset,
+            QpState::Init,
+            QpState::Rtr,
+            QpState::Rts,
+            QpState::Error,
+        ]
+        .iter()
+        .map(|s| s.as_ibv())
+        .collect();
         assert_eq!(v, vec![0, 1, 2, 3, 6]);
     }
 }

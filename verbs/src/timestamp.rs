@@ -64,7 +64,10 @@ pub struct TickClock {
 
 impl TickClock {
     /// A converter for a device's `completion_timestamp_mask` and `hca_core_clock` (kHz).
-    pub fn new(completion_timestamp_mask: u64, hca_core_clock_khz: u64) -> Result<Self, TickClockError> {
+    pub fn new(
+        completion_timestamp_mask: u64,
+        hca_core_clock_khz: u64,
+    ) -> Result<Self, TickClockError> {
         if completion_timestamp_mask == 0 {
             return Err(TickClockError::NoTimestamps);
         }
@@ -134,8 +137,14 @@ mod tests {
 
     #[test]
     fn missing_capabilities_are_errors() {
-        assert_eq!(TickClock::new(0, 156_250).unwrap_err(), TickClockError::NoTimestamps);
-        assert_eq!(TickClock::new(MASK48, 0).unwrap_err(), TickClockError::NoCoreClock);
+        assert_eq!(
+            TickClock::new(0, 156_250).unwrap_err(),
+            TickClockError::NoTimestamps
+        );
+        assert_eq!(
+            TickClock::new(MASK48, 0).unwrap_err(),
+            TickClockError::NoCoreClock
+        );
     }
 
     #[test]
@@ -180,7 +189,10 @@ mod tests {
     fn extreme_values_do_not_overflow() {
         let mut c = TickClock::new(u64::MAX, 1).unwrap();
         assert_eq!(c.to_ns(u64::MAX), u64::MAX);
-        assert_eq!(c.ticks_to_ns(u128::from(u64::MAX)), u128::from(u64::MAX) * 1_000_000);
+        assert_eq!(
+            c.ticks_to_ns(u128::from(u64::MAX)),
+            u128::from(u64::MAX) * 1_000_000
+        );
         // bits outside the mask are ignored
         let mut m = TickClock::new(0xFFFF, 1_000_000).unwrap();
         assert_eq!(m.to_ns(0xABCD_0010), 0x10);
@@ -188,7 +200,10 @@ mod tests {
 
     #[test]
     fn clocks_map_to_protocol_sources() {
-        assert_eq!(StampClock::NicFreeRunning.source(), TimestampSource::Hardware);
+        assert_eq!(
+            StampClock::NicFreeRunning.source(),
+            TimestampSource::Hardware
+        );
         assert_eq!(StampClock::NicWallclock.source(), TimestampSource::Hardware);
         assert_eq!(StampClock::SoftwarePoll.source(), TimestampSource::Software);
     }

@@ -2,6 +2,7 @@
 //! [`EventLoop`] thread drives it (alone, or with the other RNICs' engines).
 
 use super::event_loop::{Driven, EventLoop, LoopThread};
+use super::guard::{GuardSettings, ProbeGuard};
 use super::prober::{AckOutcome, Prober};
 use super::responder::{Responder, ack_src_port};
 use super::schedule::Schedule;
@@ -56,6 +57,9 @@ pub enum Command {
     Lists(Vec<ProbeList>, Duration),
     /// The traced service flows to probe now (replaces the previous set; empty = none).
     ServiceTargets(Vec<PingTarget>),
+    /// Probe keys and answer limits from the controller (engines start with
+    /// [`GuardSettings::open`]; an agent sends [`GuardSettings::closed`] first).
+    Guard(Arc<GuardSettings>),
 }
 
 /// Control of one engine running on an [`EventLoop`] thread (alone or with others).
@@ -129,6 +133,7 @@ pub(super) fn build<T: Transport + 'static>(
     let engine = Engine {
         prober: Prober::new(id.qpn, id.token, id.max_outstanding),
         responder: Responder::new(id.qpn, id.port),
+        guard: ProbeGuard::new(Arc::new(GuardSettings::open())),
         schedule: Schedule::default(),
         transport,
         counters,
@@ -153,6 +158,7 @@ pub(super) fn build<T: Transport + 'static>(
 struct Engine<T> {
     prober: Prober,
     responder: Responder,
+    guard: ProbeGuard,
     schedule: Schedule,
     transport: T,
     counters: Arc<Counters>,
@@ -180,6 +186,8 @@ impl<T: Transport> Engine<T> {
 
     /// Handles every event the transport has without blocking.
     fn drain(&mut self) {
+        // Probe keys handed over before a packet arrived apply to that packet.
+        self.apply_commands();
         while let Some(ev) = self.transport.next_event() {
             self.handle(ev);
         }
@@ -205,6 +213,10 @@ impl<T: Transport> Engine<T> {
                     let now = self.clock_ns(Instant::now());
                     self.schedule.set_service(targets, now, &mut self.rng);
                 }
+                Command::Guard(settings) => {
+                    self.responder.set_sealer(settings.clone());
+                    self.guard.set(settings);
+                }
             }
         }
     }
@@ -228,7 +240,8 @@ impl<T: Transport> Engine<T> {
             let t1_wall_ns = rocemesh_proto::now_unix_ns();
             let t1 = Instant::now();
             let probe = probe.with_src_port(target.src_port);
-            match self.transport.send(&probe.encode(), to, target.src_port) {
+            let wire = self.guard.settings().encode(&probe);
+            match self.transport.send(&wire, to, target.src_port) {
                 Ok(tx) => {
                     self.counters.probes_sent.fetch_add(1, Relaxed);
                     if class == ProbeClass::Service {
@@ -303,6 +316,10 @@ impl<T: Transport> Engine<T> {
                         return;
                     }
                 };
+                if let Err(r) = self.guard.admit(&pkt, rx.payload(), rx.peer_ip, now) {
+                    self.counters.count_reject(r.reason());
+                    return;
+                }
                 match pkt.kind {
                     PacketKind::Probe => {
                         if self.responder.on_probe(
@@ -325,11 +342,11 @@ impl<T: Transport> Engine<T> {
                         }
                     }
                     PacketKind::Ack1 | PacketKind::Ack2 => {
-                        if self.prober.on_ack(&pkt, rx.stamp, now, &mut self.batch)
-                            == AckOutcome::Unmatched
-                        {
-                            self.counters.unmatched_ack.fetch_add(1, Relaxed);
+                        match self.prober.on_ack(&pkt, rx.stamp, now, &mut self.batch) {
+                            AckOutcome::Unmatched => &self.counters.unmatched_ack,
+                            AckOutcome::Recorded => &self.counters.acks_received,
                         }
+                        .fetch_add(1, Relaxed);
                     }
                     // A traceroute packet that reached its destination: counted, never answered.
                     PacketKind::Trace => {

@@ -1,10 +1,12 @@
 //! The six-timestamp probing protocol: what to probe when ([`schedule`]), the prober's
 //! outstanding probes ([`prober`]) and their arithmetic ([`rtt`]), the responder
 //! ([`responder`]), the per-RNIC engine tying them to a transport ([`engine`]) and the
-//! thread(s) driving the engines ([`event_loop`]).
+//! thread(s) driving the engines ([`event_loop`]), and the gate that authenticates and
+//! rate-limits what they receive ([`guard`]).
 
 pub mod engine;
 pub mod event_loop;
+pub mod guard;
 pub mod prober;
 pub mod responder;
 pub mod rtt;

@@ -1,10 +1,12 @@
 //! The responder: answers each PROBE for our QPN with ACK1 at once, then ACK2 carrying
 //! ④−③ as soon as ACK1's TX stamp ④ is known (or application times after ~10 ms).
 
+use super::guard::GuardSettings;
 use crate::stats::Counters;
 use crate::transport::{Endpoint, RxDatagram, Stamp, Transport, TxToken};
 use rocemesh_proto::{Packet, TimestampSource};
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
@@ -33,6 +35,8 @@ pub struct Responder {
     port: u16,
     pending: HashMap<TxToken, PendingAck2>,
     order: VecDeque<TxToken>,
+    /// Tags our ACKs when probe authentication is on.
+    sealer: Arc<GuardSettings>,
 }
 
 impl Responder {
@@ -44,7 +48,13 @@ impl Responder {
             port,
             pending: HashMap::new(),
             order: VecDeque::new(),
+            sealer: Arc::new(GuardSettings::open()),
         }
+    }
+
+    /// The probe settings our ACKs are tagged under from now on.
+    pub fn set_sealer(&mut self, sealer: Arc<GuardSettings>) {
+        self.sealer = sealer;
     }
 
     /// Sets our controller-assigned id; PROBEs naming another id are then dropped.
@@ -73,7 +83,7 @@ impl Responder {
             qpn: probe.prober_qpn,
         };
         let src_port = ack_src_port(probe, rx);
-        let token = match transport.send(&probe.ack1(self.qpn).encode(), to, src_port) {
+        let token = match transport.send(&self.sealer.encode(&probe.ack1(self.qpn)), to, src_port) {
             Ok(t) => t,
             Err(_) => {
                 counters.send_errors.fetch_add(1, Relaxed);
@@ -158,7 +168,7 @@ impl Responder {
     ) {
         let (delay, source) = responder_delay(p.t3, t4, p.t3_app, p.t4_app);
         let ack2 = p.probe.ack2(self.qpn, delay, source);
-        match transport.send_unstamped(&ack2.encode(), p.to, p.src_port) {
+        match transport.send_unstamped(&self.sealer.encode(&ack2), p.to, p.src_port) {
             Ok(_) => counters.acks_sent.fetch_add(1, Relaxed),
             Err(_) => counters.send_errors.fetch_add(1, Relaxed),
         };

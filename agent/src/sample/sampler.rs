@@ -24,14 +24,23 @@ pub struct Sampler {
 }
 
 impl Sampler {
-    /// A sampler of `sources` (one column each) whose grid starts now.
+    /// A sampler of `sources` (one column each) whose grid starts at the next multiple of
+    /// `interval` on the Unix clock, so every agent's intervals cover the same wall-clock
+    /// spans and the controller's series line up across hosts (a grid shifted by a fraction
+    /// of an interval moves a burst into the next sample and looks like a pipeline shift).
     pub fn new(sources: Vec<CounterSource>, interval: Duration) -> Self {
+        let interval = interval.max(Duration::from_millis(1));
+        let (origin, origin_ms) = grid_origin(
+            Instant::now(),
+            rocemesh_proto::now_unix_ms(),
+            interval.as_millis().max(1) as i64,
+        );
         Self {
             prev: vec![None; sources.len()],
             sources,
-            interval: interval.max(Duration::from_millis(1)),
-            origin: Instant::now(),
-            origin_ms: rocemesh_proto::now_unix_ms(),
+            interval,
+            origin,
+            origin_ms,
             last: None,
             failing: false,
         }
@@ -108,6 +117,15 @@ impl Sampler {
     }
 }
 
+/// The first grid point at or after `now_ms` (Unix ms) that is a multiple of `step_ms`,
+/// as a monotonic instant and in Unix ms.
+fn grid_origin(now: Instant, now_ms: i64, step_ms: i64) -> (Instant, i64) {
+    let origin_ms =
+        now_ms.div_euclid(step_ms) * step_ms + step_ms * i64::from(now_ms.rem_euclid(step_ms) != 0);
+    let wait = Duration::from_millis((origin_ms - now_ms).max(0) as u64);
+    (now + wait, origin_ms)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -116,6 +134,29 @@ mod tests {
     fn write(dir: &Path, tx: u64, rx: u64) {
         std::fs::write(dir.join("port_xmit_data"), format!("{tx}\n")).unwrap();
         std::fs::write(dir.join("port_rcv_data"), format!("{rx}\n")).unwrap();
+    }
+
+    #[test]
+    fn grids_of_samplers_started_apart_line_up_on_the_unix_clock() {
+        let now = Instant::now();
+        assert_eq!(grid_origin(now, 10_000, 250), (now, 10_000));
+        assert_eq!(
+            grid_origin(now, 10_001, 250),
+            (now + Duration::from_millis(249), 10_250)
+        );
+        assert_eq!(
+            grid_origin(now, 10_249, 250),
+            (now + Duration::from_millis(1), 10_250)
+        );
+        // Two real samplers started a fraction of an interval apart share grid points.
+        let a = Sampler::new(Vec::new(), Duration::from_millis(250));
+        std::thread::sleep(Duration::from_millis(90));
+        let b = Sampler::new(Vec::new(), Duration::from_millis(250));
+        for s in [&a, &b] {
+            assert_eq!(s.origin_ms % 250, 0, "{}", s.origin_ms);
+            assert!(s.origin >= now && s.origin <= Instant::now() + Duration::from_millis(250));
+        }
+        assert_eq!((b.origin_ms - a.origin_ms) % 250, 0);
     }
 
     #[test]

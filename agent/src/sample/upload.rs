@@ -3,8 +3,9 @@
 
 use super::series::{SeriesBuffer, UploadHeader};
 use crate::control::Registration;
+use crate::http_client::http_agent;
 use crate::stats::Counters;
-use crate::upload::{UploadOutcome, http_agent, outcome_of};
+use crate::upload::{UploadOutcome, outcome_of};
 use rocemesh_proto::api::API_PREFIX;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};

@@ -5,7 +5,7 @@
 //! retried after [`RETRY`]; a service probe timeout marks the entry stale (the peer's QPN
 //! may have been reset) and it is fetched again, at most once per [`MIN_REFETCH`].
 
-use crate::upload::http_agent;
+use crate::http_client::http_agent;
 use anyhow::{Context, Result, bail};
 use rocemesh_proto::api::{API_PREFIX, RnicInfo};
 use std::collections::HashMap;

@@ -4,6 +4,7 @@
 
 pub mod buffer;
 
+use crate::http_client::http_agent;
 use crate::stats::Counters;
 use buffer::{Marks, ResultBuffer};
 use rocemesh_proto::api::{API_PREFIX, ErrorBody};
@@ -75,15 +76,6 @@ pub struct Uploader {
     epoch: u32,
     next_seq: u64,
     retry: Option<Retry>,
-}
-
-/// A blocking HTTP client that reports every status as a response (not an error).
-pub fn http_agent(timeout: Duration) -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(timeout))
-        .http_status_as_error(false)
-        .build()
-        .into()
 }
 
 impl Uploader {

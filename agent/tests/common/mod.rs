@@ -142,5 +142,6 @@ pub fn register_reply(
         analyzer_url,
         upload_period_ms,
         pinglist_poll_ms,
+        probe_auth: None,
     }
 }

@@ -67,6 +67,11 @@ pub fn fixture_btf(dir: &Path) -> rocemesh_ebpf::btf::Btf {
     );
     let data = std::fs::read(&obj).unwrap();
     let elf = ElfFile64::<object::Endianness>::parse(&*data).unwrap();
-    let btf = elf.section_by_name(".BTF").expect(".BTF section").data().unwrap().to_vec();
+    let btf = elf
+        .section_by_name(".BTF")
+        .expect(".BTF section")
+        .data()
+        .unwrap()
+        .to_vec();
     rocemesh_ebpf::btf::Btf::parse(btf).unwrap()
 }

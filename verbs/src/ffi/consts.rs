@@ -54,6 +54,17 @@ mod tests {
     #[test]
     fn mtu_enum_maps_to_bytes() {
         let sizes: Vec<Option<usize>> = (0..=6).map(super::mtu_bytes).collect();
-        assert_eq!(sizes, vec![None, Some(256), Some(512), Some(1024), Some(2048), Some(4096), None]);
+        assert_eq!(
+            sizes,
+            vec![
+                None,
+                Some(256),
+                Some(512),
+                Some(1024),
+                Some(2048),
+                Some(4096),
+                None
+            ]
+        );
     }
 }

@@ -28,9 +28,14 @@ unsafe fn verbs_ctx_with(ctx: *mut ibv_context, op_offset: usize) -> Option<*mut
 ///
 /// # Safety
 /// `ctx` live; `attr` valid for the call.
-pub unsafe fn create_cq_ex(ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex {
+pub unsafe fn create_cq_ex(
+    ctx: *mut ibv_context,
+    attr: *mut ibv_cq_init_attr_ex,
+) -> *mut ibv_cq_ex {
     // SAFETY: per the function contract.
-    let op = unsafe { verbs_ctx_with(ctx, offset_of!(verbs_context, create_cq_ex)).and_then(|v| (*v).create_cq_ex) };
+    let op = unsafe {
+        verbs_ctx_with(ctx, offset_of!(verbs_context, create_cq_ex)).and_then(|v| (*v).create_cq_ex)
+    };
     match op {
         // SAFETY: provider op called with its documented arguments.
         Some(create) => unsafe { create(ctx, attr) },
@@ -45,9 +50,16 @@ pub unsafe fn create_cq_ex(ctx: *mut ibv_context, attr: *mut ibv_cq_init_attr_ex
 ///
 /// # Safety
 /// `ctx` live.
-pub unsafe fn query_device_ex(lib: &Libibverbs, ctx: *mut ibv_context, attr: &mut ibv_device_attr_ex) -> c_int {
+pub unsafe fn query_device_ex(
+    lib: &Libibverbs,
+    ctx: *mut ibv_context,
+    attr: &mut ibv_device_attr_ex,
+) -> c_int {
     // SAFETY: per the function contract.
-    let op = unsafe { verbs_ctx_with(ctx, offset_of!(verbs_context, query_device_ex)).and_then(|v| (*v).query_device_ex) };
+    let op = unsafe {
+        verbs_ctx_with(ctx, offset_of!(verbs_context, query_device_ex))
+            .and_then(|v| (*v).query_device_ex)
+    };
     if let Some(query) = op {
         // SAFETY: provider op; the size tells it how much of `attr` we have.
         let ret = unsafe { query(ctx, std::ptr::null(), attr, size_of::<ibv_device_attr_ex>()) };
@@ -66,9 +78,16 @@ pub unsafe fn query_device_ex(lib: &Libibverbs, ctx: *mut ibv_context, attr: &mu
 ///
 /// # Safety
 /// `ctx` live.
-pub unsafe fn query_port(lib: &Libibverbs, ctx: *mut ibv_context, port: u8, attr: &mut ibv_port_attr) -> c_int {
+pub unsafe fn query_port(
+    lib: &Libibverbs,
+    ctx: *mut ibv_context,
+    port: u8,
+    attr: &mut ibv_port_attr,
+) -> c_int {
     // SAFETY: per the function contract.
-    let op = unsafe { verbs_ctx_with(ctx, offset_of!(verbs_context, query_port)).and_then(|v| (*v).query_port) };
+    let op = unsafe {
+        verbs_ctx_with(ctx, offset_of!(verbs_context, query_port)).and_then(|v| (*v).query_port)
+    };
     match op {
         // SAFETY: provider op with our struct size.
         Some(query) => unsafe { query(ctx, port, attr, size_of::<ibv_port_attr>()) },
@@ -84,7 +103,11 @@ pub unsafe fn query_port(lib: &Libibverbs, ctx: *mut ibv_context, port: u8, attr
 ///
 /// # Safety
 /// `qp` live; `wr` a valid chain whose buffers and AH outlive the send.
-pub unsafe fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ibv_send_wr) -> c_int {
+pub unsafe fn post_send(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_send_wr,
+    bad: *mut *mut ibv_send_wr,
+) -> c_int {
     // SAFETY: a live QP has a live context whose ops the provider filled in.
     match unsafe { (*(*qp).context).ops.post_send } {
         // SAFETY: per the function contract.
@@ -97,7 +120,11 @@ pub unsafe fn post_send(qp: *mut ibv_qp, wr: *mut ibv_send_wr, bad: *mut *mut ib
 ///
 /// # Safety
 /// `qp` live; `wr` a valid chain whose buffers stay registered until completion.
-pub unsafe fn post_recv(qp: *mut ibv_qp, wr: *mut ibv_recv_wr, bad: *mut *mut ibv_recv_wr) -> c_int {
+pub unsafe fn post_recv(
+    qp: *mut ibv_qp,
+    wr: *mut ibv_recv_wr,
+    bad: *mut *mut ibv_recv_wr,
+) -> c_int {
     // SAFETY: as for post_send.
     match unsafe { (*(*qp).context).ops.post_recv } {
         // SAFETY: per the function contract.

@@ -18,12 +18,18 @@ type Check = (String, i128);
 
 macro_rules! size {
     ($t:ident) => {
-        (format!("sizeof(struct {})", stringify!($t)), size_of::<$t>() as i128)
+        (
+            format!("sizeof(struct {})", stringify!($t)),
+            size_of::<$t>() as i128,
+        )
     };
 }
 macro_rules! align {
     ($t:ident) => {
-        (format!("_Alignof(struct {})", stringify!($t)), align_of::<$t>() as i128)
+        (
+            format!("_Alignof(struct {})", stringify!($t)),
+            align_of::<$t>() as i128,
+        )
     };
 }
 macro_rules! off {
@@ -40,7 +46,10 @@ macro_rules! konst {
 fn layout_checks() -> Vec<Check> {
     vec![
         ("sizeof(union ibv_gid)".into(), size_of::<ibv_gid>() as i128),
-        ("_Alignof(union ibv_gid)".into(), align_of::<ibv_gid>() as i128),
+        (
+            "_Alignof(union ibv_gid)".into(),
+            align_of::<ibv_gid>() as i128,
+        ),
         align!(ibv_send_wr),
         size!(ibv_context_ops),
         off!(ibv_context_ops, poll_cq),
@@ -146,7 +155,10 @@ fn layout_checks() -> Vec<Check> {
             "offsetof(struct ibv_send_wr, wr.ud.remote_qkey)".into(),
             (offset_of!(ibv_send_wr, wr) + offset_of!(ibv_send_wr_ud, remote_qkey)) as i128,
         ),
-        ("sizeof(((struct ibv_send_wr *)0)->wr)".into(), size_of::<ibv_send_wr_wr>() as i128),
+        (
+            "sizeof(((struct ibv_send_wr *)0)->wr)".into(),
+            size_of::<ibv_send_wr_wr>() as i128,
+        ),
         size!(ibv_recv_wr),
         off!(ibv_recv_wr, num_sge),
         size!(ibv_device_attr),
@@ -192,18 +204,37 @@ fn constant_checks() -> Vec<Check> {
         konst!(IBV_WC_GRH, IBV_WC_GRH),
         konst!(IBV_WC_EX_WITH_BYTE_LEN, IBV_WC_EX_WITH_BYTE_LEN),
         konst!(IBV_WC_EX_WITH_SRC_QP, IBV_WC_EX_WITH_SRC_QP),
-        konst!(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP),
-        konst!(IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK, IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK),
+        konst!(
+            IBV_WC_EX_WITH_COMPLETION_TIMESTAMP,
+            IBV_WC_EX_WITH_COMPLETION_TIMESTAMP
+        ),
+        konst!(
+            IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
+            IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK
+        ),
         konst!(IBV_LINK_LAYER_ETHERNET, IBV_LINK_LAYER_ETHERNET),
         konst!(IBV_MTU_256, 1),
         konst!(IBV_MTU_4096, 5),
-        ("(uintptr_t)__VERBS_ABI_IS_EXTENDED".into(), VERBS_ABI_IS_EXTENDED as i128),
+        (
+            "(uintptr_t)__VERBS_ABI_IS_EXTENDED".into(),
+            VERBS_ABI_IS_EXTENDED as i128,
+        ),
     ]
 }
 
 /// Flow labels whose folding the header's own `ibv_flow_label_to_udp_sport` computes.
 fn flow_label_samples() -> Vec<u32> {
-    let mut samples = vec![0, 1, 0x3FFF, 0x4000, 0x4001, 0xFC03F, 0xF_FFFF, 0x10_0000, 0xFFFF_FFFF];
+    let mut samples = vec![
+        0,
+        1,
+        0x3FFF,
+        0x4000,
+        0x4001,
+        0xFC03F,
+        0xF_FFFF,
+        0x10_0000,
+        0xFFFF_FFFF,
+    ];
     let mut x: u32 = 0x9E37_79B9;
     for _ in 0..200 {
         x ^= x << 13;
@@ -231,12 +262,16 @@ static unsigned grh_byte(int i) {
 /// Compiles and runs a program printing `expr\tvalue` for each C expression.
 fn run_c(exprs: &[String]) -> HashMap<String, i128> {
     let dir = tempfile::tempdir().unwrap();
-    let mut src =
-        String::from("#include <infiniband/verbs.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n#include <endian.h>\n");
+    let mut src = String::from(
+        "#include <infiniband/verbs.h>\n#include <stddef.h>\n#include <stdint.h>\n#include <stdio.h>\n#include <string.h>\n#include <endian.h>\n",
+    );
     src.push_str(GRH_PRELUDE);
     src.push_str("int main(void) {\n");
     for e in exprs {
-        src.push_str(&format!("    printf(\"%s\\t%lld\\n\", \"{}\", (long long)({e}));\n", e.replace('"', "\\\"")));
+        src.push_str(&format!(
+            "    printf(\"%s\\t%lld\\n\", \"{}\", (long long)({e}));\n",
+            e.replace('"', "\\\"")
+        ));
     }
     src.push_str("    return 0;\n}\n");
     let c_file = dir.path().join("layout.c");
@@ -282,11 +317,12 @@ fn every_mirror_constant_and_fold_matches_the_installed_header() {
     let mut checks = layout_checks();
     checks.extend(constant_checks());
     let samples = flow_label_samples();
-    checks.extend(
-        samples
-            .iter()
-            .map(|&fl| (format!("ibv_flow_label_to_udp_sport({fl:#x}u)"), i128::from(flow_label_to_udp_sport(fl)))),
-    );
+    checks.extend(samples.iter().map(|&fl| {
+        (
+            format!("ibv_flow_label_to_udp_sport({fl:#x}u)"),
+            i128::from(flow_label_to_udp_sport(fl)),
+        )
+    }));
     let grh_exprs: Vec<String> = (0..GRH_LEN).map(|i| format!("grh_byte({i})")).collect();
     let mut exprs: Vec<String> = checks.iter().map(|(e, _)| e.clone()).collect();
     exprs.extend(grh_exprs.iter().cloned());
@@ -306,10 +342,16 @@ fn every_mirror_constant_and_fold_matches_the_installed_header() {
     );
 
     // The header's struct ibv_grh, filled in C, parses to the values C put in.
-    let bytes: Vec<u8> = grh_exprs.iter().map(|e| u8::try_from(c[e]).unwrap()).collect();
+    let bytes: Vec<u8> = grh_exprs
+        .iter()
+        .map(|e| u8::try_from(c[e]).unwrap())
+        .collect();
     let grh = Grh::parse(&bytes).unwrap();
     assert_eq!(grh.version, IpVersion::V6);
-    assert_eq!((grh.traffic_class, grh.flow_label, grh.hop_limit), (0xA5, 0xB_CDEF, 7));
+    assert_eq!(
+        (grh.traffic_class, grh.flow_label, grh.hop_limit),
+        (0xA5, 0xB_CDEF, 7)
+    );
     assert_eq!(grh.sgid, Gid::from_ip("fd00::1".parse().unwrap()));
     assert_eq!(grh.dgid, Gid::from_ip("fd00::2".parse().unwrap()));
 }

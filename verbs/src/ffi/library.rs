@@ -106,7 +106,9 @@ impl Libibverbs {
             return format!("status {status}");
         }
         // SAFETY: non-null, NUL-terminated static string.
-        unsafe { std::ffi::CStr::from_ptr(s) }.to_string_lossy().into_owned()
+        unsafe { std::ffi::CStr::from_ptr(s) }
+            .to_string_lossy()
+            .into_owned()
     }
 }
 
@@ -116,14 +118,21 @@ mod tests {
 
     #[test]
     fn a_missing_library_names_itself_and_the_package() {
-        let err = Libibverbs::load_from("/nonexistent/libibverbs.so.1").err().unwrap();
+        let err = Libibverbs::load_from("/nonexistent/libibverbs.so.1")
+            .err()
+            .unwrap();
         let msg = err.to_string();
         assert!(
-            msg.starts_with("RDMA verbs unavailable: cannot load libibverbs (/nonexistent/libibverbs.so.1): "),
+            msg.starts_with(
+                "RDMA verbs unavailable: cannot load libibverbs (/nonexistent/libibverbs.so.1): "
+            ),
             "{msg}"
         );
         assert!(msg.contains("No such file or directory"), "{msg}");
-        assert!(msg.ends_with("install the libibverbs1 (rdma-core) package or use the udp transport"), "{msg}");
+        assert!(
+            msg.ends_with("install the libibverbs1 (rdma-core) package or use the udp transport"),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -152,11 +161,26 @@ mod tests {
             // SAFETY: valid handle and NUL-terminated names.
             unsafe { libc::dlvsym(handle, name.as_ptr(), version.as_ptr()) as usize }
         };
-        assert_eq!(lib.ibv_modify_qp as usize, versioned(c"ibv_modify_qp", c"IBVERBS_1.1"));
-        assert_ne!(lib.ibv_modify_qp as usize, versioned(c"ibv_modify_qp", c"IBVERBS_1.0"));
-        assert_eq!(lib.ibv_create_qp as usize, versioned(c"ibv_create_qp", c"IBVERBS_1.1"));
-        assert_eq!(lib.ibv_get_device_list as usize, versioned(c"ibv_get_device_list", c"IBVERBS_1.1"));
-        assert_eq!(lib.ibv_create_comp_channel as usize, versioned(c"ibv_create_comp_channel", c"IBVERBS_1.0"));
+        assert_eq!(
+            lib.ibv_modify_qp as usize,
+            versioned(c"ibv_modify_qp", c"IBVERBS_1.1")
+        );
+        assert_ne!(
+            lib.ibv_modify_qp as usize,
+            versioned(c"ibv_modify_qp", c"IBVERBS_1.0")
+        );
+        assert_eq!(
+            lib.ibv_create_qp as usize,
+            versioned(c"ibv_create_qp", c"IBVERBS_1.1")
+        );
+        assert_eq!(
+            lib.ibv_get_device_list as usize,
+            versioned(c"ibv_get_device_list", c"IBVERBS_1.1")
+        );
+        assert_eq!(
+            lib.ibv_create_comp_channel as usize,
+            versioned(c"ibv_create_comp_channel", c"IBVERBS_1.0")
+        );
         // SAFETY: balances the dlopen above.
         unsafe { libc::dlclose(handle) };
     }

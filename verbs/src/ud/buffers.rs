@@ -27,7 +27,9 @@ impl SlotBuffers {
         let len = recv_slots * recv_slot + send_slots * send_slot;
         let mut memory = vec![0u8; len].into_boxed_slice();
         // SAFETY: the boxed slice never moves and outlives the MR (deregistered in `deregister`).
-        let mr = unsafe { (lib.ibv_reg_mr)(pd, memory.as_mut_ptr().cast(), len, IBV_ACCESS_LOCAL_WRITE) };
+        let mr = unsafe {
+            (lib.ibv_reg_mr)(pd, memory.as_mut_ptr().cast(), len, IBV_ACCESS_LOCAL_WRITE)
+        };
         if mr.is_null() {
             return Err(VerbsError::last_os("ibv_reg_mr"));
         }

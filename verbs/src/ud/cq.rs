@@ -52,7 +52,13 @@ impl CompletionQueue {
     /// Creates the channel (non-blocking fd) and the best CQ the device offers:
     /// wall-clock stamps (if `prefer_wallclock`), then free-running tick stamps, then an
     /// extended CQ without stamps, then a legacy CQ; the last two stamp in software.
-    pub(crate) fn create(lib: Arc<Libibverbs>, ctx: *mut ibv_context, cqe: u32, caps: &DeviceCaps, prefer_wallclock: bool) -> Result<Self, VerbsError> {
+    pub(crate) fn create(
+        lib: Arc<Libibverbs>,
+        ctx: *mut ibv_context,
+        cqe: u32,
+        caps: &DeviceCaps,
+        prefer_wallclock: bool,
+    ) -> Result<Self, VerbsError> {
         // SAFETY: live context.
         let channel = unsafe { (lib.ibv_create_comp_channel)(ctx) };
         if channel.is_null() {
@@ -67,13 +73,25 @@ impl CompletionQueue {
         // SAFETY: the channel's fd is ours.
         let fd = unsafe { (*channel).fd };
         // SAFETY: plain fcntl on our fd.
-        if unsafe { libc::fcntl(fd, libc::F_SETFL, libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK) } < 0 {
-            return Err(VerbsError::last_os("fcntl(O_NONBLOCK) on the completion channel"));
+        if unsafe {
+            libc::fcntl(
+                fd,
+                libc::F_SETFL,
+                libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+            )
+        } < 0
+        {
+            return Err(VerbsError::last_os(
+                "fcntl(O_NONBLOCK) on the completion channel",
+            ));
         }
         let ticks = TickClock::new(caps.completion_timestamp_mask, caps.hca_core_clock_khz).ok();
         let mut attempts: Vec<(u64, StampMode)> = Vec::new();
         if prefer_wallclock && caps.completion_timestamp_mask != 0 {
-            attempts.push((IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK, StampMode::Wallclock));
+            attempts.push((
+                IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK,
+                StampMode::Wallclock,
+            ));
         }
         if let Some(clock) = ticks {
             attempts.push((IBV_WC_EX_WITH_COMPLETION_TIMESTAMP, StampMode::Ticks(clock)));
@@ -102,7 +120,8 @@ impl CompletionQueue {
             }
             this.destroy_cq();
         }
-        let cqe = libc::c_int::try_from(cqe).map_err(|_| VerbsError::Config(format!("CQ size {cqe} too large")))?;
+        let cqe = libc::c_int::try_from(cqe)
+            .map_err(|_| VerbsError::Config(format!("CQ size {cqe} too large")))?;
         // SAFETY: live context and channel.
         let cq = unsafe { (this.lib.ibv_create_cq)(ctx, cqe, std::ptr::null_mut(), channel, 0) };
         if cq.is_null() {
@@ -113,7 +132,9 @@ impl CompletionQueue {
     }
 
     fn readers_present(&self, mode: &StampMode) -> bool {
-        let Cq::Extended(cq) = self.cq else { return true };
+        let Cq::Extended(cq) = self.cq else {
+            return true;
+        };
         // SAFETY: a CQ just created by the provider.
         let c = unsafe { &*cq };
         let base = c.start_poll.is_some()
@@ -192,14 +213,23 @@ impl CompletionQueue {
     }
 
     /// Polls up to `max` completions, handing each to `each`; returns how many.
-    pub(crate) fn poll(&mut self, max: usize, mut each: impl FnMut(RawCompletion)) -> Result<usize, VerbsError> {
+    pub(crate) fn poll(
+        &mut self,
+        max: usize,
+        mut each: impl FnMut(RawCompletion),
+    ) -> Result<usize, VerbsError> {
         match self.cq {
             Cq::Extended(cq) => self.poll_extended(cq, max, &mut each),
             Cq::Legacy(cq) => poll_legacy(cq, max, &mut each),
         }
     }
 
-    fn poll_extended(&mut self, cq: *mut ibv_cq_ex, max: usize, each: &mut impl FnMut(RawCompletion)) -> Result<usize, VerbsError> {
+    fn poll_extended(
+        &mut self,
+        cq: *mut ibv_cq_ex,
+        max: usize,
+        each: &mut impl FnMut(RawCompletion),
+    ) -> Result<usize, VerbsError> {
         if max == 0 {
             return Ok(0);
         }
@@ -245,7 +275,8 @@ impl CompletionQueue {
         // SAFETY: per the contract; the Option readers were checked at creation.
         unsafe {
             let c = &*cq;
-            let read = |f: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>| f.map_or(0, |f| f(cq));
+            let read =
+                |f: Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> u32>| f.map_or(0, |f| f(cq));
             let status = c.status;
             let ok = status == IBV_WC_SUCCESS;
             let stamp = match &mut self.mode {
@@ -253,10 +284,12 @@ impl CompletionQueue {
                     ns: clock.to_ns(f(cq)),
                     clock: StampClock::NicFreeRunning,
                 }),
-                StampMode::Wallclock if ok => c.read_completion_wallclock_ns.map(|f| CompletionStamp {
-                    ns: f(cq),
-                    clock: StampClock::NicWallclock,
-                }),
+                StampMode::Wallclock if ok => {
+                    c.read_completion_wallclock_ns.map(|f| CompletionStamp {
+                        ns: f(cq),
+                        clock: StampClock::NicWallclock,
+                    })
+                }
                 StampMode::Software => Some(CompletionStamp {
                     ns: realtime_ns(),
                     clock: StampClock::SoftwarePoll,
@@ -284,7 +317,11 @@ impl CompletionQueue {
     }
 }
 
-fn poll_legacy(cq: *mut ibv_cq, max: usize, each: &mut impl FnMut(RawCompletion)) -> Result<usize, VerbsError> {
+fn poll_legacy(
+    cq: *mut ibv_cq,
+    max: usize,
+    each: &mut impl FnMut(RawCompletion),
+) -> Result<usize, VerbsError> {
     // SAFETY: all-zero is a valid plain-data value.
     let mut wcs: [ibv_wc; LEGACY_BATCH] = unsafe { std::mem::zeroed() };
     let want = max.min(LEGACY_BATCH);

@@ -93,7 +93,13 @@ mod tests {
         assert_eq!((rx.len, rx.payload().len()), (200, RX_KEEP));
         assert_eq!(rx.peer_ip().to_string(), "10.0.0.9");
         assert_eq!(rx.peer_udp_sport(), None, "IPv4 GRHs carry no flow label");
-        let v6 = Grh { flow_label: 0x4001, ..grh };
-        assert_eq!(UdReceive::new(&[1; 64], v6, 1, stamp).peer_udp_sport(), Some(0xC000));
+        let v6 = Grh {
+            flow_label: 0x4001,
+            ..grh
+        };
+        assert_eq!(
+            UdReceive::new(&[1; 64], v6, 1, stamp).peer_udp_sport(),
+            Some(0xC000)
+        );
     }
 }

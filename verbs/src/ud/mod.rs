@@ -169,8 +169,12 @@ impl UdTransport {
         let lib = Arc::new(Libibverbs::load()?);
         crate::device::device_names(&lib)?;
         let local = SysfsGids::new(&config.sysfs_root).select(&config.gid)?;
-        let sgid_index =
-            u8::try_from(local.index).map_err(|_| VerbsError::Config(format!("GID index {} does not fit an AH's 8-bit sgid_index", local.index)))?;
+        let sgid_index = u8::try_from(local.index).map_err(|_| {
+            VerbsError::Config(format!(
+                "GID index {} does not fit an AH's 8-bit sgid_index",
+                local.index
+            ))
+        })?;
         let device = Device::open(Arc::clone(&lib), &local.device)?;
         let port = device.port(local.port)?;
         if port.link_layer != IBV_LINK_LAYER_ETHERNET {
@@ -198,9 +202,22 @@ impl UdTransport {
             unsafe { (lib.ibv_dealloc_pd)(pd) };
             e
         };
-        let mut buffers =
-            SlotBuffers::register(&lib, pd, recv_depth as usize, GRH_LEN + port.active_mtu, send_depth as usize, PACKET_LEN).map_err(cleanup_pd)?;
-        let cq = match CompletionQueue::create(Arc::clone(&lib), device.ctx, recv_depth + send_depth, &device.caps, config.prefer_wallclock) {
+        let mut buffers = SlotBuffers::register(
+            &lib,
+            pd,
+            recv_depth as usize,
+            GRH_LEN + port.active_mtu,
+            send_depth as usize,
+            PACKET_LEN,
+        )
+        .map_err(cleanup_pd)?;
+        let cq = match CompletionQueue::create(
+            Arc::clone(&lib),
+            device.ctx,
+            recv_depth + send_depth,
+            &device.caps,
+            config.prefer_wallclock,
+        ) {
             Ok(cq) => cq,
             Err(e) => {
                 buffers.deregister(&lib);
@@ -332,10 +349,21 @@ impl UdTransport {
     }
 
     /// Sends one packet; returns the token its [`UdEvent::TxDone`] will carry.
-    pub fn send(&mut self, payload: &[u8; PACKET_LEN], to: UdDestination) -> Result<u64, VerbsError> {
-        let flow_label = sport_to_flow_label(to.udp_sport).ok_or(VerbsError::SourcePortOutOfRange(to.udp_sport))?;
-        let (token, slot) = self.sends.reserve().ok_or(VerbsError::SendQueueFull(self.sends.in_flight()))?;
-        let ah = self.address_handle(AhKey { dgid: to.gid, flow_label })?;
+    pub fn send(
+        &mut self,
+        payload: &[u8; PACKET_LEN],
+        to: UdDestination,
+    ) -> Result<u64, VerbsError> {
+        let flow_label = sport_to_flow_label(to.udp_sport)
+            .ok_or(VerbsError::SourcePortOutOfRange(to.udp_sport))?;
+        let (token, slot) = self
+            .sends
+            .reserve()
+            .ok_or(VerbsError::SendQueueFull(self.sends.in_flight()))?;
+        let ah = self.address_handle(AhKey {
+            dgid: to.gid,
+            flow_label,
+        })?;
         let mut sge = self.buffers.fill_send(slot, payload);
         // SAFETY: all-zero is valid for this plain-data struct (null pointers, unused unions).
         let mut wr: ibv_send_wr = unsafe { std::mem::zeroed() };
@@ -382,7 +410,10 @@ impl UdTransport {
             if ah.is_null() {
                 return Err(VerbsError::last_os("ibv_create_ah"));
             }
-            Ok(AddressHandle { lib: Arc::clone(&lib), ah })
+            Ok(AddressHandle {
+                lib: Arc::clone(&lib),
+                ah,
+            })
         })
     }
 
@@ -424,7 +455,8 @@ impl UdTransport {
 
     /// Moves completions into the bounded event queue; resets the QP after a flush.
     fn drain(&mut self) -> Result<usize, VerbsError> {
-        let room = (self.recv_posted.len() + self.sends.capacity()).saturating_sub(self.events.len());
+        let room =
+            (self.recv_posted.len() + self.sends.capacity()).saturating_sub(self.events.len());
         let mut polled = Vec::new();
         self.cq.poll(room, |c| polled.push(c))?;
         let n = polled.len();
@@ -456,7 +488,9 @@ impl UdTransport {
             }
             WorkId::Recv { generation, slot } => {
                 let slot = slot as usize;
-                if generation != self.generation || !self.recv_posted.get(slot).copied().unwrap_or(false) {
+                if generation != self.generation
+                    || !self.recv_posted.get(slot).copied().unwrap_or(false)
+                {
                     return Ok(());
                 }
                 self.recv_posted[slot] = false;
@@ -474,7 +508,12 @@ impl UdTransport {
     }
 
     /// Parses receive slot `slot`: GRH, then the payload after it. Malformed → dropped.
-    fn received(&self, slot: usize, c: &RawCompletion, stamp: crate::timestamp::CompletionStamp) -> Option<UdReceive> {
+    fn received(
+        &self,
+        slot: usize,
+        c: &RawCompletion,
+        stamp: crate::timestamp::CompletionStamp,
+    ) -> Option<UdReceive> {
         if c.wc_flags & IBV_WC_GRH == 0 {
             return None;
         }

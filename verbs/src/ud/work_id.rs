@@ -19,7 +19,9 @@ pub(crate) enum WorkId {
 impl WorkId {
     pub(crate) fn encode(self) -> u64 {
         match self {
-            Self::Recv { generation, slot } => RECV | (u64::from(generation & 0x7FFF_FFFF) << 32) | u64::from(slot),
+            Self::Recv { generation, slot } => {
+                RECV | (u64::from(generation & 0x7FFF_FFFF) << 32) | u64::from(slot)
+            }
             Self::Send(token) => token & !RECV,
         }
     }
@@ -53,7 +55,9 @@ impl<T> SendSlots<T> {
     /// The next token and its slot, if that slot is free.
     pub(crate) fn reserve(&self) -> Option<(u64, usize)> {
         let slot = (self.next_token % self.slots.len() as u64) as usize;
-        self.slots[slot].is_none().then_some((self.next_token, slot))
+        self.slots[slot]
+            .is_none()
+            .then_some((self.next_token, slot))
     }
 
     /// Marks the reserved send as posted.
@@ -97,7 +101,10 @@ mod tests {
     #[test]
     fn work_ids_round_trip_and_never_collide() {
         for id in [
-            WorkId::Recv { generation: 0, slot: 0 },
+            WorkId::Recv {
+                generation: 0,
+                slot: 0,
+            },
             WorkId::Recv {
                 generation: 0x7FFF_FFFF,
                 slot: u32::MAX,
@@ -108,8 +115,16 @@ mod tests {
             assert_eq!(WorkId::decode(id.encode()), id);
         }
         assert_ne!(
-            WorkId::Recv { generation: 1, slot: 3 }.encode(),
-            WorkId::Recv { generation: 2, slot: 3 }.encode()
+            WorkId::Recv {
+                generation: 1,
+                slot: 3
+            }
+            .encode(),
+            WorkId::Recv {
+                generation: 2,
+                slot: 3
+            }
+            .encode()
         );
     }
 
@@ -121,7 +136,10 @@ mod tests {
         let (t1, s1) = s.reserve().unwrap();
         s.commit(t1, s1, "ah1");
         assert_eq!((s.reserve(), s.in_flight(), s.capacity()), (None, 2, 2));
-        assert!(!s.complete(t1 + 2), "a token that was never sent frees nothing");
+        assert!(
+            !s.complete(t1 + 2),
+            "a token that was never sent frees nothing"
+        );
         assert!(s.complete(t0));
         assert!(!s.complete(t0), "a completion is consumed once");
         assert_eq!(s.reserve(), Some((2, 0)));

@@ -1,0 +1,252 @@
+//! Probe authentication and the per-source answer limit over real UDP sockets: engines on
+//! 127.0.9.x, a fake prober (or attacker) on a plain socket bound to the agent port.
+
+use rocemesh_agent::probe::engine::{Command, EngineHandle, EngineIdentity};
+use rocemesh_agent::probe::guard::{Auth, GuardSettings};
+use rocemesh_agent::stats::Counters;
+use rocemesh_agent::transport::{UdpOptions, UdpTransport};
+use rocemesh_agent::upload::buffer::{Marks, ResultBuffer};
+use rocemesh_proto::api::{PingTarget, ProbeList};
+use rocemesh_proto::batch::{BatchHeader, decode_batch};
+use rocemesh_proto::probe_auth::Keyring;
+use rocemesh_proto::{Packet, PacketKind, ProbeClass, ProbeStatus};
+use std::net::{IpAddr, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+fn cluster_ring() -> Keyring {
+    Keyring::new(3, &[(2, [0x5a; 32]), (3, [0xa5; 32])]).unwrap()
+}
+
+fn required(pps: f64, burst: u32) -> Arc<GuardSettings> {
+    Arc::new(GuardSettings {
+        auth: Auth::Required(Box::new(cluster_ring())),
+        source_pps: pps,
+        source_burst: burst,
+    })
+}
+
+struct Node {
+    ip: IpAddr,
+    qpn: u32,
+    engine: EngineHandle,
+    counters: Arc<Counters>,
+    results: Arc<ResultBuffer>,
+}
+
+fn node(ip: &str, port: u16, qpn: u32, rnic_id: u32, guard: Arc<GuardSettings>) -> Node {
+    let ip: IpAddr = ip.parse().unwrap();
+    let counters = Arc::new(Counters::default());
+    let results = Arc::new(ResultBuffer::new(100_000, counters.clone()));
+    let opts = UdpOptions {
+        ip,
+        port,
+        dscp: None,
+        hardware_timestamps_on: None,
+        max_send_sockets: 16,
+    };
+    let transport = UdpTransport::open(opts, counters.clone()).unwrap();
+    let id = EngineIdentity {
+        name: format!("guard-{ip}"),
+        qpn,
+        token: u64::from(qpn) << 8,
+        port,
+        max_outstanding: 1024,
+        trace: None,
+        service_timeouts: None,
+    };
+    let engine = EngineHandle::spawn(id, transport, counters.clone(), results.clone()).unwrap();
+    engine.send(Command::Guard(guard)).unwrap();
+    engine.send(Command::RnicId(rnic_id)).unwrap();
+    Node {
+        ip,
+        qpn,
+        engine,
+        counters,
+        results,
+    }
+}
+
+/// A fake prober on the agent port of `ip` (ACKs go to the prober's main port).
+fn prober_socket(ip: &str, port: u16) -> UdpSocket {
+    let sock = UdpSocket::bind((ip, port)).unwrap();
+    sock.set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    sock
+}
+
+/// Every datagram that arrives until the socket stays quiet for its read timeout.
+fn received(sock: &UdpSocket) -> Vec<Vec<u8>> {
+    let mut out = Vec::new();
+    let mut buf = [0u8; 256];
+    while let Ok((n, _)) = sock.recv_from(&mut buf) {
+        out.push(buf[..n].to_vec());
+    }
+    out
+}
+
+fn probe_for(n: &Node, seq: u32) -> Packet {
+    Packet::probe(ProbeClass::TorMesh, seq, 99, 0x99, 1, n.qpn, 7)
+}
+
+#[test]
+fn a_probe_without_a_valid_tag_gets_no_answer() {
+    let port = 47_941;
+    let b = node("127.0.9.2", port, 0x22, 1, required(1e6, 1000));
+    let sock = prober_socket("127.0.9.1", port);
+    let dest = format!("127.0.9.2:{port}");
+    let forged = Keyring::new(3, &[(3, [0x01; 32])]).unwrap();
+    let mut flipped = cluster_ring().seal(&probe_for(&b, 4));
+    flipped[10] ^= 1;
+    let stale_key = Keyring::new(9, &[(9, [0x5a; 32])]).unwrap();
+    for bad in [
+        probe_for(&b, 1).encode(),
+        forged.seal(&probe_for(&b, 2)),
+        stale_key.seal(&probe_for(&b, 3)),
+        flipped,
+    ] {
+        sock.send_to(&bad, &dest).unwrap();
+    }
+    assert!(
+        received(&sock).is_empty(),
+        "an unauthenticated probe was answered"
+    );
+    let s = b.counters.snapshot(0);
+    let rejected = |r: &str| s.rejected_by_reason[r];
+    assert_eq!(
+        (
+            rejected("untagged"),
+            rejected("bad_tag"),
+            rejected("unknown_key")
+        ),
+        (1, 2, 1)
+    );
+    assert_eq!(s.acks_sent, 0);
+    // The same socket with a valid tag gets both ACKs, each tagged with the cluster key.
+    let ring = cluster_ring();
+    sock.send_to(&ring.seal(&probe_for(&b, 5)), &dest).unwrap();
+    let acks = received(&sock);
+    assert_eq!(acks.len(), 2, "ACK1 + ACK2 expected");
+    for a in &acks {
+        assert_eq!(ring.verify(a), Ok(()));
+        let p = Packet::decode(a).unwrap();
+        assert!(matches!(p.kind, PacketKind::Ack1 | PacketKind::Ack2));
+        assert_eq!((p.seq, p.responder_qpn), (5, b.qpn));
+    }
+    b.engine.stop().unwrap();
+}
+
+#[test]
+fn a_flood_from_one_source_is_rate_limited() {
+    let port = 47_942;
+    let (pps, burst) = (100.0, 20u32);
+    let b = node("127.0.9.4", port, 0x44, 1, required(pps, burst));
+    let sock = prober_socket("127.0.9.3", port);
+    let dest = format!("127.0.9.4:{port}");
+    let ring = cluster_ring();
+    let sent = 2_000u32;
+    let t0 = Instant::now();
+    for seq in 0..sent {
+        sock.send_to(&ring.seal(&probe_for(&b, seq)), &dest)
+            .unwrap();
+        // Short pauses keep the flood within the socket buffer, so every probe is seen.
+        if seq % 100 == 99 {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+    let elapsed = t0.elapsed().as_secs_f64();
+    let ack1 = received(&sock)
+        .iter()
+        .filter(|a| Packet::decode(a).is_ok_and(|p| p.kind == PacketKind::Ack1))
+        .count() as f64;
+    // At most the bucket plus its refill while the flood lasted (+ the read tail).
+    let bound = f64::from(burst) + pps * (elapsed + 0.05) + 1.0;
+    assert!(
+        ack1 >= f64::from(burst),
+        "{ack1} answers: the bucket was not even used"
+    );
+    assert!(
+        ack1 <= bound,
+        "{ack1} answers to {sent} probes in {elapsed:.3} s, bound {bound}"
+    );
+    let s = b.counters.snapshot(0);
+    assert_eq!(
+        s.rejected_by_reason["rate_limited"] + ack1 as u64,
+        u64::from(sent),
+        "every probe is answered or counted"
+    );
+    b.engine.stop().unwrap();
+}
+
+fn results(buffer: &ResultBuffer) -> Vec<rocemesh_proto::ProbeResult> {
+    let h = BatchHeader {
+        host_id: 0,
+        epoch: 0,
+        batch_seq: 0,
+        dropped: 0,
+    };
+    let body = buffer.encode_front(h, Marks::ALL, usize::MAX).body;
+    decode_batch(&body).unwrap().records().collect()
+}
+
+#[test]
+fn legitimate_probing_is_unaffected_and_a_forged_ack_is_not_trusted() {
+    let port = 47_943;
+    // The default limit: 2 targets at 100 pps are far below it.
+    let guard = Arc::new(GuardSettings {
+        auth: Auth::Required(Box::new(cluster_ring())),
+        ..GuardSettings::open()
+    });
+    let a = node("127.0.9.5", port, 0x55, 5, guard.clone());
+    let b = node("127.0.9.6", port, 0x66, 6, guard);
+    let list = |to: &Node, id: u32, src_port: u16| ProbeList {
+        class: ProbeClass::TorMesh,
+        pps: 200.0,
+        entries: vec![PingTarget {
+            rnic_id: id,
+            ip: to.ip,
+            port,
+            qpn: to.qpn,
+            src_port,
+        }],
+    };
+    let timeout = Duration::from_millis(300);
+    a.engine
+        .send(Command::Lists(vec![list(&b, 6, 50_900)], timeout))
+        .unwrap();
+    b.engine
+        .send(Command::Lists(vec![list(&a, 5, 50_901)], timeout))
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1_500));
+    // An off-path attacker answering with an untagged ACK for a probe of A is ignored.
+    let attacker = UdpSocket::bind(("127.0.9.7", 0)).unwrap();
+    let fake = Packet::probe(
+        ProbeClass::TorMesh,
+        1,
+        5,
+        0x55,
+        6,
+        0x66,
+        u64::from(0x55u32) << 8,
+    )
+    .ack1(0x66);
+    attacker.send_to(&fake.encode(), (a.ip, port)).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    let kept = [
+        (a.counters.clone(), a.results.clone()),
+        (b.counters.clone(), b.results.clone()),
+    ];
+    a.engine.stop().unwrap();
+    b.engine.stop().unwrap();
+    for (counters, buffer) in &kept {
+        let rs = results(buffer);
+        let ok = rs.iter().filter(|r| r.status == ProbeStatus::Ok).count();
+        assert!(rs.len() >= 200, "only {} results", rs.len());
+        // The last probes may be cut by the stop; every other one was answered.
+        assert!(ok + 5 >= rs.len(), "{ok} ok of {}", rs.len());
+        let s = counters.snapshot(0);
+        assert_eq!(s.rejected_by_reason["rate_limited"], 0);
+        assert_eq!(s.rejected_by_reason["bad_tag"], 0);
+    }
+    assert_eq!(kept[0].0.snapshot(0).rejected_by_reason["untagged"], 1);
+}
