@@ -48,6 +48,23 @@ pub struct ControllerConfig {
     pub skeleton_min_samples: usize,
     /// Tunables of the skeleton inference (`[controller.skeleton]`).
     pub skeleton: rocemesh_skeleton::InferenceConfig,
+    /// Several controller instances over one PostgreSQL (`[controller.scaleout]`).
+    pub scaleout: rocemesh_store::coord::ScaleoutConfig,
+    /// Probe authentication: `required` (agents tag and verify every PROBE/ACK with the
+    /// cluster key) or `off` (untagged; for rolling out agents that predate it).
+    pub probe_auth: ProbeAuthMode,
+    /// Age at which the cluster probe key is replaced.
+    pub probe_key_rotate_s: u64,
+}
+
+/// Whether agents must authenticate probe packets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ProbeAuthMode {
+    /// Every PROBE/ACK carries a valid MAC; others get no answer.
+    Required,
+    /// Packets are untagged and tags ignored.
+    Off,
 }
 
 /// N of Eq. 1 when neither the config nor the topology file says.
@@ -80,15 +97,27 @@ impl Default for ControllerConfig {
             skeleton_interval_ms: 60_000,
             skeleton_min_samples: 128,
             skeleton: rocemesh_skeleton::InferenceConfig::default(),
+            scaleout: rocemesh_store::coord::ScaleoutConfig::default(),
+            probe_auth: ProbeAuthMode::Required,
+            probe_key_rotate_s: 3_600,
         }
     }
 }
 
 impl ControllerConfig {
+    /// How long a new probe key is published before it signs: two pinglist polls, so
+    /// every agent holds it before the first probe tagged with it.
+    pub fn probe_key_lead_ms(&self) -> u64 {
+        self.pinglist_poll_ms.saturating_mul(2)
+    }
+
     /// Rejects values that would make pinglists meaningless, naming the field.
     pub fn validate(&self) -> anyhow::Result<()> {
         let positive = |name: &str, v: f64| {
-            anyhow::ensure!(v.is_finite() && v > 0.0, "{name} must be a positive number, got {v}");
+            anyhow::ensure!(
+                v.is_finite() && v > 0.0,
+                "{name} must be a positive number, got {v}"
+            );
             Ok(())
         };
         positive("tormesh_pps", self.tormesh_pps)?;
@@ -96,12 +125,18 @@ impl ControllerConfig {
         positive("task_pair_pps", self.task_pair_pps)?;
         positive("task_max_pps_per_rnic", self.task_max_pps_per_rnic)?;
         let p = self.coverage_probability;
-        anyhow::ensure!(p > 0.0 && p < 1.0, "coverage_probability must be in (0, 1), got {p}");
+        anyhow::ensure!(
+            p > 0.0 && p < 1.0,
+            "coverage_probability must be in (0, 1), got {p}"
+        );
         if let Some(n) = self.parallel_paths {
             validate_parallel_paths(n)?;
         }
         let f = self.rotation_fraction;
-        anyhow::ensure!((0.0..=1.0).contains(&f), "rotation_fraction must be in [0, 1], got {f}");
+        anyhow::ensure!(
+            (0.0..=1.0).contains(&f),
+            "rotation_fraction must be in [0, 1], got {f}"
+        );
         for (name, v) in [
             ("rotation_period_ms", self.rotation_period_ms),
             ("pinglist_poll_ms", self.pinglist_poll_ms),
@@ -118,10 +153,22 @@ impl ControllerConfig {
             self.src_port_max
         );
         anyhow::ensure!(self.task_max_pairs > 0, "task_max_pairs must be positive");
-        self.skeleton.validate().map_err(|e| anyhow::anyhow!("skeleton: {e}"))?;
+        anyhow::ensure!(
+            self.probe_key_rotate_s.saturating_mul(1000) >= 2 * self.probe_key_lead_ms(),
+            "probe_key_rotate_s ({} s) must be at least twice the key lead time ({} ms: two pinglist polls)",
+            self.probe_key_rotate_s,
+            self.probe_key_lead_ms()
+        );
+        self.skeleton
+            .validate()
+            .map_err(|e| anyhow::anyhow!("skeleton: {e}"))?;
+        self.scaleout
+            .validate()
+            .map_err(|e| anyhow::anyhow!("controller.{e}"))?;
         let window = self.skeleton.features.window;
         anyhow::ensure!(
-            self.skeleton_min_samples >= window && self.skeleton_min_samples <= self.throughput_window,
+            self.skeleton_min_samples >= window
+                && self.skeleton_min_samples <= self.throughput_window,
             "skeleton_min_samples must be in skeleton.features.window ({window})..=throughput_window ({}), got {}",
             self.throughput_window,
             self.skeleton_min_samples
@@ -152,21 +199,65 @@ mod tests {
     fn defaults_are_valid_and_bad_values_are_named() {
         ControllerConfig::default().validate().unwrap();
         let bad = [
-            ControllerConfig { tormesh_pps: 0.0, ..Default::default() },
-            ControllerConfig { intertor_link_pps: f64::NAN, ..Default::default() },
-            ControllerConfig { coverage_probability: 1.0, ..Default::default() },
-            ControllerConfig { parallel_paths: Some(0), ..Default::default() },
-            ControllerConfig { rotation_fraction: 1.5, ..Default::default() },
-            ControllerConfig { rotation_period_ms: 0, ..Default::default() },
-            ControllerConfig { src_port_min: 60000, src_port_max: 50000, ..Default::default() },
-            ControllerConfig { task_pair_pps: 0.0, ..Default::default() },
-            ControllerConfig { skeleton_min_samples: 8, ..Default::default() },
-            ControllerConfig { throughput_window: 100, ..Default::default() },
-            ControllerConfig { skeleton_interval_ms: 0, ..Default::default() },
+            ControllerConfig {
+                tormesh_pps: 0.0,
+                ..Default::default()
+            },
+            ControllerConfig {
+                intertor_link_pps: f64::NAN,
+                ..Default::default()
+            },
+            ControllerConfig {
+                coverage_probability: 1.0,
+                ..Default::default()
+            },
+            ControllerConfig {
+                parallel_paths: Some(0),
+                ..Default::default()
+            },
+            ControllerConfig {
+                rotation_fraction: 1.5,
+                ..Default::default()
+            },
+            ControllerConfig {
+                rotation_period_ms: 0,
+                ..Default::default()
+            },
+            ControllerConfig {
+                src_port_min: 60000,
+                src_port_max: 50000,
+                ..Default::default()
+            },
+            ControllerConfig {
+                task_pair_pps: 0.0,
+                ..Default::default()
+            },
+            ControllerConfig {
+                skeleton_min_samples: 8,
+                ..Default::default()
+            },
+            ControllerConfig {
+                throughput_window: 100,
+                ..Default::default()
+            },
+            ControllerConfig {
+                skeleton_interval_ms: 0,
+                ..Default::default()
+            },
         ];
-        let names = ["tormesh_pps", "intertor_link_pps", "coverage_probability", "parallel_paths",
-            "rotation_fraction", "rotation_period_ms", "source port", "task_pair_pps", "skeleton_min_samples",
-            "skeleton_min_samples", "skeleton_interval_ms"];
+        let names = [
+            "tormesh_pps",
+            "intertor_link_pps",
+            "coverage_probability",
+            "parallel_paths",
+            "rotation_fraction",
+            "rotation_period_ms",
+            "source port",
+            "task_pair_pps",
+            "skeleton_min_samples",
+            "skeleton_min_samples",
+            "skeleton_interval_ms",
+        ];
         for (cfg, name) in bad.iter().zip(names) {
             let err = cfg.validate().unwrap_err().to_string();
             assert!(err.contains(name), "{err}");
@@ -175,13 +266,23 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_refused() {
-        let err = toml::from_str::<ControllerConfig>("tormesh_ppps = 3.0").unwrap_err().to_string();
+        let err = toml::from_str::<ControllerConfig>("tormesh_ppps = 3.0")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("tormesh_ppps"), "{err}");
         let cfg: ControllerConfig = toml::from_str("tormesh_pps = 3.0").unwrap();
         assert_eq!(cfg.tormesh_pps, 3.0);
         assert_eq!(cfg.src_port_max, 65535);
-        let cfg: ControllerConfig = toml::from_str("task_pair_pps = 2.0\n[skeleton.features]\nwindow = 32\n").unwrap();
-        assert_eq!((cfg.task_pair_pps, cfg.skeleton.features.window, cfg.throughput_window), (2.0, 32, 600));
+        let cfg: ControllerConfig =
+            toml::from_str("task_pair_pps = 2.0\n[skeleton.features]\nwindow = 32\n").unwrap();
+        assert_eq!(
+            (
+                cfg.task_pair_pps,
+                cfg.skeleton.features.window,
+                cfg.throughput_window
+            ),
+            (2.0, 32, 600)
+        );
         assert!(toml::from_str::<ControllerConfig>("[skeleton]\nwindow = 32\n").is_err());
     }
 }

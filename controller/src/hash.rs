@@ -38,7 +38,10 @@ mod tests {
     #[test]
     fn hash_is_stable_and_separates_parts() {
         // Pinned value: a change here would reshuffle every deployed pinglist.
-        assert_eq!(stable_hash(&[b"tor-1", &3u64.to_le_bytes()]), stable_hash(&[b"tor-1", &3u64.to_le_bytes()]));
+        assert_eq!(
+            stable_hash(&[b"tor-1", &3u64.to_le_bytes()]),
+            stable_hash(&[b"tor-1", &3u64.to_le_bytes()])
+        );
         assert_ne!(stable_hash(&[b"ab", b"c"]), stable_hash(&[b"a", b"bc"]));
         assert_eq!(stable_hash(&[]), mix(0xcbf2_9ce4_8422_2325));
     }
@@ -50,6 +53,9 @@ mod tests {
             assert!((49152..=65535).contains(&p));
             assert_eq!(port_in_range(h, 7, 7), 7);
         }
-        assert_eq!(port_in_range(u64::MAX, 1, u16::MAX), 1 + (u64::MAX % 65535) as u16);
+        assert_eq!(
+            port_in_range(u64::MAX, 1, u16::MAX),
+            1 + (u64::MAX % 65535) as u16
+        );
     }
 }

@@ -10,7 +10,10 @@
 pub mod api;
 pub mod config;
 mod hash;
+pub mod leader;
+pub mod metrics;
 pub mod pinglist;
+mod probe_keys;
 mod registry;
 mod state;
 mod tasks;

@@ -2,22 +2,28 @@
 //! and the pinglist cache. Every change is committed to the database before it is
 //! applied in memory and acknowledged.
 
+mod scaleout;
 mod tasks;
 
 use crate::api::error::ApiError;
 use crate::config::{ControllerConfig, DEFAULT_PARALLEL_PATHS};
+use crate::metrics::{Inventory, PollCounters, phase_slot};
 use crate::pinglist::{self, PinglistCache, PinglistParams, PortRange, coverage};
+use crate::probe_keys::{KeyPolicy, ProbeKeys};
 use crate::registry::{self, Registry, validate};
 use crate::tasks::TaskBook;
 use crate::tasks::resolve::Derived;
 use crate::tasks::service::{self, ServiceParams};
 use crate::throughput::ThroughputStore;
 use crate::topology::{Topology, UNKNOWN_TOR};
-use rocemesh_proto::api::{HostInfo, Pinglist, RegisterRequest, RegisterResponse, RnicInfo, TopologyInfo};
+use rocemesh_proto::api::{
+    HostInfo, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse, RnicInfo, TopologyInfo,
+};
 use rocemesh_store::Db;
 use std::net::IpAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
+use std::time::Instant;
 
 /// Shared controller state; cheap to clone (one `Arc`).
 #[derive(Clone)]
@@ -42,6 +48,25 @@ struct Inner {
     derived: std::sync::Mutex<Option<Arc<Derived>>>,
     service: ServiceParams,
     throughput: std::sync::Mutex<ThroughputStore>,
+    polls: PollCounters,
+    /// The cluster probe keys handed to agents.
+    probe_keys: Arc<ProbeKeys>,
+    /// Scale-out membership (`None`: this controller does everything).
+    leadership: Option<crate::leader::Leadership>,
+}
+
+/// Answers per source agents allow, as a multiple of the most one prober can legitimately
+/// send one RNIC (its whole ToR-mesh, inter-ToR and service lists at once).
+const SOURCE_MARGIN: f64 = 2.0;
+
+/// The per-source answer limit agents are told: `(pps, burst)`; the burst is a quarter
+/// second of it (probers send what is due within a 10 ms tick at once).
+fn source_limit(cfg: &ControllerConfig, tuples_per_tor: u32) -> (f64, u32) {
+    let most = cfg.tormesh_pps
+        + cfg.intertor_link_pps * f64::from(tuples_per_tor)
+        + cfg.task_max_pps_per_rnic;
+    let pps = SOURCE_MARGIN * most;
+    (pps, ((pps / 4.0).ceil() as u32).max(16))
 }
 
 /// What `GET /pinglists/{host}` can end in besides a list.
@@ -59,7 +84,10 @@ impl ControllerState {
             Some(path) => Topology::load(path)?,
             None => Topology::default(),
         };
-        let parallel_paths = cfg.parallel_paths.or(topology.parallel_paths).unwrap_or(DEFAULT_PARALLEL_PATHS);
+        let parallel_paths = cfg
+            .parallel_paths
+            .or(topology.parallel_paths)
+            .unwrap_or(DEFAULT_PARALLEL_PATHS);
         let tuples_per_tor = coverage::tuples_per_tor(parallel_paths, cfg.coverage_probability);
         let rotated = (cfg.rotation_fraction * f64::from(tuples_per_tor)).ceil() as u32;
         let params = PinglistParams {
@@ -67,14 +95,39 @@ impl ControllerState {
             intertor_link_pps: cfg.intertor_link_pps,
             tuples_per_tor,
             rotated_per_period: rotated.min(tuples_per_tor),
-            ports: PortRange { min: cfg.src_port_min, max: cfg.src_port_max },
+            ports: PortRange {
+                min: cfg.src_port_min,
+                max: cfg.src_port_max,
+            },
             timeout_ms: cfg.probe_timeout_ms,
         };
-        let service = ServiceParams { pair_pps: cfg.task_pair_pps, max_pps: cfg.task_max_pps_per_rnic, ports: params.ports };
+        let service = ServiceParams {
+            pair_pps: cfg.task_pair_pps,
+            max_pps: cfg.task_max_pps_per_rnic,
+            ports: params.ports,
+        };
         let (hosts, rnics) = registry::load(&db, &topology).await?;
         let tasks = crate::tasks::load(&db).await?;
-        tracing::info!(hosts = hosts.len(), rnics = rnics.len(), tasks = tasks.len(), parallel_paths, tuples_per_tor, "registry loaded");
+        tracing::info!(
+            hosts = hosts.len(),
+            rnics = rnics.len(),
+            tasks = tasks.len(),
+            parallel_paths,
+            tuples_per_tor,
+            "registry loaded"
+        );
         let throughput = ThroughputStore::new(cfg.throughput_window);
+        let (source_pps, source_burst) = source_limit(&cfg, tuples_per_tor);
+        let policy = KeyPolicy {
+            mode: cfg.probe_auth,
+            rotate_ms: i64::try_from(cfg.probe_key_rotate_s.saturating_mul(1000))
+                .unwrap_or(i64::MAX),
+            lead_ms: i64::try_from(cfg.probe_key_lead_ms()).unwrap_or(i64::MAX),
+            source_pps,
+            source_burst,
+        };
+        let probe_keys = ProbeKeys::start(db.clone(), policy).await?;
+        let leadership = crate::leader::Leadership::new(&db, &cfg.scaleout)?;
         let state = Self {
             inner: Arc::new(Inner {
                 db,
@@ -90,6 +143,9 @@ impl ControllerState {
                 derived: std::sync::Mutex::new(None),
                 service,
                 throughput: std::sync::Mutex::new(throughput),
+                polls: PollCounters::default(),
+                probe_keys,
+                leadership,
             }),
         };
         state.warn_unknown_tors();
@@ -97,11 +153,17 @@ impl ControllerState {
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Registry> {
-        self.inner.registry.read().unwrap_or_else(|p| p.into_inner())
+        self.inner
+            .registry
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     fn write(&self) -> std::sync::RwLockWriteGuard<'_, Registry> {
-        self.inner.registry.write().unwrap_or_else(|p| p.into_inner())
+        self.inner
+            .registry
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
     }
 
     /// Logs (once per process) that some RNICs could not be placed under a ToR.
@@ -110,7 +172,13 @@ impl ControllerState {
             let reg = self.read();
             reg.rnics()
                 .filter(|r| r.tor == UNKNOWN_TOR)
-                .map(|r| format!("{}/{}", reg.host(r.host_id).map_or("?", |h| h.name.as_str()), r.ifname))
+                .map(|r| {
+                    format!(
+                        "{}/{}",
+                        reg.host(r.host_id).map_or("?", |h| h.name.as_str()),
+                        r.ifname
+                    )
+                })
                 .collect()
         };
         if !unplaced.is_empty() && !self.inner.warned_unknown_tor.swap(true, Ordering::Relaxed) {
@@ -122,19 +190,27 @@ impl ControllerState {
     }
 
     /// Registers (or re-registers) a host: validate, commit to the database, then apply.
-    pub(crate) async fn register(&self, req: RegisterRequest) -> Result<RegisterResponse, ApiError> {
+    pub(crate) async fn register(
+        &self,
+        req: RegisterRequest,
+    ) -> Result<RegisterResponse, ApiError> {
         validate::request(&req).map_err(ApiError::bad_request)?;
         let _writer = self.inner.writer.lock().await;
         let plan = self
             .read()
             .plan_registration(&req, &self.inner.topology, rocemesh_proto::now_unix_ms())
             .map_err(ApiError::bad_request)?;
-        let (host_id, rnic_ids) = registry::save_registration(&self.inner.db, &plan).await.map_err(ApiError::internal)?;
+        let (host_id, rnic_ids) = registry::save_registration(&self.inner.db, &plan)
+            .await
+            .map_err(ApiError::internal)?;
         let epoch = plan.host.epoch;
         let rnics: Vec<RnicInfo> = {
             let mut reg = self.write();
             reg.apply_registration(plan, host_id, &rnic_ids);
-            rnic_ids.iter().filter_map(|id| reg.rnic_info(*id)).collect()
+            rnic_ids
+                .iter()
+                .filter_map(|id| reg.rnic_info(*id))
+                .collect()
         };
         tracing::info!(host = %req.host, host_id, epoch, rnics = rnics.len(), "host registered");
         self.warn_unknown_tors();
@@ -142,11 +218,25 @@ impl ControllerState {
         Ok(RegisterResponse {
             host_id,
             epoch,
+            analyzer_url: self
+                .home_analyzer(&rnics)
+                .or_else(|| cfg.analyzer_url.clone()),
             rnics,
-            analyzer_url: cfg.analyzer_url.clone(),
             upload_period_ms: cfg.upload_period_ms,
             pinglist_poll_ms: cfg.pinglist_poll_ms,
+            probe_auth: Some(self.probe_auth()),
         })
+    }
+
+    /// The probe keys and answer limit agents get now.
+    pub(crate) fn probe_auth(&self) -> ProbeAuth {
+        self.inner.probe_keys.current(rocemesh_proto::now_unix_ms())
+    }
+
+    /// Reads the probe keys again and rotates them when due (what the background task
+    /// does every few seconds); for tests and operators that cannot wait.
+    pub async fn refresh_probe_keys(&self, now_ms: i64) -> anyhow::Result<()> {
+        self.inner.probe_keys.refresh(now_ms).await
     }
 
     /// Decommissions a host and its RNICs; `false` if it was unknown.
@@ -155,30 +245,74 @@ impl ControllerState {
         if self.read().host(host_id).is_none() {
             return Ok(false);
         }
-        registry::delete_host(&self.inner.db, host_id).await.map_err(ApiError::internal)?;
+        registry::delete_host(&self.inner.db, host_id)
+            .await
+            .map_err(ApiError::internal)?;
         self.write().remove_host(host_id);
         tracing::info!(host_id, "host decommissioned");
         Ok(true)
     }
 
     /// The host's current pinglist, checked against the agent's epoch when it sends one.
-    pub(crate) fn pinglist(&self, host_id: u32, epoch: Option<u32>) -> Result<Arc<Pinglist>, PinglistError> {
-        let rotation = rocemesh_proto::now_unix_ms().max(0) as u64 / self.inner.cfg.rotation_period_ms;
-        let reg = self.read();
-        let host = reg.host(host_id).ok_or(PinglistError::UnknownHost)?;
-        if let Some(e) = epoch
-            && e != host.epoch
+    pub(crate) fn pinglist(
+        &self,
+        host_id: u32,
+        epoch: Option<u32>,
+    ) -> Result<Arc<Pinglist>, PinglistError> {
+        let arrived = Instant::now();
+        let rotation =
+            rocemesh_proto::now_unix_ms().max(0) as u64 / self.inner.cfg.rotation_period_ms;
         {
-            return Err(PinglistError::StaleEpoch { current: host.epoch });
+            let reg = self.read();
+            let host = reg.host(host_id).ok_or(PinglistError::UnknownHost)?;
+            if let Some(e) = epoch
+                && e != host.epoch
+            {
+                return Err(PinglistError::StaleEpoch {
+                    current: host.epoch,
+                });
+            }
         }
-        let book = self.tasks_read();
-        let key = (reg.generation(), book.generation(), rotation);
+        let key_now = || {
+            (
+                self.read().generation(),
+                self.tasks_read().generation(),
+                rotation,
+            )
+        };
         let build = || {
+            let (reg, book) = (self.read(), self.tasks_read());
             let derived = self.derived_for(&reg, &book);
             let service = service::lists(&reg, &derived, self.inner.service);
-            pinglist::build_all(&reg, &self.inner.params, rotation, service)
+            let key = (reg.generation(), book.generation(), rotation);
+            (
+                key,
+                pinglist::build_all(&reg, &self.inner.params, rotation, service),
+            )
         };
-        self.inner.pinglists.get(key, host_id, build).ok_or(PinglistError::UnknownHost)
+        self.inner
+            .pinglists
+            .get(arrived, host_id, key_now, build)
+            .ok_or(PinglistError::UnknownHost)
+    }
+
+    /// Pinglist polls by answer (`/metrics`).
+    pub(crate) fn poll_counters(&self) -> &PollCounters {
+        &self.inner.polls
+    }
+
+    /// Registry size and tasks per phase (`/metrics`).
+    pub(crate) fn inventory(&self) -> Inventory {
+        let reg = self.read();
+        let mut tasks = [0; 3];
+        for t in self.tasks_read().tasks() {
+            tasks[phase_slot(t.runtime.phase()).0] += 1;
+        }
+        Inventory {
+            hosts: reg.hosts().count() as u64,
+            rnics: reg.rnics().count() as u64,
+            tasks,
+        }
     }
 
     /// All RNICs by id.

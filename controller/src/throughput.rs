@@ -19,10 +19,19 @@ impl Ring {
     /// intervals already held are skipped (a retried upload), a short gap is filled with
     /// zeros, a gap of a whole window or a new interval starts the ring over. Returns the
     /// samples stored and the ones skipped.
-    fn append(&mut self, interval_ms: u32, start_ms: i64, bytes: &[u64], window: usize) -> (u64, u64) {
+    fn append(
+        &mut self,
+        interval_ms: u32,
+        start_ms: i64,
+        bytes: &[u64],
+        window: usize,
+    ) -> (u64, u64) {
         let step = i64::from(interval_ms);
         let span = window as i64 * step;
-        if self.samples.is_empty() || self.interval_ms != interval_ms || start_ms >= self.end_ms.saturating_add(span) {
+        if self.samples.is_empty()
+            || self.interval_ms != interval_ms
+            || start_ms >= self.end_ms.saturating_add(span)
+        {
             self.interval_ms = interval_ms;
             self.end_ms = start_ms;
             self.samples.clear();
@@ -71,19 +80,36 @@ pub(crate) struct ThroughputStore {
 impl ThroughputStore {
     /// An empty store keeping `window` samples per RNIC.
     pub(crate) fn new(window: usize) -> Self {
-        Self { window, rings: HashMap::new() }
+        Self {
+            window,
+            rings: HashMap::new(),
+        }
     }
 
     /// Stores validated series of RNICs in `members`; others are counted and dropped.
-    pub(crate) fn ingest(&mut self, interval_ms: u32, series: &[RnicSeries], members: &HashSet<u32>) -> Ingested {
+    pub(crate) fn ingest(
+        &mut self,
+        interval_ms: u32,
+        series: &[RnicSeries],
+        members: &HashSet<u32>,
+    ) -> Ingested {
         let mut done = Ingested::default();
         for s in series {
             if !members.contains(&s.rnic_id) {
                 done.dropped += s.tx_bytes.len() as u64;
                 continue;
             }
-            let bytes: Vec<u64> = s.tx_bytes.iter().zip(&s.rx_bytes).map(|(t, r)| t.saturating_add(*r)).collect();
-            let ring = self.rings.entry(s.rnic_id).or_insert_with(|| Ring { interval_ms, end_ms: 0, samples: VecDeque::new() });
+            let bytes: Vec<u64> = s
+                .tx_bytes
+                .iter()
+                .zip(&s.rx_bytes)
+                .map(|(t, r)| t.saturating_add(*r))
+                .collect();
+            let ring = self.rings.entry(s.rnic_id).or_insert_with(|| Ring {
+                interval_ms,
+                end_ms: 0,
+                samples: VecDeque::new(),
+            });
             let (accepted, skipped) = ring.append(interval_ms, s.start_ms, &bytes, self.window);
             done.accepted += accepted;
             done.dropped += skipped;
@@ -107,20 +133,37 @@ impl ThroughputStore {
     pub(crate) fn aligned(&self, rnics: &[u32], min: usize) -> Result<Vec<Vec<f64>>, String> {
         let rings = rnics
             .iter()
-            .map(|id| self.rings.get(id).ok_or_else(|| format!("RNIC {id} has no throughput samples")))
+            .map(|id| {
+                self.rings
+                    .get(id)
+                    .ok_or_else(|| format!("RNIC {id} has no throughput samples"))
+            })
             .collect::<Result<Vec<_>, _>>()?;
         let Some(first) = rings.first() else {
             return Err("no RNICs".to_string());
         };
-        if let Some((id, r)) = rnics.iter().zip(&rings).find(|(_, r)| r.interval_ms != first.interval_ms) {
-            return Err(format!("RNIC {id} samples every {} ms, RNIC {} every {} ms", r.interval_ms, rnics[0], first.interval_ms));
+        if let Some((id, r)) = rnics
+            .iter()
+            .zip(&rings)
+            .find(|(_, r)| r.interval_ms != first.interval_ms)
+        {
+            return Err(format!(
+                "RNIC {id} samples every {} ms, RNIC {} every {} ms",
+                r.interval_ms, rnics[0], first.interval_ms
+            ));
         }
         let step = i64::from(first.interval_ms);
         let end = rings.iter().map(|r| r.end_ms).min().unwrap_or(first.end_ms);
         let newer = |r: &Ring| ((r.end_ms - end) / step) as usize;
-        let n = rings.iter().map(|r| r.samples.len().saturating_sub(newer(r))).min().unwrap_or(0);
+        let n = rings
+            .iter()
+            .map(|r| r.samples.len().saturating_sub(newer(r)))
+            .min()
+            .unwrap_or(0);
         if n < min {
-            return Err(format!("only {n} aligned throughput samples per RNIC, {min} needed"));
+            return Err(format!(
+                "only {n} aligned throughput samples per RNIC, {min} needed"
+            ));
         }
         Ok(rings
             .iter()
@@ -137,22 +180,48 @@ mod tests {
     use super::*;
 
     fn series(rnic_id: u32, start_ms: i64, bytes: &[u64]) -> RnicSeries {
-        RnicSeries { rnic_id, start_ms, tx_bytes: bytes.to_vec(), rx_bytes: vec![1; bytes.len()] }
+        RnicSeries {
+            rnic_id,
+            start_ms,
+            tx_bytes: bytes.to_vec(),
+            rx_bytes: vec![1; bytes.len()],
+        }
     }
 
     #[test]
     fn retries_are_skipped_gaps_filled_and_the_window_bounded() {
         let members = HashSet::from([1, 2]);
         let mut store = ThroughputStore::new(5);
-        assert_eq!(store.ingest(1000, &[series(1, 10_000, &[9, 9, 9])], &members), Ingested { accepted: 3, dropped: 0 });
+        assert_eq!(
+            store.ingest(1000, &[series(1, 10_000, &[9, 9, 9])], &members),
+            Ingested {
+                accepted: 3,
+                dropped: 0
+            }
+        );
         // Retry of the last two intervals plus one new one.
-        assert_eq!(store.ingest(1000, &[series(1, 11_000, &[9, 9, 4])], &members), Ingested { accepted: 1, dropped: 2 });
+        assert_eq!(
+            store.ingest(1000, &[series(1, 11_000, &[9, 9, 4])], &members),
+            Ingested {
+                accepted: 1,
+                dropped: 2
+            }
+        );
         // One missing interval becomes a zero; the ring keeps the newest 5.
         store.ingest(1000, &[series(1, 15_000, &[7])], &members);
         assert_eq!(store.len(1), 5);
-        assert_eq!(store.aligned(&[1], 5).unwrap(), vec![vec![10.0, 10.0, 5.0, 0.0, 8.0]]);
+        assert_eq!(
+            store.aligned(&[1], 5).unwrap(),
+            vec![vec![10.0, 10.0, 5.0, 0.0, 8.0]]
+        );
         // Not a member: counted, not kept.
-        assert_eq!(store.ingest(1000, &[series(3, 0, &[1, 1])], &members), Ingested { accepted: 0, dropped: 2 });
+        assert_eq!(
+            store.ingest(1000, &[series(3, 0, &[1, 1])], &members),
+            Ingested {
+                accepted: 0,
+                dropped: 2
+            }
+        );
         assert_eq!(store.len(3), 0);
         // A gap of a whole window starts over.
         store.ingest(1000, &[series(1, 100_000, &[3])], &members);
@@ -163,13 +232,28 @@ mod tests {
     fn alignment_cuts_to_common_intervals() {
         let members = HashSet::from([1, 2]);
         let mut store = ThroughputStore::new(10);
-        store.ingest(1000, &[series(1, 0, &[1, 2, 3, 4]), series(2, 1000, &[5, 6, 7, 8, 9])], &members);
+        store.ingest(
+            1000,
+            &[
+                series(1, 0, &[1, 2, 3, 4]),
+                series(2, 1000, &[5, 6, 7, 8, 9]),
+            ],
+            &members,
+        );
         // RNIC 1 covers 0..4 s, RNIC 2 1..6 s: common intervals 1..4 s.
-        assert_eq!(store.aligned(&[1, 2], 3).unwrap(), vec![vec![3.0, 4.0, 5.0], vec![6.0, 7.0, 8.0]]);
+        assert_eq!(
+            store.aligned(&[1, 2], 3).unwrap(),
+            vec![vec![3.0, 4.0, 5.0], vec![6.0, 7.0, 8.0]]
+        );
         assert!(store.aligned(&[1, 2], 4).unwrap_err().contains("only 3"));
         assert!(store.aligned(&[1, 3], 1).unwrap_err().contains("RNIC 3"));
         store.ingest(500, &[series(2, 9000, &[1])], &members);
-        assert!(store.aligned(&[1, 2], 1).unwrap_err().contains("every 500 ms"));
+        assert!(
+            store
+                .aligned(&[1, 2], 1)
+                .unwrap_err()
+                .contains("every 500 ms")
+        );
         store.retain(&HashSet::from([2]));
         assert_eq!(store.len(1), 0);
     }

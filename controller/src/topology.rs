@@ -42,7 +42,8 @@ struct TorEntry {
 impl Topology {
     /// Reads and checks a topology file; errors name the file and the offending entry.
     pub fn load(path: &Path) -> anyhow::Result<Self> {
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read topology file {}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read topology file {}", path.display()))?;
         Self::parse(&text).with_context(|| format!("malformed topology file {}", path.display()))
     }
 
@@ -52,7 +53,10 @@ impl Topology {
         if let Some(n) = file.parallel_paths {
             validate_parallel_paths(n)?;
         }
-        let mut topo = Topology { parallel_paths: file.parallel_paths, ..Default::default() };
+        let mut topo = Topology {
+            parallel_paths: file.parallel_paths,
+            ..Default::default()
+        };
         for tor in file.tor {
             crate::registry::validate::name("ToR name", &tor.name).map_err(anyhow::Error::msg)?;
             for host in tor.hosts {
@@ -61,10 +65,13 @@ impl Topology {
                 }
             }
             for rnic in tor.rnics {
-                let (host, ifname) = rnic
-                    .split_once('/')
-                    .with_context(|| format!("RNIC {rnic:?} under {:?} is not \"host/ifname\"", tor.name))?;
-                if let Some(prev) = topo.by_rnic.insert((host.to_string(), ifname.to_string()), tor.name.clone()) {
+                let (host, ifname) = rnic.split_once('/').with_context(|| {
+                    format!("RNIC {rnic:?} under {:?} is not \"host/ifname\"", tor.name)
+                })?;
+                if let Some(prev) = topo
+                    .by_rnic
+                    .insert((host.to_string(), ifname.to_string()), tor.name.clone())
+                {
                     anyhow::bail!("RNIC {rnic:?} is under both {prev:?} and {:?}", tor.name);
                 }
             }
@@ -73,7 +80,13 @@ impl Topology {
     }
 
     /// The ToR of one RNIC, first match wins (see the module doc).
-    pub fn resolve(&self, host: &str, ifname: &str, hint: Option<&str>, gateway: Option<IpAddr>) -> String {
+    pub fn resolve(
+        &self,
+        host: &str,
+        ifname: &str,
+        hint: Option<&str>,
+        gateway: Option<IpAddr>,
+    ) -> String {
         if let Some(tor) = self.by_rnic.get(&(host.to_string(), ifname.to_string())) {
             return tor.clone();
         }
@@ -121,8 +134,14 @@ hosts = ["host-c"]
     #[test]
     fn malformed_files_are_refused_with_a_reason() {
         for (text, why) in [
-            ("[[tor]]\nname = \"t\"\nrnics = [\"noslash\"]", "host/ifname"),
-            ("[[tor]]\nname = \"a\"\nhosts = [\"h\"]\n[[tor]]\nname = \"b\"\nhosts = [\"h\"]", "both"),
+            (
+                "[[tor]]\nname = \"t\"\nrnics = [\"noslash\"]",
+                "host/ifname",
+            ),
+            (
+                "[[tor]]\nname = \"a\"\nhosts = [\"h\"]\n[[tor]]\nname = \"b\"\nhosts = [\"h\"]",
+                "both",
+            ),
             ("parallel_paths = 0", "parallel_paths"),
             ("[[tor]]\nname = \"t\"\nhostz = []", "hostz"),
             ("[[tor]]\nname = \"\"", "empty"),
@@ -135,7 +154,10 @@ hosts = ["host-c"]
 
     #[test]
     fn load_names_the_file() {
-        let err = format!("{:#}", Topology::load(Path::new("/nonexistent/topo.toml")).unwrap_err());
+        let err = format!(
+            "{:#}",
+            Topology::load(Path::new("/nonexistent/topo.toml")).unwrap_err()
+        );
         assert!(err.contains("/nonexistent/topo.toml"), "{err}");
     }
 }

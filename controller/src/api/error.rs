@@ -15,7 +15,10 @@ pub struct ApiError {
 impl ApiError {
     /// Any status with a reason.
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
-        Self { status, message: message.into() }
+        Self {
+            status,
+            message: message.into(),
+        }
     }
 
     /// 400: the request is wrong; nothing was changed.
@@ -29,9 +32,20 @@ impl ApiError {
     }
 
     /// 500: a server-side failure (database); the details go to the log, not the client.
+    /// An unavailable database (down, refusing connections, disk full) is a 503 naming
+    /// the database's own reason, so clients know to retry later.
     pub fn internal(err: anyhow::Error) -> Self {
         tracing::error!(error = format!("{err:#}"), "request failed");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error (see controller log)")
+        if rocemesh_store::is_unavailable(&err) {
+            return Self::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                format!("database unavailable: {}", err.root_cause()),
+            );
+        }
+        Self::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal error (see controller log)",
+        )
     }
 
     /// The status code.
@@ -42,7 +56,13 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(ErrorBody { error: self.message })).into_response()
+        (
+            self.status,
+            Json(ErrorBody {
+                error: self.message,
+            }),
+        )
+            .into_response()
     }
 }
 

@@ -24,7 +24,8 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let axum::extract::Path(v) = axum::extract::Path::<T>::from_request_parts(parts, state).await?;
+        let axum::extract::Path(v) =
+            axum::extract::Path::<T>::from_request_parts(parts, state).await?;
         Ok(Self(v))
     }
 }
@@ -36,7 +37,8 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;
 
     async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
-        let axum::extract::Query(v) = axum::extract::Query::<T>::from_request_parts(parts, state).await?;
+        let axum::extract::Query(v) =
+            axum::extract::Query::<T>::from_request_parts(parts, state).await?;
         Ok(Self(v))
     }
 }

@@ -7,37 +7,70 @@ use crate::state::ControllerState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use rocemesh_proto::api::{HostInfo, RnicInfo, TopologyInfo};
+use rocemesh_proto::api::{ErrorBody, HostInfo, RnicInfo, TopologyInfo};
 use std::net::IpAddr;
 
 /// `GET /rnics`.
+#[utoipa::path(get, path = "/api/v1/rnics", tag = "inventory", responses((status = 200, body = Vec<RnicInfo>)))]
 pub(super) async fn rnics(State(state): State<ControllerState>) -> Json<Vec<RnicInfo>> {
     Json(state.rnics())
 }
 
 /// `GET /rnics/{id}`.
-pub(super) async fn rnic(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<Json<RnicInfo>, ApiError> {
-    state.rnic(id).map(Json).ok_or_else(|| ApiError::not_found(format!("unknown RNIC {id}")))
+#[utoipa::path(get, path = "/api/v1/rnics/{id}", tag = "inventory", params(("id" = u32, Path, description = "RNIC id")),
+    responses((status = 200, body = RnicInfo), (status = 404, body = ErrorBody)))]
+pub(super) async fn rnic(
+    State(state): State<ControllerState>,
+    ApiPath(id): ApiPath<u32>,
+) -> Result<Json<RnicInfo>, ApiError> {
+    state
+        .rnic(id)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("unknown RNIC {id}")))
 }
 
 /// `GET /rnics/by-ip/{ip}`: the current comm info (QPN, port) of the RNIC owning an IP.
-pub(super) async fn rnic_by_ip(State(state): State<ControllerState>, ApiPath(ip): ApiPath<String>) -> Result<Json<RnicInfo>, ApiError> {
-    let ip: IpAddr = ip.parse().map_err(|_| ApiError::bad_request(format!("{ip:?} is not an IP address")))?;
-    state.rnic_by_ip(ip).map(Json).ok_or_else(|| ApiError::not_found(format!("no RNIC has ip {ip}")))
+#[utoipa::path(get, path = "/api/v1/rnics/by-ip/{ip}", tag = "inventory", params(("ip" = String, Path, description = "IP address")),
+    responses((status = 200, body = RnicInfo), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+pub(super) async fn rnic_by_ip(
+    State(state): State<ControllerState>,
+    ApiPath(ip): ApiPath<String>,
+) -> Result<Json<RnicInfo>, ApiError> {
+    let ip: IpAddr = ip
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("{ip:?} is not an IP address")))?;
+    state
+        .rnic_by_ip(ip)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("no RNIC has ip {ip}")))
 }
 
 /// `GET /hosts`.
+#[utoipa::path(get, path = "/api/v1/hosts", tag = "inventory", responses((status = 200, body = Vec<HostInfo>)))]
 pub(super) async fn hosts(State(state): State<ControllerState>) -> Json<Vec<HostInfo>> {
     Json(state.hosts())
 }
 
 /// `GET /hosts/{id}`.
-pub(super) async fn host(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<Json<HostInfo>, ApiError> {
-    state.host(id).map(Json).ok_or_else(|| ApiError::not_found(format!("unknown host {id}")))
+#[utoipa::path(get, path = "/api/v1/hosts/{id}", tag = "inventory", params(("id" = u32, Path, description = "Host id")),
+    responses((status = 200, body = HostInfo), (status = 404, body = ErrorBody)))]
+pub(super) async fn host(
+    State(state): State<ControllerState>,
+    ApiPath(id): ApiPath<u32>,
+) -> Result<Json<HostInfo>, ApiError> {
+    state
+        .host(id)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("unknown host {id}")))
 }
 
 /// `DELETE /hosts/{id}`: decommission; 204 when done.
-pub(super) async fn delete_host(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<StatusCode, ApiError> {
+#[utoipa::path(delete, path = "/api/v1/hosts/{id}", tag = "inventory", params(("id" = u32, Path, description = "Host id")),
+    responses((status = 204, description = "Decommissioned"), (status = 404, body = ErrorBody)))]
+pub(super) async fn delete_host(
+    State(state): State<ControllerState>,
+    ApiPath(id): ApiPath<u32>,
+) -> Result<StatusCode, ApiError> {
     if state.delete_host(id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -46,6 +79,7 @@ pub(super) async fn delete_host(State(state): State<ControllerState>, ApiPath(id
 }
 
 /// `GET /topology`.
+#[utoipa::path(get, path = "/api/v1/topology", tag = "inventory", responses((status = 200, body = TopologyInfo)))]
 pub(super) async fn topology(State(state): State<ControllerState>) -> Json<TopologyInfo> {
     Json(state.topology())
 }

@@ -7,25 +7,41 @@ use crate::state::ControllerState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use rocemesh_proto::api::{TaskInfo, TaskSpec, ThroughputUpload, UploadAck};
+use rocemesh_proto::api::{ErrorBody, TaskInfo, TaskSpec, ThroughputUpload, UploadAck};
 use serde::Deserialize;
 
 /// `POST /tasks`: 201 with the new task.
-pub(super) async fn create(State(state): State<ControllerState>, ApiJson(spec): ApiJson<TaskSpec>) -> Result<(StatusCode, Json<TaskInfo>), ApiError> {
+#[utoipa::path(post, path = "/api/v1/tasks", tag = "tasks", request_body = TaskSpec,
+    responses((status = 201, body = TaskInfo), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub(super) async fn create(
+    State(state): State<ControllerState>,
+    ApiJson(spec): ApiJson<TaskSpec>,
+) -> Result<(StatusCode, Json<TaskInfo>), ApiError> {
     Ok((StatusCode::CREATED, Json(state.create_task(spec).await?)))
 }
 
 /// `GET /tasks`.
+#[utoipa::path(get, path = "/api/v1/tasks", tag = "tasks", responses((status = 200, body = Vec<TaskInfo>)))]
 pub(super) async fn list(State(state): State<ControllerState>) -> Json<Vec<TaskInfo>> {
     Json(state.tasks())
 }
 
 /// `GET /tasks/{id}`.
-pub(super) async fn get(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<Json<TaskInfo>, ApiError> {
-    state.task(id).map(Json).ok_or_else(|| ApiError::not_found(format!("unknown task {id}")))
+#[utoipa::path(get, path = "/api/v1/tasks/{id}", tag = "tasks", params(("id" = u32, Path, description = "Task id")),
+    responses((status = 200, body = TaskInfo), (status = 404, body = ErrorBody)))]
+pub(super) async fn get(
+    State(state): State<ControllerState>,
+    ApiPath(id): ApiPath<u32>,
+) -> Result<Json<TaskInfo>, ApiError> {
+    state
+        .task(id)
+        .map(Json)
+        .ok_or_else(|| ApiError::not_found(format!("unknown task {id}")))
 }
 
 /// `PUT /tasks/{id}`: replace name and endpoints (back to preload).
+#[utoipa::path(put, path = "/api/v1/tasks/{id}", tag = "tasks", params(("id" = u32, Path, description = "Task id")), request_body = TaskSpec,
+    responses((status = 200, body = TaskInfo), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub(super) async fn replace(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
@@ -35,7 +51,12 @@ pub(super) async fn replace(
 }
 
 /// `DELETE /tasks/{id}`: 204 when done.
-pub(super) async fn delete(State(state): State<ControllerState>, ApiPath(id): ApiPath<u32>) -> Result<StatusCode, ApiError> {
+#[utoipa::path(delete, path = "/api/v1/tasks/{id}", tag = "tasks", params(("id" = u32, Path, description = "Task id")),
+    responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
+pub(super) async fn delete(
+    State(state): State<ControllerState>,
+    ApiPath(id): ApiPath<u32>,
+) -> Result<StatusCode, ApiError> {
     if state.delete_task(id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
@@ -44,14 +65,18 @@ pub(super) async fn delete(State(state): State<ControllerState>, ApiPath(id): Ap
 }
 
 /// Body of `POST /tasks/{id}/ready`: the endpoint that is ready to be probed.
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub(super) struct ReadyRequest {
+    /// Host name of the endpoint.
     host: String,
+    /// RNIC name (registered `ifname`) of the endpoint.
     rnic: String,
 }
 
 /// `POST /tasks/{id}/ready`: incremental activation of one endpoint.
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/ready", tag = "tasks", params(("id" = u32, Path, description = "Task id")), request_body = ReadyRequest,
+    responses((status = 200, body = TaskInfo), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn ready(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
@@ -61,6 +86,11 @@ pub(super) async fn ready(
 }
 
 /// `POST /throughput`: per-RNIC byte counters from an agent.
-pub(super) async fn throughput(State(state): State<ControllerState>, ApiJson(upload): ApiJson<ThroughputUpload>) -> Result<Json<UploadAck>, ApiError> {
+#[utoipa::path(post, path = "/api/v1/throughput", tag = "tasks", request_body = ThroughputUpload,
+    responses((status = 200, body = UploadAck), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
+pub(super) async fn throughput(
+    State(state): State<ControllerState>,
+    ApiJson(upload): ApiJson<ThroughputUpload>,
+) -> Result<Json<UploadAck>, ApiError> {
     Ok(Json(state.ingest_throughput(&upload)?))
 }

@@ -19,7 +19,11 @@ pub fn tuples_per_tor(n: u32, p: f64) -> u32 {
     loop {
         for j in (0..=n_usize).rev() {
             let stay = j as f64 / nf;
-            let from_below = if j > 0 { dist[j - 1] * (nf - (j - 1) as f64) / nf } else { 0.0 };
+            let from_below = if j > 0 {
+                dist[j - 1] * (nf - (j - 1) as f64) / nf
+            } else {
+                0.0
+            };
             dist[j] = dist[j] * stay + from_below;
         }
         k += 1;
@@ -46,7 +50,9 @@ mod tests {
     }
 
     fn eq1_argmin(n: u32, p: f64) -> u32 {
-        (n..).find(|&k| eq1_miss_probability(n, k) <= 1.0 - p).unwrap()
+        (n..)
+            .find(|&k| eq1_miss_probability(n, k) <= 1.0 - p)
+            .unwrap()
     }
 
     #[test]
@@ -73,7 +79,10 @@ mod tests {
         // Coupon collector: k ~ N (ln N + ln(1/(1-P))); the alternating sum is garbage here.
         let k = tuples_per_tor(256, 0.99);
         let approx = 256.0 * ((256f64).ln() + (100f64).ln());
-        assert!((f64::from(k) - approx).abs() < 0.05 * approx, "k={k} approx={approx}");
+        assert!(
+            (f64::from(k) - approx).abs() < 0.05 * approx,
+            "k={k} approx={approx}"
+        );
     }
 
     #[test]
@@ -97,8 +106,14 @@ mod tests {
             seen == (1 << n) - 1
         };
         let hits = (0..trials).filter(|_| cover(k, &mut next)).count();
-        assert!(hits as f64 / trials as f64 >= 0.985, "k={k}: {hits}/{trials}");
+        assert!(
+            hits as f64 / trials as f64 >= 0.985,
+            "k={k}: {hits}/{trials}"
+        );
         let fewer = (0..trials).filter(|_| cover(k - 3, &mut next)).count();
-        assert!((fewer as f64 / trials as f64) < p, "k-3 should fall short of P: {fewer}/{trials}");
+        assert!(
+            (fewer as f64 / trials as f64) < p,
+            "k-3 should fall short of P: {fewer}/{trials}"
+        );
     }
 }

@@ -40,7 +40,13 @@ fn pick<'a>(group: &[&'a RnicRecord], seed: u64, role: &[u8]) -> &'a RnicRecord 
 /// places after it, so each ToR is also the destination of exactly one slot `i` of
 /// some ToR: incoming uplinks are covered as evenly as outgoing ones, and over rotations
 /// every ToR pair gets probed.
-pub(crate) fn tuples<'a>(groups: &BTreeMap<&'a str, Vec<&'a RnicRecord>>, k: u32, m: u32, rotation: u64, ports: PortRange) -> Vec<Tuple<'a>> {
+pub(crate) fn tuples<'a>(
+    groups: &BTreeMap<&'a str, Vec<&'a RnicRecord>>,
+    k: u32,
+    m: u32,
+    rotation: u64,
+    ports: PortRange,
+) -> Vec<Tuple<'a>> {
     let tors: Vec<(&str, &Vec<&RnicRecord>)> = groups.iter().map(|(name, g)| (*name, g)).collect();
     let t = tors.len() as u64;
     if t < 2 {
@@ -50,7 +56,12 @@ pub(crate) fn tuples<'a>(groups: &BTreeMap<&'a str, Vec<&'a RnicRecord>>, k: u32
     for (j, (name, group)) in tors.iter().enumerate() {
         for i in 0..k {
             let generation = slot_generation(i, k, m, rotation);
-            let seed = stable_hash(&[b"intertor", name.as_bytes(), &i.to_le_bytes(), &generation.to_le_bytes()]);
+            let seed = stable_hash(&[
+                b"intertor",
+                name.as_bytes(),
+                &i.to_le_bytes(),
+                &generation.to_le_bytes(),
+            ]);
             let offset = 1 + (u64::from(i) + generation.wrapping_mul(u64::from(k))) % (t - 1);
             let (_, dst_group) = tors[((j as u64 + offset) % t) as usize];
             out.push(Tuple {

@@ -13,7 +13,13 @@ fn registry(tors: u32, hosts_per_tor: u32) -> Registry {
     for t in 0..tors {
         for h in 0..hosts_per_tor {
             let host_id = t * hosts_per_tor + h + 1;
-            hosts.push(HostRecord { id: host_id, name: format!("host-{host_id}"), epoch: 1, registrations: 1, registered_at_ms: 0 });
+            hosts.push(HostRecord {
+                id: host_id,
+                name: format!("host-{host_id}"),
+                epoch: 1,
+                registrations: 1,
+                registered_at_ms: 0,
+            });
             for n in 0..2u32 {
                 let id = host_id * 2 + n;
                 rnics.push(RnicRecord {
@@ -43,13 +49,22 @@ fn params(k: u32, m: u32) -> PinglistParams {
         intertor_link_pps: 10.0,
         tuples_per_tor: k,
         rotated_per_period: m,
-        ports: PortRange { min: 49152, max: 65535 },
+        ports: PortRange {
+            min: 49152,
+            max: 65535,
+        },
         timeout_ms: 500,
     }
 }
 
 fn list(lists: &HashMap<u32, Arc<Pinglist>>, rnic: u32, class: ProbeClass) -> Option<&ProbeList> {
-    lists.values().flat_map(|p| &p.rnics).find(|r| r.rnic_id == rnic)?.lists.iter().find(|l| l.class == class)
+    lists
+        .values()
+        .flat_map(|p| &p.rnics)
+        .find(|r| r.rnic_id == rnic)?
+        .lists
+        .iter()
+        .find(|l| l.class == class)
 }
 
 #[test]
@@ -61,7 +76,11 @@ fn tormesh_lists_hold_exactly_the_other_rnics_of_the_tor() {
         let mesh = list(&lists, r.id, ProbeClass::TorMesh).expect("every RNIC has a ToR-mesh list");
         assert_eq!(mesh.pps, 10.0);
         let got: HashSet<u32> = mesh.entries.iter().map(|e| e.rnic_id).collect();
-        let want: HashSet<u32> = reg.rnics().filter(|o| o.tor == r.tor && o.id != r.id).map(|o| o.id).collect();
+        let want: HashSet<u32> = reg
+            .rnics()
+            .filter(|o| o.tor == r.tor && o.id != r.id)
+            .map(|o| o.id)
+            .collect();
         assert_eq!(got, want);
         assert_eq!(mesh.entries.len(), want.len(), "no duplicates");
         for e in &mesh.entries {
@@ -76,7 +95,10 @@ fn tormesh_lists_hold_exactly_the_other_rnics_of_the_tor() {
 fn a_single_tor_has_no_inter_tor_lists() {
     let reg = registry(1, 3);
     let lists = build_all(&reg, &params(21, 5), 0, HashMap::new());
-    assert!(reg.rnics().all(|r| list(&lists, r.id, ProbeClass::InterTor).is_none()));
+    assert!(
+        reg.rnics()
+            .all(|r| list(&lists, r.id, ProbeClass::InterTor).is_none())
+    );
 }
 
 #[test]
@@ -84,7 +106,16 @@ fn inter_tor_tuples_leave_their_tor_and_set_the_rate() {
     let reg = registry(5, 3);
     let (k, m) = (21, 5);
     let groups = tor_groups(&reg);
-    let tuples = intertor::tuples(&groups, k, m, 7, PortRange { min: 49152, max: 65535 });
+    let tuples = intertor::tuples(
+        &groups,
+        k,
+        m,
+        7,
+        PortRange {
+            min: 49152,
+            max: 65535,
+        },
+    );
     assert_eq!(tuples.len(), 5 * k as usize);
     for (tor_index, chunk) in tuples.chunks(k as usize).enumerate() {
         let tor = format!("tor-{tor_index:02}");
@@ -124,7 +155,10 @@ fn inter_tor_tuples_cover_all_ecmp_paths_with_probability_p() {
     let k = coverage::tuples_per_tor(n, 0.99);
     let reg = registry(4, 4);
     let groups = tor_groups(&reg);
-    let ports = PortRange { min: 49152, max: 65535 };
+    let ports = PortRange {
+        min: 49152,
+        max: 65535,
+    };
     let (mut trials, mut covered) = (0u32, 0u32);
     for seed in 0u64..500 {
         let tuples = intertor::tuples(&groups, k, k, seed, ports);
@@ -146,28 +180,48 @@ fn inter_tor_tuples_cover_all_ecmp_paths_with_probability_p() {
         }
     }
     let rate = f64::from(covered) / f64::from(trials);
-    assert!(rate >= 0.98, "all {n} paths covered in {covered}/{trials} trials");
+    assert!(
+        rate >= 0.98,
+        "all {n} paths covered in {covered}/{trials} trials"
+    );
 }
 
 #[test]
 fn each_rotation_changes_exactly_m_slots() {
     let reg = registry(3, 4);
     let groups = tor_groups(&reg);
-    let ports = PortRange { min: 49152, max: 65535 };
+    let ports = PortRange {
+        min: 49152,
+        max: 65535,
+    };
     let (k, m) = (21u32, 5u32);
     for r in [0u64, 1, 2, 3, 4, 5, 1000] {
-        let changed_gens = (0..k).filter(|&i| intertor::slot_generation(i, k, m, r) != intertor::slot_generation(i, k, m, r + 1)).count();
+        let changed_gens = (0..k)
+            .filter(|&i| {
+                intertor::slot_generation(i, k, m, r) != intertor::slot_generation(i, k, m, r + 1)
+            })
+            .count();
         assert_eq!(changed_gens, m as usize, "rotation {r}");
         let before = intertor::tuples(&groups, k, m, r, ports);
         let after = intertor::tuples(&groups, k, m, r + 1, ports);
         for (a, b) in before.chunks(k as usize).zip(after.chunks(k as usize)) {
-            let changed = a.iter().zip(b).filter(|(x, y)| (x.src.id, x.dst.id, x.src_port) != (y.src.id, y.dst.id, y.src_port)).count();
+            let changed = a
+                .iter()
+                .zip(b)
+                .filter(|(x, y)| {
+                    (x.src.id, x.dst.id, x.src_port) != (y.src.id, y.dst.id, y.src_port)
+                })
+                .count();
             assert_eq!(changed, m as usize, "rotation {r}");
         }
     }
     // After ceil(k / m) rotations every slot has been refreshed.
-    let gens0: Vec<u64> = (0..k).map(|i| intertor::slot_generation(i, k, m, 10)).collect();
-    let gens1: Vec<u64> = (0..k).map(|i| intertor::slot_generation(i, k, m, 10 + u64::from(k.div_ceil(m)))).collect();
+    let gens0: Vec<u64> = (0..k)
+        .map(|i| intertor::slot_generation(i, k, m, 10))
+        .collect();
+    let gens1: Vec<u64> = (0..k)
+        .map(|i| intertor::slot_generation(i, k, m, 10 + u64::from(k.div_ceil(m))))
+        .collect();
     assert!(gens0.iter().zip(&gens1).all(|(a, b)| a != b));
     // m = 0 freezes the tuples.
     assert!((0..k).all(|i| intertor::slot_generation(i, k, 0, 5) == intertor::slot_generation(i, k, 0, 6)));
@@ -180,9 +234,68 @@ fn output_is_deterministic_and_versions_follow_content() {
     let b = build_all(&registry(3, 2), &params(21, 5), 3, HashMap::new());
     assert_eq!(a, b);
     let rotated = build_all(&reg, &params(21, 5), 4, HashMap::new());
-    let changed = a.keys().filter(|h| a[h].version != rotated[h].version).count();
+    let changed = a
+        .keys()
+        .filter(|h| a[h].version != rotated[h].version)
+        .count();
     assert!(changed > 0, "a rotation changes some hosts' lists");
     for (h, list) in &rotated {
-        assert_eq!(list.version == a[h].version, list.rnics == a[h].rnics, "host {h}: version tracks content");
+        assert_eq!(
+            list.version == a[h].version,
+            list.rnics == a[h].rnics,
+            "host {h}: version tracks content"
+        );
     }
+}
+
+#[test]
+fn the_cache_serves_lists_read_after_a_callers_arrival_and_rebuilds_otherwise() {
+    let reg = registry(3, 2);
+    let lists = build_all(&reg, &params(21, 5), 3, HashMap::new());
+    let host = *lists.keys().next().unwrap();
+    let cache = PinglistCache::default();
+    let builds = std::cell::Cell::new(0);
+    let build = |key: CacheKey| {
+        let (builds, lists) = (&builds, &lists);
+        move || {
+            builds.set(builds.get() + 1);
+            (key, lists.clone())
+        }
+    };
+    let early = Instant::now();
+    // A poll builds from generation 2...
+    assert!(
+        cache
+            .get(early, host, || (2, 0, 0), build((2, 0, 0)))
+            .is_some()
+    );
+    // ...which serves a poll that arrived before that build even though the registry has
+    // moved on since (generation 3): no rebuild.
+    assert!(
+        cache
+            .get(early, host, || (3, 0, 0), build((3, 0, 0)))
+            .is_some()
+    );
+    assert_eq!(builds.get(), 1);
+    // A poll arriving after the build: the same generation is a hit, a newer one rebuilds.
+    let later = Instant::now();
+    assert!(
+        cache
+            .get(later, host, || (2, 0, 0), build((2, 0, 0)))
+            .is_some()
+    );
+    assert_eq!(builds.get(), 1);
+    assert!(
+        cache
+            .get(later, host, || (3, 0, 0), build((3, 0, 0)))
+            .is_some()
+    );
+    assert_eq!(builds.get(), 2);
+    // A host the lists lack: rebuilt, then unknown.
+    assert!(
+        cache
+            .get(Instant::now(), u32::MAX, || (4, 0, 0), build((4, 0, 0)))
+            .is_none()
+    );
+    assert_eq!(builds.get(), 3);
 }

@@ -8,7 +8,11 @@ use rocemesh_proto::api::PingTarget;
 
 /// The ToR-mesh targets of `prober` within its ToR group, by target id. The source port
 /// of each (prober, target) pair is fixed by a hash so the pair keeps its ECMP path.
-pub(crate) fn targets(group: &[&RnicRecord], prober: &RnicRecord, ports: PortRange) -> Vec<PingTarget> {
+pub(crate) fn targets(
+    group: &[&RnicRecord],
+    prober: &RnicRecord,
+    ports: PortRange,
+) -> Vec<PingTarget> {
     group
         .iter()
         .filter(|t| t.id != prober.id)

@@ -10,7 +10,21 @@ use std::net::IpAddr;
 
 type AnyQuery<'q> = sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>;
 
-type RnicRow = (i64, i64, String, String, Option<String>, i64, i64, String, Option<String>, Option<i64>, Option<String>, i64, i64);
+type RnicRow = (
+    i64,
+    i64,
+    String,
+    String,
+    Option<String>,
+    i64,
+    i64,
+    String,
+    Option<String>,
+    Option<i64>,
+    Option<String>,
+    i64,
+    i64,
+);
 
 /// Narrows a database integer to the API's width, naming the column when it does not fit.
 pub(crate) fn narrow<T: TryFrom<i64>>(v: i64, what: &str) -> anyhow::Result<T> {
@@ -18,20 +32,31 @@ pub(crate) fn narrow<T: TryFrom<i64>>(v: i64, what: &str) -> anyhow::Result<T> {
 }
 
 fn parse_ip(s: &str, what: &str) -> anyhow::Result<IpAddr> {
-    s.parse().with_context(|| format!("{what} {s:?} in the database is not an IP address"))
+    s.parse()
+        .with_context(|| format!("{what} {s:?} in the database is not an IP address"))
 }
 
 /// Reads every host and RNIC. RNIC ToRs are re-resolved against the current topology
 /// file; rows whose ToR changed are rewritten so the analyzer sees the same ToRs.
-pub(crate) async fn load(db: &Db, topology: &Topology) -> anyhow::Result<(Vec<HostRecord>, Vec<RnicRecord>)> {
-    let host_rows: Vec<(i64, String, i64, i64, i64)> =
-        sqlx::query_as("SELECT id, name, epoch, registrations, registered_at_ms FROM hosts ORDER BY id")
-            .fetch_all(db.pool())
-            .await
-            .context("cannot load hosts")?;
+pub(crate) async fn load(
+    db: &Db,
+    topology: &Topology,
+) -> anyhow::Result<(Vec<HostRecord>, Vec<RnicRecord>)> {
+    let host_rows: Vec<(i64, String, i64, i64, i64)> = sqlx::query_as(
+        "SELECT id, name, epoch, registrations, registered_at_ms FROM hosts ORDER BY id",
+    )
+    .fetch_all(db.pool())
+    .await
+    .context("cannot load hosts")?;
     let mut hosts = Vec::with_capacity(host_rows.len());
     for (id, name, epoch, registrations, registered_at_ms) in host_rows {
-        hosts.push(HostRecord { id: narrow(id, "host id")?, name, epoch: narrow(epoch, "host epoch")?, registrations, registered_at_ms });
+        hosts.push(HostRecord {
+            id: narrow(id, "host id")?,
+            name,
+            epoch: narrow(epoch, "host epoch")?,
+            registrations,
+            registered_at_ms,
+        });
     }
     let rnic_rows: Vec<RnicRow> = sqlx::query_as(
         "SELECT id, host_id, ifname, ip, gid, qpn, port, tor, tor_hint, rail, gateway, epoch, registered_at_ms \
@@ -40,12 +65,30 @@ pub(crate) async fn load(db: &Db, topology: &Topology) -> anyhow::Result<(Vec<Ho
     .fetch_all(db.pool())
     .await
     .context("cannot load RNICs")?;
-    let host_names: std::collections::HashMap<u32, &str> = hosts.iter().map(|h| (h.id, h.name.as_str())).collect();
+    let host_names: std::collections::HashMap<u32, &str> =
+        hosts.iter().map(|h| (h.id, h.name.as_str())).collect();
     let mut rnics = Vec::with_capacity(rnic_rows.len());
     let mut moved = Vec::new();
-    for (id, host_id, ifname, ip, gid, qpn, port, tor, tor_hint, rail, gateway, epoch, registered_at_ms) in rnic_rows {
+    for (
+        id,
+        host_id,
+        ifname,
+        ip,
+        gid,
+        qpn,
+        port,
+        tor,
+        tor_hint,
+        rail,
+        gateway,
+        epoch,
+        registered_at_ms,
+    ) in rnic_rows
+    {
         let host_id: u32 = narrow(host_id, "RNIC host_id")?;
-        let host = host_names.get(&host_id).context("RNIC row without its host")?;
+        let host = host_names
+            .get(&host_id)
+            .context("RNIC row without its host")?;
         let gateway = gateway.map(|g| parse_ip(&g, "gateway")).transpose()?;
         let resolved = topology.resolve(host, &ifname, tor_hint.as_deref(), gateway);
         let record = RnicRecord {
@@ -69,10 +112,17 @@ pub(crate) async fn load(db: &Db, topology: &Topology) -> anyhow::Result<(Vec<Ho
         rnics.push(record);
     }
     if !moved.is_empty() {
-        tracing::info!(rnics = moved.len(), "topology changed since last run: rewriting RNIC ToRs");
+        tracing::info!(
+            rnics = moved.len(),
+            "topology changed since last run: rewriting RNIC ToRs"
+        );
         let mut tx = db.pool().begin().await?;
         for (id, tor) in &moved {
-            sqlx::query("UPDATE rnics SET tor = $1 WHERE id = $2").bind(tor).bind(i64::from(*id)).execute(&mut *tx).await?;
+            sqlx::query("UPDATE rnics SET tor = $1 WHERE id = $2")
+                .bind(tor)
+                .bind(i64::from(*id))
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await.context("cannot rewrite RNIC ToRs")?;
     }
@@ -81,7 +131,10 @@ pub(crate) async fn load(db: &Db, topology: &Topology) -> anyhow::Result<(Vec<Ho
 
 /// Writes a registration in one transaction; returns the host id and the RNIC ids in
 /// the plan's order. Nothing is written when it fails.
-pub(crate) async fn save_registration(db: &Db, plan: &RegistrationPlan) -> anyhow::Result<(u32, Vec<u32>)> {
+pub(crate) async fn save_registration(
+    db: &Db,
+    plan: &RegistrationPlan,
+) -> anyhow::Result<(u32, Vec<u32>)> {
     let mut tx = db.pool().begin().await?;
     let h = &plan.host;
     let host_id = match plan.host_id {
@@ -109,7 +162,10 @@ pub(crate) async fn save_registration(db: &Db, plan: &RegistrationPlan) -> anyho
         }
     };
     for id in &plan.removed {
-        sqlx::query("DELETE FROM rnics WHERE id = $1").bind(i64::from(*id)).execute(&mut *tx).await?;
+        sqlx::query("DELETE FROM rnics WHERE id = $1")
+            .bind(i64::from(*id))
+            .execute(&mut *tx)
+            .await?;
     }
     let mut ids = Vec::with_capacity(plan.rnics.len());
     for (id, r) in &plan.rnics {
@@ -167,8 +223,14 @@ pub(crate) async fn delete_host(db: &Db, host_id: u32) -> anyhow::Result<bool> {
     let mut tx = db.pool().begin().await?;
     // Explicit RNIC delete too: the cascade is the schema's promise, this is belt and braces
     // for SQLite connections opened without foreign_keys.
-    sqlx::query("DELETE FROM rnics WHERE host_id = $1").bind(i64::from(host_id)).execute(&mut *tx).await?;
-    let done = sqlx::query("DELETE FROM hosts WHERE id = $1").bind(i64::from(host_id)).execute(&mut *tx).await?;
+    sqlx::query("DELETE FROM rnics WHERE host_id = $1")
+        .bind(i64::from(host_id))
+        .execute(&mut *tx)
+        .await?;
+    let done = sqlx::query("DELETE FROM hosts WHERE id = $1")
+        .bind(i64::from(host_id))
+        .execute(&mut *tx)
+        .await?;
     tx.commit().await?;
     Ok(done.rows_affected() > 0)
 }

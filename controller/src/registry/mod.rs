@@ -85,6 +85,13 @@ impl Registry {
         }
     }
 
+    /// The same registry with a generation above `old` (a reload must invalidate what
+    /// was derived from the registry it replaces).
+    pub(crate) fn after(mut self, old: u64) -> Self {
+        self.generation = old + 1;
+        self
+    }
+
     /// Change counter (see the field).
     pub(crate) fn generation(&self) -> u64 {
         self.generation
@@ -118,7 +125,11 @@ impl Registry {
     /// The API view of an RNIC.
     pub(crate) fn rnic_info(&self, id: u32) -> Option<RnicInfo> {
         let r = self.rnics.get(&id)?;
-        let host = self.hosts.get(&r.host_id).map(|h| h.name.clone()).unwrap_or_default();
+        let host = self
+            .hosts
+            .get(&r.host_id)
+            .map(|h| h.name.clone())
+            .unwrap_or_default();
         Some(RnicInfo {
             id: r.id,
             host_id: r.host_id,
@@ -153,14 +164,28 @@ impl Registry {
 
     /// Plans a (validated) registration: keeps RNIC ids stable per (host, ifname), drops
     /// the host's RNICs it no longer reports, refuses IPs owned by another host.
-    pub(crate) fn plan_registration(&self, req: &RegisterRequest, topology: &Topology, now_ms: i64) -> Result<RegistrationPlan, String> {
+    pub(crate) fn plan_registration(
+        &self,
+        req: &RegisterRequest,
+        topology: &Topology,
+        now_ms: i64,
+    ) -> Result<RegistrationPlan, String> {
         let host_id = self.host_by_name.get(&req.host).copied();
         for rnic in &req.rnics {
-            if let Some(owner) = self.rnic_by_ip.get(&rnic.ip).and_then(|id| self.rnics.get(id))
+            if let Some(owner) = self
+                .rnic_by_ip
+                .get(&rnic.ip)
+                .and_then(|id| self.rnics.get(id))
                 && Some(owner.host_id) != host_id
             {
-                let other = self.hosts.get(&owner.host_id).map_or("?", |h| h.name.as_str());
-                return Err(format!("ip {} of {} is already registered by host {other:?}", rnic.ip, rnic.ifname));
+                let other = self
+                    .hosts
+                    .get(&owner.host_id)
+                    .map_or("?", |h| h.name.as_str());
+                return Err(format!(
+                    "ip {} of {} is already registered by host {other:?}",
+                    rnic.ip, rnic.ifname
+                ));
             }
         }
         let previous = host_id.and_then(|id| self.hosts.get(&id));
@@ -178,7 +203,11 @@ impl Registry {
             registered_at_ms: now_ms,
         };
         let existing: HashMap<&str, u32> = host_id
-            .map(|id| self.rnics_of(id).map(|r| (r.ifname.as_str(), r.id)).collect())
+            .map(|id| {
+                self.rnics_of(id)
+                    .map(|r| (r.ifname.as_str(), r.id))
+                    .collect()
+            })
             .unwrap_or_default();
         let rnics = req
             .rnics
@@ -203,23 +232,45 @@ impl Registry {
                 (id, record)
             })
             .collect();
-        let kept: std::collections::HashSet<&str> = req.rnics.iter().map(|r| r.ifname.as_str()).collect();
-        let removed = existing.iter().filter(|(ifname, _)| !kept.contains(*ifname)).map(|(_, id)| *id).collect();
-        Ok(RegistrationPlan { host_id, host, rnics, removed })
+        let kept: std::collections::HashSet<&str> =
+            req.rnics.iter().map(|r| r.ifname.as_str()).collect();
+        let removed = existing
+            .iter()
+            .filter(|(ifname, _)| !kept.contains(*ifname))
+            .map(|(_, id)| *id)
+            .collect();
+        Ok(RegistrationPlan {
+            host_id,
+            host,
+            rnics,
+            removed,
+        })
     }
 
     /// Applies a plan the database has committed, with the ids it assigned.
-    pub(crate) fn apply_registration(&mut self, plan: RegistrationPlan, host_id: u32, rnic_ids: &[u32]) {
+    pub(crate) fn apply_registration(
+        &mut self,
+        plan: RegistrationPlan,
+        host_id: u32,
+        rnic_ids: &[u32],
+    ) {
         for id in &plan.removed {
             self.remove_rnic(*id);
         }
-        let host = HostRecord { id: host_id, ..plan.host };
+        let host = HostRecord {
+            id: host_id,
+            ..plan.host
+        };
         self.host_by_name.insert(host.name.clone(), host_id);
         self.hosts.insert(host_id, host);
         for ((_, rnic), &id) in plan.rnics.into_iter().zip(rnic_ids) {
             // Drop the old record first: its IP may have changed.
             self.remove_rnic(id);
-            self.insert_rnic(RnicRecord { id, host_id, ..rnic });
+            self.insert_rnic(RnicRecord {
+                id,
+                host_id,
+                ..rnic
+            });
         }
         self.generation += 1;
     }

@@ -48,7 +48,10 @@ fn unicast(what: &str, ip: IpAddr) -> Result<(), String> {
 pub(crate) fn request(req: &RegisterRequest) -> Result<(), String> {
     path_name("host name", &req.host)?;
     if req.rnics.is_empty() || req.rnics.len() > MAX_RNICS_PER_HOST {
-        return Err(format!("a host registers 1..={MAX_RNICS_PER_HOST} RNICs, got {}", req.rnics.len()));
+        return Err(format!(
+            "a host registers 1..={MAX_RNICS_PER_HOST} RNICs, got {}",
+            req.rnics.len()
+        ));
     }
     let mut ifnames = HashSet::new();
     let mut ips = HashSet::new();
@@ -103,12 +106,20 @@ mod tests {
     }
 
     fn req(host: &str, rnics: Vec<RnicRegistration>) -> RegisterRequest {
-        RegisterRequest { host: host.into(), epoch: 1, rnics }
+        RegisterRequest {
+            host: host.into(),
+            epoch: 1,
+            rnics,
+        }
     }
 
     #[test]
     fn accepts_a_normal_host() {
-        request(&req("node-1.cluster", vec![rnic("mlx5_0", "10.0.0.1"), rnic("mlx5_1", "127.0.0.1")])).unwrap();
+        request(&req(
+            "node-1.cluster",
+            vec![rnic("mlx5_0", "10.0.0.1"), rnic("mlx5_1", "127.0.0.1")],
+        ))
+        .unwrap();
     }
 
     #[test]
@@ -129,9 +140,28 @@ mod tests {
             (req("a/b", vec![rnic("e", "10.0.0.1")]), "'/'"),
             (req(" a", vec![rnic("e", "10.0.0.1")]), "whitespace"),
             (req("h", vec![]), "1..="),
-            (req("h", (0..=MAX_RNICS_PER_HOST).map(|i| rnic(&format!("e{i}"), &format!("10.0.{}.{}", i / 200, i % 200 + 1))).collect()), "1..="),
-            (req("h", vec![rnic("e", "10.0.0.1"), rnic("e", "10.0.0.2")]), "duplicate ifname"),
-            (req("h", vec![rnic("e", "10.0.0.1"), rnic("f", "10.0.0.1")]), "duplicate ip"),
+            (
+                req(
+                    "h",
+                    (0..=MAX_RNICS_PER_HOST)
+                        .map(|i| {
+                            rnic(
+                                &format!("e{i}"),
+                                &format!("10.0.{}.{}", i / 200, i % 200 + 1),
+                            )
+                        })
+                        .collect(),
+                ),
+                "1..=",
+            ),
+            (
+                req("h", vec![rnic("e", "10.0.0.1"), rnic("e", "10.0.0.2")]),
+                "duplicate ifname",
+            ),
+            (
+                req("h", vec![rnic("e", "10.0.0.1"), rnic("f", "10.0.0.1")]),
+                "duplicate ip",
+            ),
             (req("h", vec![rnic("e", "0.0.0.0")]), "unicast"),
             (req("h", vec![rnic("e", "ff02::1")]), "unicast"),
             (req("h", vec![rnic("e", "255.255.255.255")]), "unicast"),

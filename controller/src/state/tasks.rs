@@ -19,6 +19,9 @@ use tokio_util::sync::CancellationToken;
 pub(crate) const MAX_THROUGHPUT_INTERVAL_MS: u32 = 1000;
 /// Most samples per series in one upload (20 minutes at 1 s): bounds the work per request.
 pub(crate) const MAX_SAMPLES_PER_UPLOAD: usize = 1200;
+/// Latest series start accepted (9999-12-31T23:59:59.999Z): the rings add intervals to it,
+/// which overflowed `i64` for a start near `i64::MAX` (found with the `server_api` fuzz harness).
+pub(crate) const MAX_THROUGHPUT_START_MS: i64 = 253_402_300_799_999;
 
 impl ControllerState {
     pub(super) fn tasks_read(&self) -> std::sync::RwLockReadGuard<'_, TaskBook> {
@@ -68,13 +71,18 @@ impl ControllerState {
         if let Some(other) = self.tasks_read().id_by_name(&spec.name)
             && Some(other) != except
         {
-            return Err(ApiError::new(StatusCode::CONFLICT, format!("task name {:?} is taken by task {other}", spec.name)));
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("task name {:?} is taken by task {other}", spec.name),
+            ));
         }
         let (_, placed) = place(&spec.endpoints, &RnicIndex::new(&reg));
         let pairs = count_basic(&placed);
         let max = self.inner.cfg.task_max_pairs;
         if pairs > max {
-            return Err(ApiError::bad_request(format!("the task has {pairs} same-rail pairs, more than task_max_pairs ({max})")));
+            return Err(ApiError::bad_request(format!(
+                "the task has {pairs} same-rail pairs, more than task_max_pairs ({max})"
+            )));
         }
         Ok(())
     }
@@ -84,11 +92,20 @@ impl ControllerState {
         let _writer = self.inner.writer.lock().await;
         self.check_spec(&spec, None)?;
         let now = rocemesh_proto::now_unix_ms();
-        let id = tasks::insert_task(&self.inner.db, &spec.name, &spec.endpoints, now).await.map_err(ApiError::internal)?;
+        let id = tasks::insert_task(&self.inner.db, &spec.name, &spec.endpoints, now)
+            .await
+            .map_err(ApiError::internal)?;
         tracing::info!(task = %spec.name, id, endpoints = spec.endpoints.len(), "task created");
-        let record = TaskRecord { id, name: spec.name, endpoints: spec.endpoints, spec_version: 0, runtime: tasks::Runtime::Preload };
+        let record = TaskRecord {
+            id,
+            name: spec.name,
+            endpoints: spec.endpoints,
+            spec_version: 0,
+            runtime: tasks::Runtime::Preload,
+        };
         self.tasks_write().insert(record);
-        self.task(id).ok_or_else(|| ApiError::internal(anyhow::anyhow!("task {id} vanished after creation")))
+        self.task(id)
+            .ok_or_else(|| ApiError::internal(anyhow::anyhow!("task {id} vanished after creation")))
     }
 
     /// Replaces a task's name and endpoints; it goes back to preload.
@@ -99,7 +116,9 @@ impl ControllerState {
         }
         self.check_spec(&spec, Some(id))?;
         let now = rocemesh_proto::now_unix_ms();
-        tasks::replace_task(&self.inner.db, id, &spec.name, &spec.endpoints, now).await.map_err(ApiError::internal)?;
+        tasks::replace_task(&self.inner.db, id, &spec.name, &spec.endpoints, now)
+            .await
+            .map_err(ApiError::internal)?;
         tracing::info!(task = %spec.name, id, endpoints = spec.endpoints.len(), "task replaced");
         self.tasks_write().replace(id, spec.name, spec.endpoints);
         self.task(id).ok_or_else(|| unknown_task(id))
@@ -111,14 +130,21 @@ impl ControllerState {
         if self.tasks_read().get(id).is_none() {
             return Ok(false);
         }
-        tasks::delete_task(&self.inner.db, id).await.map_err(ApiError::internal)?;
+        tasks::delete_task(&self.inner.db, id)
+            .await
+            .map_err(ApiError::internal)?;
         self.tasks_write().remove(id);
         tracing::info!(id, "task deleted");
         Ok(true)
     }
 
     /// An endpoint registers itself ready: its pairs with other ready endpoints go live.
-    pub(crate) async fn task_ready(&self, id: u32, host: &str, rnic: &str) -> Result<TaskInfo, ApiError> {
+    pub(crate) async fn task_ready(
+        &self,
+        id: u32,
+        host: &str,
+        rnic: &str,
+    ) -> Result<TaskInfo, ApiError> {
         let _writer = self.inner.writer.lock().await;
         let (pos, ready) = {
             let book = self.tasks_read();
@@ -127,11 +153,15 @@ impl ControllerState {
                 .endpoints
                 .iter()
                 .position(|e| e.host == host && e.rnic == rnic)
-                .ok_or_else(|| ApiError::not_found(format!("task {id} has no endpoint {host}/{rnic}")))?;
+                .ok_or_else(|| {
+                    ApiError::not_found(format!("task {id} has no endpoint {host}/{rnic}"))
+                })?;
             (pos, task.endpoints[pos].ready)
         };
         if !ready {
-            tasks::set_ready(&self.inner.db, id, pos).await.map_err(ApiError::internal)?;
+            tasks::set_ready(&self.inner.db, id, pos)
+                .await
+                .map_err(ApiError::internal)?;
             self.tasks_write().set_ready(id, pos);
             tracing::debug!(id, host, rnic, "task endpoint ready");
         }
@@ -139,16 +169,27 @@ impl ControllerState {
     }
 
     /// Stores an agent's throughput series for the RNICs that belong to tasks.
-    pub(crate) fn ingest_throughput(&self, upload: &ThroughputUpload) -> Result<UploadAck, ApiError> {
+    pub(crate) fn ingest_throughput(
+        &self,
+        upload: &ThroughputUpload,
+    ) -> Result<UploadAck, ApiError> {
         let derived = {
             let reg = self.read();
             check_upload(&reg, upload)?;
             let book = self.tasks_read();
             self.derived_for(&reg, &book)
         };
-        let Ingested { accepted, dropped } =
-            self.inner.throughput.lock().unwrap_or_else(|p| p.into_inner()).ingest(upload.interval_ms, &upload.series, &derived.members);
-        Ok(UploadAck { accepted, dropped, duplicate: false })
+        let Ingested { accepted, dropped } = self
+            .inner
+            .throughput
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .ingest(upload.interval_ms, &upload.series, &derived.members);
+        Ok(UploadAck {
+            accepted,
+            dropped,
+            duplicate: false,
+        })
     }
 
     /// Infers task `id`'s skeleton from the throughput held now and applies the outcome:
@@ -158,8 +199,14 @@ impl ControllerState {
     pub async fn infer_task_now(&self, id: u32) -> anyhow::Result<TaskInfo> {
         let input = self.with_tasks(|_, book, derived| {
             let task = book.get(id).with_context(|| format!("unknown task {id}"))?;
-            let d = derived.task(id).with_context(|| format!("task {id} not resolved"))?;
-            let store = self.inner.throughput.lock().unwrap_or_else(|p| p.into_inner());
+            let d = derived
+                .task(id)
+                .with_context(|| format!("task {id} not resolved"))?;
+            let store = self
+                .inner
+                .throughput
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
             inference::prepare(task, d, &store, self.inner.cfg.skeleton_min_samples)
                 .map_err(|why| anyhow::anyhow!("task {id} ({}): {why}", task.name))
         })?;
@@ -170,10 +217,20 @@ impl ControllerState {
         })
         .await
         .context("skeleton inference panicked")?;
-        let applied = self.tasks_write().set_runtime(input.task_id, input.spec_version, runtime);
-        anyhow::ensure!(applied, "task {id} was replaced or deleted during inference; result discarded");
-        let info = self.task(id).with_context(|| format!("task {id} was deleted"))?;
-        let reason = info.skeleton.as_ref().and_then(|s| s.fallback_reason.as_deref());
+        let applied = self
+            .tasks_write()
+            .set_runtime(input.task_id, input.spec_version, runtime);
+        anyhow::ensure!(
+            applied,
+            "task {id} was replaced or deleted during inference; result discarded"
+        );
+        let info = self
+            .task(id)
+            .with_context(|| format!("task {id} was deleted"))?;
+        let reason = info
+            .skeleton
+            .as_ref()
+            .and_then(|s| s.fallback_reason.as_deref());
         tracing::info!(id, phase = ?info.phase, active_pairs = info.active_pairs, reason, "task skeleton inferred");
         Ok(info)
     }
@@ -181,7 +238,8 @@ impl ControllerState {
     /// Every `skeleton_interval_ms` until `cancel`: drops throughput of RNICs in no task,
     /// then infers every task's skeleton (tasks without enough samples are skipped).
     pub async fn run_skeleton_loop(self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_millis(self.inner.cfg.skeleton_interval_ms));
+        let mut tick =
+            tokio::time::interval(Duration::from_millis(self.inner.cfg.skeleton_interval_ms));
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         tick.tick().await;
         loop {
@@ -189,9 +247,13 @@ impl ControllerState {
                 () = cancel.cancelled() => return,
                 _ = tick.tick() => {}
             }
-            let (ids, members): (Vec<u32>, HashSet<u32>) =
-                self.with_tasks(|_, book, d| (book.tasks().map(|t| t.id).collect(), d.members.clone()));
-            self.inner.throughput.lock().unwrap_or_else(|p| p.into_inner()).retain(&members);
+            let (ids, members): (Vec<u32>, HashSet<u32>) = self
+                .with_tasks(|_, book, d| (book.tasks().map(|t| t.id).collect(), d.members.clone()));
+            self.inner
+                .throughput
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(&members);
             for id in ids {
                 if let Err(e) = self.infer_task_now(id).await {
                     tracing::debug!(error = format!("{e:#}"), "skeleton inference skipped");
@@ -207,37 +269,97 @@ fn unknown_task(id: u32) -> ApiError {
 
 /// Checks a throughput upload against the registry; nothing is stored when it fails.
 fn check_upload(reg: &Registry, u: &ThroughputUpload) -> Result<(), ApiError> {
-    let host = reg.host(u.host_id).ok_or_else(|| ApiError::not_found(format!("unknown host {}", u.host_id)))?;
+    let host = reg
+        .host(u.host_id)
+        .ok_or_else(|| ApiError::not_found(format!("unknown host {}", u.host_id)))?;
     if u.epoch != host.epoch {
         return Err(ApiError::new(
             StatusCode::CONFLICT,
-            format!("epoch {} is not the registered epoch {}: register again", u.epoch, host.epoch),
+            format!(
+                "epoch {} is not the registered epoch {}: register again",
+                u.epoch, host.epoch
+            ),
         ));
     }
     if !(1..=MAX_THROUGHPUT_INTERVAL_MS).contains(&u.interval_ms) {
-        return Err(ApiError::bad_request(format!("interval_ms must be in 1..={MAX_THROUGHPUT_INTERVAL_MS}, got {}", u.interval_ms)));
+        return Err(ApiError::bad_request(format!(
+            "interval_ms must be in 1..={MAX_THROUGHPUT_INTERVAL_MS}, got {}",
+            u.interval_ms
+        )));
     }
     if u.series.len() > MAX_RNICS_PER_HOST {
-        return Err(ApiError::bad_request(format!("at most {MAX_RNICS_PER_HOST} series per upload, got {}", u.series.len())));
+        return Err(ApiError::bad_request(format!(
+            "at most {MAX_RNICS_PER_HOST} series per upload, got {}",
+            u.series.len()
+        )));
     }
     let mut seen = HashSet::new();
     for (i, s) in u.series.iter().enumerate() {
         let bad = |why: String| ApiError::bad_request(format!("series[{i}]: {why}"));
         if reg.rnic(s.rnic_id).is_none_or(|r| r.host_id != u.host_id) {
-            return Err(bad(format!("RNIC {} is not an RNIC of host {}", s.rnic_id, u.host_id)));
+            return Err(bad(format!(
+                "RNIC {} is not an RNIC of host {}",
+                s.rnic_id, u.host_id
+            )));
         }
         if !seen.insert(s.rnic_id) {
             return Err(bad(format!("duplicate RNIC {}", s.rnic_id)));
         }
         if s.tx_bytes.len() != s.rx_bytes.len() {
-            return Err(bad(format!("{} tx samples but {} rx samples", s.tx_bytes.len(), s.rx_bytes.len())));
+            return Err(bad(format!(
+                "{} tx samples but {} rx samples",
+                s.tx_bytes.len(),
+                s.rx_bytes.len()
+            )));
         }
         if s.tx_bytes.len() > MAX_SAMPLES_PER_UPLOAD {
-            return Err(bad(format!("at most {MAX_SAMPLES_PER_UPLOAD} samples per series, got {}", s.tx_bytes.len())));
+            return Err(bad(format!(
+                "at most {MAX_SAMPLES_PER_UPLOAD} samples per series, got {}",
+                s.tx_bytes.len()
+            )));
         }
-        if s.start_ms < 0 {
-            return Err(bad(format!("start_ms {} is before 1970", s.start_ms)));
+        if !(0..=MAX_THROUGHPUT_START_MS).contains(&s.start_ms) {
+            return Err(bad(format!(
+                "start_ms {} is not between 1970 and 9999",
+                s.start_ms
+            )));
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Topology;
+    use rocemesh_proto::api::{RegisterRequest, RnicSeries};
+
+    #[test]
+    fn throughput_start_must_be_a_plausible_time() {
+        let mut reg = Registry::default();
+        let req: RegisterRequest = serde_json::from_str(
+            r#"{"host":"h","epoch":1,"rnics":[{"ifname":"eth0","ip":"10.0.0.1","qpn":1,"port":4791}]}"#,
+        )
+        .unwrap();
+        let plan = reg
+            .plan_registration(&req, &Topology::default(), 0)
+            .unwrap();
+        reg.apply_registration(plan, 1, &[1]);
+        let upload = |start_ms| ThroughputUpload {
+            host_id: 1,
+            epoch: 1,
+            interval_ms: 1000,
+            series: vec![RnicSeries {
+                rnic_id: 1,
+                start_ms,
+                tx_bytes: vec![1],
+                rx_bytes: vec![1],
+            }],
+        };
+        assert!(check_upload(&reg, &upload(1_800_000_000_000)).is_ok());
+        assert!(check_upload(&reg, &upload(MAX_THROUGHPUT_START_MS)).is_ok());
+        for bad in [-1, MAX_THROUGHPUT_START_MS + 1, i64::MAX - 500] {
+            assert!(check_upload(&reg, &upload(bad)).is_err(), "start_ms {bad}");
+        }
+    }
 }

@@ -22,26 +22,52 @@ pub(crate) struct Input {
 
 /// Gathers a task's observations: every endpoint registered, every RNIC with at least
 /// `min_samples` samples over common intervals; else why not.
-pub(crate) fn prepare(task: &TaskRecord, derived: &TaskDerived, store: &ThroughputStore, min_samples: usize) -> Result<Input, String> {
+pub(crate) fn prepare(
+    task: &TaskRecord,
+    derived: &TaskDerived,
+    store: &ThroughputStore,
+    min_samples: usize,
+) -> Result<Input, String> {
     let resolved = &derived.resolved;
     let mut rnics = Vec::with_capacity(task.endpoints.len());
     for (e, rnic) in task.endpoints.iter().zip(&resolved.rnic) {
-        rnics.push(rnic.ok_or_else(|| format!("endpoint {}/{} is not registered", e.host, e.rnic))?);
+        rnics
+            .push(rnic.ok_or_else(|| format!("endpoint {}/{} is not registered", e.host, e.rnic))?);
     }
     let series = store.aligned(&rnics, min_samples)?;
     let observations = rnics
         .iter()
         .zip(&resolved.endpoints)
         .zip(series)
-        .map(|((&id, placed), bytes)| Observation { endpoint: Endpoint { id, ..*placed }, bytes })
+        .map(|((&id, placed), bytes)| Observation {
+            endpoint: Endpoint { id, ..*placed },
+            bytes,
+        })
         .collect();
-    let index_of = rnics.iter().enumerate().map(|(i, &id)| (id, i as u32)).collect();
-    Ok(Input { task_id: task.id, spec_version: task.spec_version, observations, index_of })
+    let index_of = rnics
+        .iter()
+        .enumerate()
+        .map(|(i, &id)| (id, i as u32))
+        .collect();
+    Ok(Input {
+        task_id: task.id,
+        spec_version: task.spec_version,
+        observations,
+        index_of,
+    })
 }
 
 /// The basic list stays, for `reason`.
 fn fallback(reason: String) -> Runtime {
-    Runtime::Fallback { info: SkeletonInfo { dp: 0, tp_pp: 0, groups: Vec::new(), pairs: 0, fallback_reason: Some(reason) } }
+    Runtime::Fallback {
+        info: SkeletonInfo {
+            dp: 0,
+            tp_pp: 0,
+            groups: Vec::new(),
+            pairs: 0,
+            fallback_reason: Some(reason),
+        },
+    }
 }
 
 /// Infers the skeleton (CPU-heavy: run it off the async workers). Input the skeleton

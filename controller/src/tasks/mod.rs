@@ -22,13 +22,16 @@ pub(crate) enum Runtime {
     /// Basic list, no inference accepted yet.
     Preload,
     /// The skeleton drives the list; `pairs` are endpoint-index pairs.
-    Skeleton { info: SkeletonInfo, pairs: Vec<Pair> },
+    Skeleton {
+        info: SkeletonInfo,
+        pairs: Vec<Pair>,
+    },
     /// The skeleton failed the fidelity check (reason in `info`): the basic list stays.
     Fallback { info: SkeletonInfo },
 }
 
 impl Runtime {
-    fn phase(&self) -> TaskPhase {
+    pub(crate) fn phase(&self) -> TaskPhase {
         match self {
             Self::Preload => TaskPhase::Preload,
             Self::Skeleton { .. } => TaskPhase::Skeleton,
@@ -107,14 +110,24 @@ impl TaskBook {
     /// Replaces a task's name and endpoints: back to preload with a new spec version.
     pub(crate) fn replace(&mut self, id: u32, name: String, endpoints: Vec<TaskEndpoint>) {
         if let Some(old) = self.tasks.get(&id) {
-            let task = TaskRecord { id, name, endpoints, spec_version: old.spec_version + 1, runtime: Runtime::Preload };
+            let task = TaskRecord {
+                id,
+                name,
+                endpoints,
+                spec_version: old.spec_version + 1,
+                runtime: Runtime::Preload,
+            };
             self.insert(task);
         }
     }
 
     /// Marks endpoint `index` ready.
     pub(crate) fn set_ready(&mut self, id: u32, index: usize) {
-        if let Some(e) = self.tasks.get_mut(&id).and_then(|t| t.endpoints.get_mut(index)) {
+        if let Some(e) = self
+            .tasks
+            .get_mut(&id)
+            .and_then(|t| t.endpoints.get_mut(index))
+        {
             e.ready = true;
             self.generation += 1;
         }
@@ -150,7 +163,12 @@ pub(crate) fn task_info(task: &TaskRecord, derived: &Derived) -> TaskInfo {
     TaskInfo {
         id: task.id,
         name: task.name.clone(),
-        endpoints: task.endpoints.iter().enumerate().map(|(i, e)| (e.clone(), rnic_of(i))).collect(),
+        endpoints: task
+            .endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.clone(), rnic_of(i)))
+            .collect(),
         phase: task.runtime.phase(),
         full_mesh_pairs: rocemesh_skeleton::full_mesh_len(task.endpoints.len()),
         basic_pairs: d.map_or(0, |d| d.resolved.basic.len()),

@@ -28,7 +28,9 @@ impl<'a> RnicIndex<'a> {
 
     /// The registered RNIC an endpoint names.
     pub(crate) fn get(&self, e: &TaskEndpoint) -> Option<&'a RnicRecord> {
-        self.by_name.get(&(e.host.as_str(), e.rnic.as_str())).copied()
+        self.by_name
+            .get(&(e.host.as_str(), e.rnic.as_str()))
+            .copied()
     }
 }
 
@@ -46,7 +48,10 @@ pub(crate) struct Resolved {
 }
 
 /// Places endpoints (RNIC ids and skeleton endpoints), without the pairs.
-pub(crate) fn place(endpoints: &[TaskEndpoint], index: &RnicIndex<'_>) -> (Vec<Option<u32>>, Vec<Endpoint>) {
+pub(crate) fn place(
+    endpoints: &[TaskEndpoint],
+    index: &RnicIndex<'_>,
+) -> (Vec<Option<u32>>, Vec<Endpoint>) {
     let mut hosts: HashMap<&str, (u32, u16)> = HashMap::new();
     let mut rnic = Vec::with_capacity(endpoints.len());
     let mut placed = Vec::with_capacity(endpoints.len());
@@ -61,7 +66,11 @@ pub(crate) fn place(endpoints: &[TaskEndpoint], index: &RnicIndex<'_>) -> (Vec<O
             .unwrap_or(*rank);
         *rank = rank.saturating_add(1);
         rnic.push(record.map(|r| r.id));
-        placed.push(Endpoint { id: i as u32, host: *host, rail });
+        placed.push(Endpoint {
+            id: i as u32,
+            host: *host,
+            rail,
+        });
     }
     (rnic, placed)
 }
@@ -75,7 +84,8 @@ pub(crate) fn count_basic(endpoints: &[Endpoint]) -> usize {
         *rails.entry(e.rail).or_default() += 1;
         *rail_hosts.entry((e.rail, e.host)).or_default() += 1;
     }
-    rails.values().map(|&n| pairs(n)).sum::<usize>() - rail_hosts.values().map(|&n| pairs(n)).sum::<usize>()
+    rails.values().map(|&n| pairs(n)).sum::<usize>()
+        - rail_hosts.values().map(|&n| pairs(n)).sum::<usize>()
 }
 
 /// Resolves one task; its basic list is left empty (and logged) above `max_pairs`.
@@ -89,7 +99,11 @@ pub(crate) fn resolve(task: &TaskRecord, index: &RnicIndex<'_>, max_pairs: usize
         // The spec was validated (>= 2 endpoints, distinct indices), so this cannot fail.
         basic_pairs(&endpoints).unwrap_or_default()
     };
-    Resolved { rnic, endpoints, basic }
+    Resolved {
+        rnic,
+        endpoints,
+        basic,
+    }
 }
 
 /// Derived data of one task.
@@ -121,15 +135,25 @@ impl Derived {
         for task in book.tasks() {
             let resolved = resolve(task, &index, max_pairs);
             members.extend(resolved.rnic.iter().flatten());
-            let live = |i: u32| task.endpoints[i as usize].ready && resolved.rnic[i as usize].is_some();
+            let live =
+                |i: u32| task.endpoints[i as usize].ready && resolved.rnic[i as usize].is_some();
             let source = match &task.runtime {
                 Runtime::Skeleton { pairs, .. } => pairs,
                 Runtime::Preload | Runtime::Fallback { .. } => &resolved.basic,
             };
-            let active = source.iter().filter(|(a, b)| live(*a) && live(*b)).copied().collect();
+            let active = source
+                .iter()
+                .filter(|(a, b)| live(*a) && live(*b))
+                .copied()
+                .collect();
             per_task.insert(task.id, TaskDerived { resolved, active });
         }
-        Self { registry_generation: reg.generation(), book_generation: book.generation(), per_task, members }
+        Self {
+            registry_generation: reg.generation(),
+            book_generation: book.generation(),
+            per_task,
+            members,
+        }
     }
 
     /// Whether this was derived from exactly these generations.
@@ -153,7 +177,14 @@ mod tests {
     use super::*;
 
     fn ep(host: &str, rnic: &str, rail: Option<u32>) -> TaskEndpoint {
-        TaskEndpoint { host: host.into(), rnic: rnic.into(), rail, namespace: None, pod: None, ready: false }
+        TaskEndpoint {
+            host: host.into(),
+            rnic: rnic.into(),
+            rail,
+            namespace: None,
+            pod: None,
+            ready: false,
+        }
     }
 
     #[test]
@@ -161,15 +192,28 @@ mod tests {
         let reg = Registry::default();
         let index = RnicIndex::new(&reg);
         // 4 hosts x 8 RNICs, no rails given: rank on host is the rail.
-        let eps: Vec<TaskEndpoint> = (0..4).flat_map(|h| (0..8).map(move |r| ep(&format!("h{h}"), &format!("mlx5_{r}"), None))).collect();
+        let eps: Vec<TaskEndpoint> = (0..4)
+            .flat_map(|h| (0..8).map(move |r| ep(&format!("h{h}"), &format!("mlx5_{r}"), None)))
+            .collect();
         let (rnic, placed) = place(&eps, &index);
         assert!(rnic.iter().all(Option::is_none));
-        assert_eq!(placed[9], Endpoint { id: 9, host: 1, rail: 1 });
+        assert_eq!(
+            placed[9],
+            Endpoint {
+                id: 9,
+                host: 1,
+                rail: 1
+            }
+        );
         let basic = basic_pairs(&placed).unwrap();
         assert_eq!(count_basic(&placed), basic.len());
         assert_eq!(basic.len(), 8 * 6, "8 rails x C(4,2)");
         // An explicit rail wins over the rank; two RNICs of one host on a rail are not paired.
-        let eps = vec![ep("a", "x", Some(3)), ep("a", "y", Some(3)), ep("b", "x", Some(3))];
+        let eps = vec![
+            ep("a", "x", Some(3)),
+            ep("a", "y", Some(3)),
+            ep("b", "x", Some(3)),
+        ];
         let (_, placed) = place(&eps, &index);
         assert_eq!(count_basic(&placed), 2);
         assert_eq!(basic_pairs(&placed).unwrap(), vec![(0, 2), (1, 2)]);

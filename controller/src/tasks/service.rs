@@ -23,12 +23,20 @@ pub(crate) struct ServiceParams {
 /// evenly over a rail instead of piling on its lowest id, and stays put across rebuilds.
 fn direction(a: u32, b: u32) -> (u32, u32) {
     let (lo, hi) = if a <= b { (a, b) } else { (b, a) };
-    if stable_hash(&[b"task-dir", &lo.to_le_bytes(), &hi.to_le_bytes()]) & 1 == 0 { (lo, hi) } else { (hi, lo) }
+    if stable_hash(&[b"task-dir", &lo.to_le_bytes(), &hi.to_le_bytes()]) & 1 == 0 {
+        (lo, hi)
+    } else {
+        (hi, lo)
+    }
 }
 
 /// The service list of every prober RNIC, by RNIC id; targets sorted by id, each with a
 /// source port fixed by (prober, target). List rate = targets x `pair_pps`, capped.
-pub(crate) fn lists(reg: &Registry, derived: &Derived, p: ServiceParams) -> HashMap<u32, ProbeList> {
+pub(crate) fn lists(
+    reg: &Registry,
+    derived: &Derived,
+    p: ServiceParams,
+) -> HashMap<u32, ProbeList> {
     let mut targets: HashMap<u32, BTreeSet<u32>> = HashMap::new();
     for (_, task) in derived.tasks() {
         for &(a, b) in &task.active {
@@ -51,7 +59,14 @@ pub(crate) fn lists(reg: &Registry, derived: &Derived, p: ServiceParams) -> Hash
                 })
                 .collect();
             let pps = (entries.len() as f64 * p.pair_pps).min(p.max_pps);
-            (prober, ProbeList { class: ProbeClass::Service, pps, entries })
+            (
+                prober,
+                ProbeList {
+                    class: ProbeClass::Service,
+                    pps,
+                    entries,
+                },
+            )
         })
         .collect()
 }
@@ -70,6 +85,9 @@ mod tests {
             assert_eq!(BTreeSet::from([prober, target]), BTreeSet::from([a, b]));
             lower += usize::from(prober == a);
         }
-        assert!((60..140).contains(&lower), "lower id probes {lower} of 200 pairs");
+        assert!(
+            (60..140).contains(&lower),
+            "lower id probes {lower} of 200 pairs"
+        );
     }
 }

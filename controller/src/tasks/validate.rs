@@ -15,13 +15,18 @@ pub(crate) fn spec(spec: &TaskSpec) -> Result<(), String> {
     name("task name", &spec.name)?;
     let n = spec.endpoints.len();
     if !(MIN_ENDPOINTS..=MAX_ENDPOINTS).contains(&n) {
-        return Err(format!("a task has {MIN_ENDPOINTS}..={MAX_ENDPOINTS} endpoints, got {n}"));
+        return Err(format!(
+            "a task has {MIN_ENDPOINTS}..={MAX_ENDPOINTS} endpoints, got {n}"
+        ));
     }
     let mut seen = HashSet::with_capacity(n);
     for (i, e) in spec.endpoints.iter().enumerate() {
         endpoint(e).map_err(|err| format!("endpoints[{i}]: {err}"))?;
         if !seen.insert((e.host.as_str(), e.rnic.as_str())) {
-            return Err(format!("endpoints[{i}]: duplicate endpoint {}/{}", e.host, e.rnic));
+            return Err(format!(
+                "endpoints[{i}]: duplicate endpoint {}/{}",
+                e.host, e.rnic
+            ));
         }
     }
     Ok(())
@@ -49,12 +54,22 @@ mod tests {
     use super::*;
 
     fn ep(host: &str, rnic: &str) -> TaskEndpoint {
-        TaskEndpoint { host: host.into(), rnic: rnic.into(), rail: None, namespace: None, pod: None, ready: false }
+        TaskEndpoint {
+            host: host.into(),
+            rnic: rnic.into(),
+            rail: None,
+            namespace: None,
+            pod: None,
+            ready: false,
+        }
     }
 
     #[test]
     fn accepts_a_normal_task_and_refuses_each_bad_field() {
-        let ok = TaskSpec { name: "llama-70b".into(), endpoints: vec![ep("h1", "mlx5_0"), ep("h2", "mlx5_0")] };
+        let ok = TaskSpec {
+            name: "llama-70b".into(),
+            endpoints: vec![ep("h1", "mlx5_0"), ep("h2", "mlx5_0")],
+        };
         spec(&ok).unwrap();
         let with = |f: fn(&mut TaskSpec)| {
             let mut s = ok.clone();
@@ -64,13 +79,29 @@ mod tests {
         let cases = [
             (with(|s| s.name = String::new()), "task name is empty"),
             (with(|s| s.endpoints.truncate(1)), "2..=100000"),
-            (with(|s| s.endpoints = (0..=MAX_ENDPOINTS).map(|i| ep(&format!("h{i}"), "e")).collect()), "got 100001"),
-            (with(|s| s.endpoints[1] = ep("h1", "mlx5_0")), "duplicate endpoint h1/mlx5_0"),
+            (
+                with(|s| {
+                    s.endpoints = (0..=MAX_ENDPOINTS)
+                        .map(|i| ep(&format!("h{i}"), "e"))
+                        .collect()
+                }),
+                "got 100001",
+            ),
+            (
+                with(|s| s.endpoints[1] = ep("h1", "mlx5_0")),
+                "duplicate endpoint h1/mlx5_0",
+            ),
             (with(|s| s.endpoints[0].host = "a\u{0}".into()), "control"),
             (with(|s| s.endpoints[0].rnic = "x".repeat(300)), "longer"),
             (with(|s| s.endpoints[1].rail = Some(70_000)), "rail 70000"),
-            (with(|s| s.endpoints[1].pod = Some(" p".into())), "whitespace"),
-            (with(|s| s.endpoints[1].namespace = Some(String::new())), "namespace is empty"),
+            (
+                with(|s| s.endpoints[1].pod = Some(" p".into())),
+                "whitespace",
+            ),
+            (
+                with(|s| s.endpoints[1].namespace = Some(String::new())),
+                "namespace is empty",
+            ),
         ];
         for (s, why) in cases {
             let err = spec(&s).unwrap_err();

@@ -22,7 +22,12 @@ impl Drop for Server {
 }
 
 pub async fn serve(db: Db, cfg: ControllerConfig) -> Server {
-    serve_state(ControllerState::new(db, cfg).await.expect("controller state")).await
+    serve_state(
+        ControllerState::new(db, cfg)
+            .await
+            .expect("controller state"),
+    )
+    .await
 }
 
 /// Serves an existing state (tests that also call its public methods).
@@ -45,11 +50,15 @@ pub struct Response {
 
 impl Response {
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers.iter().find(|(n, _)| n.eq_ignore_ascii_case(name)).map(|(_, v)| v.as_str())
+        self.headers
+            .iter()
+            .find(|(n, _)| n.eq_ignore_ascii_case(name))
+            .map(|(_, v)| v.as_str())
     }
 
     pub fn json<T: serde::de::DeserializeOwned>(&self) -> T {
-        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
     }
 
     /// The `error` of an `ErrorBody`, asserting the body is one.
@@ -58,9 +67,18 @@ impl Response {
     }
 }
 
-pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Response {
+pub async fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> Response {
     let mut stream = TcpStream::connect(addr).await.unwrap();
-    let mut head = format!("{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n", body.len());
+    let mut head = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\nContent-Length: {}\r\n",
+        body.len()
+    );
     for (n, v) in headers {
         head.push_str(&format!("{n}: {v}\r\n"));
     }
@@ -81,12 +99,29 @@ pub async fn request(addr: SocketAddr, method: &str, path: &str, headers: &[(&st
 }
 
 fn parse(raw: &[u8]) -> Response {
-    let split = raw.windows(4).position(|w| w == b"\r\n\r\n").expect("response head");
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .expect("response head");
     let head = String::from_utf8_lossy(&raw[..split]).to_string();
     let mut lines = head.lines();
-    let status = lines.next().unwrap().split_whitespace().nth(1).unwrap().parse().unwrap();
-    let headers = lines.filter_map(|l| l.split_once(':')).map(|(n, v)| (n.trim().to_string(), v.trim().to_string())).collect();
-    Response { status, headers, body: raw[split + 4..].to_vec() }
+    let status = lines
+        .next()
+        .unwrap()
+        .split_whitespace()
+        .nth(1)
+        .unwrap()
+        .parse()
+        .unwrap();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(n, v)| (n.trim().to_string(), v.trim().to_string()))
+        .collect();
+    Response {
+        status,
+        headers,
+        body: raw[split + 4..].to_vec(),
+    }
 }
 
 pub async fn get(addr: SocketAddr, path: &str) -> Response {
@@ -94,15 +129,38 @@ pub async fn get(addr: SocketAddr, path: &str) -> Response {
 }
 
 pub async fn post_json(addr: SocketAddr, path: &str, body: &[u8]) -> Response {
-    request(addr, "POST", path, &[("Content-Type", "application/json")], body).await
+    request(
+        addr,
+        "POST",
+        path,
+        &[("Content-Type", "application/json")],
+        body,
+    )
+    .await
 }
 
-pub async fn send_json(addr: SocketAddr, method: &str, path: &str, body: &serde_json::Value) -> Response {
-    request(addr, method, path, &[("Content-Type", "application/json")], body.to_string().as_bytes()).await
+pub async fn send_json(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    body: &serde_json::Value,
+) -> Response {
+    request(
+        addr,
+        method,
+        path,
+        &[("Content-Type", "application/json")],
+        body.to_string().as_bytes(),
+    )
+    .await
 }
 
 /// A registration body: `rnics` as (ifname, ip, tor hint).
-pub fn registration(host: &str, epoch: u32, rnics: &[(&str, &str, Option<&str>)]) -> serde_json::Value {
+pub fn registration(
+    host: &str,
+    epoch: u32,
+    rnics: &[(&str, &str, Option<&str>)],
+) -> serde_json::Value {
     let rnics: Vec<_> = rnics
         .iter()
         .enumerate()
@@ -119,8 +177,18 @@ pub async fn register(addr: SocketAddr, body: &serde_json::Value) -> Response {
 
 /// Row counts of the registry tables, to prove a refused request changed nothing.
 pub async fn row_counts(db: &Db) -> (i64, i64, i64) {
-    let (hosts,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM hosts").fetch_one(db.pool()).await.unwrap();
-    let (rnics,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM rnics").fetch_one(db.pool()).await.unwrap();
-    let (regs,): (i64,) = sqlx::query_as("SELECT CAST(COALESCE(SUM(registrations), 0) AS BIGINT) FROM hosts").fetch_one(db.pool()).await.unwrap();
+    let (hosts,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM hosts")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let (rnics,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM rnics")
+        .fetch_one(db.pool())
+        .await
+        .unwrap();
+    let (regs,): (i64,) =
+        sqlx::query_as("SELECT CAST(COALESCE(SUM(registrations), 0) AS BIGINT) FROM hosts")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
     (hosts, rnics, regs)
 }
