@@ -2,8 +2,11 @@
 
 use crate::Analyzer;
 use crate::diagnosis::engine::BaselineVote;
+use crate::diagnosis::fabric::FabricMap;
 use crate::diagnosis::store::{self as problems, StateFilter};
 use crate::ingest::IngestStats;
+use crate::read;
+use crate::registry::Registry;
 use crate::sla::{self, SlaQuery};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
@@ -12,10 +15,12 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use rocemesh_proto::api::{
-    API_PREFIX, ErrorBody, Problem, ProblemState, SlaRow, SlaScope, UploadAck,
+    API_PREFIX, ErrorBody, Priority, Problem, ProblemState, SlaRow, SlaScope, UploadAck,
 };
 use rocemesh_proto::batch::{CONTENT_TYPE, MAX_BATCH_BYTES};
-use serde::Deserialize;
+use rocemesh_proto::path::TracedPath;
+use serde::{Deserialize, Serialize};
+use std::net::IpAddr;
 use std::sync::Arc;
 
 /// An error response: status plus a JSON [`ErrorBody`].
@@ -41,7 +46,25 @@ pub fn router(analyzer: Arc<Analyzer>) -> Router {
             &format!("{API_PREFIX}/diagnosis/baseline"),
             get(get_baseline),
         )
+        .route(&format!("{API_PREFIX}/paths"), get(get_paths))
         .with_state(analyzer)
+}
+
+/// The analyzer's part of the served OpenAPI document, from the handlers' annotations.
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    #[derive(utoipa::OpenApi)]
+    #[openapi(paths(
+        post_results,
+        get_sla,
+        get_latest,
+        get_stats,
+        get_problems,
+        get_problem,
+        get_baseline,
+        get_paths,
+    ))]
+    struct Doc;
+    <Doc as utoipa::OpenApi>::openapi()
 }
 
 fn is_batch_content_type(headers: &HeaderMap) -> bool {
@@ -55,6 +78,12 @@ fn is_batch_content_type(headers: &HeaderMap) -> bool {
     mime.eq_ignore_ascii_case(CONTENT_TYPE) || mime.eq_ignore_ascii_case("application/octet-stream")
 }
 
+/// Result batch upload from an agent (`proto::batch` binary body).
+#[utoipa::path(post, path = "/api/v1/results", tag = "results",
+    request_body(content = String, content_type = "application/vnd.rocemesh.results.v1",
+        description = "A `proto::batch` encoded batch (application/octet-stream also accepted)"),
+    responses((status = 200, body = UploadAck), (status = 400, body = ErrorBody),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
 async fn post_results(
     State(a): State<Arc<Analyzer>>,
     headers: HeaderMap,
@@ -91,6 +120,14 @@ async fn post_results(
     }
 }
 
+/// Stored SLA rows of one scope, newest period first.
+#[utoipa::path(get, path = "/api/v1/sla", tag = "sla",
+    params(("scope" = SlaScope, Query, description = "cluster, tor_pair or rnic"),
+        ("key" = Option<String>, Query, description = "Only this key (`tor-a->tor-b`, an RNIC id)"),
+        ("from_ms" = Option<i64>, Query, description = "Periods starting at or after (ms since the Unix epoch)"),
+        ("to_ms" = Option<i64>, Query, description = "Periods starting before"),
+        ("limit" = Option<u32>, Query, description = "Most rows (default 100, at most 10,000)")),
+    responses((status = 200, body = Vec<SlaRow>), (status = 400, body = ErrorBody)))]
 async fn get_sla(
     State(a): State<Arc<Analyzer>>,
     q: Result<Query<SlaQuery>, QueryRejection>,
@@ -98,20 +135,23 @@ async fn get_sla(
     let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
     q.checked_limit()
         .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
-    sla::query(a.db(), &q)
-        .await
-        .map(Json)
-        .map_err(|e| error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}")))
+    sla::query(a.db(), &q).await.map(Json).map_err(internal)
 }
 
 /// `GET /api/v1/sla/latest` parameters.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct LatestQuery {
+    /// Scope to list.
     scope: SlaScope,
+    /// Only this key.
     key: Option<String>,
 }
 
+/// SLA rows of the latest closed period.
+#[utoipa::path(get, path = "/api/v1/sla/latest", tag = "sla", params(LatestQuery),
+    responses((status = 200, body = Vec<SlaRow>), (status = 400, body = ErrorBody)))]
 async fn get_latest(
     State(a): State<Arc<Analyzer>>,
     q: Result<Query<LatestQuery>, QueryRejection>,
@@ -126,6 +166,9 @@ async fn get_latest(
     ))
 }
 
+/// Ingest counters: what came in and what was thrown away, and why.
+#[utoipa::path(get, path = "/api/v1/ingest/stats", tag = "results",
+    responses((status = 200, description = "Ingest counters (JSON object)", content_type = "application/json")))]
 async fn get_stats(State(a): State<Arc<Analyzer>>) -> Json<IngestStats> {
     Json(a.stats())
 }
@@ -136,22 +179,36 @@ const DEFAULT_PROBLEMS: u32 = 100;
 const MAX_PROBLEMS: u32 = 10_000;
 
 /// `GET /api/v1/problems` parameters.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct ProblemsQuery {
     /// `active` (default), `resolved` or `all`.
+    #[param(value_type = Option<String>)]
     state: Option<StateFilter>,
     /// Only problems last seen at or after this time (ms since the Unix epoch).
     since_ms: Option<i64>,
     /// Most problems to return (default 100, at most 10,000).
     limit: Option<u32>,
+    /// Only problems the impact loop gave this priority (`P0`, `P1`, `P2`).
+    priority: Option<Priority>,
 }
 
+/// A failed database read: 503 naming the reason when the database is unavailable
+/// (clients retry later), else 500.
 fn internal(e: anyhow::Error) -> ApiError {
+    if rocemesh_store::is_unavailable(&e) {
+        return error(
+            StatusCode::SERVICE_UNAVAILABLE,
+            format!("database unavailable: {e:#}"),
+        );
+    }
     error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
 }
 
 /// Problems, most recently seen first; active ones as diagnosed this very tick.
+#[utoipa::path(get, path = "/api/v1/problems", tag = "problems", params(ProblemsQuery),
+    responses((status = 200, body = Vec<Problem>), (status = 400, body = ErrorBody)))]
 async fn get_problems(
     State(a): State<Arc<Analyzer>>,
     q: Result<Query<ProblemsQuery>, QueryRejection>,
@@ -167,13 +224,14 @@ async fn get_problems(
     let state = q.state.unwrap_or(StateFilter::Active);
     let since = q.since_ms.unwrap_or(i64::MIN);
     let active = a.problems(ProblemState::Active);
-    let mut list = if state == StateFilter::Active {
+    // One of several analyzer instances: the others' problems are only in the database.
+    let mut list: Vec<Problem> = if state == StateFilter::Active && a.shards().is_none() {
         active
             .into_iter()
             .filter(|p| p.last_seen_ms >= since)
             .collect()
     } else {
-        let mut stored = problems::query(a.db(), state, since, limit)
+        let mut stored = problems::query(a.db(), state, q.priority, since, limit)
             .await
             .map_err(internal)?;
         // Stored active rows are refreshed only on change: show the live version.
@@ -184,10 +242,21 @@ async fn get_problems(
         }
         stored
     };
+    // Priorities live only in the database (the impact loop writes them).
+    problems::attach_impact(a.db(), &mut list)
+        .await
+        .map_err(internal)?;
+    if let Some(want) = q.priority {
+        list.retain(|p| p.priority == Some(want));
+    }
     list.truncate(limit as usize);
     Ok(Json(list))
 }
 
+/// One problem, active (live) or stored.
+#[utoipa::path(get, path = "/api/v1/problems/{id}", tag = "problems",
+    params(("id" = i64, Path, description = "Problem id")),
+    responses((status = 200, body = Problem), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn get_problem(
     State(a): State<Arc<Analyzer>>,
     id: Result<Path<i64>, PathRejection>,
@@ -198,6 +267,11 @@ async fn get_problem(
         .into_iter()
         .find(|p| p.id == id)
     {
+        let mut one = [p];
+        problems::attach_impact(a.db(), &mut one)
+            .await
+            .map_err(internal)?;
+        let [p] = one;
         return Ok(Json(p));
     }
     match problems::get(a.db(), id).await.map_err(internal)? {
@@ -206,6 +280,187 @@ async fn get_problem(
     }
 }
 
+/// The Algorithm 1 baseline's votes (R-Pingmesh), for comparison with the diagnosis.
+#[utoipa::path(get, path = "/api/v1/diagnosis/baseline", tag = "problems",
+    responses((status = 200, description = "Baseline votes (JSON array)", content_type = "application/json")))]
 async fn get_baseline(State(a): State<Arc<Analyzer>>) -> Json<Vec<BaselineVote>> {
     Json(a.baseline_votes().as_ref().clone())
+}
+
+/// Traced paths a list names when it names no `limit`.
+const DEFAULT_PATHS: u32 = 100;
+/// Largest `limit` of a path list.
+const MAX_PATHS: u32 = 1_000;
+
+/// `GET /api/v1/paths` parameters: each given end narrows the list; an end is
+/// named by RNIC (registry id or `host/ifname`) or by ToR, not both.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PathsQuery {
+    src_rnic: Option<String>,
+    dst_rnic: Option<String>,
+    src_tor: Option<String>,
+    dst_tor: Option<String>,
+    /// Most 5-tuples to return (default 100, at most 1,000).
+    limit: Option<u32>,
+}
+
+/// Which way a traced packet went.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum PathDirection {
+    /// A probe, traced by its prober.
+    Probe,
+    /// The ACK of a probe, traced by the responder.
+    Ack,
+}
+
+/// One traced path as the API shows it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PathInfo {
+    /// Source address of the traced 5-tuple.
+    #[schema(value_type = String)]
+    pub src: IpAddr,
+    /// Destination address.
+    #[schema(value_type = String)]
+    pub dst: IpAddr,
+    /// UDP source port.
+    pub src_port: u16,
+    /// UDP destination port.
+    pub dst_port: u16,
+    /// Probe or ACK direction.
+    pub direction: PathDirection,
+    /// True when the trace reached the destination.
+    pub reached: bool,
+    /// When the trace finished (ms since the Unix epoch).
+    pub traced_at_ms: i64,
+    /// Hop addresses by TTL; `null` where nothing answered.
+    #[schema(value_type = Vec<Option<String>>)]
+    pub hops: Vec<Option<IpAddr>>,
+    /// Hop names by TTL: the fabric map's switch, else the registry's RNIC
+    /// (`host/ifname`), else the address; `"*"` where nothing answered.
+    pub hop_names: Vec<String>,
+}
+
+/// `GET /api/v1/paths` answer: the latest trace of each matching 5-tuple, newest
+/// first, followed by its last complete trace when the latest one broke off.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct PathsReply {
+    /// Traced paths.
+    pub paths: Vec<PathInfo>,
+}
+
+/// One end of a path filter, resolved against the registry.
+enum EndFilter {
+    Any,
+    Ip(IpAddr),
+    Tor(String),
+}
+
+impl EndFilter {
+    fn resolve(
+        registry: &Registry,
+        rnic: Option<&str>,
+        tor: Option<String>,
+        end: &str,
+    ) -> Result<Self, ApiError> {
+        match (rnic, tor) {
+            (Some(_), Some(_)) => Err(error(
+                StatusCode::BAD_REQUEST,
+                format!("give {end}_rnic or {end}_tor, not both"),
+            )),
+            (Some(spec), None) => registry
+                .rnic_ids()
+                .filter_map(|id| registry.meta(id).map(|m| (id, m)))
+                .find(|(id, m)| m.name == spec || id.to_string() == spec)
+                .map(|(_, m)| Self::Ip(m.ip))
+                .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no RNIC {spec:?}"))),
+            (None, Some(tor)) => Ok(Self::Tor(tor)),
+            (None, None) => Ok(Self::Any),
+        }
+    }
+
+    fn matches(&self, registry: &Registry, ip: IpAddr) -> bool {
+        match self {
+            Self::Any => true,
+            Self::Ip(want) => *want == ip,
+            Self::Tor(tor) => registry
+                .rnic_by_ip(ip)
+                .and_then(|id| registry.get(id))
+                .is_some_and(|e| registry.tor_name(e.tor) == tor),
+        }
+    }
+}
+
+fn path_info(map: &FabricMap, registry: &Registry, p: &TracedPath) -> PathInfo {
+    let name = |hop: &Option<IpAddr>| match *hop {
+        None => "*".to_string(),
+        Some(ip) if map.knows_device(&map.device(ip)) => map.device(ip),
+        Some(ip) => registry
+            .rnic_by_ip(ip)
+            .and_then(|id| registry.meta(id))
+            .map_or_else(|| ip.to_string(), |m| m.name.clone()),
+    };
+    PathInfo {
+        src: p.src,
+        dst: p.dst,
+        src_port: p.src_port,
+        dst_port: p.dst_port,
+        direction: if p.ack_direction {
+            PathDirection::Ack
+        } else {
+            PathDirection::Probe
+        },
+        reached: p.reached,
+        traced_at_ms: i64::try_from(p.traced_at_unix_ns / 1_000_000).unwrap_or(i64::MAX),
+        hop_names: p.hops.iter().map(name).collect(),
+        hops: p.hops.clone(),
+    }
+}
+
+/// The latest traced paths the diagnosis holds, filtered by their ends.
+#[utoipa::path(get, path = "/api/v1/paths", tag = "problems",
+    params(("src_rnic" = Option<String>, Query, description = "Source RNIC: id or `host/ifname`"),
+        ("dst_rnic" = Option<String>, Query, description = "Destination RNIC: id or `host/ifname`"),
+        ("src_tor" = Option<String>, Query, description = "Source ToR (instead of src_rnic)"),
+        ("dst_tor" = Option<String>, Query, description = "Destination ToR (instead of dst_rnic)"),
+        ("limit" = Option<u32>, Query, description = "Most 5-tuples (default 100, at most 1,000)")),
+    responses((status = 200, body = PathsReply), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn get_paths(
+    State(a): State<Arc<Analyzer>>,
+    q: Result<Query<PathsQuery>, QueryRejection>,
+) -> Result<Json<PathsReply>, ApiError> {
+    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let limit = q.limit.unwrap_or(DEFAULT_PATHS);
+    if !(1..=MAX_PATHS).contains(&limit) {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            format!("limit must be between 1 and {MAX_PATHS}, got {limit}"),
+        ));
+    }
+    let registry = read(&a.registry);
+    let src = EndFilter::resolve(&registry, q.src_rnic.as_deref(), q.src_tor, "src")?;
+    let dst = EndFilter::resolve(&registry, q.dst_rnic.as_deref(), q.dst_tor, "dst")?;
+    // The scan visits every traced 5-tuple: keep it off the async workers.
+    let scan = tokio::task::spawn_blocking(move || {
+        let traces = a.diagnosis.traces(
+            |p| src.matches(&registry, p.src) && dst.matches(&registry, p.dst),
+            limit as usize,
+        );
+        let map = a.diagnosis.map();
+        let mut paths = Vec::with_capacity(traces.len());
+        for t in &traces {
+            paths.push(path_info(map, &registry, &t.latest));
+            if let Some(c) = t.complete.as_ref().filter(|_| !t.latest.reached) {
+                paths.push(path_info(map, &registry, c));
+            }
+        }
+        PathsReply { paths }
+    });
+    scan.await.map(Json).map_err(|e| {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("path scan failed: {e}"),
+        )
+    })
 }

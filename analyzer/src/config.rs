@@ -1,11 +1,12 @@
 //! Analyzer settings (a section of the rocemesh config file).
 
 use anyhow::ensure;
+use rocemesh_anomaly::{LongTermConfig, MonitorConfig, ShortTermConfig};
 use serde::Deserialize;
 use std::path::PathBuf;
 
 /// Tunables of the analyzer; every field has a production default.
-#[derive(Clone, Debug, Deserialize, PartialEq, Eq)]
+#[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
 pub struct AnalyzerConfig {
     /// Analysis period length (R-Pingmesh uses 20 s).
@@ -24,6 +25,152 @@ pub struct AnalyzerConfig {
     pub fabric_map: Option<PathBuf>,
     /// Fault diagnosis tunables.
     pub diagnosis: DiagnosisConfig,
+    /// Per RNIC-pair latency anomaly detection (SkeletonHunter §5.2).
+    pub latency: LatencyConfig,
+    /// Several analyzer instances over one PostgreSQL (`[analyzer.scaleout]`).
+    pub scaleout: crate::shard::ScaleoutConfig,
+}
+
+/// Per RNIC-pair latency anomaly detection (SkeletonHunter §5.2): short windows scored
+/// by LOF against a look-back, long windows z-tested against a log-normal baseline.
+/// Windows are aligned to the Unix epoch and shrink freely for tests.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(default, deny_unknown_fields)]
+pub struct LatencyConfig {
+    /// Runs the detectors (off: the factor rule alone judges latency).
+    pub enabled: bool,
+    /// Short window: 7 RTT statistics per pair, scored by LOF (SkeletonHunter: 30 s).
+    pub short_window_ms: u64,
+    /// LOF look-back (5 min: covers burst cycles); a multiple of the short window.
+    pub lookback_ms: u64,
+    /// Long window: log-normal fit, then z-tests (30 min); a multiple of the short window.
+    pub long_window_ms: u64,
+    /// A short window is closed this long after its end (uploads arrive late).
+    pub close_after_ms: u64,
+    /// Most RNIC pairs tracked (~2 KiB each); samples of further new pairs are counted
+    /// and dropped.
+    pub max_pairs: usize,
+    /// A pair without samples for this long is forgotten (with its baseline).
+    pub idle_evict_ms: u64,
+    /// RTT samples kept per pair and short window; beyond, counted and dropped.
+    pub max_samples_per_window: usize,
+    /// A short window with fewer samples is not judged (its statistics are noise).
+    pub min_samples_per_window: usize,
+    /// LOF above which a short window is an outlier.
+    pub lof_threshold: f64,
+    /// Least relative rise (0.25 = +25 %) of a window's median and lower quantiles
+    /// for a short-term anomaly.
+    pub min_shift: f64,
+    /// Significance level of the long-term z-test.
+    pub alpha: f64,
+    /// Least rise of the mean ln RTT for a long-term anomaly (0.1 = +10.5 %).
+    pub min_ln_shift: f64,
+    /// Least absolute rise, in µs, of a window's median over the pair's reference for
+    /// either anomaly: the detection floor above the hosts' own jitter (a loaded host
+    /// stack moves a 20 µs RTT by +60 % without any network cause).
+    pub min_rise_us: u64,
+}
+
+impl Default for LatencyConfig {
+    fn default() -> Self {
+        let short = ShortTermConfig::default();
+        let long = LongTermConfig::default();
+        Self {
+            enabled: true,
+            short_window_ms: 30_000,
+            lookback_ms: 300_000,
+            long_window_ms: 1_800_000,
+            close_after_ms: 7_000,
+            max_pairs: 100_000,
+            idle_evict_ms: 3_600_000,
+            max_samples_per_window: 1_024,
+            min_samples_per_window: 5,
+            lof_threshold: short.lof_threshold,
+            min_shift: short.min_shift,
+            alpha: long.alpha,
+            min_ln_shift: long.min_ln_shift,
+            min_rise_us: 50,
+        }
+    }
+}
+
+impl LatencyConfig {
+    /// Short windows per look-back.
+    pub fn lookback_windows(&self) -> usize {
+        (self.lookback_ms / self.short_window_ms.max(1)) as usize
+    }
+
+    /// The detector settings of every pair.
+    pub fn monitor(&self) -> MonitorConfig {
+        let lookback = self.lookback_windows();
+        MonitorConfig {
+            short_term: ShortTermConfig {
+                lookback,
+                min_history: lookback,
+                lof_threshold: self.lof_threshold,
+                min_shift: self.min_shift,
+                ..ShortTermConfig::default()
+            },
+            long_term: LongTermConfig {
+                alpha: self.alpha,
+                min_ln_shift: self.min_ln_shift,
+                ..LongTermConfig::default()
+            },
+        }
+    }
+
+    /// Refuses windows that do not nest, unbounded memory, and detector settings the
+    /// detectors refuse.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        let short = self.short_window_ms;
+        ensure!(
+            (100..=600_000).contains(&short),
+            "analyzer.latency.short_window_ms must be between 100 ms and 10 min, got {short}"
+        );
+        ensure!(
+            self.lookback_ms.is_multiple_of(short) && self.long_window_ms.is_multiple_of(short),
+            "analyzer.latency.lookback_ms ({}) and long_window_ms ({}) must be multiples of short_window_ms ({short})",
+            self.lookback_ms,
+            self.long_window_ms
+        );
+        ensure!(
+            self.long_window_ms >= 2 * short && self.long_window_ms <= 86_400_000,
+            "analyzer.latency.long_window_ms must be between 2 short windows and 1 day, got {}",
+            self.long_window_ms
+        );
+        ensure!(
+            self.close_after_ms <= 8 * short.max(10_000),
+            "analyzer.latency.close_after_ms ({}) must be at most 8 short windows (or 80 s)",
+            self.close_after_ms
+        );
+        ensure!(
+            (1..=10_000_000).contains(&self.max_pairs)
+                && (1..=1_000_000).contains(&self.max_samples_per_window)
+                && (1..=self.max_samples_per_window).contains(&self.min_samples_per_window),
+            "analyzer.latency: max_pairs must be 1..=10,000,000, max_samples_per_window \
+             1..=1,000,000 and min_samples_per_window 1..=max_samples_per_window"
+        );
+        ensure!(
+            self.min_rise_us <= 1_000_000,
+            "analyzer.latency.min_rise_us must be at most 1 s, got {}",
+            self.min_rise_us
+        );
+        ensure!(
+            self.idle_evict_ms >= short,
+            "analyzer.latency.idle_evict_ms ({}) must cover a short window",
+            self.idle_evict_ms
+        );
+        let m = self.monitor();
+        m.short_term
+            .validate()
+            .and_then(|()| m.long_term.validate())
+            .map_err(|e| {
+                anyhow::anyhow!(
+                    "analyzer.latency: {e} (lookback_ms / short_window_ms = {} windows)",
+                    self.lookback_windows()
+                )
+            })
+    }
 }
 
 /// Tunables of fault diagnosis (R-Pingmesh §4.3 pipeline plus tomography).
@@ -34,8 +181,12 @@ pub struct DiagnosisConfig {
     pub tick_ms: u64,
     /// Sliding window of recent results each diagnosis looks at.
     pub window_ms: u64,
-    /// Most recent results kept for diagnosis (memory bound; oldest go first).
+    /// Most timed-out probes kept raw for diagnosis (judged again every tick; memory
+    /// bound, oldest go first). Successful probes are counted per flow instead.
     pub max_records: usize,
+    /// Most flows (prober, target, UDP ports) diagnosis tracks, ~160 bytes each; the
+    /// successful probes of further new flows are counted and dropped.
+    pub max_flows: usize,
     /// Most traced paths kept (latest per 5-tuple).
     pub max_paths: usize,
     /// A host whose agent has not uploaded for this long is down.
@@ -60,6 +211,12 @@ pub struct DiagnosisConfig {
     pub noise_delay_ns: u64,
     /// Share (percent) of a host's delays above `noise_delay_ns` that makes it noisy.
     pub noise_percent: u32,
+    /// An RNIC verdict on a strained host (some processing delays above `noise_delay_ns`,
+    /// not yet enough for host noise) is held this long: a starved agent's probes time out
+    /// before enough slow delays arrive to call it host noise; if the host turns noisy
+    /// meanwhile, the verdict is dropped. An RNIC that is simply dead shows no slow delays
+    /// and is reported at once.
+    pub strained_rnic_hold_ms: u64,
     /// Tomography: least evidence (Chernoff bound exponent, ~ -ln p) to blame a component.
     pub min_score: u32,
     /// Tomography: least weighted failures to blame a component.
@@ -74,6 +231,11 @@ pub struct DiagnosisConfig {
     pub latency_percent: u32,
     /// A problem without evidence for this long is resolved.
     pub resolve_after_ms: u64,
+    /// A link finding located by fresh partial traces, one of whose switches answered no
+    /// fresh trace of a failed probe (the whole switch may be going down, its links
+    /// failing one by one), is reported once it has persisted this long, so the switch
+    /// verdict can take it over; 0 = at once.
+    pub link_confirm_ms: u64,
 }
 
 impl Default for DiagnosisConfig {
@@ -82,6 +244,7 @@ impl Default for DiagnosisConfig {
             tick_ms: 1_000,
             window_ms: 10_000,
             max_records: 1_000_000,
+            max_flows: 6_000_000,
             max_paths: 1_000_000,
             host_down_after_ms: 15_000,
             host_silent_ms: 10_000,
@@ -99,6 +262,8 @@ impl Default for DiagnosisConfig {
             latency_min_ns: 1_000_000,
             latency_percent: 50,
             resolve_after_ms: 10_000,
+            link_confirm_ms: 5_000,
+            strained_rnic_hold_ms: 10_000,
         }
     }
 }
@@ -117,9 +282,10 @@ impl DiagnosisConfig {
             self.window_ms
         );
         ensure!(
-            (1_000..=50_000_000).contains(&self.max_records)
-                && (1_000..=50_000_000).contains(&self.max_paths),
-            "analyzer.diagnosis.max_records / max_paths must be between 1,000 and 50,000,000"
+            [self.max_records, self.max_flows, self.max_paths]
+                .iter()
+                .all(|n| (1_000..=50_000_000).contains(n)),
+            "analyzer.diagnosis.max_records / max_flows / max_paths must be between 1,000 and 50,000,000"
         );
         ensure!(
             self.rnic_timeout_percent <= 100
@@ -152,6 +318,8 @@ impl Default for AnalyzerConfig {
             registry_refresh_ms: 2_000,
             fabric_map: None,
             diagnosis: DiagnosisConfig::default(),
+            latency: LatencyConfig::default(),
+            scaleout: crate::shard::ScaleoutConfig::default(),
         }
     }
 }
@@ -186,7 +354,16 @@ impl AnalyzerConfig {
             "analyzer.registry_refresh_ms must be between 100 ms and 1 h, got {}",
             self.registry_refresh_ms
         );
-        self.diagnosis.validate()
+        self.diagnosis.validate()?;
+        self.latency.validate()?;
+        self.scaleout.validate()?;
+        ensure!(
+            self.latency.short_window_ms >= self.diagnosis.tick_ms,
+            "analyzer.latency.short_window_ms ({}) must be at least diagnosis.tick_ms ({})",
+            self.latency.short_window_ms,
+            self.diagnosis.tick_ms
+        );
+        Ok(())
     }
 }
 
@@ -251,5 +428,29 @@ mod tests {
                 .to_string()
                 .contains("window_ms")
         );
+    }
+
+    #[test]
+    fn latency_windows_must_nest_and_detectors_must_accept_them() {
+        let t: AnalyzerConfig = toml::from_str(
+            "[latency]\nshort_window_ms = 1000\nlookback_ms = 10000\nlong_window_ms = 20000\n",
+        )
+        .unwrap();
+        t.validate().unwrap();
+        assert_eq!(t.latency.monitor().short_term.lookback, 10);
+        assert_eq!(t.latency.max_pairs, 100_000);
+        let bad = |f: fn(&mut LatencyConfig), needle: &str| {
+            let mut c = AnalyzerConfig::default();
+            f(&mut c.latency);
+            let e = c.validate().unwrap_err().to_string();
+            assert!(e.contains(needle), "{e}");
+        };
+        bad(|l| l.lookback_ms = 301_000, "multiples");
+        bad(|l| l.lookback_ms = 60_000, "min_history");
+        bad(|l| l.lof_threshold = f64::NAN, "lof_threshold");
+        bad(|l| l.max_pairs = 0, "max_pairs");
+        bad(|l| l.short_window_ms = 10, "short_window_ms");
+        bad(|l| l.alpha = 2.0, "alpha");
+        assert!(toml::from_str::<AnalyzerConfig>("[latency]\nshort = 1\n").is_err());
     }
 }

@@ -3,6 +3,7 @@
 //! Touches no database and allocates nothing per record: RNICs resolve through
 //! the dense [`Registry`] snapshot and records land in reusable period slots.
 
+use crate::metrics::TorPairMetrics;
 use crate::registry::Registry;
 use crate::window::{Placement, Window};
 use rocemesh_proto::api::UploadAck;
@@ -120,6 +121,7 @@ pub struct IngestState {
     rejected: RejectedBatches,
     duplicates: u64,
     dropped: DroppedRecords,
+    tor_pairs: TorPairMetrics,
 }
 
 /// Result of [`IngestState::apply`].
@@ -142,6 +144,7 @@ impl IngestState {
             rejected: RejectedBatches::default(),
             duplicates: 0,
             dropped: DroppedRecords::default(),
+            tor_pairs: TorPairMetrics::default(),
         }
     }
 
@@ -199,6 +202,7 @@ impl IngestState {
             match placement {
                 Placement::Open(i) => {
                     self.window.slot_mut(i).add(&r, prober.tor, target.tor);
+                    self.tor_pairs.observe(&r, prober.tor, target.tor);
                     accepted += 1;
                 }
                 Placement::Late => dropped.late += 1,
@@ -265,12 +269,25 @@ impl IngestState {
         let mut hosts: Vec<HostStats> = self.hosts.values().map(|h| h.stats.clone()).collect();
         hosts.sort_unstable_by_key(|h| h.host_id);
         IngestStats {
+            hosts,
+            ..self.totals()
+        }
+    }
+
+    /// The counters without the per-host list (cheap enough for every scrape).
+    pub fn totals(&self) -> IngestStats {
+        IngestStats {
             batches: self.batches,
             records_accepted: self.records_accepted,
             rejected_batches: self.rejected.clone(),
             duplicate_batches: self.duplicates,
             dropped_records: self.dropped.clone(),
-            hosts,
+            hosts: Vec::new(),
         }
+    }
+
+    /// Cumulative per-ToR-pair counts and delay histograms (`/metrics`).
+    pub fn tor_pairs(&self) -> &TorPairMetrics {
+        &self.tor_pairs
     }
 }

@@ -13,8 +13,13 @@ pub mod api;
 pub mod config;
 pub mod diagnosis;
 pub mod ingest;
+pub mod latency;
+pub mod metrics;
 pub mod registry;
+pub mod shard;
 pub mod sla;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod window;
 
 pub use api::router;
@@ -69,6 +74,9 @@ pub struct Analyzer {
     /// Finalized periods not yet stored, oldest first; the lock also serializes storing.
     pending: tokio::sync::Mutex<VecDeque<Vec<SlaRow>>>,
     diagnosis: Diagnosis,
+    tick_metrics: metrics::TickMetrics,
+    /// Scale-out membership (`None`: this analyzer sees every agent).
+    shards: Option<shard::Shards>,
 }
 
 impl Analyzer {
@@ -85,8 +93,11 @@ impl Analyzer {
             None => Vec::new(),
         };
         let diagnosis = Diagnosis::new(&db, &cfg, rocemesh_proto::now_unix_ms()).await?;
+        let shards = shard::Shards::new(&db, &cfg.scaleout)?;
         Ok(Arc::new(Self {
+            shards,
             diagnosis,
+            tick_metrics: metrics::TickMetrics::default(),
             state: Mutex::new(IngestState::new(Window::new(
                 cfg.period_ms,
                 cfg.grace_ms,
@@ -117,7 +128,7 @@ impl Analyzer {
         let registry = read(&self.registry);
         let applied = lock(&self.state).apply(&batch, &registry, now_unix_ms);
         self.diagnosis
-            .take(&batch, applied.ack.duplicate, now_unix_ms);
+            .take(batch, applied.ack.duplicate, &registry, now_unix_ms);
         if applied.unknown_rnic && !self.refresh_wanted.swap(true, Ordering::Relaxed) {
             self.refresh_notify.notify_one();
         }
@@ -182,6 +193,9 @@ impl Analyzer {
     /// Diagnoses the sliding window ending at `now_unix_ms` (off the async
     /// workers), then stores the problems that are new, changed or resolved.
     pub async fn diagnose(self: &Arc<Self>, now_unix_ms: i64) -> anyhow::Result<()> {
+        if let Some(shards) = &self.shards {
+            return shards.diagnose(self, now_unix_ms).await;
+        }
         let me = Arc::clone(self);
         tokio::task::spawn_blocking(move || {
             let registry = read(&me.registry);
@@ -189,6 +203,16 @@ impl Analyzer {
         })
         .await?;
         self.diagnosis.persist(&self.db, now_unix_ms).await
+    }
+
+    /// Scale-out membership, when this is one of several analyzer instances.
+    pub fn shards(&self) -> Option<&shard::Shards> {
+        self.shards.as_ref()
+    }
+
+    /// The diagnosis state (traced paths and fabric map), read by the impact assessment.
+    pub fn diagnosis(&self) -> &Diagnosis {
+        &self.diagnosis
     }
 
     /// Problems as diagnosed in this process: every active one, or the recently
@@ -215,6 +239,22 @@ impl Analyzer {
         lock(&self.state).stats()
     }
 
+    /// Per-ToR-pair metrics and ingest counters, copied in one hold of the ingest lock.
+    pub fn metrics_snapshot(&self) -> (metrics::TorPairMetrics, IngestStats) {
+        let state = lock(&self.state);
+        (state.tor_pairs().clone(), state.totals())
+    }
+
+    /// Durations of finalization ticks and diagnoses.
+    pub fn tick_metrics(&self) -> &metrics::TickMetrics {
+        &self.tick_metrics
+    }
+
+    /// The current RNIC registry snapshot.
+    pub fn registry(&self) -> Arc<Registry> {
+        read(&self.registry)
+    }
+
     /// Rows of the most recently finalized period.
     pub fn latest(&self) -> Arc<Vec<SlaRow>> {
         read(&self.latest)
@@ -236,7 +276,16 @@ pub async fn run(analyzer: Arc<Analyzer>, cancel: CancellationToken) {
     let poll = diagnose_every.min(Duration::from_millis(250));
     let (mut last_refresh, mut last_tick) = (Instant::now(), Instant::now());
     let mut last_diagnosis = Instant::now();
+    let mut last_balance: Option<Instant> = None;
     loop {
+        if let Some(s) = &analyzer.shards
+            && last_balance.is_none_or(|t| t.elapsed() >= s.renew_every())
+        {
+            last_balance = Some(Instant::now());
+            if let Err(e) = s.balance(&analyzer, rocemesh_proto::now_unix_ms()).await {
+                tracing::warn!("analyzer shard balancing failed: {e:#}");
+            }
+        }
         tokio::select! {
             () = cancel.cancelled() => break,
             () = analyzer.refresh_notify.notified() => {}
@@ -256,15 +305,22 @@ pub async fn run(analyzer: Arc<Analyzer>, cancel: CancellationToken) {
             if let Err(e) = analyzer.tick(rocemesh_proto::now_unix_ms()).await {
                 tracing::warn!("analyzer tick failed: {e:#}");
             }
+            analyzer.tick_metrics.finalized(last_tick.elapsed());
         }
         if last_diagnosis.elapsed() >= diagnose_every {
             last_diagnosis = Instant::now();
             if let Err(e) = analyzer.diagnose(rocemesh_proto::now_unix_ms()).await {
                 tracing::warn!("analyzer diagnosis failed: {e:#}");
             }
+            analyzer.tick_metrics.diagnosed(last_diagnosis.elapsed());
         }
     }
     if let Err(e) = analyzer.flush().await {
         tracing::error!("analyzer flush at shutdown failed: {e:#}");
+    }
+    if let Some(s) = &analyzer.shards
+        && let Err(e) = s.leave(&analyzer.db).await
+    {
+        tracing::warn!("leaving the analyzer shards failed: {e:#}");
     }
 }

@@ -7,6 +7,7 @@
 //! by them stay valid across refreshes.
 
 use anyhow::Context;
+use rocemesh_proto::api::EndpointLabel;
 use rocemesh_store::Db;
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -38,6 +39,9 @@ pub struct RnicMeta {
     pub qpn: u32,
     /// Epoch of the agent that registered it last.
     pub epoch: u32,
+    /// When that agent registered it, ms since the Unix epoch (the agent's start as the
+    /// controller saw it, which an analyzer restart does not move).
+    pub registered_at_ms: i64,
 }
 
 /// Immutable snapshot of the registry, swapped whole on refresh.
@@ -47,7 +51,9 @@ pub struct Registry {
     tors: Arc<[String]>,
     meta: HashMap<u32, RnicMeta>,
     by_ip: HashMap<IpAddr, u32>,
+    by_name: HashMap<String, u32>,
     hosts: HashMap<u32, String>,
+    labels: HashMap<u32, Vec<EndpointLabel>>,
 }
 
 impl Registry {
@@ -74,7 +80,23 @@ impl Registry {
             self.hosts.insert(e.host_id, meta.host.clone());
         }
         self.by_ip.insert(meta.ip, id);
+        self.by_name.insert(meta.name.clone(), id);
         self.meta.insert(id, meta);
+    }
+
+    /// Sets the Kubernetes labels of the task endpoints on each RNIC.
+    pub fn set_labels(&mut self, labels: HashMap<u32, Vec<EndpointLabel>>) {
+        self.labels = labels;
+    }
+
+    /// Kubernetes labels of the task endpoints on an RNIC (none when it is in no task).
+    pub fn labels(&self, id: u32) -> &[EndpointLabel] {
+        self.labels.get(&id).map_or(&[], Vec::as_slice)
+    }
+
+    /// [`Self::labels`] of the RNIC named `"<host>/<ifname>"`.
+    pub fn labels_by_name(&self, name: &str) -> &[EndpointLabel] {
+        self.by_name.get(name).map_or(&[], |&id| self.labels(id))
     }
 
     /// Diagnosis details of an RNIC.
@@ -133,9 +155,19 @@ pub struct RegistryLoader {
 impl RegistryLoader {
     /// Reads every RNIC from the `rnics` table into a fresh snapshot.
     pub async fn load(&mut self, db: &Db) -> anyhow::Result<Registry> {
-        type Row = (i64, i64, Option<String>, String, String, i64, i64, String);
+        type Row = (
+            i64,
+            i64,
+            Option<String>,
+            String,
+            String,
+            i64,
+            i64,
+            i64,
+            String,
+        );
         let rows: Vec<Row> = sqlx::query_as(
-            "SELECT r.id, r.host_id, r.tor, r.ifname, r.ip, r.qpn, r.epoch, h.name \
+            "SELECT r.id, r.host_id, r.tor, r.ifname, r.ip, r.qpn, r.epoch, r.registered_at_ms, h.name \
              FROM rnics r JOIN hosts h ON h.id = r.host_id",
         )
         .fetch_all(db.pool())
@@ -143,7 +175,7 @@ impl RegistryLoader {
         .context("reading the RNIC registry")?;
         let mut entries = Vec::with_capacity(rows.len());
         let mut metas = Vec::with_capacity(rows.len());
-        for (id, host_id, tor, ifname, ip, qpn, epoch, host) in rows {
+        for (id, host_id, tor, ifname, ip, qpn, epoch, registered_at_ms, host) in rows {
             let (Ok(id), Ok(host_id)) = (u32::try_from(id), u32::try_from(host_id)) else {
                 tracing::warn!(id, host_id, "RNIC with out-of-range id ignored");
                 continue;
@@ -170,6 +202,7 @@ impl RegistryLoader {
                         ip,
                         qpn: qpn as u32,
                         epoch: epoch as u32,
+                        registered_at_ms,
                     },
                 )),
                 Err(_) => tracing::warn!(id, ip, "RNIC with an unparsable address: not diagnosed"),
@@ -179,6 +212,7 @@ impl RegistryLoader {
         for (id, meta) in metas {
             registry.set_meta(id, meta);
         }
+        registry.set_labels(load_labels(db).await?);
         Ok(registry)
     }
 
@@ -191,6 +225,33 @@ impl RegistryLoader {
         self.names.push(name.to_owned());
         Some(id)
     }
+}
+
+/// Task endpoints that name a namespace or a pod, per registered RNIC id (an endpoint
+/// names its RNIC by host and interface; endpoints of unregistered RNICs are left out).
+pub async fn load_labels(db: &Db) -> anyhow::Result<HashMap<u32, Vec<EndpointLabel>>> {
+    type Row = (i64, String, Option<String>, Option<String>);
+    let rows: Vec<Row> = sqlx::query_as(
+        "SELECT r.id, t.name, e.namespace, e.pod FROM task_endpoints e \
+         JOIN tasks t ON t.id = e.task_id \
+         JOIN hosts h ON h.name = e.host \
+         JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic \
+         WHERE e.namespace IS NOT NULL OR e.pod IS NOT NULL \
+         ORDER BY r.id, t.name, e.pos",
+    )
+    .fetch_all(db.pool())
+    .await
+    .context("reading task endpoint labels")?;
+    let mut labels: HashMap<u32, Vec<EndpointLabel>> = HashMap::new();
+    for (id, task, namespace, pod) in rows {
+        let Ok(id) = u32::try_from(id) else { continue };
+        labels.entry(id).or_default().push(EndpointLabel {
+            task,
+            namespace,
+            pod,
+        });
+    }
+    Ok(labels)
 }
 
 #[cfg(test)]
@@ -213,5 +274,66 @@ mod tests {
             (r.id_bound(), r.tor_name(1), r.tor_name(9)),
             (6, "tor-b", "?")
         );
+    }
+}
+
+#[cfg(test)]
+mod label_tests {
+    use super::*;
+    use crate::sla::{SlaQuery, persist, query};
+    use rocemesh_proto::api::SlaScope;
+    use rocemesh_proto::testing::rnic_sla_row;
+
+    async fn seed(db: &Db) {
+        for sql in [
+            "INSERT INTO hosts (id, name, epoch, registrations, registered_at_ms) VALUES (1, 'h0', 1, 1, 0)",
+            "INSERT INTO rnics (id, host_id, ifname, ip, qpn, port, tor, epoch, registered_at_ms) \
+             VALUES (5, 1, 'r0', '10.0.0.5', 7, 4791, 't0', 1, 0)",
+            "INSERT INTO rnics (id, host_id, ifname, ip, qpn, port, tor, epoch, registered_at_ms) \
+             VALUES (6, 1, 'r1', '10.0.0.6', 7, 4791, 't0', 1, 0)",
+            "INSERT INTO tasks (id, name, created_at_ms, updated_at_ms) VALUES (1, 'llm', 0, 0)",
+            "INSERT INTO task_endpoints (task_id, pos, host, rnic, rail, namespace, pod, ready) \
+             VALUES (1, 0, 'h0', 'r0', 0, 'team-a', 'trainer-0', 1)",
+            "INSERT INTO task_endpoints (task_id, pos, host, rnic, rail, namespace, pod, ready) \
+             VALUES (1, 1, 'h9', 'r0', 0, 'team-a', 'trainer-1', 1)",
+        ] {
+            sqlx::query(sql).execute(db.pool()).await.unwrap();
+        }
+    }
+
+    #[tokio::test]
+    async fn task_endpoints_label_registry_rnics_and_rnic_sla_rows() {
+        for (name, db) in rocemesh_store::test_databases().await {
+            seed(&db).await;
+            let reg = RegistryLoader::default().load(&db).await.unwrap();
+            let want = vec![EndpointLabel {
+                task: "llm".into(),
+                namespace: Some("team-a".into()),
+                pod: Some("trainer-0".into()),
+            }];
+            assert_eq!(reg.labels(5), want, "{name}");
+            assert_eq!(reg.labels_by_name("h0/r0"), want, "{name}");
+            assert!(reg.labels(6).is_empty() && reg.labels_by_name("h9/r0").is_empty());
+            let row = |key: &str| rnic_sla_row(key, 0, 1, 1);
+            persist(&db, &[row("5"), row("6")]).await.unwrap();
+            let rows = query(
+                &db,
+                &SlaQuery {
+                    scope: SlaScope::Rnic,
+                    key: None,
+                    from_ms: None,
+                    to_ms: None,
+                    limit: None,
+                },
+            )
+            .await
+            .unwrap();
+            let labels: Vec<_> = rows
+                .iter()
+                .map(|r| (r.key.as_str(), r.labels.len()))
+                .collect();
+            assert_eq!(labels, [("5", 1), ("6", 0)], "{name}");
+            assert_eq!(rows[0].labels, want);
+        }
     }
 }

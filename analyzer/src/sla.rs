@@ -41,6 +41,7 @@ fn row(start_ms: i64, period_ms: i64, scope: SlaScope, key: String, m: &MetricSe
         prober_delay_ns: m.prober_delay.quantiles(),
         responder_delay_ns: m.responder_delay.quantiles(),
         app_rtt_ns: m.app_rtt.quantiles(),
+        labels: Vec::new(),
     }
 }
 
@@ -53,7 +54,7 @@ pub fn period_rows(p: &Period, period_ms: i64, registry: &Registry) -> Vec<SlaRo
         period_ms,
         SlaScope::Cluster,
         "cluster".into(),
-        &p.cluster,
+        &p.cluster(),
     )];
     let mut pairs: Vec<SlaRow> = p
         .tor_pairs
@@ -72,9 +73,27 @@ pub fn period_rows(p: &Period, period_ms: i64, registry: &Registry) -> Vec<SlaRo
             .iter()
             .enumerate()
             .filter(|(_, m)| !m.is_empty())
-            .map(|(id, m)| row(start, period_ms, SlaScope::Rnic, id.to_string(), m)),
+            .map(|(id, m)| SlaRow {
+                labels: registry.labels(id as u32).to_vec(),
+                ..row(start, period_ms, SlaScope::Rnic, id.to_string(), m)
+            }),
     );
     rows
+}
+
+/// Puts on every RNIC row the Kubernetes labels of the task endpoints on that RNIC now
+/// (labels are not stored with the rows: tasks come and go, the figures stay).
+async fn label_rnic_rows(db: &Db, rows: &mut [SlaRow]) -> anyhow::Result<()> {
+    if !rows.iter().any(|r| r.scope == SlaScope::Rnic) {
+        return Ok(());
+    }
+    let labels = crate::registry::load_labels(db).await?;
+    for r in rows.iter_mut().filter(|r| r.scope == SlaScope::Rnic) {
+        if let Some(l) = r.key.parse::<u32>().ok().and_then(|id| labels.get(&id)) {
+            r.labels = l.clone();
+        }
+    }
+    Ok(())
 }
 
 fn quantile_params(q: &Quantiles) -> [Option<i64>; 4] {
@@ -87,9 +106,12 @@ pub async fn persist(db: &Db, rows: &[SlaRow]) -> anyhow::Result<()> {
     // SQLite resolves `$N` names by a linear search per parameter, which makes a
     // 10,000-parameter statement take ~0.3 s; its positional `?` binds in order.
     let positional = db.backend() == Backend::Sqlite;
-    let mut tx = db
+    let mut conn = db
         .pool()
-        .begin()
+        .acquire()
+        .await
+        .context("starting the SLA transaction")?;
+    let mut tx = sqlx::Connection::begin(&mut *conn)
         .await
         .context("starting the SLA transaction")?;
     for chunk in rows.chunks(INSERT_CHUNK) {
@@ -129,7 +151,13 @@ pub async fn persist(db: &Db, rows: &[SlaRow]) -> anyhow::Result<()> {
         }
         q.execute(&mut *tx).await.context("inserting SLA rows")?;
     }
-    tx.commit().await.context("committing SLA rows")?;
+    if let Err(e) = tx.commit().await {
+        // A failed COMMIT (SQLite: disk full) can leave this connection holding the
+        // database's write lock, which would lock out every later writer even once space
+        // returns: close it rather than give it back to the pool.
+        conn.close_on_drop();
+        return Err(anyhow::Error::from(e).context("committing SLA rows"));
+    }
     Ok(())
 }
 
@@ -213,7 +241,12 @@ pub async fn query(db: &Db, q: &SlaQuery) -> anyhow::Result<Vec<SlaRow>> {
         .fetch_all(db.pool())
         .await
         .context("querying SLA rows")?;
-    rows.iter().map(decode_row).collect()
+    let mut rows = rows
+        .iter()
+        .map(decode_row)
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    label_rnic_rows(db, &mut rows).await?;
+    Ok(rows)
 }
 
 /// Every stored row of the period starting at `start_ms` (the "latest" view after a restart).
@@ -232,6 +265,7 @@ pub async fn period(db: &Db, start_ms: i64) -> anyhow::Result<Vec<SlaRow>> {
         .collect::<anyhow::Result<Vec<_>>>()?;
     // The in-memory order: scope, then key (RNIC ids numerically).
     rows.sort_by_cached_key(|r| (r.scope, r.key.parse::<u64>().ok(), r.key.clone()));
+    label_rnic_rows(db, &mut rows).await?;
     Ok(rows)
 }
 
@@ -273,5 +307,6 @@ fn decode_row(r: &sqlx::any::AnyRow) -> anyhow::Result<SlaRow> {
         prober_delay_ns: quantiles(10)?,
         responder_delay_ns: quantiles(14)?,
         app_rtt_ns: quantiles(18)?,
+        labels: Vec::new(),
     })
 }

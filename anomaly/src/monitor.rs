@@ -76,6 +76,13 @@ impl LatencyMonitor {
         self.long_term.observe(&window)
     }
 
+    /// Drops the open long window without fitting or testing it: a pair first seen
+    /// mid-window has only a partial (start-up) window, which must not become the
+    /// baseline.
+    pub fn discard_long_window(&mut self) {
+        self.long_window = LogSummary::default();
+    }
+
     /// Samples accumulated in the open long window.
     pub fn open_long_window(&self) -> &LogSummary {
         &self.long_window

@@ -167,6 +167,20 @@ pub fn extract(
     })
 }
 
+/// The STFT the features are built on, alone: magnitudes of bins
+/// `0..=window/2` per frame (frame-major), periodic Hann window, series mean
+/// removed, frames `hop` apart without padding, unscaled. Exists so the
+/// kernel can be checked and timed against `scipy.signal.stft` (bench crate).
+pub fn stft_magnitudes(x: &[f64], config: &FeatureConfig) -> Result<Vec<Vec<f64>>, Error> {
+    config.validate(x.len())?;
+    let stft = Stft::new(config, x.len());
+    let mut frames = Vec::with_capacity(stft.frames);
+    stft.for_each_frame(x, |spectrum| {
+        frames.push(spectrum[..=stft.bins()].iter().map(|c| c.norm()).collect());
+    });
+    Ok(frames)
+}
+
 /// Scales a vector to unit Euclidean length (zero stays zero).
 fn unit(mut v: Vec<f64>) -> Vec<f64> {
     let norm = v.iter().map(|x| x * x).sum::<f64>().sqrt();
@@ -213,20 +227,28 @@ impl Stft {
             .map(move |(v, w)| (v - mean) * w)
     }
 
-    /// Frame-averaged power of bins `1..=window/2`.
-    fn power(&self, x: &[f64]) -> Vec<f64> {
+    /// Calls `visit` with the FFT of every windowed, mean-removed frame of
+    /// `x` (all `window` bins, frame by frame, one reused buffer).
+    fn for_each_frame(&self, x: &[f64], mut visit: impl FnMut(&[Complex<f64>])) {
         let mean = x.iter().sum::<f64>() / x.len() as f64;
-        let mut power = vec![0.0; self.bins()];
         let mut buf = vec![Complex::new(0.0, 0.0); self.window.len()];
         for f in 0..self.frames {
             for (b, v) in buf.iter_mut().zip(self.frame(x, f, mean)) {
                 *b = Complex::new(v, 0.0);
             }
             self.fft.process(&mut buf);
-            for (p, c) in power.iter_mut().zip(&buf[1..]) {
+            visit(&buf);
+        }
+    }
+
+    /// Frame-averaged power of bins `1..=window/2`.
+    fn power(&self, x: &[f64]) -> Vec<f64> {
+        let mut power = vec![0.0; self.bins()];
+        self.for_each_frame(x, |spectrum| {
+            for (p, c) in power.iter_mut().zip(&spectrum[1..]) {
                 *p += c.norm_sqr() / self.frames as f64;
             }
-        }
+        });
         power
     }
 
@@ -375,6 +397,23 @@ mod tests {
                 .iter()
                 .all(|r| r.coherence > 0.99 && r.periodicity > 2.0)
         );
+    }
+
+    #[test]
+    fn stft_of_a_tone_peaks_at_its_bin() {
+        // cos at bin 4 of a 64-sample window: |X[4]| = sum(hann) / 2 = 16 in
+        // every frame, the other bins (but the leaking neighbours) ~0.
+        let x: Vec<f64> = (0..256)
+            .map(|n| (TAU * 4.0 * n as f64 / 64.0).cos())
+            .collect();
+        let frames = stft_magnitudes(&x, &FeatureConfig::default()).expect("valid series");
+        assert_eq!(frames.len(), (256 - 64) / 16 + 1);
+        for f in &frames {
+            assert_eq!(f.len(), 33);
+            assert!((f[4] - 16.0).abs() < 1e-9, "{}", f[4]);
+            assert!((f[3] - 8.0).abs() < 1e-9 && f[6] < 1e-9, "{f:?}");
+        }
+        assert!(stft_magnitudes(&x[..10], &FeatureConfig::default()).is_err());
     }
 
     #[test]

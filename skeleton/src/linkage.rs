@@ -38,7 +38,15 @@ impl DistanceMatrix {
 /// Merges clusters, closest first, until no allowed merge is left; returns
 /// the clusters (point indices, sorted). No cluster exceeds `cap` points.
 pub fn agglomerate(base: &DistanceMatrix, cap: usize) -> Vec<Vec<usize>> {
+    agglomerate_with_heights(base, cap).0
+}
+
+/// [`agglomerate`], also returning the height (average-linkage distance) of
+/// every merge in the order the chain made them (not sorted), so the
+/// dendrogram can be checked against `scipy.cluster.hierarchy.linkage`.
+pub fn agglomerate_with_heights(base: &DistanceMatrix, cap: usize) -> (Vec<Vec<usize>>, Vec<f64>) {
     let n = base.n;
+    let mut heights = Vec::with_capacity(n.saturating_sub(1));
     let mut d = base.d.clone();
     let mut members: Vec<Vec<usize>> = (0..n).map(|i| vec![i]).collect();
     // Clusters that may still merge; a cluster with no allowed partner never
@@ -74,7 +82,8 @@ pub fn agglomerate(base: &DistanceMatrix, cap: usize) -> Vec<Vec<usize>> {
                 open_count -= 1;
                 chain.pop();
             }
-            Some((b, _)) if Some(b) == previous => {
+            Some((b, height)) if Some(b) == previous => {
+                heights.push(height);
                 chain.truncate(chain.len() - 2);
                 merge(&mut d, &mut members, n, a, b);
                 open[b] = false;
@@ -86,7 +95,7 @@ pub fn agglomerate(base: &DistanceMatrix, cap: usize) -> Vec<Vec<usize>> {
     let mut clusters: Vec<Vec<usize>> = members.into_iter().filter(|m| !m.is_empty()).collect();
     clusters.iter_mut().for_each(|c| c.sort_unstable());
     clusters.sort();
-    clusters
+    (clusters, heights)
 }
 
 /// Merges cluster `b` into `a` with the Lance-Williams average-linkage update.
@@ -121,6 +130,18 @@ mod tests {
             vec![vec![0, 1], vec![2, 3], vec![4, 5], vec![6, 7]]
         );
         assert_eq!(agglomerate(&m, 1).len(), 8);
+    }
+
+    #[test]
+    fn merge_heights_are_average_linkage_distances() {
+        // 0-1 at 1, 3-4 at 1, then {0,1}-2 at mean(4, 3) = 3.5, last the two
+        // halves at the mean of the six cross distances (10 + 12 + 6.5 * 4) / 6.
+        let m = line(&[0.0, 1.0, 4.0, 10.0, 11.0]);
+        let (clusters, mut heights) = agglomerate_with_heights(&m, 5);
+        assert_eq!(clusters, vec![vec![0, 1, 2, 3, 4]]);
+        heights.sort_by(f64::total_cmp);
+        let last = (10.0 + 11.0 + 9.0 + 10.0 + 6.0 + 7.0) / 6.0;
+        assert_eq!(heights, vec![1.0, 1.0, 3.5, last]);
     }
 
     #[test]

@@ -255,3 +255,30 @@ fn mixed_hosts_are_grouped_rail_by_rail() {
     assert_eq!(grouping_accuracy(&trace.groups, &structure.groups), 1.0);
     assert_eq!((structure.dp, structure.tp, structure.pp), (8, 8, 8));
 }
+
+#[test]
+fn testbed_shaped_job_is_recovered_on_a_short_window() {
+    // The root e2e run's shape (rocemesh/src/lab/skeleton_job.rs): 250 ms samples, 2 s
+    // iterations, stage 1 one sample after stage 0, bursts shorter than a sample, 24 s of
+    // samples, 16 s STFT window (4 iterations in 32 samples leave the comb too wide).
+    let job = SyntheticJob {
+        rnics_per_host: 4,
+        samples: 96,
+        interval_s: 0.25,
+        period_s: 2.0,
+        pipeline_offset_s: 0.25,
+        burst_s: 0.11,
+        iteration_jitter_s: 0.0,
+        transfer_jitter_s: 0.04,
+        ..SyntheticJob::new(2, 2, 4)
+    };
+    let trace = job.generate().unwrap();
+    let mut cfg = InferenceConfig::default();
+    cfg.features.window = 64;
+    let inference = infer(&trace.observations, &cfg).unwrap();
+    let Outcome::Skeleton { structure, .. } = &inference.outcome else {
+        panic!("fell back: {:?}", inference.outcome);
+    };
+    assert_eq!(grouping_accuracy(&trace.groups, &structure.groups), 1.0);
+    assert_eq!((structure.dp, structure.tp, structure.pp), (4, 2, 2));
+}

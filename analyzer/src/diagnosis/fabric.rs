@@ -73,6 +73,8 @@ pub struct FabricMap {
     device_of: HashMap<IpAddr, String>,
     link_at: HashMap<IpAddr, usize>,
     links: Vec<MapLink>,
+    /// Link index by name: `link(name)` is called per traced hop and per finding.
+    link_named: HashMap<String, usize>,
     links_of: HashMap<String, Vec<usize>>,
 }
 
@@ -111,12 +113,12 @@ impl FabricMap {
             map.links_of.insert(s.name, Vec::new());
         }
         for l in file.link {
+            let i = map.links.len();
             ensure!(
-                !map.links.iter().any(|k| k.name == l.name),
+                map.link_named.insert(l.name.clone(), i).is_none(),
                 "link {:?} listed twice",
                 l.name
             );
-            let i = map.links.len();
             for end in &l.ends {
                 match map.device_of.get(&end.ip) {
                     Some(d) if *d == end.device => {}
@@ -177,9 +179,17 @@ impl FabricMap {
             .map(|&i| &self.links[i])
     }
 
+    /// The link joining devices `a` and `b` (none when they are the same device): where a
+    /// shortest-path router sends a packet from `a` towards `b`'s hosts.
+    pub fn link_between(&self, a: &str, b: &str) -> Option<&MapLink> {
+        (a != b)
+            .then(|| self.links_of(a).find(|l| l.devices.iter().any(|d| d == b)))
+            .flatten()
+    }
+
     /// The link with this name.
     pub fn link(&self, name: &str) -> Option<&MapLink> {
-        self.links.iter().find(|l| l.name == name)
+        self.link_named.get(name).map(|&i| &self.links[i])
     }
 }
 
@@ -268,6 +278,8 @@ ends = [{ device = "t0", ip = "198.19.0.0" }, { device = "s1", ip = "198.19.0.1"
         );
         let wrong = MAP.replace("device = \"s1\"", "device = \"t0\"");
         assert!(format!("{:#}", FabricMap::parse(&wrong).unwrap_err()).contains("t0-s1"));
+        let twice = MAP.replace("198.19.0.1\" }]", "198.19.0.1\" }]\n[[link]]\nname = \"t0-s1\"\nends = [{ device = \"t0\", ip = \"198.18.0.0\" }, { device = \"s1\", ip = \"198.19.0.1\" }]");
+        assert!(format!("{:#}", FabricMap::parse(&twice).unwrap_err()).contains("listed twice"));
         assert!(FabricMap::parse("[[switch]]\nname = 1").is_err());
         assert!(FabricMap::parse("[[router]]").is_err());
         assert!(FabricMap::load(Path::new("/nonexistent/map.toml")).is_err());

@@ -1,15 +1,17 @@
 //! Fault diagnosis and localization: *what broke and where*, within seconds.
 //!
-//! Ingest hands every accepted batch to [`Diagnosis::take`] (recent results,
-//! traced paths, upload liveness). Every tick, [`Diagnosis::analyze`] runs the
-//! R-Pingmesh pipeline over a sliding window ([`engine`]): host down, agent
-//! restart, anomalous RNICs, host noise, then tomography of the rest
-//! ([`tomography`]) over the traced paths ([`paths`]) named by the fabric map
-//! ([`fabric`]). Findings become problems with a lifecycle ([`tracker`]),
-//! stored in the `problems` table ([`store`]) when they change.
+//! Ingest hands every accepted batch to [`Diagnosis::take`]: results are aggregated
+//! into the sliding window at once ([`flows`]), traced paths and upload liveness go
+//! to the [`intake`]. Every tick, [`Diagnosis::analyze`] runs the R-Pingmesh
+//! pipeline over the window ([`engine`]): host down, agent restart, anomalous RNICs,
+//! host noise, then tomography of the rest ([`tomography`]) over the traced paths
+//! ([`paths`]) named by the fabric map ([`fabric`]). Findings become problems with a
+//! lifecycle ([`tracker`]), stored in the `problems` table ([`store`]) when they
+//! change.
 
 pub mod engine;
 pub mod fabric;
+pub mod flows;
 pub mod intake;
 pub mod paths;
 pub mod store;
@@ -17,27 +19,47 @@ pub mod tomography;
 pub mod tracker;
 
 use crate::config::AnalyzerConfig;
+use crate::latency::{LatencyStats, PairLatency};
 use crate::registry::Registry;
 use crate::{lock, read, write};
-use engine::{BaselineVote, Engine, Inputs};
+use engine::{BaselineVote, Candidate, Engine, Inputs};
 use fabric::FabricMap;
-use intake::Intake;
-use paths::PathStore;
+use flows::WindowStats;
+use intake::{Intake, Liveness};
+use paths::{PathStore, Traces};
 use rocemesh_proto::api::{Problem, ProblemState};
 use rocemesh_proto::batch::Batch;
+use rocemesh_proto::path::TracedPath;
 use rocemesh_store::Db;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex, PoisonError, RwLock};
+use tomography::FlowObs;
 use tracker::Tracker;
+
+/// What a shard of a scale-out deployment adds to a diagnosis ([`Diagnosis::analyze_in`]).
+pub struct Shared<'a> {
+    /// Which findings this instance answers for.
+    pub keep: &'a (dyn Fn(&Candidate) -> bool + Sync),
+    /// Loss observations other shards published (empty unless this instance runs the
+    /// cross-shard tomography).
+    pub loss: Vec<FlowObs>,
+    /// Upload liveness other shards published.
+    pub hosts: Vec<(u32, Liveness)>,
+}
 
 /// Diagnosis state shared by ingest (intake) and the tick loop (analysis).
 pub struct Diagnosis {
-    window_ms: i64,
     map: FabricMap,
     started_ms: i64,
+    /// Upload liveness and traced paths not yet filed.
     intake: Mutex<Intake>,
-    /// Paths and engine state belong to the tick alone (ingest only queues paths).
-    analysis: Mutex<(PathStore, Engine)>,
+    /// Traced paths: written by the tick alone (ingest only queues them), read by
+    /// the tick's engine and by API snapshots at the same time.
+    paths: RwLock<PathStore>,
+    /// The window (fed by ingest) and the tick's state: ingest waits while a tick runs.
+    engine: Mutex<Engine>,
     tracker: Mutex<Tracker>,
+    /// Per RNIC-pair latency detectors: fed by ingest, closed by the tick.
+    latency: Mutex<PairLatency>,
     baseline: RwLock<Arc<Vec<BaselineVote>>>,
     /// Serializes database writes of problems.
     writing: tokio::sync::Mutex<()>,
@@ -54,53 +76,120 @@ impl Diagnosis {
         let mut tracker = Tracker::new(d.resolve_after_ms);
         tracker.restore(store::load_active(db).await?, now_ms);
         Ok(Self {
-            window_ms: d.window_ms as i64,
             map,
             started_ms: now_ms,
-            intake: Mutex::new(Intake::new(d.max_records, d.max_paths)),
-            analysis: Mutex::new((PathStore::new(d.max_paths), Engine::new(d.clone()))),
+            intake: Mutex::new(Intake::new(d.max_paths)),
+            paths: RwLock::new(PathStore::new(d.max_paths)),
+            engine: Mutex::new(Engine::new(d.clone())),
             tracker: Mutex::new(tracker),
+            latency: Mutex::new(PairLatency::new(&cfg.latency, d.tick_ms, now_ms)?),
             baseline: RwLock::new(Arc::new(Vec::new())),
             writing: tokio::sync::Mutex::new(()),
         })
     }
 
-    /// Takes an accepted batch received at `now_ms` (a retried duplicate only as a heartbeat).
-    pub fn take(&self, batch: &Batch<'_>, duplicate: bool, now_ms: i64) {
+    /// Takes an accepted batch received at `now_ms` (a retried duplicate only as a
+    /// heartbeat); its results count for RNICs `registry` knows.
+    pub fn take(&self, batch: Batch<'_>, duplicate: bool, registry: &Registry, now_ms: i64) {
+        if !duplicate {
+            lock(&self.engine).take(batch.records(), registry, now_ms);
+            lock(&self.latency).take(batch.records(), now_ms);
+        }
         let mut intake = lock(&self.intake);
         intake.note_upload(batch.header.host_id, batch.header.epoch, now_ms);
-        if duplicate {
-            return;
+        if !duplicate {
+            intake.add_paths(batch.paths);
         }
-        intake.extend(batch.records(), now_ms);
-        intake.add_paths(&batch.paths);
     }
 
     /// Runs one diagnosis at `now_ms` and updates the problems (in memory).
     pub fn analyze(&self, registry: &Registry, now_ms: i64) {
-        // Results arrive up to an upload period after they were sent: keep a margin.
-        let (records, hosts, new_paths) = {
+        self.analyze_in(registry, now_ms, None);
+    }
+
+    /// [`Self::analyze`] as one shard of a scale-out deployment when `shared` is given:
+    /// other shards' host liveness and loss observations join this tick's, and only the
+    /// findings `shared.keep` accepts become problems here. Returns this tick's own loss
+    /// observations (empty without `shared`).
+    pub fn analyze_in(
+        &self,
+        registry: &Registry,
+        now_ms: i64,
+        shared: Option<Shared<'_>>,
+    ) -> Vec<FlowObs> {
+        let (mut hosts, new_paths) = {
             let mut intake = lock(&self.intake);
-            let records = intake.snapshot(now_ms - 2 * self.window_ms, now_ms);
-            (records, intake.hosts().clone(), intake.take_paths())
+            (intake.hosts().clone(), intake.take_paths())
         };
-        let mut analysis = lock(&self.analysis);
-        let (paths, engine) = &mut *analysis;
-        for p in &new_paths {
-            paths.insert(p);
+        let latency = lock(&self.latency).close(now_ms);
+        let mut engine = lock(&self.engine);
+        let keep = shared.map(|s| {
+            for (id, mut l) in s.hosts {
+                match hosts.get_mut(&id) {
+                    // An agent that moved here was heard of before: keep its first upload
+                    // (no start-up grace again), take the newest incarnation.
+                    Some(mine) if mine.last_upload_ms >= l.last_upload_ms => {
+                        mine.first_upload_ms = mine.first_upload_ms.min(l.first_upload_ms);
+                    }
+                    Some(mine) => {
+                        l.first_upload_ms = l.first_upload_ms.min(mine.first_upload_ms);
+                        *mine = l;
+                    }
+                    None => {
+                        hosts.insert(id, l);
+                    }
+                }
+            }
+            engine.share(s.loss);
+            s.keep
+        });
+        let mut new_paths = new_paths.peekable();
+        if new_paths.peek().is_some() {
+            let mut paths = self.paths.write().unwrap_or_else(PoisonError::into_inner);
+            for p in new_paths {
+                paths.insert(p);
+            }
         }
-        let outcome = engine.run(&Inputs {
+        let paths = self.paths.read().unwrap_or_else(PoisonError::into_inner);
+        let mut outcome = engine.run(&Inputs {
             now_ms,
             started_ms: self.started_ms,
-            records: &records,
             hosts: &hosts,
             registry,
             map: &self.map,
-            paths,
+            paths: &paths,
+            latency: &latency,
         });
-        drop(analysis);
+        drop(paths);
+        drop(engine);
+        if let Some(keep) = keep {
+            outcome.candidates.retain(|c| keep(c));
+        }
+        label_rnic_problems(registry, &mut outcome.candidates);
         write(&self.baseline, Arc::new(outcome.baseline));
         lock(&self.tracker).update(now_ms, outcome.candidates);
+        outcome.loss
+    }
+
+    /// Upload liveness of the agents that upload here (other shards merge it).
+    pub fn own_hosts(&self) -> Vec<(u32, Liveness)> {
+        lock(&self.intake)
+            .hosts()
+            .iter()
+            .map(|(id, l)| (*id, l.clone()))
+            .collect()
+    }
+
+    /// Scale-out: keeps only the problems `keep` accepts and takes over the `stored`
+    /// active ones it accepts (see [`Tracker::rescope`]).
+    pub fn rescope(
+        &self,
+        keep: impl Fn(&Problem) -> bool,
+        stored: Vec<Problem>,
+        now_ms: i64,
+        hold_ms: i64,
+    ) {
+        lock(&self.tracker).rescope(keep, stored, now_ms, hold_ms);
     }
 
     /// Writes every new, changed or resolved problem; what fails is retried next time.
@@ -124,8 +213,42 @@ impl Diagnosis {
         lock(&self.tracker).problems(state)
     }
 
+    /// The latest traces whose newest trace satisfies `keep`, newest first, at most
+    /// `limit` (a copy: readers never hold up the tick for longer than the scan).
+    pub fn traces(&self, keep: impl Fn(&TracedPath) -> bool, limit: usize) -> Vec<Traces> {
+        self.paths
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .newest(keep, limit)
+    }
+
+    /// The fabric map that names hop addresses.
+    pub fn map(&self) -> &FabricMap {
+        &self.map
+    }
+
     /// Algorithm 1 votes of the latest tick.
     pub fn baseline(&self) -> Arc<Vec<BaselineVote>> {
         read(&self.baseline)
+    }
+
+    /// Counters of the per-pair latency detectors.
+    pub fn latency_stats(&self) -> LatencyStats {
+        lock(&self.latency).stats()
+    }
+
+    /// Counters of the diagnosis window.
+    pub fn window_stats(&self) -> WindowStats {
+        lock(&self.engine).window_stats()
+    }
+}
+
+/// Problems on an RNIC carry the Kubernetes labels of the task endpoints on it.
+fn label_rnic_problems(registry: &Registry, candidates: &mut [Candidate]) {
+    for c in candidates
+        .iter_mut()
+        .filter(|c| c.component_kind == rocemesh_proto::api::ComponentKind::Rnic)
+    {
+        c.evidence.labels = registry.labels_by_name(&c.component).to_vec();
     }
 }

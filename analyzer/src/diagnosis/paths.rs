@@ -10,13 +10,15 @@
 //! any trace, an inter-ToR flow may have used any uplink of its ToRs (ECMP), so
 //! its loss is spread over them.
 
-use super::fabric::FabricMap;
+use super::fabric::{FabricMap, MapLink};
 use rocemesh_proto::path::TracedPath;
-use std::collections::HashMap;
 use std::net::IpAddr;
+use std::sync::Arc;
 
 /// A component tomography can blame.
-#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub enum Element {
     /// An RNIC with its cable and ToR port (by registry id).
     Rnic(u32),
@@ -37,22 +39,25 @@ pub struct Tuple {
     pub dport: u16,
 }
 
-/// The traces known for one 5-tuple.
+/// The traces known for one 5-tuple (shared: a trace that reached its destination is
+/// both, and readers copy them out of the store cheaply).
 #[derive(Debug, Clone)]
 pub struct Traces {
     /// The newest trace, complete or not.
-    pub latest: TracedPath,
+    pub latest: Arc<TracedPath>,
     /// The newest trace that reached the destination.
-    pub complete: Option<TracedPath>,
+    pub complete: Option<Arc<TracedPath>>,
 }
 
 /// Latest traces per 5-tuple, bounded: two generations of at most `max / 2`
 /// entries each; a lookup revives an entry of the old generation, a full new
 /// generation retires the old one (approximate LRU without per-entry links).
+/// Hashed with foldhash: every uploaded trace is filed, and each tick looks up the
+/// traces of the flows it routes.
 #[derive(Debug)]
 pub struct PathStore {
-    current: HashMap<Tuple, Traces>,
-    old: HashMap<Tuple, Traces>,
+    current: foldhash::HashMap<Tuple, Traces>,
+    old: foldhash::HashMap<Tuple, Traces>,
     max: usize,
 }
 
@@ -60,14 +65,14 @@ impl PathStore {
     /// An empty store holding at most `max` 5-tuples.
     pub fn new(max: usize) -> Self {
         Self {
-            current: HashMap::new(),
-            old: HashMap::new(),
+            current: foldhash::HashMap::default(),
+            old: foldhash::HashMap::default(),
             max: max.max(2),
         }
     }
 
     /// Takes one uploaded trace; an older trace than the one on record is ignored.
-    pub fn insert(&mut self, p: &TracedPath) {
+    pub fn insert(&mut self, p: TracedPath) {
         let key = Tuple {
             src: p.src,
             dst: p.dst,
@@ -78,24 +83,36 @@ impl PathStore {
             Some(e) => e,
             None => {
                 if self.current.len() >= self.max / 2 {
-                    self.old = std::mem::take(&mut self.current);
+                    // The retired generation's table, emptied, is the next one: full
+                    // size already, it never grows (rehashes) again.
+                    std::mem::swap(&mut self.old, &mut self.current);
+                    self.current.clear();
                 }
-                let revived = self.old.remove(&key);
-                self.current
-                    .entry(key)
-                    .or_insert(revived.unwrap_or_else(|| Traces {
-                        latest: p.clone(),
-                        complete: None,
-                    }))
+                match self.old.remove(&key) {
+                    Some(revived) => self.current.entry(key).or_insert(revived),
+                    None => {
+                        let p = Arc::new(p);
+                        let complete = p.reached.then(|| Arc::clone(&p));
+                        self.current.insert(
+                            key,
+                            Traces {
+                                latest: p,
+                                complete,
+                            },
+                        );
+                        return;
+                    }
+                }
             }
         };
         if p.traced_at_unix_ns < entry.latest.traced_at_unix_ns {
             return;
         }
-        entry.latest = p.clone();
+        let p = Arc::new(p);
         if p.reached {
-            entry.complete = Some(p.clone());
+            entry.complete = Some(Arc::clone(&p));
         }
+        entry.latest = p;
     }
 
     /// The traces of a 5-tuple.
@@ -111,6 +128,26 @@ impl PathStore {
     /// True when no trace is held.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// The traces whose latest trace satisfies `keep`, newest first, at most
+    /// `limit` of them: a bounded copy for readers outside the diagnosis tick.
+    pub fn newest(&self, keep: impl Fn(&TracedPath) -> bool, limit: usize) -> Vec<Traces> {
+        let mut found: Vec<&Traces> = self
+            .current
+            .values()
+            .chain(self.old.values())
+            .filter(|t| keep(&t.latest))
+            .collect();
+        let limit = limit.min(found.len());
+        if limit < found.len() {
+            found.select_nth_unstable_by_key(limit, |t| {
+                std::cmp::Reverse(t.latest.traced_at_unix_ns)
+            });
+            found.truncate(limit);
+        }
+        found.sort_unstable_by_key(|t| std::cmp::Reverse(t.latest.traced_at_unix_ns));
+        found.into_iter().cloned().collect()
     }
 }
 
@@ -236,6 +273,22 @@ fn consistent(partial: &[Option<IpAddr>], complete: &[Option<IpAddr>]) -> bool {
             .all(|(h, c)| h.is_none() || h == c)
 }
 
+/// What a trace that went silent before `next` (reached over link `into`) blames: the
+/// link, or, when `next` is a switch with its own link down to the destination's ToR,
+/// that link too, half each. A switch that cannot route onwards (its link down to the
+/// destination's ToR is gone) answers a TTL-limited probe with a rate-limited
+/// "unreachable" or not at all, so its silence does not prove the link into it broke.
+fn silent_next_hop(map: &FabricMap, into: String, next: IpAddr, dst: &End) -> Vec<(Element, f64)> {
+    let beyond = map
+        .link_between(&map.device(next), dst.tor)
+        .filter(|l| l.name != into)
+        .map(|l| l.name.clone());
+    match beyond {
+        Some(b) => vec![(Element::Link(into), 0.5), (Element::Link(b), 0.5)],
+        None => vec![(Element::Link(into), 1.0)],
+    }
+}
+
 /// The component right after hop `k` of the partial trace `hops`, using the
 /// consistent complete trace when there is one.
 fn break_candidates(
@@ -259,29 +312,47 @@ fn break_candidates(
         && c.len() > k
         && consistent(&hops[..=k], c)
     {
-        let elem = match c.get(k + 1) {
-            None => Some(Element::Rnic(dst.rnic)),
-            Some(Some(next)) => Some(Element::Link(map.link_into(last, *next))),
-            Some(None) => None,
+        let elems = match c.get(k + 1) {
+            None => vec![(Element::Rnic(dst.rnic), 1.0)],
+            Some(Some(next)) => silent_next_hop(map, map.link_into(last, *next), *next, dst),
+            Some(None) => Vec::new(),
         };
-        if let Some(e) = elem {
-            return (vec![(e, 1.0)], Some(device));
+        if !elems.is_empty() {
+            return (elems, Some(device));
         }
     }
     let incoming = k
         .checked_sub(1)
         .and_then(|i| hops[i])
         .map(|prev| map.link_into(prev, last));
-    let links: Vec<&str> = map
+    // Routing is shortest-path: a device with a link straight to the destination's ToR
+    // (a spine of a two-tier Clos) forwards over that link, whatever ECMP chose before.
+    if let Some(l) = map
+        .link_between(&device, dst.tor)
+        .filter(|l| incoming.as_deref() != Some(l.name.as_str()))
+    {
+        return (vec![(Element::Link(l.name.clone()), 1.0)], Some(device));
+    }
+    let links: Vec<&MapLink> = map
         .links_of(&device)
-        .map(|l| l.name.as_str())
-        .filter(|l| incoming.as_deref() != Some(*l))
+        .filter(|l| incoming.as_deref() != Some(l.name.as_str()))
         .collect();
     let w = 1.0 / links.len().max(1) as f64;
-    let cands = links
-        .into_iter()
-        .map(|l| (Element::Link(l.to_string()), w))
-        .collect();
+    // The silent next hop may be a switch that only stopped answering traceroute (ICMP
+    // rate limit) while the loss is further on: each ECMP choice also carries the rest
+    // of its way, the next switch's link down to the destination's ToR.
+    let mut cands: Vec<(Element, f64)> = Vec::new();
+    for l in links {
+        cands.push((Element::Link(l.name.clone()), w));
+        let next = l.devices.iter().find(|d| **d != device);
+        if let Some(down) = next.and_then(|n| map.link_between(n, dst.tor))
+            && !cands
+                .iter()
+                .any(|(e, _)| *e == Element::Link(down.name.clone()))
+        {
+            cands.push((Element::Link(down.name.clone()), w));
+        }
+    }
     (cands, Some(device))
 }
 
@@ -319,7 +390,7 @@ pub fn route(
             text,
         };
     };
-    let complete = t.complete.as_ref().map(switch_hops);
+    let complete = t.complete.as_deref().map(switch_hops);
     if t.latest.reached {
         let hops = switch_hops(&t.latest);
         let path = full_path(map, &hops, src, dst);
@@ -415,7 +486,7 @@ mod tests {
         let map = FabricMap::parse(MAP).unwrap();
         let mut store = PathStore::new(100);
         // Via s1; the destination answering itself is not a switch.
-        store.insert(&trace(
+        store.insert(trace(
             &["198.18.0.0", "198.19.0.3", "198.19.0.6", "198.18.1.1"],
             true,
             1,
@@ -441,7 +512,7 @@ mod tests {
         assert_eq!(r.ok, r.fail);
         assert_eq!(r.text, "h0/r0 t0 s1 t1 h1/r0");
         // An older trace arriving late changes nothing.
-        store.insert(&trace(&["198.18.0.0"], false, 0));
+        store.insert(trace(&["198.18.0.0"], false, 0));
         assert_eq!(route(&map, store.get(&key), &a, &b, true), r);
     }
 
@@ -456,26 +527,23 @@ mod tests {
             sport: 50_000,
             dport: 4791,
         };
-        store.insert(&trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], true, 1));
-        // Broke after t0: the link t0 takes towards s1 (from the complete trace).
-        store.insert(&trace(&["198.18.0.0", "*", "*"], false, 2));
+        store.insert(trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], true, 1));
+        // Broke after t0: the link t0 takes towards s1 (from the complete trace), or s1
+        // could not route on (a silent s1 may just have lost its link down to t1).
+        store.insert(trace(&["198.18.0.0", "*", "*"], false, 2));
         let r = route(&map, store.get(&key), &a, &b, true);
-        assert_eq!(r.fail, [(link("t0-s1"), 1.0)]);
+        assert_eq!(r.fail, [(link("t0-s1"), 0.5), (link("t1-s1"), 0.5)]);
         assert_eq!(r.break_device.as_deref(), Some("t0"));
         assert_eq!(r.ok.len(), 4, "arrivals still vouch for the complete path");
         // Silent after the destination ToR: as likely arrival (a re-trace after a lost
         // ACK looks like this), so no break is located and the whole path votes.
-        store.insert(&trace(
-            &["198.18.0.0", "198.19.0.3", "198.19.0.6"],
-            false,
-            3,
-        ));
+        store.insert(trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], false, 3));
         let r = route(&map, store.get(&key), &a, &b, true);
         assert_eq!(r.break_device, None);
         assert_eq!(r.fail.len(), 4);
         assert_eq!(r.fail, r.ok);
         // Nothing answered: the prober's own RNIC.
-        store.insert(&trace(&["*", "*"], false, 4));
+        store.insert(trace(&["*", "*"], false, 4));
         assert_eq!(
             route(&map, store.get(&key), &a, &b, true).fail,
             [(Element::Rnic(1), 1.0)]
@@ -492,19 +560,59 @@ mod tests {
         assert!(r.fail.contains(&(link("t1-s0"), 0.5)));
         // Partial trace without a complete one: t0's links except the one it came in on.
         let mut store = PathStore::new(100);
-        store.insert(&trace(&["198.18.0.0", "*"], false, 1));
+        store.insert(trace(&["198.18.0.0", "*"], false, 1));
         let key = Tuple {
             src: a.ip,
             dst: b.ip,
             sport: 50_000,
             dport: 4791,
         };
+        // Each choice carries the rest of its way (the spine may only have stopped
+        // answering traceroute while the loss is on its link down to t1).
         let r = route(&map, store.get(&key), &a, &b, true);
-        assert_eq!(r.fail, [(link("t0-s0"), 0.5), (link("t0-s1"), 0.5)]);
+        assert_eq!(
+            r.fail,
+            [
+                (link("t0-s0"), 0.5),
+                (link("t1-s0"), 0.5),
+                (link("t0-s1"), 0.5),
+                (link("t1-s1"), 0.5)
+            ]
+        );
+        // Broke right after a spine (the hop before it silent, so the way in is unknown):
+        // the spine's link down to the destination's ToR, not any of its links.
+        store.insert(trace(&["*", "198.19.0.3", "*"], false, 2));
+        let r = route(&map, store.get(&key), &a, &b, true);
+        assert_eq!(r.fail, [(link("t1-s1"), 1.0)]);
+        assert_eq!(r.break_device.as_deref(), Some("s1"));
         // An unanswered spine between two known ToRs: either spine's pair of links.
-        store.insert(&trace(&["198.18.0.0", "*", "198.19.0.6"], true, 2));
+        store.insert(trace(&["198.18.0.0", "*", "198.19.0.6"], true, 3));
         let r = route(&map, store.get(&key), &a, &b, true);
         assert!(r.fail.contains(&(link("t0-s1"), 0.5)) && r.fail.contains(&(link("t1-s0"), 0.5)));
+    }
+
+    #[test]
+    fn newest_is_filtered_bounded_and_newest_first() {
+        // Small store: entries spread over both generations.
+        let mut store = PathStore::new(6);
+        for port in 0..5u16 {
+            let mut t = trace(&["198.18.0.0"], port % 2 == 0, u64::from(port) * 10);
+            t.src_port = port;
+            store.insert(t);
+        }
+        assert_eq!(store.len(), 5);
+        let ports = |v: Vec<Traces>| v.iter().map(|t| t.latest.src_port).collect::<Vec<_>>();
+        assert_eq!(ports(store.newest(|_| true, 100)), [4, 3, 2, 1, 0]);
+        assert_eq!(ports(store.newest(|_| true, 2)), [4, 3]);
+        assert_eq!(ports(store.newest(|p| !p.reached, 100)), [3, 1]);
+        assert!(store.newest(|p| p.dst_port == 1, 100).is_empty());
+        // A newer partial trace of a 5-tuple keeps its complete one alongside.
+        let mut broken = trace(&["*"], false, 100);
+        broken.src_port = 0;
+        store.insert(broken);
+        let top = &store.newest(|_| true, 1)[0];
+        assert_eq!((top.latest.src_port, top.latest.reached), (0, false));
+        assert_eq!(top.complete.as_ref().map(|c| c.traced_at_unix_ns), Some(0));
     }
 
     #[test]
@@ -513,7 +621,7 @@ mod tests {
         for port in 0..100u16 {
             let mut t = trace(&["198.18.0.0"], true, 1);
             t.src_port = port;
-            store.insert(&t);
+            store.insert(t);
             assert!(store.len() <= 10);
         }
         let (a, b) = ends();

@@ -1,7 +1,7 @@
 //! The `problems` table: insert, update, load the active ones at start, query.
 
 use anyhow::Context;
-use rocemesh_proto::api::{ComponentKind, Evidence, Problem, ProblemKind, ProblemState};
+use rocemesh_proto::api::{ComponentKind, Evidence, Priority, Problem, ProblemKind, ProblemState};
 use rocemesh_store::Db;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -9,6 +9,8 @@ use sqlx::Row;
 
 const COLUMNS: &str = "id, kind, component_kind, component, state, confidence, network, \
     first_seen_ms, last_seen_ms, resolved_ms, evidence";
+/// Written by the impact loop (migration 0005), only read here.
+const IMPACT_COLUMNS: &str = "priority, affected_tasks";
 
 /// The snake_case name serde gives a unit enum variant.
 fn name<T: Serialize>(v: &T) -> String {
@@ -69,6 +71,7 @@ fn decode(r: &sqlx::any::AnyRow) -> anyhow::Result<Problem> {
     let kind: ProblemKind = parse(&r.try_get::<String, _>(1)?, "problem kind")?;
     let evidence: String = r.try_get(10)?;
     let network: i64 = r.try_get(6)?;
+    let (priority, affected_tasks) = decode_impact(r, 11)?;
     Ok(Problem {
         id: r.try_get(0)?,
         kind,
@@ -82,7 +85,53 @@ fn decode(r: &sqlx::any::AnyRow) -> anyhow::Result<Problem> {
         resolved_ms: r.try_get(9)?,
         evidence: serde_json::from_str::<Evidence>(&evidence)
             .context("problem evidence is not valid JSON")?,
+        priority,
+        affected_tasks,
     })
+}
+
+/// The impact columns starting at column `at`: priority and affected task ids.
+fn decode_impact(r: &sqlx::any::AnyRow, at: usize) -> anyhow::Result<(Option<Priority>, Vec<u32>)> {
+    let priority = r
+        .try_get::<Option<String>, _>(at)?
+        .map(|s| Priority::parse(&s).with_context(|| format!("unknown priority {s:?}")))
+        .transpose()?;
+    let tasks = match r.try_get::<Option<String>, _>(at + 1)? {
+        Some(s) => serde_json::from_str(&s).context("affected_tasks is not a JSON id array")?,
+        None => Vec::new(),
+    };
+    Ok((priority, tasks))
+}
+
+/// Copies the stored priority and affected tasks onto `list` (live problems are kept in
+/// memory by the tracker, but the impact loop writes these columns in the database).
+pub async fn attach_impact(db: &Db, list: &mut [Problem]) -> anyhow::Result<()> {
+    let ids: Vec<String> = list
+        .iter()
+        .filter(|p| p.id != 0)
+        .map(|p| p.id.to_string())
+        .collect();
+    if ids.is_empty() {
+        return Ok(());
+    }
+    // Ids are integers from our own rows, so inlining them is safe.
+    let sql = format!(
+        "SELECT id, {IMPACT_COLUMNS} FROM problems WHERE id IN ({})",
+        ids.join(",")
+    );
+    let rows = sqlx::query(&sql)
+        .fetch_all(db.pool())
+        .await
+        .context("reading problem priorities")?;
+    for r in &rows {
+        let id: i64 = r.try_get(0)?;
+        let (priority, tasks) = decode_impact(r, 1)?;
+        if let Some(p) = list.iter_mut().find(|p| p.id == id) {
+            p.priority = priority;
+            p.affected_tasks = tasks;
+        }
+    }
+    Ok(())
 }
 
 /// Which problems a query lists.
@@ -108,10 +157,12 @@ impl StateFilter {
     }
 }
 
-/// Stored problems in `state` last seen at or after `since_ms`, most recent first.
+/// Stored problems in `state` (and of `priority`, if given) last seen at or after
+/// `since_ms`, most recent first.
 pub async fn query(
     db: &Db,
     state: StateFilter,
+    priority: Option<Priority>,
     since_ms: i64,
     limit: u32,
 ) -> anyhow::Result<Vec<Problem>> {
@@ -120,9 +171,13 @@ pub async fn query(
         StateFilter::Resolved => "state = 'resolved' AND ",
         StateFilter::All => "",
     };
+    // A closed enum's own name, never user text.
+    let priority = priority
+        .map(|p| format!("priority = '{}' AND ", p.as_str()))
+        .unwrap_or_default();
     let sql = format!(
-        "SELECT {COLUMNS} FROM problems WHERE {filter}last_seen_ms >= $1 \
-         ORDER BY last_seen_ms DESC, id DESC LIMIT $2"
+        "SELECT {COLUMNS}, {IMPACT_COLUMNS} FROM problems WHERE {filter}{priority}\
+         last_seen_ms >= $1 ORDER BY last_seen_ms DESC, id DESC LIMIT $2"
     );
     let rows = sqlx::query(&sql)
         .bind(since_ms)
@@ -135,15 +190,17 @@ pub async fn query(
 
 /// One stored problem.
 pub async fn get(db: &Db, id: i64) -> anyhow::Result<Option<Problem>> {
-    let row = sqlx::query(&format!("SELECT {COLUMNS} FROM problems WHERE id = $1"))
-        .bind(id)
-        .fetch_optional(db.pool())
-        .await
-        .context("reading a problem")?;
+    let row = sqlx::query(&format!(
+        "SELECT {COLUMNS}, {IMPACT_COLUMNS} FROM problems WHERE id = $1"
+    ))
+    .bind(id)
+    .fetch_optional(db.pool())
+    .await
+    .context("reading a problem")?;
     row.as_ref().map(decode).transpose()
 }
 
 /// Every active problem (to carry them over an analyzer restart).
 pub async fn load_active(db: &Db) -> anyhow::Result<Vec<Problem>> {
-    query(db, StateFilter::Active, i64::MIN, u32::MAX).await
+    query(db, StateFilter::Active, None, i64::MIN, u32::MAX).await
 }

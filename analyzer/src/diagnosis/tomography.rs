@@ -11,8 +11,9 @@
 use super::paths::Element;
 use std::collections::HashMap;
 
-/// Probes of one flow (one prober/target/5-tuple) with one way of failing.
-#[derive(Debug, Clone, Default)]
+/// Probes of one flow (one prober/target/5-tuple) with one way of failing; shards of a
+/// scale-out deployment exchange them ([`crate::shard`]).
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct FlowObs {
     /// Probes that arrived (for latency: arrived and fast).
     pub ok: f64,
@@ -41,6 +42,9 @@ pub struct Params {
     pub floor: f64,
     /// Least failure share of a component's probes to blame it.
     pub min_share: f64,
+    /// Components under test when the observations stand for more than they name
+    /// (healthy flows added up on the blamed components); `None`: those they name.
+    pub tested: Option<usize>,
 }
 
 /// A blamed component.
@@ -50,6 +54,8 @@ pub struct Finding {
     pub element: Element,
     /// Weighted failures it explains.
     pub failures: f64,
+    /// Of which fresh partial traces located on it (a break right before it).
+    pub located: f64,
     /// Weighted arrivals through it.
     pub ok: f64,
     /// Evidence score (~ -ln p).
@@ -138,19 +144,24 @@ fn tally(obs: &[FlowObs], c: &Compiled, live: &[bool]) -> Vec<Tally> {
     t
 }
 
-/// Background failure ratio: pooled over the observations still unexplained (a
-/// fault found in one round stops inflating it in the next), at least `floor`.
-fn background(obs: &[FlowObs], live: &[bool], floor: f64) -> f64 {
-    let (fail, all) = obs
-        .iter()
+/// Failures and probes (unweighted) of the observations still unexplained.
+fn live_totals(obs: &[FlowObs], live: &[bool]) -> (f64, f64) {
+    obs.iter()
         .zip(live)
         .filter(|(_, l)| **l)
-        .fold((0.0, 0.0), |(f, n), (o, _)| (f + o.fail, n + o.fail + o.ok));
-    if all > 0.0 {
-        (fail / all).max(floor)
-    } else {
-        floor
-    }
+        .fold((0.0, 0.0), |(f, n), (o, _)| (f + o.fail, n + o.fail + o.ok))
+}
+
+/// Background failure ratio a component is tested against: that of the unexplained
+/// probes that do not cross it, at least `floor`. A fault's own failures thus never
+/// raise the bar it is held to (pooled over everything, a 1 % loss on a link carrying
+/// a third of a small fabric's probes made its own background 0.9 %), while loss spread
+/// evenly over the fabric raises every component's background alike. A pseudo-count
+/// (one failure in two extra probes) keeps a thin outside sample from looking perfect.
+fn background_outside(totals: (f64, f64), x: &Tally, floor: f64) -> f64 {
+    let fail = (totals.0 - x.fail).max(0.0);
+    let n = (totals.1 - x.fail - x.ok).max(0.0);
+    ((fail + 1.0) / (n + 2.0)).max(floor).min(0.5)
 }
 
 /// Greedy explain-away over the components `eligible` allows; findings in the order
@@ -170,14 +181,15 @@ pub fn explain_away(
     let mut live: Vec<bool> = obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect();
     // Many components tested at once: beyond a hundred, each needs more evidence
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
-    let min_score = p.min_score + (c.elements.len() as f64 / 100.0).max(1.0).ln();
+    let tested = p.tested.unwrap_or(c.elements.len());
+    let min_score = p.min_score + (tested as f64 / 100.0).max(1.0).ln();
     let allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
     let mut blamed: Vec<usize> = Vec::new();
     let mut found = Vec::new();
     // Each round removes at least one failed observation: bounded by their number.
     loop {
         let t = tally(obs, &c, &live);
-        let p0 = background(obs, &live, p.floor).min(0.5);
+        let totals = live_totals(obs, &live);
         let best = t
             .iter()
             .enumerate()
@@ -185,17 +197,18 @@ pub fn explain_away(
                 allowed[*e] && x.fail >= p.min_failures && x.fail >= p.min_share * (x.fail + x.ok)
             })
             .map(|(e, x)| {
+                let p0 = background_outside(totals, x, p.floor);
                 let score = chernoff_score(x.fail, x.fail + x.ok, p0);
                 // A break located by a fresh trace beats a tie of whole paths.
                 let rank = score * (1.0 + 0.1 * x.located / x.fail);
-                (rank, score, e, *x)
+                (rank, score, p0, e, *x)
             })
-            .filter(|(_, score, _, _)| *score >= min_score)
+            .filter(|(_, score, _, _, _)| *score >= min_score)
             .max_by(|a, b| {
                 a.0.total_cmp(&b.0)
-                    .then_with(|| c.elements[b.2].cmp(c.elements[a.2]))
+                    .then_with(|| c.elements[b.3].cmp(c.elements[a.3]))
             });
-        let Some((_, score, element, x)) = best else {
+        let Some((_, score, p0, element, x)) = best else {
             break;
         };
         let mut examples = Vec::new();
@@ -214,6 +227,7 @@ pub fn explain_away(
         found.push(Finding {
             element: c.elements[element].clone(),
             failures: x.fail,
+            located: x.located,
             ok: x.ok,
             score,
             background: p0,
@@ -317,6 +331,7 @@ mod tests {
         min_failures: 3.0,
         floor: 1e-3,
         min_share: 0.0,
+        tested: None,
     };
 
     fn link(n: &str) -> Element {
@@ -343,9 +358,14 @@ mod tests {
 
     /// Every ToR pair of a 4x2 fabric, three flows per pair and spine, 100 probes each.
     fn fabric(loss: impl Fn(u32, u32, u32) -> f64) -> Vec<FlowObs> {
+        fabric_of(4, loss)
+    }
+
+    /// [`fabric`] with `tors` ToRs.
+    fn fabric_of(tors: u32, loss: impl Fn(u32, u32, u32) -> f64) -> Vec<FlowObs> {
         let mut v = Vec::new();
-        for a in 0..4 {
-            for b in 0..4 {
+        for a in 0..tors {
+            for b in 0..tors {
                 for s in 0..2 {
                     for _ in 0..3 {
                         if a != b {
@@ -408,6 +428,27 @@ mod tests {
         let mut burst = fabric(|_, _, _| 0.0);
         burst[5].fail = 2.0;
         assert!(explain_away(&burst, &P, |_| true).is_empty());
+    }
+
+    #[test]
+    fn a_fault_does_not_raise_its_own_background() {
+        // 1 % on t0-s1 of a 3-ToR fabric: the link carries a third of all probes, so
+        // pooled over everything its own losses would make the background 0.33 % and
+        // its 12 of 1,200 too weak (score ~5); against the probes not crossing it
+        // (none lost) they are plain.
+        let obs = fabric_of(3, |a, s, b| {
+            if s == 1 && (a == 0 || b == 0) {
+                0.01
+            } else {
+                0.0
+            }
+        });
+        let found = explain_away(&obs, &P, |_| true);
+        assert_eq!(blamed(&found), [link("t0-s1")]);
+        assert!(found[0].background < 0.002, "{found:?}");
+        // The same loss spread evenly over every link is background, not a fault.
+        let even = fabric_of(3, |_, _, _| 0.01);
+        assert!(explain_away(&even, &P, |_| true).is_empty());
     }
 
     #[test]

@@ -72,6 +72,33 @@ impl Tracker {
         }
     }
 
+    /// Scale-out: forgets the active problems outside this instance's scope (another
+    /// instance tracks them now; they stay active in the database) and takes over the
+    /// `stored` active ones inside it that it does not track yet. A taken-over problem is
+    /// not resolved for `hold_ms` plus the usual resolution time: the agents of the dead
+    /// instance's shards need that long to move here, and until they do, the evidence
+    /// that kept the problem active is missing, not gone.
+    pub fn rescope(
+        &mut self,
+        keep: impl Fn(&Problem) -> bool,
+        stored: Vec<Problem>,
+        now_ms: i64,
+        hold_ms: i64,
+    ) {
+        self.active.retain(|_, t| keep(&t.problem));
+        let fresh: Vec<Problem> = stored
+            .into_iter()
+            .filter(|p| keep(p) && !self.active.contains_key(&key(p)))
+            .collect();
+        let keys: Vec<Key> = fresh.iter().map(key).collect();
+        self.restore(fresh, now_ms);
+        for k in keys {
+            if let Some(t) = self.active.get_mut(&k) {
+                t.evidence_ms = t.evidence_ms.max(now_ms + hold_ms);
+            }
+        }
+    }
+
     /// Applies one tick's findings at `now_ms`.
     pub fn update(&mut self, now_ms: i64, candidates: Vec<Candidate>) {
         let mut seen = Vec::with_capacity(candidates.len());
@@ -104,6 +131,8 @@ impl Tracker {
                 last_seen_ms: now_ms,
                 resolved_ms: None,
                 evidence: c.evidence,
+                priority: None,
+                affected_tasks: Vec::new(),
             };
             tracing::info!(
                 kind = ?problem.kind,
@@ -240,5 +269,48 @@ mod tests {
         assert!(t2.unsaved().is_empty());
         t2.update(110_000, vec![]);
         assert_eq!(t2.problems(ProblemState::Resolved)[0].id, 3);
+    }
+
+    #[test]
+    fn rescope_hands_problems_over_without_resolving_or_duplicating() {
+        let mut t = Tracker::new(10_000);
+        t.update(1_000, vec![cand(ProblemKind::LinkFault, "a", 0.9)]);
+        t.update(1_000, vec![cand(ProblemKind::LinkFault, "b", 0.9)]);
+        let stored: Vec<Problem> = t
+            .problems(ProblemState::Active)
+            .into_iter()
+            .enumerate()
+            .map(|(i, mut p)| {
+                p.id = i as i64 + 1;
+                p
+            })
+            .collect();
+        // Out of scope: "b" leaves memory, but is not resolved (another instance has it).
+        t.rescope(|p| p.component == "a", Vec::new(), 2_000, 0);
+        assert_eq!(t.problems(ProblemState::Active).len(), 1);
+        assert!(t.problems(ProblemState::Resolved).is_empty());
+        // Back in scope: the stored row is taken over; "a", tracked already, is not doubled.
+        t.rescope(|_| true, stored, 3_000, 15_000);
+        let mut names: Vec<String> = t
+            .problems(ProblemState::Active)
+            .into_iter()
+            .map(|p| p.component)
+            .collect();
+        names.sort();
+        assert_eq!(names, ["a", "b"]);
+        // Without evidence, the taken-over "b" outlives the hold plus the resolution
+        // time, no longer; "a", tracked here all along, resolves as usual.
+        t.update(14_000, vec![]);
+        let active = |t: &Tracker| -> Vec<String> {
+            t.problems(ProblemState::Active)
+                .into_iter()
+                .map(|p| p.component)
+                .collect()
+        };
+        assert_eq!(active(&t), ["b"]);
+        t.update(27_000, vec![]);
+        assert_eq!(active(&t), ["b"]);
+        t.update(28_000, vec![]);
+        assert!(active(&t).is_empty());
     }
 }

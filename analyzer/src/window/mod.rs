@@ -120,25 +120,11 @@ impl Window {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
+    use rocemesh_proto::ProbeResult;
+    use rocemesh_proto::testing::probe_result;
 
     fn rec() -> ProbeResult {
-        ProbeResult {
-            prober_rnic: 0,
-            target_rnic: 1,
-            seq: 0,
-            target_qpn: 1,
-            send_unix_ns: 0,
-            network_rtt_ns: 5,
-            prober_delay_ns: 5,
-            responder_delay_ns: 5,
-            app_rtt_ns: 5,
-            src_port: 1,
-            dst_port: 2,
-            class: ProbeClass::TorMesh,
-            status: ProbeStatus::Ok,
-            ts_source: TimestampSource::Software,
-        }
+        probe_result(0, 1, 0, true, 5)
     }
 
     fn put(w: &mut Window, send_ms: i64, now: i64) -> Placement {

@@ -23,7 +23,7 @@ pub struct MetricSet {
 }
 
 impl MetricSet {
-    /// Counts a probe and all four of its delays (cluster and ToR-pair scopes).
+    /// Counts a probe and all four of its delays (ToR-pair scope; the cluster adds them up).
     #[inline]
     pub fn add_probe(&mut self, r: &ProbeResult) {
         self.add_as_target(r);
@@ -56,6 +56,16 @@ impl MetricSet {
     /// True when nothing was recorded.
     pub fn is_empty(&self) -> bool {
         self.probes == 0 && self.prober_delay.count() == 0
+    }
+
+    /// Adds everything `other` recorded.
+    pub fn merge(&mut self, other: &MetricSet) {
+        self.probes += other.probes;
+        self.timeouts += other.timeouts;
+        self.network_rtt.merge(&other.network_rtt);
+        self.prober_delay.merge(&other.prober_delay);
+        self.responder_delay.merge(&other.responder_delay);
+        self.app_rtt.merge(&other.app_rtt);
     }
 
     /// Clears the counts, keeping allocations.
@@ -104,9 +114,10 @@ pub fn split_pair_key(key: u32) -> (u16, u16) {
 pub struct Period {
     /// Period index (`start_ms / period_ms`) this slot currently holds.
     pub index: i64,
-    /// Whole-cluster aggregate.
-    pub cluster: MetricSet,
-    /// Per ToR pair, keyed by [`pair_key`]; empty entries stay for reuse.
+    /// Results recorded.
+    pub results: u64,
+    /// Per ToR pair, keyed by [`pair_key`]; empty entries stay for reuse. Every
+    /// result is in exactly one: the cluster aggregate is their sum.
     pub tor_pairs: HashMap<u32, MetricSet, BuildHasherDefault<PairHasher>>,
     /// Per RNIC id (dense).
     pub rnics: Vec<MetricSet>,
@@ -116,7 +127,7 @@ impl Period {
     /// Aggregates one record whose RNICs are known.
     #[inline]
     pub fn add(&mut self, r: &ProbeResult, prober_tor: u16, target_tor: u16) {
-        self.cluster.add_probe(r);
+        self.results += 1;
         self.tor_pairs
             .entry(pair_key(prober_tor, target_tor))
             .or_default()
@@ -133,9 +144,17 @@ impl Period {
         }
     }
 
+    /// Whole-cluster aggregate: the ToR pairs' added up (at finalization, rather than a
+    /// fifth set of histograms filled per result).
+    pub fn cluster(&self) -> MetricSet {
+        let mut all = MetricSet::default();
+        self.tor_pairs.values().for_each(|m| all.merge(m));
+        all
+    }
+
     /// True when nothing was recorded in this slot.
     pub fn is_empty(&self) -> bool {
-        self.cluster.probes == 0
+        self.results == 0
     }
 
     /// Clears the slot for period `index`, keeping allocations.
@@ -144,7 +163,7 @@ impl Period {
         if self.is_empty() {
             return;
         }
-        self.cluster.reset();
+        self.results = 0;
         self.tor_pairs.values_mut().for_each(MetricSet::reset);
         self.rnics.iter_mut().for_each(MetricSet::reset);
     }
@@ -153,24 +172,15 @@ impl Period {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rocemesh_proto::{ProbeClass, TimestampSource};
+    use rocemesh_proto::testing::probe_result;
 
     fn rec(prober: u32, target: u32, status: ProbeStatus, rtt: u32) -> ProbeResult {
         ProbeResult {
-            prober_rnic: prober,
-            target_rnic: target,
-            seq: 0,
-            target_qpn: 1,
-            send_unix_ns: 0,
-            network_rtt_ns: rtt,
+            status,
             prober_delay_ns: 7_000,
             responder_delay_ns: 3_000,
             app_rtt_ns: rtt + 10_000,
-            src_port: 1,
-            dst_port: 2,
-            class: ProbeClass::TorMesh,
-            status,
-            ts_source: TimestampSource::Software,
+            ..probe_result(prober, target, 0, true, rtt)
         }
     }
 
@@ -181,8 +191,10 @@ mod tests {
         p.add(&rec(1, 2, ProbeStatus::Ok, 10_000), 0, 1);
         p.add(&rec(1, 2, ProbeStatus::Timeout, 0), 0, 1);
         p.add(&rec(3, 1, ProbeStatus::Ok, 20_000), 1, 0);
-        assert_eq!((p.cluster.probes, p.cluster.timeouts), (3, 1));
-        assert_eq!(p.cluster.prober_delay.count(), 2);
+        let cluster = p.cluster();
+        assert_eq!((cluster.probes, cluster.timeouts), (3, 1));
+        assert_eq!(cluster.prober_delay.count(), 2);
+        assert_eq!(cluster.network_rtt.count(), 2);
         let ab = &p.tor_pairs[&pair_key(0, 1)];
         assert_eq!((ab.probes, ab.timeouts, ab.network_rtt.count()), (2, 1, 1));
         // RNIC 1 probed (prober delay once, ok probe only) and was probed once.

@@ -1,10 +1,10 @@
 //! Helpers shared by the analyzer integration tests.
-#![allow(dead_code)] // each test binary uses a different subset
+#![allow(dead_code, unused_imports)] // each test binary uses a different subset
 
 use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
+use rocemesh_proto::ProbeResult;
 use rocemesh_proto::api::ErrorBody;
 use rocemesh_proto::batch::{BatchHeader, encode_batch};
-use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
 use rocemesh_store::Db;
 use std::sync::Arc;
 
@@ -51,28 +51,8 @@ pub async fn analyzer(db: &Db) -> Arc<Analyzer> {
         .unwrap()
 }
 
-pub fn rec(prober: u32, target: u32, send_ms: i64, ok: bool, rtt: u32) -> ProbeResult {
-    ProbeResult {
-        prober_rnic: prober,
-        target_rnic: target,
-        seq: 0,
-        target_qpn: 7,
-        send_unix_ns: send_ms as u64 * 1_000_000,
-        network_rtt_ns: if ok { rtt } else { 0 },
-        prober_delay_ns: 4_000,
-        responder_delay_ns: 2_000,
-        app_rtt_ns: rtt + 6_000,
-        src_port: 50_000,
-        dst_port: 4791,
-        class: ProbeClass::TorMesh,
-        status: if ok {
-            ProbeStatus::Ok
-        } else {
-            ProbeStatus::Timeout
-        },
-        ts_source: TimestampSource::Software,
-    }
-}
+/// A probe result (ok with that network RTT, or a timeout) of `prober` → `target`.
+pub use rocemesh_proto::testing::probe_result as rec;
 
 pub fn batch(host_id: u32, epoch: u32, batch_seq: u64, records: &[ProbeResult]) -> Vec<u8> {
     encode_batch(

@@ -1,9 +1,9 @@
 //! Steps 1-4 of a tick: host down, agent restart, anomalous RNICs from ToR-mesh
 //! probes (explain-away, sticky) and host noise.
 
-use super::{Candidate, Engine, HostTally, Inputs, Outcome, rnic_name};
+use super::mesh::{Mesh, mesh_flow_of};
+use super::{Candidate, Engine, Fails, Inputs, Outcome, Tallies, rnic_name};
 use crate::diagnosis::tomography::chernoff_score;
-use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind};
 use std::collections::{HashMap, HashSet};
 
@@ -19,12 +19,7 @@ impl Engine {
 
     /// Steps 1 and 2: host down, agent restart (informational, not the network);
     /// hosts no longer in the registry are forgotten.
-    pub(super) fn host_verdicts(
-        &self,
-        inp: &Inputs,
-        hosts: &HashMap<u32, HostTally>,
-        out: &mut Outcome,
-    ) {
+    pub(super) fn host_verdicts(&self, inp: &Inputs, hosts: &Tallies, out: &mut Outcome) {
         let mut ids: Vec<u32> = inp.registry.host_ids().collect();
         ids.sort_unstable();
         for h in ids {
@@ -69,7 +64,7 @@ impl Engine {
     }
 
     /// Step 4 (delay half): hosts whose processing delays are far above normal.
-    pub(super) fn noisy_hosts(&self, hosts: &HashMap<u32, HostTally>) -> HashMap<u32, Evidence> {
+    pub(super) fn noisy_hosts(&self, hosts: &Tallies) -> HashMap<u32, Evidence> {
         hosts
             .iter()
             .filter(|(_, t)| {
@@ -91,39 +86,44 @@ impl Engine {
             .collect()
     }
 
+    /// Records a sticky verdict on RNIC `r` (and when it was first made).
+    pub(super) fn stick(&mut self, r: u32, now_ms: i64, evidence: Evidence) {
+        self.sticky
+            .insert(r, (now_ms + self.cfg.rnic_sticky_ms as i64, evidence));
+        self.rnic_found.entry(r).or_insert(now_ms);
+    }
+
+    /// True while the verdict on RNIC `r` is held back: its host is strained (some
+    /// processing delays above the noise threshold) and the verdict is younger than
+    /// `strained_rnic_hold_ms`, so host noise may yet explain it.
+    pub(super) fn held(&self, inp: &Inputs, hosts: &Tallies, r: u32) -> bool {
+        let strained = inp
+            .registry
+            .get(r)
+            .and_then(|e| hosts.get(&e.host_id))
+            .is_some_and(|t| t.slow_delays > 0);
+        strained
+            && self
+                .rnic_found
+                .get(&r)
+                .is_some_and(|&first| inp.now_ms - first < self.cfg.strained_rnic_hold_ms as i64)
+    }
+
     /// Step 3 (+ step 4's several-RNICs rule): anomalous RNICs from ToR-mesh probes,
     /// found greedily so a dead RNIC's failed probes do not also blame its peers.
-    /// Returns the anomalous RNICs, the noisy hosts and the RNICs whose ToR-mesh probes
-    /// vouch for them.
+    /// Verdicts on noisy hosts are dropped (CPU, not the network) and those on strained
+    /// hosts held ([`Self::held`]). Returns the anomalous RNICs, the noisy hosts and the
+    /// RNICs whose ToR-mesh probes vouch for them.
     pub(super) fn rnic_verdicts(
         &mut self,
         inp: &Inputs,
+        hosts: &Tallies,
         mut noisy: HashMap<u32, Evidence>,
+        (mut mesh, fails): (Mesh, &Fails),
         out: &mut Outcome,
     ) -> (HashSet<u32>, HashSet<u32>, HashSet<u32>) {
-        let c = &self.cfg;
+        let c = self.cfg.clone();
         let host_of = |r: u32| inp.registry.get(r).map(|e| e.host_id);
-        let on_noisy = |r: u32| host_of(r).is_some_and(|h| noisy.contains_key(&h));
-        // (probes to, fails to, probes from, fails from) per RNIC, and the ToR-mesh
-        // flows (prober, target, ok, failed) touching it.
-        let mut counts: HashMap<u32, [u32; 4]> = HashMap::new();
-        let mut touching: HashMap<u32, Vec<(u32, u32, u32, u32)>> = HashMap::new();
-        let mut all_class: HashMap<u32, (u32, u32)> = HashMap::new();
-        for (k, f) in &self.flows {
-            let fail = f.timeouts + f.ack2_lost;
-            for r in [k.prober, k.target] {
-                let e = all_class.entry(r).or_default();
-                e.0 += f.ok + fail;
-                e.1 += fail;
-            }
-            if f.class != Some(ProbeClass::TorMesh) || on_noisy(k.prober) || on_noisy(k.target) {
-                continue;
-            }
-            let flow = (k.prober, k.target, f.ok, fail);
-            add_mesh_flow(&mut counts, flow, true);
-            touching.entry(k.prober).or_default().push(flow);
-            touching.entry(k.target).or_default().push(flow);
-        }
         let ratio = |(n, f): (u32, u32)| {
             if n == 0 {
                 0.0
@@ -132,14 +132,14 @@ impl Engine {
             }
         };
         // Background: the pooled ToR-mesh timeout ratio, at least the configured floor.
-        let (probes, fails) = counts.values().fold((0u64, 0u64), |(n, f), x| {
+        let (probes, failed) = mesh.counts.iter().fold((0u64, 0u64), |(n, f), x| {
             (n + u64::from(x[0]), f + u64::from(x[1]))
         });
         let floor = f64::from(c.background_loss_ppm) / 1e6;
         let p0 = if probes == 0 {
             floor
         } else {
-            (fails as f64 / probes as f64).max(floor)
+            (failed as f64 / probes as f64).max(floor)
         }
         .min(0.5);
         let over = |n: u32, f: u32| {
@@ -152,14 +152,14 @@ impl Engine {
         };
         let mut removed: HashSet<u32> = HashSet::new();
         loop {
-            let best = counts
-                .iter()
+            let best = (0u32..)
+                .zip(&mesh.counts)
                 .filter(|(r, x)| {
                     !removed.contains(r) && (over(x[0], x[1]) || over(x[2], x[3])) && significant(x)
                 })
-                .map(|(&r, x)| {
+                .map(|(r, x)| {
                     let own = ratio((x[0] + x[2], x[1] + x[3]));
-                    let all = ratio(all_class.get(&r).copied().unwrap_or_default());
+                    let all = ratio(mesh.all[r as usize]);
                     (r, *x, own, all)
                 })
                 .max_by(|a, b| {
@@ -182,30 +182,33 @@ impl Engine {
                 ),
                 ..Evidence::default()
             };
-            self.sticky
-                .insert(r, (inp.now_ms + c.rnic_sticky_ms as i64, evidence));
+            self.stick(r, inp.now_ms, evidence);
             removed.insert(r);
             // Its probes no longer count against its peers.
-            for &flow in touching.get(&r).into_iter().flatten() {
+            let flows = self.window.flows();
+            for i in flows.touching(r) {
+                let Some(flow) = mesh_flow_of(&mesh, flows, fails, i) else {
+                    continue;
+                };
                 let other = if flow.0 == r { flow.1 } else { flow.0 };
                 if !removed.contains(&other) {
-                    add_mesh_flow(&mut counts, flow, false);
+                    mesh.add(flow, false);
                 }
             }
         }
         // Vouched: its ToR-mesh probes fail far less often than all its probes do, so
         // its other failures are not its own (an RNIC fault hits every probe alike).
-        let vouched: HashSet<u32> = counts
-            .iter()
+        let vouched: HashSet<u32> = (0u32..)
+            .zip(&mesh.counts)
             .filter(|(r, x)| {
                 let (n, f) = (x[0] + x[2], x[1] + x[3]);
-                let q = ratio(all_class.get(r).copied().unwrap_or_default());
+                let q = ratio(mesh.all[*r as usize]);
                 !removed.contains(r)
                     && n >= c.rnic_min_probes
                     && chernoff_score(f64::from(n - f), f64::from(n), 1.0 - q)
                         >= f64::from(c.min_score)
             })
-            .map(|(&r, _)| r)
+            .map(|(r, _)| r)
             .collect();
         self.sticky.retain(|_, (until, _)| *until > inp.now_ms);
         // Several RNICs of one host at once: the host, not its RNICs.
@@ -231,6 +234,9 @@ impl Engine {
             });
         }
         let noisy_ids: HashSet<u32> = noisy.keys().copied().collect();
+        self.sticky
+            .retain(|&r, _| host_of(r).is_none_or(|h| !noisy_ids.contains(&h)));
+        self.rnic_found.retain(|r, _| self.sticky.contains_key(r));
         let mut noisy: Vec<_> = noisy.into_iter().collect();
         noisy.sort_by_key(|(h, _)| *h);
         for (h, evidence) in noisy {
@@ -245,6 +251,9 @@ impl Engine {
         let mut sticky: Vec<_> = self.sticky.iter().collect();
         sticky.sort_by_key(|(r, _)| **r);
         for (&r, (_, evidence)) in sticky {
+            if self.held(inp, hosts, r) {
+                continue;
+            }
             out.candidates.push(Candidate {
                 kind: ProblemKind::RnicFault,
                 component_kind: ComponentKind::Rnic,
@@ -254,23 +263,5 @@ impl Engine {
             });
         }
         (self.sticky.keys().copied().collect(), noisy_ids, vouched)
-    }
-}
-
-/// Adds (or takes away) one ToR-mesh flow to its target's and prober's counts.
-fn add_mesh_flow(
-    counts: &mut HashMap<u32, [u32; 4]>,
-    (p, t, ok, fail): (u32, u32, u32, u32),
-    add: bool,
-) {
-    for (r, at) in [(t, 0), (p, 2)] {
-        let x = counts.entry(r).or_default();
-        if add {
-            x[at] += ok + fail;
-            x[at + 1] += fail;
-        } else {
-            x[at] -= ok + fail;
-            x[at + 1] -= fail;
-        }
     }
 }

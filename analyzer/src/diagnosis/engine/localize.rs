@@ -1,22 +1,24 @@
 //! Step 5 of a tick: tomography of the timeouts and slow probes nothing else
 //! explains, over the traced paths; findings become link, RNIC and switch problems.
 
-use super::{BaselineVote, Candidate, Engine, FlowAgg, FlowKey, Inputs, Outcome, rnic_name};
+use super::observe::{MIN_SLOW, Observations, observations};
+use super::{BaselineVote, Candidate, Engine, Fails, Inputs, Outcome, Tallies, rnic_name};
+use crate::config::DiagnosisConfig;
 use crate::diagnosis::fabric::FabricMap;
-use crate::diagnosis::paths::{Element, End, Route, Tuple, route};
-use crate::diagnosis::tomography::{
-    Finding, FlowObs, Params, alg1_votes, explain_away, located_suspects,
-};
+use crate::diagnosis::paths::Element;
+use crate::diagnosis::tomography::{Finding, Params, alg1_votes, explain_away, located_suspects};
 use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind};
 use std::collections::{HashMap, HashSet};
 
-/// Fewest slow probes through a component to blame it for latency.
-const MIN_SLOW: f64 = 10.0;
 /// Background share of slow probes assumed at least.
 const SLOW_FLOOR: f64 = 0.01;
-/// Share of a switch's links (at least two) that must be blamed to blame the switch
-/// (more than half let one link fault plus one mislocated trace make a spine down).
-const SWITCH_SHARE: f64 = 0.75;
+/// Share of a switch's links (at least two) that must be blamed to blame the switch:
+/// more than half. A link fault's mislocated side effects no longer reach a second
+/// link of its switch (breaks after a spine point at its link to the destination ToR,
+/// and explain-away drops findings another one shadows), and a switch that answered the
+/// traces of failed probes is never blamed; a dead spine, whose links fail one by one as
+/// their probes time out, is then named before its last link is.
+const SWITCH_SHARE: f64 = 0.5;
 
 fn confidence(score: f64, min_score: f64) -> f64 {
     score / (score + min_score)
@@ -28,9 +30,9 @@ impl Engine {
     pub(super) fn tomography(
         &mut self,
         inp: &Inputs,
-        noisy_hosts: &HashSet<u32>,
-        anomalous: &HashSet<u32>,
-        vouched: &HashSet<u32>,
+        (hosts, noisy_hosts): (&Tallies, &HashSet<u32>),
+        (anomalous, vouched): (&HashSet<u32>, &HashSet<u32>),
+        tick: (&Fails, &foldhash::HashMap<u32, u32>),
         out: &mut Outcome,
     ) {
         let excluded = |r: u32| {
@@ -40,112 +42,40 @@ impl Engine {
                     .get(r)
                     .is_none_or(|e| noisy_hosts.contains(&e.host_id))
         };
-        let mut loss = Vec::new();
-        let mut slow = Vec::new();
-        let mut keys: Vec<(&FlowKey, &FlowAgg)> = self
-            .flows
-            .iter()
-            .filter(|(k, f)| {
-                f.ok + f.timeouts + f.ack2_lost > 0 && !excluded(k.prober) && !excluded(k.target)
-            })
-            .collect();
-        keys.sort_by_key(|(k, _)| (k.prober, k.target, k.sport, k.dport));
-        // Nothing failed or nothing was slow: that tomography has nothing to explain.
-        let c = &self.cfg;
-        let failures: u32 = keys.iter().map(|(_, f)| f.timeouts + f.ack2_lost).sum();
-        let slow_probes: u32 = keys.iter().map(|(_, f)| f.slow).sum();
-        let want_loss = f64::from(failures) >= f64::from(c.min_failures);
-        let want_slow = f64::from(slow_probes) >= MIN_SLOW;
-        if !want_loss && !want_slow {
+        let c = self.cfg.clone();
+        let others = self.shared.take();
+        let Some(obs) = observations(
+            inp,
+            self.window.flows(),
+            tick,
+            excluded,
+            others.is_some(),
+            c.min_failures,
+        ) else {
             return;
-        }
-        for (k, f) in keys {
-            let (Some(p), Some(t)) = (end(inp, k.prober), end(inp, k.target)) else {
-                continue;
-            };
-            let with_text = f.timeouts + f.ack2_lost + f.slow > 0;
-            let fwd_key = Tuple {
-                src: p.ip,
-                dst: t.ip,
-                sport: k.sport,
-                dport: k.dport,
-            };
-            let fwd = route(inp.map, inp.paths.get(&fwd_key), &p, &t, with_text);
-            let ack_key = Tuple {
-                src: t.ip,
-                dst: p.ip,
-                sport: k.sport,
-                dport: k.dport,
-            };
-            let swapped = Tuple {
-                sport: k.dport,
-                dport: k.sport,
-                ..ack_key
-            };
-            let ack_traces = inp.paths.get(&ack_key).or_else(|| inp.paths.get(&swapped));
-            let ack = route(inp.map, ack_traces, &t, &p, with_text);
-            let ok_elems = union(&[&fwd.ok, &ack.ok]);
-            let broken: Vec<&Route> = [&fwd, &ack]
-                .into_iter()
-                .filter(|r| r.break_device.is_some())
-                .collect();
-            let (fail_elems, located) = if broken.is_empty() {
-                (union(&[&fwd.fail, &ack.fail]), false)
-            } else {
-                (
-                    union(&broken.iter().map(|r| &r.fail).collect::<Vec<_>>()),
-                    true,
-                )
-            };
-            let break_device = fwd
-                .break_device
-                .clone()
-                .or_else(|| ack.break_device.clone());
-            if want_loss {
-                loss.push(FlowObs {
-                    ok: f64::from(f.ok),
-                    fail: f64::from(f.timeouts),
-                    ok_elems: ok_elems.clone(),
-                    fail_elems,
-                    located,
-                    break_device: break_device.clone(),
-                    text: fwd.text.clone(),
-                });
-            }
-            if want_loss && f.ack2_lost > 0 {
-                loss.push(FlowObs {
-                    ok: 0.0,
-                    fail: f64::from(f.ack2_lost),
-                    // Never counted as arrivals (ok = 0): the path, for explain-away.
-                    ok_elems: ack.ok.clone(),
-                    fail_elems: ack.fail.clone(),
-                    located: ack.break_device.is_some(),
-                    break_device: ack.break_device.clone(),
-                    text: ack.text.clone(),
-                });
-            }
-            if want_slow && f.ok > 0 {
-                slow.push(FlowObs {
-                    ok: f64::from(f.ok - f.slow),
-                    fail: f64::from(f.slow),
-                    fail_elems: ok_elems.clone(),
-                    ok_elems,
-                    located: false,
-                    break_device: None,
-                    text: fwd.text,
-                });
-            }
+        };
+        let Observations {
+            mut loss,
+            slow,
+            slow_pairs,
+            tested,
+        } = obs;
+        if let Some(others) = others {
+            out.loss = loss.clone();
+            loss.extend(others);
         }
         let loss_params = Params {
             min_score: f64::from(c.min_score),
             min_failures: f64::from(c.min_failures),
             floor: f64::from(c.background_loss_ppm) / 1e6,
             min_share: 0.0,
+            tested: tested.0,
         };
         let slow_params = Params {
             min_failures: MIN_SLOW,
             floor: SLOW_FLOOR,
             min_share: f64::from(c.latency_percent) / 100.0,
+            tested: tested.1,
             ..loss_params
         };
         let mut found = Vec::new();
@@ -153,10 +83,10 @@ impl Engine {
         for f in explain_away(&loss, &loss_params, blamable) {
             let (kind, ck, name) = match &f.element {
                 Element::Rnic(r) => {
-                    self.sticky.insert(
-                        *r,
-                        (inp.now_ms + c.rnic_sticky_ms as i64, evidence(&f, "RNIC")),
-                    );
+                    self.stick(*r, inp.now_ms, evidence(&f, "RNIC"));
+                    if self.held(inp, hosts, *r) {
+                        continue;
+                    }
                     (
                         ProblemKind::RnicFault,
                         ComponentKind::Rnic,
@@ -188,6 +118,13 @@ impl Engine {
             self.down_switches
                 .insert(name.clone(), inp.now_ms + c.window_ms as i64);
         }
+        let groups = confirm_links(
+            &mut self.link_holds,
+            &c,
+            (inp.now_ms, inp.map),
+            groups,
+            &alive,
+        );
         for (kind, ck, name, f) in groups {
             let what = match kind {
                 ProblemKind::HighLatency => "latency tomography: slow probes",
@@ -208,6 +145,10 @@ impl Engine {
                 e
             });
             e.example_paths.truncate(5);
+            if kind == ProblemKind::HighLatency {
+                let own = &slow[..slow_pairs.len()];
+                super::latency::attach_pairs(inp, own, &slow_pairs, &f, &mut e);
+            }
             out.candidates.push(Candidate {
                 kind,
                 component_kind: ck,
@@ -234,27 +175,55 @@ impl Engine {
     }
 }
 
-fn end<'a>(inp: &'a Inputs, r: u32) -> Option<End<'a>> {
-    let m = inp.registry.meta(r)?;
-    let e = inp.registry.get(r)?;
-    Some(End {
-        rnic: r,
-        ip: m.ip,
-        tor: inp.registry.tor_name(e.tor),
-        name: &m.name,
-    })
+/// Link findings held back until confirmed, and when each link finding was last reported.
+#[derive(Debug, Default)]
+pub(super) struct LinkHolds {
+    /// First and latest time each held link was found.
+    pending: HashMap<String, (i64, i64)>,
+    /// Latest time each link finding was reported.
+    reported: HashMap<String, i64>,
 }
 
-/// Elements of several lists, each at its largest weight.
-fn union(lists: &[&Vec<(Element, f64)>]) -> Vec<(Element, f64)> {
-    let mut v: Vec<(Element, f64)> = Vec::new();
-    for (e, w) in lists.iter().flat_map(|l| l.iter()) {
-        match v.iter_mut().find(|(x, _)| x == e) {
-            Some((_, old)) => *old = old.max(*w),
-            None => v.push((e.clone(), *w)),
-        }
-    }
-    v
+/// Holds back link faults that may be the first sign of a switch going down until they
+/// have persisted `link_confirm_ms`: by then the switch's other links fail too and the
+/// switch verdict takes them over, instead of a link fault reported first. A link is held
+/// when fresh traces located breaks on it and one of its switches answered no fresh trace
+/// of a failed probe (a dead switch answers none; a broken link leaves both ends
+/// answering, and partial loss seldom breaks a trace). A link reported within the last
+/// `resolve_after_ms` is never held: its problem is still open, and holding it would
+/// resolve that problem and raise it again (an alert that flaps).
+pub(super) fn confirm_links(
+    holds: &mut LinkHolds,
+    c: &DiagnosisConfig,
+    (now, map): (i64, &FabricMap),
+    groups: Vec<Group>,
+    alive: &HashSet<&str>,
+) -> Vec<Group> {
+    let stale_before = now - 2 * c.tick_ms as i64;
+    holds.pending.retain(|_, (_, last)| *last >= stale_before);
+    let open_after = now - c.resolve_after_ms as i64;
+    holds.reported.retain(|_, at| *at >= open_after);
+    groups
+        .into_iter()
+        .filter(|(kind, ck, name, found)| {
+            if *kind != ProblemKind::LinkFault || *ck != ComponentKind::Link {
+                return true;
+            }
+            let located = found.iter().any(|f| f.located > 0.0);
+            let silent_end = map
+                .link(name)
+                .is_some_and(|l| l.devices.iter().any(|d| !alive.contains(d.as_str())));
+            let report = holds.reported.contains_key(name) || !(located && silent_end) || {
+                let (first, last) = holds.pending.entry(name.clone()).or_insert((now, now));
+                *last = now;
+                now - *first >= c.link_confirm_ms as i64
+            };
+            if report {
+                holds.reported.insert(name.clone(), now);
+            }
+            report
+        })
+        .collect()
 }
 
 fn evidence(f: &Finding, what: &str) -> Evidence {
@@ -271,6 +240,7 @@ fn evidence(f: &Finding, what: &str) -> Evidence {
             f.background * 100.0,
             f.score
         ),
+        ..Evidence::default()
     }
 }
 
@@ -326,7 +296,7 @@ fn group_by_switch(
             };
             let implicated = links.len() + extra;
             (*kind == ProblemKind::SwitchFault && down.contains_key(d))
-                || (implicated >= 2 && implicated as f64 >= SWITCH_SHARE * total as f64)
+                || (implicated >= 2 && implicated as f64 > SWITCH_SHARE * total as f64)
         })
         .collect();
     switches.sort_by(|a, b| b.1.len().cmp(&a.1.len()).then_with(|| a.0.cmp(&b.0)));

@@ -1,0 +1,414 @@
+//! Tomography's observations of one tick.
+//!
+//! A flow with failures or slow probes becomes observations of its own, over its traced
+//! paths, with their hop lists as evidence. Every other flow only brings arrivals, and
+//! tomography reads those only on the components some failure (or slow probe) votes
+//! for, in all (the background ratio) and as the number of components tested: so the
+//! healthy flows are added up by the blamed components they cross, a same-ToR flow
+//! without routing (its components are its two RNICs), an inter-ToR one over its traces.
+//! The findings are those of one observation per flow; scale-out shards, which hand
+//! their observations to each other, still make one per flow.
+
+use super::{Fails, Inputs};
+use crate::diagnosis::flows::table::{FlowKey, FlowTable};
+use crate::diagnosis::paths::{Element, End, Route, Tuple, route};
+use crate::diagnosis::tomography::FlowObs;
+use std::collections::{BTreeMap, HashSet};
+
+/// Fewest slow probes through a component to blame it for latency.
+pub(super) const MIN_SLOW: f64 = 10.0;
+
+/// Arrivals, failures and slow probes of one flow this tick.
+#[derive(Debug, Clone, Copy, Default)]
+struct Counts {
+    ok: u32,
+    timeouts: u32,
+    ack2: u32,
+    slow: u32,
+}
+
+/// Which tomographies run this tick.
+#[derive(Debug, Clone, Copy)]
+struct Want {
+    loss: bool,
+    slow: bool,
+}
+
+/// The observations of a tick.
+#[derive(Debug, Default)]
+pub(super) struct Observations {
+    /// Loss observations.
+    pub loss: Vec<FlowObs>,
+    /// Latency observations.
+    pub slow: Vec<FlowObs>,
+    /// (prober, target) of the leading latency observations, one per flow: the pairs
+    /// behind latency verdicts.
+    pub slow_pairs: Vec<(u32, u32)>,
+    /// Components tested by loss and by latency tomography when healthy flows were
+    /// added up (`None`: those the observations name).
+    pub tested: (Option<usize>, Option<usize>),
+}
+
+/// What a tick makes of each RNIC as an end of a flow, dense by RNIC id.
+struct Sides<'a> {
+    /// `None`: excluded (unregistered, anomalous, on a noisy host); `Some(None)`:
+    /// counted but without an address to route.
+    sides: Vec<Option<Option<End<'a>>>>,
+}
+
+impl<'a> Sides<'a> {
+    /// Every registered RNIC not `excluded`.
+    fn new(inp: &'a Inputs, excluded: impl Fn(u32) -> bool) -> Self {
+        let mut sides = vec![None; inp.registry.id_bound()];
+        for r in inp.registry.rnic_ids().filter(|&r| !excluded(r)) {
+            sides[r as usize] = Some(end(inp, r));
+        }
+        Self { sides }
+    }
+
+    fn get(&self, r: u32) -> Option<Option<&End<'a>>> {
+        self.sides.get(r as usize)?.as_ref().map(Option::as_ref)
+    }
+}
+
+fn end<'a>(inp: &'a Inputs, r: u32) -> Option<End<'a>> {
+    let m = inp.registry.meta(r)?;
+    let e = inp.registry.get(r)?;
+    Some(End {
+        rnic: r,
+        ip: m.ip,
+        tor: inp.registry.tor_name(e.tor),
+        name: &m.name,
+    })
+}
+
+/// The tick's observations of the flows with neither end `excluded`, `None` when there
+/// is nothing to explain: fewer than `min_failures` failures and fewer than
+/// [`MIN_SLOW`] slow probes (scale-out, `shared`: loss observations of every flow,
+/// always).
+pub(super) fn observations(
+    inp: &Inputs,
+    flows: &FlowTable,
+    (fails, slow): (&Fails, &foldhash::HashMap<u32, u32>),
+    excluded: impl Fn(u32) -> bool,
+    shared: bool,
+    min_failures: u32,
+) -> Option<Observations> {
+    let counts = |i: u32| {
+        let (timeouts, ack2) = fails.get(&i).copied().unwrap_or_default();
+        Counts {
+            ok: flows.get(i).ok,
+            timeouts,
+            ack2,
+            slow: slow.get(&i).copied().unwrap_or_default(),
+        }
+    };
+    let mut hot: Vec<u32> = fails.keys().chain(slow.keys()).copied().collect();
+    hot.sort_unstable();
+    hot.dedup();
+    hot.retain(|&i| {
+        let k = flows.get(i).key;
+        !excluded(k.prober) && !excluded(k.target)
+    });
+    let (failures, slow_probes) = hot.iter().fold((0u32, 0u32), |(f, s), &i| {
+        let c = counts(i);
+        (f + c.timeouts + c.ack2, s + c.slow)
+    });
+    let want = Want {
+        loss: shared || failures >= min_failures,
+        slow: f64::from(slow_probes) >= MIN_SLOW,
+    };
+    if !want.loss && !want.slow {
+        return None;
+    }
+    let sides = Sides::new(inp, excluded);
+    let counted = |i: u32| {
+        let k = flows.get(i).key;
+        sides.get(k.prober).is_some() && sides.get(k.target).is_some()
+    };
+    let mut obs = Observations::default();
+    let mut own: Vec<u32> = if shared {
+        flows.indices().filter(|&i| counted(i)).collect()
+    } else {
+        hot
+    };
+    own.sort_unstable_by_key(|&i| flows.get(i).key);
+    for &i in &own {
+        let k = flows.get(i).key;
+        if let (Some(Some(p)), Some(Some(t))) = (sides.get(k.prober), sides.get(k.target)) {
+            observe(inp, (p, t), &k, counts(i), want, &mut obs);
+        }
+    }
+    if shared {
+        return Some(obs);
+    }
+    let mut is_own = vec![false; flows.bound()];
+    for &i in &own {
+        is_own[i as usize] = true;
+    }
+    let mut rest = Rest::new(&obs, want);
+    for i in flows.indices().filter(|&i| !is_own[i as usize]) {
+        let f = flows.get(i);
+        if let (Some(Some(p)), Some(Some(t))) = (sides.get(f.key.prober), sides.get(f.key.target))
+            && f.ok > 0
+        {
+            rest.add(inp, (p, t), &f.key, f.ok);
+        }
+    }
+    rest.finish(&mut obs);
+    Some(obs)
+}
+
+/// The routes of a flow's probes and of their ACKs.
+fn routes(inp: &Inputs, (p, t): (&End, &End), k: &FlowKey, with_text: bool) -> (Route, Route) {
+    // Same ToR: the RNICs are all a route names, whatever the traces.
+    let traces = |key: &Tuple| (p.tor != t.tor).then(|| inp.paths.get(key)).flatten();
+    let fwd_key = Tuple {
+        src: p.ip,
+        dst: t.ip,
+        sport: k.sport,
+        dport: k.dport,
+    };
+    let fwd = route(inp.map, traces(&fwd_key), p, t, with_text);
+    let ack_key = Tuple {
+        src: t.ip,
+        dst: p.ip,
+        sport: k.sport,
+        dport: k.dport,
+    };
+    let swapped = Tuple {
+        sport: k.dport,
+        dport: k.sport,
+        ..ack_key
+    };
+    let ack_traces = traces(&ack_key).or_else(|| traces(&swapped));
+    let ack = route(inp.map, ack_traces, t, p, with_text);
+    (fwd, ack)
+}
+
+/// What a lost probe of the flow votes for: the broken directions' candidates when a
+/// fresh trace located a break, else both whole paths; and whether a break was located.
+fn loss_elements(fwd: &Route, ack: &Route) -> (Vec<(Element, f64)>, bool) {
+    let broken: Vec<&Vec<(Element, f64)>> = [fwd, ack]
+        .into_iter()
+        .filter(|r| r.break_device.is_some())
+        .map(|r| &r.fail)
+        .collect();
+    if broken.is_empty() {
+        (union(&[&fwd.fail, &ack.fail]), false)
+    } else {
+        (union(&broken), true)
+    }
+}
+
+/// One flow's own observations: its probes (loss), its lost ACK2s, its arrivals (latency).
+fn observe(
+    inp: &Inputs,
+    ends: (&End, &End),
+    k: &FlowKey,
+    f: Counts,
+    want: Want,
+    out: &mut Observations,
+) {
+    let with_text = f.timeouts + f.ack2 + f.slow > 0;
+    let (fwd, ack) = routes(inp, ends, k, with_text);
+    let ok_elems = union(&[&fwd.ok, &ack.ok]);
+    if want.loss {
+        let (fail_elems, located) = loss_elements(&fwd, &ack);
+        out.loss.push(FlowObs {
+            ok: f64::from(f.ok),
+            fail: f64::from(f.timeouts),
+            ok_elems: ok_elems.clone(),
+            fail_elems,
+            located,
+            break_device: fwd
+                .break_device
+                .clone()
+                .or_else(|| ack.break_device.clone()),
+            text: fwd.text.clone(),
+        });
+        if f.ack2 > 0 {
+            out.loss.push(FlowObs {
+                ok: 0.0,
+                fail: f64::from(f.ack2),
+                // Never counted as arrivals (ok = 0): the path, for explain-away.
+                ok_elems: ack.ok.clone(),
+                fail_elems: ack.fail.clone(),
+                located: ack.break_device.is_some(),
+                break_device: ack.break_device.clone(),
+                text: ack.text.clone(),
+            });
+        }
+    }
+    if want.slow && f.ok > 0 {
+        out.slow.push(FlowObs {
+            ok: f64::from(f.ok - f.slow),
+            fail: f64::from(f.slow),
+            fail_elems: ok_elems.clone(),
+            ok_elems,
+            located: false,
+            break_device: None,
+            text: fwd.text,
+        });
+        out.slow_pairs.push((k.prober, k.target));
+    }
+}
+
+/// Elements of several lists, each at its largest weight.
+fn union(lists: &[&Vec<(Element, f64)>]) -> Vec<(Element, f64)> {
+    let mut v: Vec<(Element, f64)> = Vec::new();
+    for (e, w) in lists.iter().flat_map(|l| l.iter()) {
+        match v.iter_mut().find(|(x, _)| x == e) {
+            Some((_, old)) => *old = old.max(*w),
+            None => v.push((e.clone(), *w)),
+        }
+    }
+    v
+}
+
+/// A set of components, RNICs dense by id.
+#[derive(Debug, Default)]
+struct ElementSet {
+    rnics: Vec<bool>,
+    links: HashSet<String>,
+    len: usize,
+}
+
+impl ElementSet {
+    fn insert(&mut self, e: &Element) {
+        let new = match e {
+            Element::Rnic(r) => {
+                let r = *r as usize;
+                if self.rnics.len() <= r {
+                    self.rnics.resize(r + 1, false);
+                }
+                !std::mem::replace(&mut self.rnics[r], true)
+            }
+            Element::Link(l) => !self.links.contains(l) && self.links.insert(l.clone()),
+        };
+        self.len += usize::from(new);
+    }
+
+    fn contains(&self, e: &Element) -> bool {
+        match e {
+            Element::Rnic(r) => self.rnics.get(*r as usize).copied().unwrap_or(false),
+            Element::Link(l) => self.links.contains(l),
+        }
+    }
+}
+
+/// Components with weights, as a map key (weights by their bits).
+type Projection = Vec<(Element, u64)>;
+
+/// The healthy flows added up: arrivals per combination of blamed components crossed.
+struct Rest {
+    want: Want,
+    /// Components loss (latency) observations blame: where arrivals matter.
+    blamed: (ElementSet, ElementSet),
+    /// Every component the observations name.
+    named: (ElementSet, ElementSet),
+    /// Arrivals per (blamed arrival components, blamed failure components).
+    loss: BTreeMap<(Projection, Projection), f64>,
+    /// Arrivals per blamed components (latency: arrivals and failures vote alike).
+    slow: BTreeMap<Projection, f64>,
+}
+
+impl Rest {
+    fn new(own: &Observations, want: Want) -> Self {
+        let mut rest = Self {
+            want,
+            blamed: Default::default(),
+            named: Default::default(),
+            loss: BTreeMap::new(),
+            slow: BTreeMap::new(),
+        };
+        for (obs, blamed, named) in [
+            (&own.loss, &mut rest.blamed.0, &mut rest.named.0),
+            (&own.slow, &mut rest.blamed.1, &mut rest.named.1),
+        ] {
+            for o in obs {
+                for (e, _) in o.ok_elems.iter().chain(&o.fail_elems) {
+                    named.insert(e);
+                }
+                if o.fail > 0.0 {
+                    o.fail_elems.iter().for_each(|(e, _)| blamed.insert(e));
+                }
+            }
+        }
+        rest
+    }
+
+    /// Adds a flow without failures or slow probes: `ok` arrivals.
+    fn add(&mut self, inp: &Inputs, ends: (&End, &End), k: &FlowKey, ok: u32) {
+        let ok = f64::from(ok);
+        if ends.0.tor == ends.1.tor {
+            let both = [
+                (Element::Rnic(ends.0.rnic), 1.0),
+                (Element::Rnic(ends.1.rnic), 1.0),
+            ];
+            self.add_elements(&both, &both, ok);
+        } else {
+            let (fwd, ack) = routes(inp, ends, k, false);
+            let ok_elems = union(&[&fwd.ok, &ack.ok]);
+            let (fail_elems, _) = loss_elements(&fwd, &ack);
+            self.add_elements(&ok_elems, &fail_elems, ok);
+        }
+    }
+
+    fn add_elements(
+        &mut self,
+        ok_elems: &[(Element, f64)],
+        fail_elems: &[(Element, f64)],
+        ok: f64,
+    ) {
+        let project = |list: &[(Element, f64)], on: &ElementSet| -> Projection {
+            list.iter()
+                .filter(|(e, _)| on.contains(e))
+                .map(|(e, w)| (e.clone(), w.to_bits()))
+                .collect()
+        };
+        if self.want.loss {
+            ok_elems
+                .iter()
+                .chain(fail_elems)
+                .for_each(|(e, _)| self.named.0.insert(e));
+            let key = (
+                project(ok_elems, &self.blamed.0),
+                project(fail_elems, &self.blamed.0),
+            );
+            *self.loss.entry(key).or_default() += ok;
+        }
+        if self.want.slow {
+            ok_elems.iter().for_each(|(e, _)| self.named.1.insert(e));
+            *self
+                .slow
+                .entry(project(ok_elems, &self.blamed.1))
+                .or_default() += ok;
+        }
+    }
+
+    /// Appends the added-up arrivals to `out` and says how many components were tested.
+    fn finish(self, out: &mut Observations) {
+        let weighted = |p: Projection| -> Vec<(Element, f64)> {
+            p.into_iter().map(|(e, w)| (e, f64::from_bits(w))).collect()
+        };
+        for ((ok_elems, fail_elems), ok) in self.loss {
+            out.loss.push(FlowObs {
+                ok,
+                ok_elems: weighted(ok_elems),
+                fail_elems: weighted(fail_elems),
+                ..FlowObs::default()
+            });
+        }
+        for (elems, ok) in self.slow {
+            let elems = weighted(elems);
+            out.slow.push(FlowObs {
+                ok,
+                ok_elems: elems.clone(),
+                fail_elems: elems,
+                ..FlowObs::default()
+            });
+        }
+        out.tested = (Some(self.named.0.len), Some(self.named.1.len));
+    }
+}

@@ -1,0 +1,70 @@
+//! The analyzer's `/metrics` route over real HTTP on every test database (SQLite, and
+//! PostgreSQL when `ROCEMESH_TEST_PG_URL` is set): histograms from ingested batches, the
+//! diagnosis window's size, and active problems counted by priority with the database's
+//! own SQL.
+
+mod common;
+
+use common::*;
+use rocemesh_analyzer::testing::insert_link_problem;
+
+#[tokio::test(flavor = "multi_thread")]
+async fn metrics_count_ingested_results_and_active_problems_on_every_database() {
+    for (name, db) in rocemesh_store::test_databases().await {
+        let a = analyzer(&db).await;
+        let now = rocemesh_proto::now_unix_ms();
+        let records: Vec<_> = (0..4)
+            .map(|i| rec(1, 3, now, i != 0, 25_000))
+            .chain([rec(1, 2, now, true, 700)])
+            .collect();
+        let ack = a.ingest(&batch(1, 1, 1, &records), now).unwrap();
+        assert_eq!(ack.accepted, 5, "{name}");
+        for (component, state, priority) in [
+            ("t0-s0", "active", Some("P0")),
+            ("t0-s1", "active", Some("P0")),
+            ("t1-s1", "active", None),
+            ("t2-s1", "resolved", Some("P2")),
+        ] {
+            insert_link_problem(&db, component, state, priority)
+                .await
+                .unwrap();
+        }
+
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = rocemesh_analyzer::metrics::router(Some(a.clone()), Vec::new());
+        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+        let (status, text) = call(format!("http://{addr}/metrics"), None, None).await;
+        assert_eq!(status, 200, "{name}: {text}");
+
+        let ab = r#"src_tor="tor-a",dst_tor="tor-b""#;
+        let aa = r#"src_tor="tor-a",dst_tor="tor-a""#;
+        for line in [
+            format!("rocemesh_probes_total{{{ab}}} 4"),
+            format!("rocemesh_probe_timeouts_total{{{ab}}} 1"),
+            format!("rocemesh_network_rtt_seconds_count{{{ab}}} 3"),
+            format!(r#"rocemesh_network_rtt_seconds_bucket{{le="0.00002",{ab}}} 0"#),
+            format!(r#"rocemesh_network_rtt_seconds_bucket{{le="0.00005",{ab}}} 3"#),
+            format!(r#"rocemesh_network_rtt_seconds_bucket{{le="0.000001",{aa}}} 1"#),
+            "rocemesh_ingest_results_total 5".to_string(),
+            // Two flows in the diagnosis window, and its one timeout held raw.
+            "rocemesh_diagnosis_flows 2".to_string(),
+            "rocemesh_diagnosis_timeouts 1".to_string(),
+            r#"rocemesh_diagnosis_dropped_results_total{reason="late"} 0"#.to_string(),
+            r#"rocemesh_problems_active{kind="link_fault",component_kind="link",priority="P0"} 2"#
+                .to_string(),
+            r#"rocemesh_problems_active{kind="link_fault",component_kind="link",priority="unknown"} 1"#
+                .to_string(),
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "{name}: no line `{line}` in\n{text}"
+            );
+        }
+        assert!(
+            !text.contains(r#"priority="P2""#),
+            "{name}: resolved problems are not active"
+        );
+        assert!(!text.contains("rnic="), "{name}: no per-RNIC label");
+    }
+}
