@@ -1,0 +1,149 @@
+// The dashboard page: fetches every panel's data each refresh, independently, so a
+// failing endpoint only marks its own panel unavailable.
+
+import { getJson, onUnauthorized, setToken, token } from './api.js';
+import { renderDrilldown } from './drilldown.js';
+import { el, fmtNs, fmtPct, fmtTime, setPanelState } from './format.js';
+import { renderHeatmap } from './heatmap.js';
+import { renderProblems } from './problems.js';
+import { renderRnics } from './rnics.js';
+
+const REFRESH_MS = 5000;
+
+const $ = (id) => document.getElementById(id);
+const view = { metric: 'rtt', selected: pairFromHash() };
+let last = null;
+
+/** `#pair=t0->t1` opens that pair's drill-down (links to a pair can be shared). */
+function pairFromHash() {
+  const m = /^#pair=(.+)$/.exec(location.hash);
+  const parts = m ? decodeURIComponent(m[1]).split('->') : [];
+  return parts.length === 2 ? parts : null;
+}
+
+function settled(result) {
+  return result.status === 'fulfilled' ? [result.value, null] : [null, result.reason];
+}
+
+function summary(cluster, problems) {
+  const c = cluster?.[0];
+  const active = (problems || []).filter((p) => p.state === 'active');
+  const prios = ['P0', 'P1', 'P2'].map((p) => [p, active.filter((x) => x.priority === p).length]);
+  const item = (label, value, cls = '') => el('span', { class: `stat ${cls}` }, el('span', { class: 'label' }, label), el('span', { class: 'value' }, value));
+  return [
+    item('cluster p99 RTT', c ? fmtNs(c.network_rtt_ns.p99) : '—'),
+    item('loss', c ? fmtPct(c.timeout_rate) : '—', c && c.timeouts > 0 ? 'warn' : ''),
+    item('probes / period', c ? String(c.probes) : '—'),
+    item('active problems', problems ? String(active.length) : '—', active.length ? 'bad' : 'good'),
+    ...prios.filter(([, n]) => n).map(([p, n]) => item(p, String(n), `prio-${p}`)),
+  ];
+}
+
+function drawHeatmap() {
+  const panel = $('heatmap-panel');
+  const [rows, err] = last.pairs;
+  setPanelState(panel, err, last.topology[1] ? 'topology unavailable: ToRs taken from the SLA rows' : '');
+  if (err) {
+    $('heatmap').replaceChildren();
+    $('legend').replaceChildren();
+    return;
+  }
+  renderHeatmap($('heatmap'), $('legend'), {
+    topology: last.topology[0], rows, metric: view.metric, selected: view.selected && view.selected.join('->'),
+  }, (src, dst) => {
+    view.selected = [src, dst];
+    history.replaceState(null, '', `#pair=${encodeURIComponent(`${src}->${dst}`)}`);
+    drawHeatmap();
+    drillDown();
+  });
+}
+
+async function drillDown() {
+  const panel = $('drilldown-panel');
+  if (!view.selected) {
+    panel.hidden = true;
+    return;
+  }
+  const [src, dst] = view.selected;
+  panel.hidden = false;
+  $('drilldown-title').textContent = `${src} → ${dst}`;
+  panel.dataset.pair = `${src}->${dst}`;
+  await renderDrilldown($('drilldown'), src, dst, getJson);
+}
+
+async function refresh() {
+  const results = await Promise.allSettled([
+    getJson('/api/v1/topology'),
+    getJson('/api/v1/sla/latest?scope=tor_pair'),
+    getJson('/api/v1/sla/latest?scope=cluster'),
+    getJson('/api/v1/sla/latest?scope=rnic'),
+    getJson('/api/v1/rnics'),
+    getJson('/api/v1/problems?state=all&limit=100'),
+  ]);
+  const [topology, pairs, cluster, rnicRows, rnics, problems] = results.map(settled);
+  last = { topology, pairs, cluster, rnicRows, rnics, problems };
+
+  drawHeatmap();
+
+  setPanelState($('problems-panel'), problems[1]);
+  if (problems[0]) renderProblems($('problems'), problems[0]);
+  else $('problems').replaceChildren();
+
+  const rnicPanel = $('rnics-panel');
+  const partial = [problems[1] && 'problems', rnicRows[1] && 'RNIC SLA'].filter(Boolean);
+  setPanelState(rnicPanel, rnics[1], partial.length ? `${partial.join(' and ')} unavailable: statuses are partial` : '');
+  if (rnics[0]) {
+    const active = problems[0] && problems[0].filter((p) => p.state === 'active');
+    renderRnics($('rnics'), { rnics: rnics[0], problems: active, rnicRows: rnicRows[0] });
+  } else {
+    $('rnics').replaceChildren();
+  }
+
+  $('summary').replaceChildren(...summary(cluster[0], problems[0]));
+  const failed = results.filter((r) => r.status === 'rejected').length;
+  const stamp = $('refreshed');
+  stamp.textContent = failed === results.length
+    ? `server unreachable · retrying every ${REFRESH_MS / 1000} s`
+    : `updated ${fmtTime(Date.now())} · every ${REFRESH_MS / 1000} s${failed ? ` · ${failed} endpoint(s) failing` : ''}`;
+  stamp.classList.toggle('bad', failed > 0);
+  document.body.dataset.refreshed = String(Date.now());
+  if (view.selected) await drillDown();
+}
+
+function setupControls() {
+  for (const b of document.querySelectorAll('.toggle button')) {
+    b.addEventListener('click', () => {
+      view.metric = b.dataset.metric;
+      for (const o of document.querySelectorAll('.toggle button')) o.classList.toggle('on', o === b);
+      if (last) drawHeatmap();
+    });
+  }
+  $('drilldown-close').addEventListener('click', () => {
+    view.selected = null;
+    history.replaceState(null, '', location.pathname);
+    drillDown();
+    if (last) drawHeatmap();
+  });
+  const form = $('auth');
+  onUnauthorized(() => {
+    form.hidden = false;
+  });
+  $('token').value = token();
+  form.addEventListener('submit', (e) => {
+    e.preventDefault();
+    setToken($('token').value.trim());
+    form.hidden = true;
+    refresh();
+  });
+}
+
+async function loop() {
+  try {
+    await refresh();
+  } finally {
+    setTimeout(loop, REFRESH_MS);
+  }
+}
+
+setupControls();
+loop();

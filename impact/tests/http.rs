@@ -1,0 +1,682 @@
+//! Impact end to end over real HTTP on 127.0.0.1 against SQLite and PostgreSQL: agents
+//! register and tasks are created through the controller's API, problems are stored the
+//! way the analyzer stores them, the impact loop prioritizes them, verdicts are asked for.
+
+use rocemesh_analyzer::diagnosis::store as problems;
+use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
+use rocemesh_controller::{ControllerConfig, ControllerState};
+use rocemesh_impact::{Impact, ImpactConfig, Verdict, VerdictKind};
+use rocemesh_proto::api::{
+    ComponentKind, ErrorBody, Evidence, Priority, Problem, ProblemKind, ProblemState,
+    RegisterResponse, TaskInfo,
+};
+use rocemesh_proto::batch::{BatchEncoder, BatchHeader, CONTENT_TYPE};
+use rocemesh_proto::path::TracedPath;
+use rocemesh_proto::testing::rnic_sla_row;
+use rocemesh_store::Db;
+use serde_json::{Value, json};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio_util::sync::CancellationToken;
+
+/// ToRs t0..t2, spines s0, s1, link `tX-sY`: t's address on it 198.19.t.(2s), the spine's
+/// 198.19.t.(2s+1).
+fn fabric_map() -> String {
+    let mut text = String::new();
+    let mut links = String::new();
+    let mut spine_addrs = [Vec::new(), Vec::new()];
+    for t in 0..3 {
+        let mut tor_addrs = Vec::new();
+        for (s, spine) in spine_addrs.iter_mut().enumerate() {
+            let (a, b) = (
+                format!("198.19.{t}.{}", 2 * s),
+                format!("198.19.{t}.{}", 2 * s + 1),
+            );
+            links.push_str(&format!(
+                "[[link]]\nname = \"t{t}-s{s}\"\nends = [{{ device = \"t{t}\", ip = \"{a}\" }}, \
+                 {{ device = \"s{s}\", ip = \"{b}\" }}]\n"
+            ));
+            tor_addrs.push(format!("\"{a}\""));
+            spine.push(format!("\"{b}\""));
+        }
+        text.push_str(&format!(
+            "[[switch]]\nname = \"t{t}\"\naddresses = [{}]\n",
+            tor_addrs.join(", ")
+        ));
+    }
+    for (s, a) in spine_addrs.iter().enumerate() {
+        text.push_str(&format!(
+            "[[switch]]\nname = \"s{s}\"\naddresses = [{}]\n",
+            a.join(", ")
+        ));
+    }
+    text + &links
+}
+
+struct Server {
+    base: String,
+    db: Db,
+    analyzer: Arc<Analyzer>,
+    cancel: CancellationToken,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.cancel.cancel();
+    }
+}
+
+/// Controller, analyzer and impact routers on one 127.0.0.1 listener, impact loop running.
+async fn start(db: Db) -> Server {
+    let dir = tempfile::tempdir().unwrap();
+    let map = dir.path().join("fabric.toml");
+    std::fs::write(&map, fabric_map()).unwrap();
+    let controller = ControllerState::new(db.clone(), ControllerConfig::default())
+        .await
+        .unwrap();
+    let analyzer = Analyzer::new(
+        db.clone(),
+        AnalyzerConfig {
+            fabric_map: Some(map),
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
+    let cfg = ImpactConfig {
+        tick_ms: 100,
+        ..Default::default()
+    };
+    let impact = Impact::new(db.clone(), cfg, analyzer.clone()).unwrap();
+    let app = rocemesh_controller::router(controller)
+        .merge(rocemesh_analyzer::router(analyzer.clone()))
+        .merge(rocemesh_impact::router(impact.clone()));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let cancel = CancellationToken::new();
+    let stop = cancel.clone();
+    tokio::spawn(async move {
+        axum::serve(listener, app)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await
+            .unwrap()
+    });
+    tokio::spawn(rocemesh_impact::run(impact, cancel.child_token()));
+    Server {
+        base: format!("http://{addr}/api/v1"),
+        db,
+        analyzer,
+        cancel,
+        _dir: dir,
+    }
+}
+
+/// One request; returns (status, body).
+async fn call(method: &'static str, url: String, body: Option<String>) -> (u16, String) {
+    tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut resp = match (method, body) {
+            ("POST", Some(b)) => agent
+                .post(&url)
+                .header("Content-Type", "application/json")
+                .send(b)
+                .unwrap(),
+            ("PUT", Some(b)) => agent
+                .put(&url)
+                .header("Content-Type", "application/json")
+                .send(b)
+                .unwrap(),
+            _ => agent.get(&url).call().unwrap(),
+        };
+        let status = resp.status().as_u16();
+        (status, resp.body_mut().read_to_string().unwrap())
+    })
+    .await
+    .unwrap()
+}
+
+impl Server {
+    async fn send(&self, method: &'static str, path: &str, body: Value) -> (u16, String) {
+        call(
+            method,
+            format!("{}{path}", self.base),
+            Some(body.to_string()),
+        )
+        .await
+    }
+
+    async fn get<T: serde::de::DeserializeOwned>(&self, path: &str) -> T {
+        let (s, b) = call("GET", format!("{}{path}", self.base), None).await;
+        assert_eq!(s, 200, "GET {path}: {b}");
+        serde_json::from_str(&b).unwrap()
+    }
+
+    /// Registers `host` with one RNIC `eth1` at `ip` under `tor`; returns the RNIC id.
+    async fn register(&self, host: &str, ip: &str, tor: &str) -> u32 {
+        self.register_host(host, ip, tor).await.rnics[0].id
+    }
+
+    async fn register_host(&self, host: &str, ip: &str, tor: &str) -> RegisterResponse {
+        let body = json!({"host": host, "epoch": 1, "rnics": [
+            {"ifname": "eth1", "ip": ip, "qpn": 7, "port": 4791, "tor": tor}]});
+        let (s, b) = self.send("POST", "/agents/register", body).await;
+        assert_eq!(s, 200, "{b}");
+        let r: RegisterResponse = serde_json::from_str(&b).unwrap();
+        assert_eq!(r.rnics[0].tor, tor);
+        r
+    }
+
+    async fn task(&self, name: &str, hosts: &[&str]) -> u32 {
+        let endpoints: Vec<Value> = hosts
+            .iter()
+            .map(|h| json!({"host": h, "rnic": "eth1"}))
+            .collect();
+        let (s, b) = self
+            .send(
+                "POST",
+                "/tasks",
+                json!({"name": name, "endpoints": endpoints}),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+        serde_json::from_str::<TaskInfo>(&b).unwrap().id
+    }
+
+    async fn sample(&self, task: u32, value: f64, at_ms: i64) {
+        let (s, b) = self
+            .send(
+                "POST",
+                &format!("/tasks/{task}/metrics"),
+                json!({"name": "throughput", "value": value, "at_ms": at_ms}),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+    }
+
+    /// Waits until problem `id` carries `want` (the impact loop ticks every 100 ms).
+    async fn wait_priority(&self, id: i64, want: Priority) -> Problem {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let p: Problem = self.get(&format!("/problems/{id}")).await;
+            if p.priority == Some(want) {
+                return p;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "problem {id} on {} stays {:?}, want {want:?}",
+                p.component,
+                p.priority
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    async fn samples_stored(&self) -> i64 {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM task_metric_samples")
+            .fetch_one(self.db.pool())
+            .await
+            .unwrap();
+        n
+    }
+}
+
+/// Stores an active problem the way the analyzer's tracker does.
+async fn problem(db: &Db, kind: ProblemKind, ck: ComponentKind, name: &str, at: i64) -> i64 {
+    let p = Problem {
+        id: 0,
+        kind,
+        component_kind: ck,
+        component: name.into(),
+        state: ProblemState::Active,
+        confidence: 0.9,
+        network: kind.is_network(),
+        first_seen_ms: at,
+        last_seen_ms: at,
+        resolved_ms: None,
+        evidence: Evidence::default(),
+        priority: None,
+        affected_tasks: Vec::new(),
+    };
+    problems::insert(db, &p).await.unwrap()
+}
+
+/// An RNIC-scope SLA period with probes, as the analyzer persists it.
+async fn covered(db: &Db, rnic: u32, start_ms: i64) {
+    let row = rnic_sla_row(&rnic.to_string(), start_ms, 40, 9_000);
+    rocemesh_analyzer::sla::persist(db, &[row]).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn priorities_follow_placement_and_degradation_and_verdicts_follow_priorities() {
+    for (backend, db) in rocemesh_store::test_databases().await {
+        let srv = start(db.clone()).await;
+        let now = rocemesh_proto::now_unix_ms();
+        srv.register("h0", "10.0.0.1", "t0").await;
+        srv.register("h1", "10.0.1.1", "t1").await;
+        let b0 = srv.register("h2", "10.0.2.1", "t2").await;
+        let b1 = srv.register("h3", "10.0.2.2", "t2").await;
+        srv.register("h4", "10.0.0.2", "t0").await;
+        srv.register("h5", "10.0.0.3", "t0").await;
+        let a = srv.task("train-a", &["h0", "h1"]).await; // spans t0 and t1
+        let b = srv.task("train-b", &["h2", "h3"]).await; // under t2 alone
+        let c = srv.task("train-c", &["h4", "h5"]).await; // under t0 alone
+        let (s, body) = srv
+            .send(
+                "PUT",
+                &format!("/tasks/{a}/objective"),
+                json!({"metric": "throughput", "higher_is_better": true, "baseline": 100.0,
+                       "tolerable_degradation": 0.1}),
+            )
+            .await;
+        assert_eq!(s, 200, "{backend}: {body}");
+        // B's baseline is learned from its first five samples.
+        let (s, body) = srv
+            .send(
+                "PUT",
+                &format!("/tasks/{b}/objective"),
+                json!({"metric": "throughput"}),
+            )
+            .await;
+        assert_eq!(s, 200, "{backend}: {body}");
+
+        let start = now - 60_000;
+        for i in 0..5 {
+            srv.sample(
+                a,
+                100.0 - f64::from(i),
+                start + 5_000 + i64::from(i) * 1_000,
+            )
+            .await;
+            srv.sample(b, 200.0, start + 5_000 + i64::from(i) * 1_000)
+                .await;
+        }
+        let uplink = problem(
+            &db,
+            ProblemKind::LinkFault,
+            ComponentKind::Link,
+            "t0-s1",
+            start,
+        )
+        .await;
+        let idle = problem(
+            &db,
+            ProblemKind::LinkFault,
+            ComponentKind::Link,
+            "t2-s0",
+            start,
+        )
+        .await;
+        let rnic = problem(
+            &db,
+            ProblemKind::RnicFault,
+            ComponentKind::Rnic,
+            "h1/eth1",
+            start,
+        )
+        .await;
+        let down = problem(&db, ProblemKind::HostDown, ComponentKind::Host, "h2", start).await;
+
+        // Healthy metrics: in a service network → P1, outside every one → P2.
+        let p = srv.wait_priority(uplink, Priority::P1).await;
+        assert_eq!(
+            p.affected_tasks,
+            vec![a],
+            "{backend}: the uplink between A's ToRs"
+        );
+        let p = srv.wait_priority(idle, Priority::P2).await;
+        assert!(
+            p.affected_tasks.is_empty(),
+            "{backend}: B sits under one ToR: {p:?}"
+        );
+        srv.wait_priority(rnic, Priority::P1).await;
+        let p = srv.wait_priority(down, Priority::P1).await;
+        assert_eq!(
+            p.affected_tasks,
+            vec![b],
+            "{backend}: a host of B, not a network problem"
+        );
+        let listed: Vec<Value> = srv.get(&format!("/tasks/{a}/metrics")).await;
+        let values: Vec<f64> = listed
+            .iter()
+            .map(|v| v["value"].as_f64().unwrap())
+            .collect();
+        assert_eq!(
+            values,
+            [100.0, 99.0, 98.0, 97.0, 96.0],
+            "{backend}: oldest first"
+        );
+        let listed: Vec<Value> = srv
+            .get(&format!("/tasks/{a}/metrics?name=throughput&limit=2"))
+            .await;
+        assert_eq!(listed[1]["value"], 96.0, "{backend}: the newest two");
+        assert_eq!(listed.len(), 2);
+        let objective: Value = srv.get(&format!("/tasks/{b}/objective")).await;
+        assert_eq!(
+            objective["learned_baseline"], 200.0,
+            "{backend}: {objective}"
+        );
+
+        // A's throughput falls 45 % (three samples: not one noisy one): its problems are P0.
+        for i in 0..3 {
+            srv.sample(a, 55.0, now - 10_000 + i * 1_000).await;
+        }
+        srv.wait_priority(uplink, Priority::P0).await;
+        srv.wait_priority(rnic, Priority::P0).await;
+        srv.wait_priority(idle, Priority::P2).await;
+        // One bad sample of B is noise, not a degradation.
+        srv.sample(b, 20.0, now - 9_000).await;
+        srv.sample(b, 200.0, now - 8_000).await;
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        srv.wait_priority(down, Priority::P1).await;
+
+        let listed: Vec<Problem> = srv.get("/problems?state=all&priority=P0").await;
+        let mut ids: Vec<i64> = listed.iter().map(|p| p.id).collect();
+        ids.sort();
+        assert_eq!(ids, vec![uplink, rnic], "{backend}: ?priority=P0");
+        let listed: Vec<Problem> = srv.get("/problems?state=all&priority=P2").await;
+        assert_eq!(listed.iter().map(|p| p.id).collect::<Vec<_>>(), vec![idle]);
+        let (s, _) = call("GET", format!("{}/problems?priority=P7", srv.base), None).await;
+        assert_eq!(s, 400, "{backend}: unknown priority");
+
+        // Verdicts over the last two minutes.
+        let range = format!("from={}&to={}", now - 120_000, now);
+        let v: Verdict = srv.get(&format!("/tasks/{a}/verdict?{range}")).await;
+        assert_eq!(
+            v.verdict,
+            VerdictKind::NetworkAtFault,
+            "{backend}: {}",
+            v.reason
+        );
+        assert_eq!(v.degraded, Some(true));
+        let blamed: Vec<&str> = v.problems.iter().map(|p| p.component.as_str()).collect();
+        assert!(
+            blamed.contains(&"t0-s1") && blamed.contains(&"h1/eth1"),
+            "{blamed:?}"
+        );
+        assert!(
+            (v.metric.degradation.unwrap() - 0.45).abs() < 1e-9,
+            "{:?}",
+            v.metric
+        );
+
+        // B: now degraded for real, but only its host is down, and probes covered both
+        // RNICs: the network is innocent.
+        for i in 0..3 {
+            srv.sample(b, 100.0, now - 5_000 + i * 1_000).await;
+        }
+        covered(&db, b0, now - 40_000).await;
+        covered(&db, b1, now - 40_000).await;
+        srv.wait_priority(down, Priority::P0).await;
+        let v: Verdict = srv.get(&format!("/tasks/{b}/verdict?{range}")).await;
+        assert_eq!(
+            v.verdict,
+            VerdictKind::NetworkInnocent,
+            "{backend}: {}",
+            v.reason
+        );
+        assert_eq!(v.degraded, Some(true), "{backend}: {:?}", v.metric);
+        assert_eq!((v.coverage.covered, v.coverage.endpoints), (2, 2));
+        assert!(v.reason.contains("HostDown on h2"), "{}", v.reason);
+        assert_eq!(v.metric.baseline_source.as_deref(), Some("learned"));
+
+        // C: no metric, no probe results → unknown, and the reason says so.
+        let v: Verdict = srv.get(&format!("/tasks/{c}/verdict?{range}")).await;
+        assert_eq!(v.verdict, VerdictKind::Unknown, "{backend}: {}", v.reason);
+        assert_eq!(v.degraded, None);
+        assert!(v.reason.contains("no probe results"), "{}", v.reason);
+        assert!(
+            v.reason.contains("no performance objective"),
+            "{}",
+            v.reason
+        );
+
+        // A's interval before its problems began: no problem overlaps, nothing covered.
+        let v: Verdict = srv
+            .get(&format!(
+                "/tasks/{a}/verdict?from={}&to={}",
+                now - 600_000,
+                start - 1
+            ))
+            .await;
+        assert_eq!(v.verdict, VerdictKind::Unknown, "{backend}: {}", v.reason);
+        assert!(v.problems.is_empty());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn bad_input_is_refused_clearly_and_stores_nothing() {
+    for (backend, db) in rocemesh_store::test_databases().await {
+        let srv = start(db).await;
+        let task = srv.task("t", &["h0", "h1"]).await;
+        let metrics = format!("/tasks/{task}/metrics");
+        let now = rocemesh_proto::now_unix_ms();
+        let cases: Vec<(&str, String, &str, u16, &str)> = vec![
+            (
+                "unknown task",
+                "/tasks/999/metrics".into(),
+                r#"{"name":"throughput","value":1}"#,
+                404,
+                "no task 999",
+            ),
+            (
+                "NaN",
+                metrics.clone(),
+                r#"{"name":"throughput","value":NaN}"#,
+                400,
+                "",
+            ),
+            (
+                "NaN string",
+                metrics.clone(),
+                r#"{"name":"throughput","value":"NaN"}"#,
+                400,
+                "value",
+            ),
+            (
+                "overflow",
+                metrics.clone(),
+                r#"{"name":"throughput","value":1e999}"#,
+                400,
+                "",
+            ),
+            (
+                "negative time",
+                metrics.clone(),
+                r#"{"name":"throughput","value":1,"at_ms":-5}"#,
+                400,
+                "negative",
+            ),
+            (
+                "future",
+                metrics.clone(),
+                format!(r#"{{"name":"x","value":1,"at_ms":{}}}"#, now + 3_600_000).leak(),
+                400,
+                "future",
+            ),
+            (
+                "bad name",
+                metrics.clone(),
+                r#"{"name":"a b","value":1}"#,
+                400,
+                "metric name",
+            ),
+            (
+                "unknown field",
+                metrics.clone(),
+                r#"{"name":"x","value":1,"unit":"GB"}"#,
+                400,
+                "unit",
+            ),
+            (
+                "not a task id",
+                "/tasks/abc/metrics".into(),
+                r#"{"name":"x","value":1}"#,
+                400,
+                "",
+            ),
+            (
+                "tolerance",
+                format!("/tasks/{task}/objective"),
+                r#"{"metric":"x","tolerable_degradation":2}"#,
+                400,
+                "tolerable",
+            ),
+            (
+                "baseline",
+                format!("/tasks/{task}/objective"),
+                r#"{"metric":"x","baseline":-1}"#,
+                400,
+                "baseline",
+            ),
+            (
+                "objective of unknown task",
+                "/tasks/999/objective".into(),
+                r#"{"metric":"x"}"#,
+                404,
+                "no task",
+            ),
+        ];
+        for (what, path, body, status, text) in cases {
+            let method = if path.ends_with("objective") {
+                "PUT"
+            } else {
+                "POST"
+            };
+            let (s, b) = call(
+                method,
+                format!("{}{path}", srv.base),
+                Some(body.to_string()),
+            )
+            .await;
+            assert_eq!(s, status, "{backend} {what}: {b}");
+            let e: ErrorBody = serde_json::from_str(&b).unwrap_or_else(|_| panic!("{what}: {b}"));
+            assert!(e.error.contains(text), "{backend} {what}: {}", e.error);
+        }
+        assert_eq!(srv.samples_stored().await, 0, "{backend}: nothing stored");
+        let (s, _) = call("GET", format!("{}/tasks/{task}/objective", srv.base), None).await;
+        assert_eq!(s, 404, "{backend}: no objective was stored");
+        for (query, status) in [
+            (format!("/tasks/{task}/metrics"), 400), // no objective names the metric
+            (format!("/tasks/{task}/metrics?name=x&limit=0"), 400),
+            ("/tasks/999/metrics?name=x".to_string(), 404),
+            (format!("/tasks/{task}/verdict?from=10&to=5"), 400),
+            (format!("/tasks/{task}/verdict?from=-1"), 400),
+            (format!("/tasks/{task}/verdict?since=1"), 400),
+            ("/tasks/999/verdict".to_string(), 404),
+        ] {
+            let (s, b) = call("GET", format!("{}{query}", srv.base), None).await;
+            assert_eq!(s, status, "{backend} {query}: {b}");
+        }
+        // The good sample goes in, with its receive time.
+        let (s, b) = srv
+            .send(
+                "POST",
+                &metrics,
+                json!({"name": "throughput", "value": 1.5}),
+            )
+            .await;
+        assert_eq!(s, 201, "{b}");
+        let stored: Value = serde_json::from_str(&b).unwrap();
+        assert!(stored["at_ms"].as_i64().unwrap() >= now, "{stored}");
+        assert_eq!(srv.samples_stored().await, 1);
+    }
+}
+
+/// Uploads `path` the way an agent does (a heartbeat batch with a path section).
+async fn upload_path(base: &str, host: &RegisterResponse, path: TracedPath) {
+    let header = BatchHeader {
+        host_id: host.host_id,
+        epoch: host.epoch,
+        batch_seq: 1,
+        dropped: 0,
+    };
+    let body = BatchEncoder::new(header, 0).finish_with_paths(&[path]);
+    let url = format!("{base}/results");
+    let (status, text) = tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut resp = agent
+            .post(&url)
+            .header("Content-Type", CONTENT_TYPE)
+            .send(&body[..])
+            .unwrap();
+        (
+            resp.status().as_u16(),
+            resp.body_mut().read_to_string().unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_traced_path_narrows_the_service_network_to_the_links_it_crossed() {
+    for (backend, db) in rocemesh_store::test_databases().await {
+        let srv = start(db.clone()).await;
+        let h0 = srv.register_host("h0", "10.0.0.1", "t0").await;
+        srv.register("h1", "10.0.1.1", "t1").await;
+        let a = srv.task("train-a", &["h0", "h1"]).await;
+        srv.analyzer.refresh_registry().await.unwrap();
+        let now = rocemesh_proto::now_unix_ms();
+        let start = now - 30_000;
+        let uplink_s0 = problem(
+            &db,
+            ProblemKind::LinkFault,
+            ComponentKind::Link,
+            "t0-s0",
+            start,
+        )
+        .await;
+        let spine_s0 = problem(
+            &db,
+            ProblemKind::SwitchFault,
+            ComponentKind::Switch,
+            "s0",
+            start,
+        )
+        .await;
+        // Untraced, A may use any uplink between t0 and t1.
+        srv.wait_priority(uplink_s0, Priority::P1).await;
+        srv.wait_priority(spine_s0, Priority::P1).await;
+
+        // t0 -> s1 (t0-s1) -> t1 (t1-s1) -> h1, as h0's agent traced it.
+        let hop = |s: &str| Some(s.parse().unwrap());
+        let path = TracedPath {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.1.1".parse().unwrap(),
+            src_port: 49_152,
+            dst_port: 4791,
+            traced_at_unix_ns: u64::try_from(now).unwrap() * 1_000_000,
+            reached: true,
+            ack_direction: false,
+            hops: vec![
+                hop("198.19.0.2"),
+                hop("198.19.0.3"),
+                hop("198.19.1.2"),
+                hop("10.0.1.1"),
+            ],
+        };
+        upload_path(&srv.base, &h0, path).await;
+        // The diagnosis tick files uploaded paths.
+        srv.analyzer.diagnose(now).await.unwrap();
+        let uplink_s1 = problem(
+            &db,
+            ProblemKind::LinkFault,
+            ComponentKind::Link,
+            "t1-s1",
+            start,
+        )
+        .await;
+        let p = srv.wait_priority(uplink_s1, Priority::P1).await;
+        assert_eq!(p.affected_tasks, vec![a], "{backend}");
+        srv.wait_priority(uplink_s0, Priority::P2).await;
+        srv.wait_priority(spine_s0, Priority::P2).await;
+    }
+}
