@@ -1,0 +1,139 @@
+//! ECMP as switches do it: an L4 hash of the 5-tuple with a per-switch seed picks one of
+//! the equal-cost next hops, so a 5-tuple always takes the same path while different
+//! source ports spread over all of them (and one switch's choice says nothing about the
+//! next one's).
+
+use crate::rng::{hash, mix};
+use crate::topology::{Fabric, Route};
+use std::net::IpAddr;
+
+/// IP protocol number of UDP (RoCEv2 and the probes).
+const UDP: u64 = 17;
+
+/// A UDP 5-tuple.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct FiveTuple {
+    /// Source address.
+    pub src: IpAddr,
+    /// Destination address.
+    pub dst: IpAddr,
+    /// Source port.
+    pub sport: u16,
+    /// Destination port.
+    pub dport: u16,
+}
+
+impl FiveTuple {
+    /// The tuple of the answers: addresses swapped, ports kept (ACKs leave from the probe's
+    /// own source port towards the prober's responder port, as RC ACKs do).
+    pub fn ack(self) -> Self {
+        Self {
+            src: self.dst,
+            dst: self.src,
+            ..self
+        }
+    }
+
+    fn l4_hash(&self) -> u64 {
+        let ip = |a: IpAddr| match a {
+            IpAddr::V4(v4) => u64::from(u32::from(v4)),
+            IpAddr::V6(v6) => {
+                let b = u128::from(v6);
+                (b as u64) ^ ((b >> 64) as u64)
+            }
+        };
+        hash(&[
+            ip(self.src),
+            ip(self.dst),
+            u64::from(self.sport),
+            u64::from(self.dport),
+            UDP,
+        ])
+    }
+}
+
+/// The hash functions of a fabric's switches (one seed per switch, from the run's seed).
+#[derive(Debug, Clone, Copy)]
+pub struct Ecmp {
+    seed: u64,
+}
+
+impl Ecmp {
+    /// Seeds every switch from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self { seed }
+    }
+
+    /// Which of `count` equal-cost next hops switch `switch` gives a tuple whose L4 hash
+    /// is `h`.
+    pub fn pick(&self, switch: u32, h: u64, count: u32) -> u32 {
+        let switch_seed = mix(self.seed ^ mix(u64::from(switch)));
+        (mix(h ^ switch_seed) % u64::from(count.max(1))) as u32
+    }
+
+    /// The route of `tuple` from ToR `src_tor` to ToR `dst_tor`.
+    pub fn route(&self, fabric: &Fabric, src_tor: u32, dst_tor: u32, tuple: &FiveTuple) -> Route {
+        let h = tuple.l4_hash();
+        fabric.route(src_tor, dst_tor, |sw, n| self.pick(sw, h, n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Shape;
+
+    fn tuple(f: &Fabric, sport: u16) -> FiveTuple {
+        FiveTuple {
+            src: f.rnic_ip(0),
+            dst: f.rnic_ip(f.rnics.len() as u32 - 1),
+            sport,
+            dport: 4791,
+        }
+    }
+
+    #[test]
+    fn a_tuple_keeps_its_path_and_source_ports_spread_over_all_paths() {
+        let f = Fabric::new(Shape::FatTree {
+            k: 8,
+            rnics_per_host: 1,
+        })
+        .unwrap();
+        let ecmp = Ecmp::new(42);
+        let (src, dst) = (f.rnics[0].tor, f.rnics[f.rnics.len() - 1].tor);
+        let t = tuple(&f, 50_000);
+        let first = ecmp.route(&f, src, dst, &t);
+        for _ in 0..10 {
+            assert_eq!(ecmp.route(&f, src, dst, &t), first, "stable per 5-tuple");
+        }
+        // 16 core paths between two pods; 16,000 source ports should hit each ~1,000 times.
+        let paths = f.shape().parallel_paths() as usize;
+        assert_eq!(paths, 16);
+        let mut count: std::collections::HashMap<u32, u64> = std::collections::HashMap::new();
+        let n = 16_000u64;
+        for sport in 0..n as u16 {
+            let r = ecmp.route(&f, src, dst, &tuple(&f, 49_152 + sport % 16_384));
+            *count.entry(r.switches()[2]).or_default() += 1;
+        }
+        assert_eq!(count.len(), paths, "every core is used");
+        let expected = n as f64 / paths as f64;
+        let chi2: f64 = count
+            .values()
+            .map(|&c| (c as f64 - expected).powi(2) / expected)
+            .sum();
+        // 15 degrees of freedom: P(chi² > 37.7) < 0.001 for a uniform hash.
+        assert!(chi2 < 37.7, "chi² {chi2} over {count:?}");
+        // Another seed (another fabric) hashes the same tuple independently.
+        let other = Ecmp::new(43);
+        let moved = (0..64u16)
+            .filter(|&p| {
+                let t = tuple(&f, 50_000 + p);
+                other.route(&f, src, dst, &t) != ecmp.route(&f, src, dst, &t)
+            })
+            .count();
+        assert!(
+            moved > 32,
+            "only {moved} of 64 tuples changed path with the seed"
+        );
+    }
+}

@@ -1,0 +1,443 @@
+//! Faults: what the operator asks for ([`FaultSpec`], JSON like the testbed's), what the
+//! simulator applies ([`Fault`]: resolved ids, a time window) and the ground truth it
+//! exports ([`Truth`]: the component the analyzer must blame, named exactly as the
+//! analyzer names it — fabric-map link and switch names, `"<host>/<ifname>"` RNICs, host
+//! names).
+
+use crate::topology::Fabric;
+use anyhow::ensure;
+use rocemesh_proto::api::{ComponentKind, ProblemKind};
+use serde::{Deserialize, Serialize};
+
+fn default_flap_ms() -> u64 {
+    2_000
+}
+
+fn default_restart_ms() -> u64 {
+    3_000
+}
+
+fn default_noisy_rnics() -> u32 {
+    2
+}
+
+fn default_noise_ms() -> f64 {
+    8.0
+}
+
+/// A fault as asked for on the command line or by a test.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum FaultSpec {
+    /// A switch link drops `percent` % of packets, both directions.
+    LinkLoss {
+        /// Link name.
+        link: String,
+        /// Loss in percent (0, 100].
+        percent: f64,
+    },
+    /// A switch link is down (a black hole: routes do not converge around it).
+    LinkDown {
+        /// Link name.
+        link: String,
+    },
+    /// A switch link goes down for `down_ms`, up for `up_ms`, repeatedly.
+    LinkFlap {
+        /// Link name.
+        link: String,
+        /// Down time of each cycle.
+        #[serde(default = "default_flap_ms")]
+        down_ms: u64,
+        /// Up time of each cycle.
+        #[serde(default = "default_flap_ms")]
+        up_ms: u64,
+    },
+    /// A switch link adds `delay_us` to every packet crossing it.
+    LinkDelay {
+        /// Link name.
+        link: String,
+        /// Added one-way delay in µs.
+        delay_us: f64,
+    },
+    /// A switch drops everything and answers no traceroute.
+    SwitchDown {
+        /// Switch name.
+        switch: String,
+    },
+    /// An RNIC (or its cable / ToR port) drops `percent` % of packets.
+    RnicLoss {
+        /// `"<host>/<ifname>"`.
+        rnic: String,
+        /// Loss in percent (0, 100].
+        percent: f64,
+    },
+    /// An RNIC is down.
+    RnicDown {
+        /// `"<host>/<ifname>"`.
+        rnic: String,
+    },
+    /// An RNIC goes down for `down_ms`, up for `up_ms`, repeatedly.
+    RnicFlap {
+        /// `"<host>/<ifname>"`.
+        rnic: String,
+        /// Down time of each cycle.
+        #[serde(default = "default_flap_ms")]
+        down_ms: u64,
+        /// Up time of each cycle.
+        #[serde(default = "default_flap_ms")]
+        up_ms: u64,
+    },
+    /// A host goes down: its agent falls silent, its RNICs answer nothing.
+    HostDown {
+        /// Host name.
+        host: String,
+    },
+    /// A host's agent restarts: silent for `down_ms`, then back with a new epoch and new
+    /// QPNs (peers probe the old QPNs until their next pinglist poll).
+    AgentRestart {
+        /// Host name.
+        host: String,
+        /// How long the agent is gone.
+        #[serde(default = "default_restart_ms")]
+        down_ms: u64,
+    },
+    /// A host's CPU is busy: `rnics` of its RNICs answer and probe with `delay_ms` of
+    /// processing delay.
+    CpuNoise {
+        /// Host name.
+        host: String,
+        /// How many of its RNICs (from r0).
+        #[serde(default = "default_noisy_rnics")]
+        rnics: u32,
+        /// Processing delay in ms.
+        #[serde(default = "default_noise_ms")]
+        delay_ms: f64,
+    },
+}
+
+/// What a fault hits (ids into the fabric).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    /// A switch link.
+    Link(u32),
+    /// A switch.
+    Switch(u32),
+    /// An RNIC.
+    Rnic(u32),
+    /// A host.
+    Host(u32),
+}
+
+/// What a fault does to its target.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Effect {
+    /// Drops packets with this probability.
+    Loss(f64),
+    /// Drops everything.
+    Down,
+    /// Down for the first `down_ms` of every `down_ms + up_ms` since the onset.
+    Flap {
+        /// Down part of a cycle.
+        down_ms: u64,
+        /// Up part of a cycle.
+        up_ms: u64,
+    },
+    /// Adds this one-way delay, ns.
+    Delay(u64),
+    /// The host and its agent are gone.
+    HostDown,
+    /// The agent is gone for `down_ms`, then back as a new incarnation.
+    AgentRestart {
+        /// Time gone.
+        down_ms: u64,
+    },
+    /// The first `rnics` RNICs of the host have `delay_ns` of processing delay.
+    CpuNoise {
+        /// RNICs affected.
+        rnics: u32,
+        /// Processing delay, ns.
+        delay_ns: u64,
+    },
+}
+
+/// A component, named as the analyzer names it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Component {
+    /// Kind.
+    pub kind: ComponentKind,
+    /// Name.
+    pub name: String,
+}
+
+/// The ground truth of one fault: the component the analyzer must blame.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Truth {
+    /// The fault as asked for.
+    pub fault: FaultSpec,
+    /// The problem kind a perfect diagnosis reports.
+    pub kind: ProblemKind,
+    /// The component to blame.
+    pub component: Component,
+    /// When the fault started, ms since the Unix epoch (virtual time).
+    pub onset_ms: i64,
+    /// When it ended, if it did.
+    pub end_ms: Option<i64>,
+}
+
+/// A fault applied to a fabric over a time window.
+#[derive(Debug, Clone)]
+pub struct Fault {
+    /// The fault as asked for.
+    pub spec: FaultSpec,
+    /// What it hits.
+    pub target: Target,
+    /// What it does.
+    pub effect: Effect,
+    /// Start, ms (virtual time).
+    pub start_ms: i64,
+    /// End (exclusive), if any.
+    pub end_ms: Option<i64>,
+}
+
+fn percent(p: f64) -> anyhow::Result<f64> {
+    ensure!(
+        p.is_finite() && p > 0.0 && p <= 100.0,
+        "loss percent must be in (0, 100], got {p}"
+    );
+    Ok(p / 100.0)
+}
+
+impl Fault {
+    /// Resolves `spec` against `fabric`: unknown names and bad values are errors.
+    pub fn new(
+        fabric: &Fabric,
+        spec: FaultSpec,
+        start_ms: i64,
+        end_ms: Option<i64>,
+    ) -> anyhow::Result<Self> {
+        let flap = |down_ms: u64, up_ms: u64| {
+            ensure!(
+                down_ms > 0 && up_ms > 0,
+                "flap down_ms and up_ms must be positive"
+            );
+            Ok(Effect::Flap { down_ms, up_ms })
+        };
+        let (target, effect) = match &spec {
+            FaultSpec::LinkLoss { link, percent: p } => (
+                Target::Link(fabric.link_by_name(link)?),
+                Effect::Loss(percent(*p)?),
+            ),
+            FaultSpec::LinkDown { link } => {
+                (Target::Link(fabric.link_by_name(link)?), Effect::Down)
+            }
+            FaultSpec::LinkFlap {
+                link,
+                down_ms,
+                up_ms,
+            } => (
+                Target::Link(fabric.link_by_name(link)?),
+                flap(*down_ms, *up_ms)?,
+            ),
+            FaultSpec::LinkDelay { link, delay_us } => {
+                ensure!(
+                    delay_us.is_finite() && *delay_us > 0.0 && *delay_us <= 1e6,
+                    "delay_us must be in (0, 1e6], got {delay_us}"
+                );
+                (
+                    Target::Link(fabric.link_by_name(link)?),
+                    Effect::Delay((delay_us * 1e3) as u64),
+                )
+            }
+            FaultSpec::SwitchDown { switch } => {
+                (Target::Switch(fabric.switch_by_name(switch)?), Effect::Down)
+            }
+            FaultSpec::RnicLoss { rnic, percent: p } => (
+                Target::Rnic(fabric.rnic_by_name(rnic)?),
+                Effect::Loss(percent(*p)?),
+            ),
+            FaultSpec::RnicDown { rnic } => {
+                (Target::Rnic(fabric.rnic_by_name(rnic)?), Effect::Down)
+            }
+            FaultSpec::RnicFlap {
+                rnic,
+                down_ms,
+                up_ms,
+            } => (
+                Target::Rnic(fabric.rnic_by_name(rnic)?),
+                flap(*down_ms, *up_ms)?,
+            ),
+            FaultSpec::HostDown { host } => {
+                (Target::Host(fabric.host_by_name(host)?), Effect::HostDown)
+            }
+            FaultSpec::AgentRestart { host, down_ms } => (
+                Target::Host(fabric.host_by_name(host)?),
+                Effect::AgentRestart { down_ms: *down_ms },
+            ),
+            FaultSpec::CpuNoise {
+                host,
+                rnics,
+                delay_ms,
+            } => {
+                ensure!(
+                    delay_ms.is_finite() && *delay_ms > 0.0 && *delay_ms <= 1_000.0,
+                    "cpu_noise delay_ms must be in (0, 1000], got {delay_ms}"
+                );
+                ensure!(*rnics >= 1, "cpu_noise needs at least one RNIC");
+                (
+                    Target::Host(fabric.host_by_name(host)?),
+                    Effect::CpuNoise {
+                        rnics: *rnics,
+                        delay_ns: (delay_ms * 1e6) as u64,
+                    },
+                )
+            }
+        };
+        if let Some(end) = end_ms {
+            ensure!(end > start_ms, "a fault must end after it starts");
+        }
+        Ok(Self {
+            spec,
+            target,
+            effect,
+            start_ms,
+            end_ms,
+        })
+    }
+
+    /// True while the fault is in place at `t_ms`.
+    pub fn active(&self, t_ms: i64) -> bool {
+        t_ms >= self.start_ms && self.end_ms.is_none_or(|e| t_ms < e)
+    }
+
+    /// Probability that a packet crossing the target at `t_ms` is dropped.
+    pub fn drop_probability(&self, t_ms: i64) -> f64 {
+        if !self.active(t_ms) {
+            return 0.0;
+        }
+        match self.effect {
+            Effect::Loss(p) => p,
+            Effect::Down | Effect::HostDown => 1.0,
+            Effect::Flap { down_ms, up_ms } => {
+                let phase = (t_ms - self.start_ms) as u64 % (down_ms + up_ms);
+                if phase < down_ms { 1.0 } else { 0.0 }
+            }
+            Effect::Delay(_) | Effect::AgentRestart { .. } | Effect::CpuNoise { .. } => 0.0,
+        }
+    }
+
+    /// The ground truth of this fault in `fabric`.
+    pub fn truth(&self, fabric: &Fabric) -> Truth {
+        let (kind, ck, name) = match (self.target, self.effect) {
+            (Target::Link(l), Effect::Delay(_)) => (
+                ProblemKind::HighLatency,
+                ComponentKind::Link,
+                fabric.links[l as usize].name.clone(),
+            ),
+            (Target::Link(l), _) => (
+                ProblemKind::LinkFault,
+                ComponentKind::Link,
+                fabric.links[l as usize].name.clone(),
+            ),
+            (Target::Switch(s), _) => (
+                ProblemKind::SwitchFault,
+                ComponentKind::Switch,
+                fabric.switches[s as usize].name.clone(),
+            ),
+            (Target::Rnic(r), _) => (
+                ProblemKind::RnicFault,
+                ComponentKind::Rnic,
+                fabric.rnic_name(r),
+            ),
+            (Target::Host(h), effect) => {
+                let host = fabric.hosts[h as usize].name.clone();
+                match effect {
+                    Effect::AgentRestart { .. } => {
+                        (ProblemKind::AgentRestart, ComponentKind::Agent, host)
+                    }
+                    Effect::CpuNoise { .. } => (ProblemKind::HostNoise, ComponentKind::Host, host),
+                    _ => (ProblemKind::HostDown, ComponentKind::Host, host),
+                }
+            }
+        };
+        Truth {
+            fault: self.spec.clone(),
+            kind,
+            component: Component { kind: ck, name },
+            onset_ms: self.start_ms,
+            end_ms: self.end_ms,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Shape;
+
+    fn fabric() -> Fabric {
+        Fabric::new(Shape::LeafSpine {
+            tors: 2,
+            spines: 2,
+            hosts_per_tor: 2,
+            rnics_per_host: 2,
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn specs_parse_resolve_and_name_their_truth() {
+        let f = fabric();
+        let spec: FaultSpec =
+            serde_json::from_str(r#"{"kind":"link_flap","link":"t0-s1","down_ms":100}"#).unwrap();
+        let fault = Fault::new(&f, spec, 1_000, Some(5_000)).unwrap();
+        assert_eq!(fault.drop_probability(999), 0.0);
+        assert_eq!(fault.drop_probability(1_050), 1.0);
+        assert_eq!(fault.drop_probability(1_150), 0.0, "up after 100 ms");
+        assert_eq!(fault.drop_probability(5_000), 0.0, "over");
+        let t = fault.truth(&f);
+        assert_eq!(
+            (t.kind, t.component.name.as_str()),
+            (ProblemKind::LinkFault, "t0-s1")
+        );
+        let rnic: FaultSpec =
+            serde_json::from_str(r#"{"kind":"rnic_down","rnic":"h3/r1"}"#).unwrap();
+        let t = Fault::new(&f, rnic, 0, None).unwrap().truth(&f);
+        assert_eq!(
+            (t.component.kind, t.component.name.as_str()),
+            (ComponentKind::Rnic, "h3/r1")
+        );
+        let restart: FaultSpec =
+            serde_json::from_str(r#"{"kind":"agent_restart","host":"h1"}"#).unwrap();
+        assert_eq!(
+            Fault::new(&f, restart, 0, None)
+                .unwrap()
+                .truth(&f)
+                .component
+                .kind,
+            ComponentKind::Agent
+        );
+    }
+
+    #[test]
+    fn bad_faults_are_refused_with_a_reason() {
+        let f = fabric();
+        for (json, why) in [
+            (r#"{"kind":"link_down","link":"t9-s0"}"#, "t9-s0"),
+            (
+                r#"{"kind":"link_loss","link":"t0-s0","percent":0}"#,
+                "percent",
+            ),
+            (r#"{"kind":"rnic_down","rnic":"h0/r7"}"#, "h0/r7"),
+            (r#"{"kind":"switch_down","switch":"s7"}"#, "s7"),
+            (
+                r#"{"kind":"cpu_noise","host":"h0","delay_ms":-1}"#,
+                "delay_ms",
+            ),
+        ] {
+            let spec: FaultSpec = serde_json::from_str(json).unwrap();
+            let err = format!("{:#}", Fault::new(&f, spec, 0, None).unwrap_err());
+            assert!(err.contains(why), "{json}: {err}");
+        }
+        assert!(serde_json::from_str::<FaultSpec>(r#"{"kind":"link_down","lnk":"x"}"#).is_err());
+    }
+}
