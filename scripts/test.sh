@@ -14,9 +14,11 @@ command -v ip >/dev/null 2>&1 || need+=(iproute2)
 command -v nft >/dev/null 2>&1 || need+=(nftables)
 command -v iptables >/dev/null 2>&1 || need+=(iptables)
 command -v sysctl >/dev/null 2>&1 || need+=(procps)
+command -v faketime >/dev/null 2>&1 || need+=(faketime) # self_fault_clock: clock steps
 command -v clang >/dev/null 2>&1 || need+=(clang)
 [ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev rdma-core ibverbs-providers)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   as_root apt-get update -qq
@@ -46,8 +48,16 @@ cargo build --release --locked -p rocemesh
 export ROCEMESH_EVAL_BIN="$PWD/target/release/rocemesh"
 log="$pgdir/cargo-test.log"
 set +e
-cargo test --workspace --locked 2>&1 | tee "$log"
+cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# Helm chart + Dockerfile: real Helm engine, Kubernetes schemas, the release binary run with
+# the rendered config; its `test result:` line joins the tally below.
+bash scripts/check_helm.sh 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+# Fuzzing (docs/fuzzing.md): every target's corpus replayed (a `test result:` line), then
+# the wire/config/JSON targets 5 s each coverage-guided; longer runs: scripts/fuzz.sh 600.
+bash scripts/fuzz.sh 5 packet batch paths ebpf_events agent_config api_json 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
 set -e
 # One closing line for the whole run (cargo prints one per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }

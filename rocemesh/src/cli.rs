@@ -37,13 +37,22 @@ pub enum Command {
     Testbed(crate::testbed_cmd::TestbedCmd),
     /// Localization suite: scenarios on fresh fabrics, scored against the ground truth.
     Eval(crate::eval::EvalArgs),
+    /// Operator CLI over the REST API: status, problems, rnic, path, verdict.
+    Ctl(crate::ctl::CtlArgs),
+    /// Simulated fabric (leaf-spine, fat-tree, rail) driving the real controller and
+    /// analyzer; scores what was found against the injected faults.
+    Sim(crate::sim_cmd::SimArgs),
 }
 
 impl Command {
     /// Daemons log at info; the interactive tools print their own output and log warnings only.
     pub fn default_log_level(&self) -> &'static str {
         match self {
-            Command::Demo(_) | Command::Eval(_) | Command::Testbed(_) => "warn",
+            Command::Demo(_)
+            | Command::Eval(_)
+            | Command::Testbed(_)
+            | Command::Ctl(_)
+            | Command::Sim(_) => "warn",
             _ => "info",
         }
     }
@@ -90,6 +99,8 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Demo(args) => crate::demo::run(args),
         Command::Testbed(cmd) => crate::testbed_cmd::run(cmd),
         Command::Eval(args) => crate::eval::run(args),
+        Command::Ctl(args) => crate::ctl::run(args),
+        Command::Sim(args) => crate::sim_cmd::run(args),
     }
 }
 

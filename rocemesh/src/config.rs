@@ -25,6 +25,14 @@ pub struct ServerConfig {
     pub controller: ControllerConfig,
     /// Analyzer section.
     pub analyzer: AnalyzerConfig,
+    /// API bearer tokens and their roles (none = auth off).
+    pub auth: crate::auth::AuthConfig,
+    /// HTTPS certificate and key (absent = plain HTTP).
+    pub tls: Option<crate::tls::TlsConfig>,
+    /// Alert webhooks: receivers and delivery knobs (run with the analyzer role).
+    pub alerts: rocemesh_alerts::AlertsConfig,
+    /// Problem priorities and task verdicts (run when the server has both roles).
+    pub impact: rocemesh_impact::ImpactConfig,
 }
 
 impl Default for ServerConfig {
@@ -34,6 +42,10 @@ impl Default for ServerConfig {
             database: DEFAULT_DATABASE.to_string(),
             controller: ControllerConfig::default(),
             analyzer: AnalyzerConfig::default(),
+            auth: crate::auth::AuthConfig::default(),
+            tls: None,
+            alerts: rocemesh_alerts::AlertsConfig::default(),
+            impact: rocemesh_impact::ImpactConfig::default(),
         }
     }
 }

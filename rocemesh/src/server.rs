@@ -22,10 +22,12 @@ pub enum Roles {
 }
 
 impl Roles {
-    fn controller(self) -> bool {
+    /// True when the controller runs here.
+    pub fn controller(self) -> bool {
         matches!(self, Self::Controller | Self::Both)
     }
-    fn analyzer(self) -> bool {
+    /// True when the analyzer runs here.
+    pub fn analyzer(self) -> bool {
         matches!(self, Self::Analyzer | Self::Both)
     }
     /// Name used in logs.
@@ -44,6 +46,8 @@ pub struct RunningServer {
     pub addr: SocketAddr,
     /// The analyzer, when this process runs one (demo output, tests).
     pub analyzer: Option<std::sync::Arc<Analyzer>>,
+    /// Whether the listener speaks https.
+    pub tls: bool,
     cancel: CancellationToken,
     http: JoinHandle<std::io::Result<()>>,
     background: Vec<JoinHandle<()>>,
@@ -57,7 +61,8 @@ impl RunningServer {
         } else {
             self.addr.ip().to_string()
         };
-        format!("http://{host}:{}", self.addr.port())
+        let scheme = if self.tls { "https" } else { "http" };
+        format!("{scheme}://{host}:{}", self.addr.port())
     }
 
     /// Stops accepting requests, finishes in-flight ones, flushes the analyzer.
@@ -88,21 +93,43 @@ async fn readyz(State(db): State<Db>) -> (StatusCode, Json<serde_json::Value>) {
     }
 }
 
-/// Connects the database, builds the routers of `roles`, binds and serves.
-pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
+/// A server assembled but not listening yet ([`start`] serves it; tests inspect the router).
+pub struct App {
+    /// Every route, inside the request size limits and the token check.
+    pub router: Router,
+    /// The database pool.
+    pub db: Db,
+    /// The analyzer, when the roles include it.
+    pub analyzer: Option<std::sync::Arc<Analyzer>>,
+    /// Background loops; they stop when the token given to [`build`] is cancelled.
+    pub background: Vec<JoinHandle<()>>,
+}
+
+/// Connects the database and builds the routers of `roles` (auth and limits around all).
+pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken) -> Result<App> {
+    let tokens = crate::auth::Tokens::load(&cfg.auth)?;
     let db = Db::connect(&cfg.database).await?;
-    let cancel = CancellationToken::new();
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(db.clone());
+    let mut metrics = Vec::new();
+    let mut background = Vec::new();
     if roles.controller() {
         let state = ControllerState::new(db.clone(), cfg.controller.clone())
             .await
             .context("starting controller")?;
+        metrics.push(rocemesh_controller::metrics::collector(&state));
+        // Task skeletons are re-inferred from uploaded throughput every skeleton_interval_ms.
+        background.push(tokio::spawn(
+            state.clone().run_skeleton_loop(cancel.child_token()),
+        ));
+        // Scale-out: leader lease and analyzer shard owners (returns at once when off).
+        background.push(tokio::spawn(
+            state.clone().run_scaleout_loop(cancel.child_token()),
+        ));
         app = app.merge(rocemesh_controller::router(state));
     }
-    let mut background = Vec::new();
     let mut analyzer = None;
     if roles.analyzer() {
         let a = Analyzer::new(db.clone(), cfg.analyzer.clone())
@@ -113,22 +140,66 @@ pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
             a.clone(),
             cancel.child_token(),
         )));
-        analyzer = Some(a);
+        analyzer = Some(a.clone());
+        // Alert webhooks follow the problems the analyzer stores.
+        let alerts = rocemesh_alerts::Alerts::new(db.clone(), cfg.alerts.clone())
+            .context("starting alerts")?;
+        app = app.merge(rocemesh_alerts::router(alerts.clone()));
+        background.push(tokio::spawn(rocemesh_alerts::run(
+            alerts,
+            cancel.child_token(),
+        )));
+        if roles.controller() {
+            // Priorities need both the tasks (controller) and the traced paths (analyzer).
+            let impact = rocemesh_impact::Impact::new(db.clone(), cfg.impact.clone(), a.clone())
+                .context("starting impact")?;
+            app = app.merge(rocemesh_impact::router(impact.clone()));
+            background.push(tokio::spawn(rocemesh_impact::run(
+                impact,
+                cancel.child_token(),
+            )));
+        }
     }
+    app = app.merge(rocemesh_analyzer::metrics::router(
+        analyzer.clone(),
+        metrics,
+    ));
+    app = app.merge(crate::openapi::router(roles));
+    // The operator's dashboard at `/` (its panels say when a role's endpoints are absent).
+    app = app.merge(rocemesh_dashboard::router());
+    let router = crate::auth::protect(crate::body_limit::apply(app), tokens);
+    Ok(App {
+        router,
+        db,
+        analyzer,
+        background,
+    })
+}
+
+/// Connects the database, builds the routers of `roles`, binds and serves.
+pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
+    let tls = crate::tls::load(cfg.tls.as_ref(), !cfg.auth.tokens.is_empty())?;
+    let cancel = CancellationToken::new();
+    let App {
+        router,
+        db,
+        analyzer,
+        background,
+    } = build(&cfg, roles, &cancel).await?;
     let listener = tokio::net::TcpListener::bind(cfg.listen)
         .await
         .with_context(|| format!("binding {}", cfg.listen))?;
     let addr = listener.local_addr()?;
     let stop = cancel.clone();
-    let http = tokio::spawn(async move {
-        axum::serve(listener, app)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await
-    });
-    tracing::info!(role = roles.name(), %addr, database = ?db.backend(), "listening");
+    let https = tls.is_some();
+    let http = tokio::spawn(crate::tls::serve(listener, tls, router, async move {
+        stop.cancelled().await
+    }));
+    tracing::info!(role = roles.name(), %addr, https, database = ?db.backend(), "listening");
     Ok(RunningServer {
         addr,
         analyzer,
+        tls: https,
         cancel,
         http,
         background,

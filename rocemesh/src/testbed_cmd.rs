@@ -101,7 +101,7 @@ pub struct UpArgs {
     /// Rail-optimized wiring (RNIC i of every host on ToR i of its pod).
     #[arg(long)]
     pub rail_optimized: bool,
-    /// Add the management network (agents in hosts reach 198.19.254.1 in the root namespace).
+    /// Add the management network (agents in hosts reach 198.19.x.1 in the root namespace, x from the prefix).
     #[arg(long)]
     pub management: bool,
 }

@@ -3,16 +3,9 @@
 
 mod support;
 
-use serde_json::Value;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 #[test]
 fn quick_suite_meets_the_localization_targets() {
-    if !is_root() {
+    if !support::is_root() {
         eprintln!(
             "skipping quick_suite_meets_the_localization_targets: needs root (network namespaces)"
         );
@@ -24,27 +17,19 @@ fn quick_suite_meets_the_localization_targets() {
         Some(path) => std::process::Command::new(path),
         None => support::bin(),
     };
-    let out = cmd
-        .args([
-            "eval",
-            "--quick",
-            "--json",
-            "--prefix",
-            "rmci",
-            "--baseline-secs",
-            "8",
-            "--fault-secs",
-            "12",
-            "--recovery-secs",
-            "10",
-        ])
-        .output()
-        .expect("run rocemesh eval");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "eval failed: {stderr}");
-    let report: Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stderr}"));
-    eprintln!("{}", serde_json::to_string_pretty(&report).unwrap());
+    let report = support::eval_report(cmd.args([
+        "eval",
+        "--quick",
+        "--json",
+        "--prefix",
+        "rmci",
+        "--baseline-secs",
+        "8",
+        "--fault-secs",
+        "12",
+        "--recovery-secs",
+        "10",
+    ]));
     let s = &report["summary"];
     let f = |k: &str| {
         s[k].as_f64()

@@ -11,21 +11,14 @@ use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use support::{Proc, bin, get_json, start_server, wait_for};
+use support::{
+    Proc, get_json, loopback_agent, scratch_dir, serve_in_background, start_sqlite_server, wait_for,
+};
 
 type Seen = Arc<Mutex<Vec<ProbeResult>>>;
 
 /// Forwards uploads to the real analyzer and keeps a decoded copy.
 fn start_tee(analyzer: String, seen: Seen) -> String {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
-    let listener = rt
-        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-        .unwrap();
-    let addr = listener.local_addr().unwrap();
     async fn upload(
         State((analyzer, seen)): State<(String, Seen)>,
         body: Bytes,
@@ -54,28 +47,21 @@ fn start_tee(analyzer: String, seen: Seen) -> String {
             Err(e) => (StatusCode::BAD_GATEWAY, e.to_string()),
         }
     }
-    let app = Router::new()
-        .route("/api/v1/results", post(upload))
-        .with_state((analyzer, seen));
-    std::thread::spawn(move || rt.block_on(async { axum::serve(listener, app).await.unwrap() }));
-    format!("http://{addr}")
+    serve_in_background(
+        Router::new()
+            .route("/api/v1/results", post(upload))
+            .with_state((analyzer, seen)),
+    )
 }
 
 fn start_agent(controller: &str, tee: &str, host: u8, tor: &str) -> Proc {
-    let mut cmd = bin();
-    cmd.args([
-        "agent",
-        "--controller",
+    let mut cmd = loopback_agent(
         controller,
-        "--analyzer",
-        tee,
-        "--host",
         &format!("e2e-host-{host}"),
-    ]);
-    for r in 1..=2 {
-        cmd.args(["--rnic", &format!("r{r}=127.88.{host}.{r},tor={tor}")]);
-    }
-    Proc(cmd.spawn().expect("spawn agent"))
+        &format!("127.88.{host}"),
+        tor,
+    );
+    Proc(cmd.args(["--analyzer", tee]).spawn().expect("spawn agent"))
 }
 
 fn now_ns() -> u64 {
@@ -93,18 +79,11 @@ fn in_window(seen: &Seen, from_ns: u64, to_ns: u64) -> Vec<ProbeResult> {
 
 #[test]
 fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
-    let dir = std::env::temp_dir().join(format!("rocemesh-e2e-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("server.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\n[analyzer]\nperiod_ms = 2000\ngrace_ms = 1500\n",
-            dir.join("e2e.db").display()
-        ),
-    )
-    .unwrap();
-    let (_server, url) = start_server(&config);
+    let dir = scratch_dir("e2e");
+    let (_server, url) = start_sqlite_server(
+        &dir,
+        "[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\n[analyzer]\nperiod_ms = 2000\ngrace_ms = 1500\n",
+    );
     let seen: Seen = Arc::default();
     let tee = start_tee(url.clone(), seen.clone());
     let mut agents: Vec<Proc> = [(1, "tor-a"), (2, "tor-a"), (3, "tor-b")]
@@ -261,18 +240,8 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
 
 #[test]
 fn bad_input_over_http_gets_clear_errors() {
-    let dir = std::env::temp_dir().join(format!("rocemesh-e2e-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let config = dir.join("server.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n",
-            dir.join("bad.db").display()
-        ),
-    )
-    .unwrap();
-    let (_server, url) = start_server(&config);
+    let dir = scratch_dir("e2e-bad");
+    let (_server, url) = start_sqlite_server(&dir, "");
     let post = |path: &str, ctype: &str, body: &[u8]| {
         let mut r = ureq::post(&format!("{url}{path}"))
             .header("content-type", ctype)

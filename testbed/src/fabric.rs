@@ -299,7 +299,7 @@ impl Fabric {
     /// Address servers listen on in the root namespace so agents in host namespaces reach
     /// them over the management network.
     pub fn management_ip(&self) -> std::net::Ipv4Addr {
-        crate::management::ROOT_IP
+        crate::management::root_ip(&self.topology.spec.prefix)
     }
 
     /// Uses `helper` to start fault helpers instead of [`HelperCommand::locate`].

@@ -27,7 +27,7 @@ pub struct FabricSpec {
     pub rnics_per_host: u8,
     /// Rail-optimized: RNIC i of every host of a pod connects to ToR i of the pod.
     pub rail_optimized: bool,
-    /// Build the management network (root-namespace bridge; one fabric at a time may have it).
+    /// Build the management network (a root-namespace bridge on the prefix's own /24).
     #[serde(default)]
     pub management: bool,
 }
@@ -101,9 +101,10 @@ impl FabricSpec {
                 self.rnic_links_per_tor()
             );
         }
-        if usize::from(self.tors) * usize::from(self.spines) > 32_000 {
+        if usize::from(self.tors) * usize::from(self.spines) > crate::management::MAX_SWITCH_LINKS {
             bail!(
-                "tors × spines exceeds the 32000 /31 links below the management subnet 198.19.254.0/24"
+                "tors × spines exceeds the {} /31 links below the management subnets (198.19.32.0 and up)",
+                crate::management::MAX_SWITCH_LINKS
             );
         }
         if self.host_count() > crate::management::MAX_HOSTS {

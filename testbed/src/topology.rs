@@ -188,7 +188,7 @@ impl Topology {
                 name,
                 netns,
                 rnics,
-                mgmt_ip: crate::management::host_ip(h),
+                mgmt_ip: crate::management::host_ip(&spec.prefix, h),
             });
         }
         for (t, tor) in tors.iter().enumerate() {

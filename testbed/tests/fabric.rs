@@ -2,11 +2,11 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddrV4};
+use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, namespaces_of, root_or_skip};
-use rocemesh_testbed::{Fabric, FabricSpec, FiveTuple, netns};
+use rocemesh_testbed::{Fabric, FabricSpec, FiveTuple, management, netns};
 use socket2::{Domain, Protocol, Socket, Type};
 
 #[test]
@@ -301,13 +301,57 @@ fn management_network_reaches_the_root_namespace_and_is_removed() {
         ..FabricSpec::default()
     };
     let fabric = Fabric::up(&spec).unwrap();
+    let host = &fabric.hosts()[3];
+    assert_eq!(
+        connect_from_host(&fabric, &host.netns),
+        IpAddr::V4(host.mgmt_ip)
+    );
+    // A fabric with another prefix has its own management subnet and runs beside it.
+    let beside = FabricSpec {
+        prefix: "tbmh".into(),
+        management: true,
+        ..FabricSpec::default()
+    };
+    let second = Fabric::up(&beside).unwrap();
+    assert_ne!(second.management_ip(), fabric.management_ip());
+    assert_eq!(
+        connect_from_host(&second, &second.hosts()[0].netns),
+        IpAddr::V4(second.hosts()[0].mgmt_ip)
+    );
+    Fabric::down("tbmh").unwrap();
+    // A prefix that hashes to a subnet in use is refused and leaves nothing behind.
+    let clash = (0..100_000)
+        .map(|i| format!("tbx{i}"))
+        .find(|p| management::subnet_octet(p) == management::subnet_octet("tbmg"))
+        .expect("some short prefix shares tbmg's subnet");
+    let other = FabricSpec {
+        prefix: clash.clone(),
+        management: true,
+        ..FabricSpec::default()
+    };
+    let err = format!("{:#}", Fabric::up(&other).unwrap_err());
+    assert!(err.contains("management subnet"), "{err}");
+    assert!(
+        namespaces_of(&clash).is_empty(),
+        "a refused fabric left namespaces behind"
+    );
+    Fabric::down("tbmg").unwrap();
+    let links = netns::run("ip", &["-o", "link", "show"]).unwrap();
+    assert!(
+        !links.contains("tbmg-"),
+        "management bridge or veth left behind: {links}"
+    );
+}
+
+/// Connects over TCP from host namespace `netns` to a listener on the fabric's management
+/// address; returns the peer address the listener saw.
+fn connect_from_host(fabric: &Fabric, netns_name: &str) -> IpAddr {
     let listener = std::net::TcpListener::bind((fabric.management_ip(), 0)).unwrap();
     let port = listener.local_addr().unwrap().port();
     let accepted = std::thread::spawn(move || listener.accept().map(|(_, peer)| peer.ip()));
-    let host = &fabric.hosts()[3];
     let target = format!("{}:{port}", fabric.management_ip());
     let out = netns::exec(
-        &host.netns,
+        netns_name,
         &[
             "bash",
             "-c",
@@ -319,27 +363,7 @@ fn management_network_reaches_the_root_namespace_and_is_removed() {
     );
     assert!(
         out.unwrap().contains("connected"),
-        "host cannot reach {target}"
+        "{netns_name} cannot reach {target}"
     );
-    assert_eq!(
-        accepted.join().unwrap().unwrap(),
-        std::net::IpAddr::V4(host.mgmt_ip)
-    );
-    // A second fabric cannot take the same management subnet.
-    let other = FabricSpec {
-        prefix: "tbmh".into(),
-        management: true,
-        ..FabricSpec::default()
-    };
-    assert!(Fabric::up(&other).is_err());
-    assert!(
-        namespaces_of("tbmh").is_empty(),
-        "a refused fabric left namespaces behind"
-    );
-    Fabric::down("tbmg").unwrap();
-    let links = netns::run("ip", &["-o", "link", "show"]).unwrap();
-    assert!(
-        !links.contains("tbmg-"),
-        "management bridge or veth left behind: {links}"
-    );
+    accepted.join().unwrap().unwrap()
 }

@@ -13,20 +13,7 @@ use rocemesh_testbed::{Fabric, FabricSpec, JobHandle, JobSpec};
 const SAMPLE_MS: u64 = 50;
 
 fn spec() -> JobSpec {
-    JobSpec {
-        name: "llm-a".into(),
-        tp: 2,
-        pp: 2,
-        dp: 4,
-        iteration_ms: 1000,
-        pp_offset_ms: 120,
-        allreduce_bytes: 150_000,
-        activation_bytes: 20_000,
-        jitter_ms: 80,
-        seed: 7,
-        first_host: 0,
-        burst_mbps: 16,
-    }
+    JobSpec::tp2_pp2_dp4("llm-a")
 }
 
 /// rx + tx bytes of every RNIC, read from /proc/PID/net/dev of a helper in each host namespace.

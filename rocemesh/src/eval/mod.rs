@@ -86,7 +86,7 @@ pub fn run(args: EvalArgs) -> Result<()> {
         return Ok(());
     }
     if args.suite == Suite::Skeleton {
-        let report = skeleton::run()?;
+        let report = skeleton::run(&args)?;
         if args.json {
             println!("{}", serde_json::to_string_pretty(&report)?);
         } else {

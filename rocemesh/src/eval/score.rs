@@ -27,6 +27,9 @@ pub struct Outcome {
     pub expected: Vec<String>,
     /// Problems reported from the end of the warm-up on (`kind:name (problem kind)`).
     pub found: Vec<String>,
+    /// The same problems with their lifetimes, seconds after the onset (an episode
+    /// resolved and raised again shows as two entries: an alert that flapped).
+    pub timeline: Vec<Episode>,
     /// Every expected component found, and nothing else blamed.
     pub correct: bool,
     /// The highest-confidence problem during the fault is an expected component.
@@ -51,6 +54,19 @@ pub struct Outcome {
     pub hard_fault: bool,
 }
 
+/// One reported problem's lifetime relative to the fault's onset.
+#[derive(Debug, Clone, Serialize)]
+pub struct Episode {
+    /// `kind:name (problem kind)`, as in [`Outcome::found`].
+    pub problem: String,
+    /// First seen, seconds after the onset.
+    pub first_seen_s: f64,
+    /// Last seen, seconds after the onset.
+    pub last_seen_s: f64,
+    /// Resolved, seconds after the onset (`None`: still active at the end).
+    pub resolved_s: Option<f64>,
+}
+
 /// One row of the analyzer's Alg. 1 baseline endpoint.
 #[derive(Debug, serde::Deserialize)]
 struct Voted {
@@ -60,6 +76,10 @@ struct Voted {
 
 fn problem_label(p: &Problem) -> String {
     format!("{}:{}", kind_str(p.component_kind), p.component)
+}
+
+fn found_label(p: &Problem) -> String {
+    format!("{} ({:?})", problem_label(p), p.kind)
 }
 
 fn alg1_answer(lab: &Lab) -> Vec<Voted> {
@@ -162,9 +182,15 @@ fn score(
     Outcome {
         name: s.name.to_string(),
         expected: inj.expected.iter().map(Expect::label).collect(),
-        found: problems
+        found: problems.iter().map(found_label).collect(),
+        timeline: problems
             .iter()
-            .map(|p| format!("{} ({:?})", problem_label(p), p.kind))
+            .map(|p| Episode {
+                problem: found_label(p),
+                first_seen_s: secs(p.first_seen_ms),
+                last_seen_s: secs(p.last_seen_ms),
+                resolved_s: p.resolved_ms.map(secs),
+            })
             .collect(),
         correct: expected_found == inj.expected.len() && fp == 0,
         top1_correct,
@@ -373,6 +399,8 @@ mod tests {
             last_seen_ms: at,
             resolved_ms: Some(at + 1),
             evidence: Evidence::default(),
+            priority: None,
+            affected_tasks: Vec::new(),
         }
     }
 

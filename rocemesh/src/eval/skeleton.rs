@@ -1,11 +1,23 @@
 //! `rocemesh eval --suite skeleton`: traffic-skeleton inference on synthetic jobs with
 //! known parallel groups (SkeletonHunter Fig. 8 shape and others), scored against the
-//! generator's ground truth; pinglist reduction against the full mesh.
+//! generator's ground truth; pinglist reduction against the full mesh. The `testbed` case
+//! (root) runs an emulated job on a namespace fabric instead, so the groups come from
+//! counters the real agents measured and the controller's own inference
+//! ([`crate::lab::skeleton_job`]).
 
-use anyhow::Result;
+use super::EvalArgs;
+use crate::lab::skeleton_job::{self, SkeletonRun};
+use anyhow::{Result, bail};
+use rocemesh_proto::api::TaskPhase;
 use rocemesh_skeleton::{InferenceConfig, Outcome, SyntheticJob, grouping_accuracy, infer};
 use serde::Serialize;
+use std::collections::BTreeSet;
 use std::time::Instant;
+
+/// Name of the case run on the namespace fabric.
+const TESTBED: &str = "testbed";
+/// Name of the case without any training structure.
+const UNSTRUCTURED: &str = "unstructured_64";
 
 /// One inference case.
 #[derive(Debug, Serialize)]
@@ -36,15 +48,24 @@ pub struct Case {
     pub basic_reduction_x: f64,
     /// 1 − pinglist / full mesh, in percent.
     pub pinglist_reduction_pct: f64,
-    /// Inference time, ms.
+    /// Inference time, ms (0 for the testbed case: the controller infers, see
+    /// `testbed.time_to_skeleton_s`).
     pub infer_ms: f64,
+    /// Why the case did not run (the testbed case needs root).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped: Option<String>,
+    /// What the testbed run measured.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub testbed: Option<SkeletonRun>,
 }
 
 /// Summary of the suite.
 #[derive(Debug, Serialize)]
 pub struct Summary {
-    /// Cases with the right outcome / cases.
+    /// Cases with the right outcome / cases run.
     pub correct: String,
+    /// Cases not run, with the reason.
+    pub skipped: Vec<String>,
     /// Mean grouping accuracy over the structured jobs.
     pub mean_grouping_accuracy: f64,
     /// Basic-list reduction of the Fig. 8 job, 8 RNICs per host (target ≥ 8×).
@@ -137,28 +158,101 @@ fn run_case(name: &str, job: Option<&SyntheticJob>, cfg: &InferenceConfig) -> Re
         basic_pairs: inference.basic.len(),
         pinglist_pairs: pinglist.len(),
         basic_reduction_x: full as f64 / inference.basic.len().max(1) as f64,
-        pinglist_reduction_pct: 100.0 * (1.0 - pinglist.len() as f64 / full.max(1) as f64),
+        pinglist_reduction_pct: reduction_pct(pinglist.len(), full),
         infer_ms,
+        skipped: None,
+        testbed: None,
     })
 }
 
-/// Runs every case.
-pub fn run() -> Result<Report> {
+fn reduction_pct(pairs: usize, full: usize) -> f64 {
+    100.0 * (1.0 - pairs as f64 / full.max(1) as f64)
+}
+
+/// The testbed case: right when the idle task kept the basic list, the skeleton accepted
+/// under job traffic has exactly the true groups, and its pinglist holds every pair the
+/// job talks on.
+fn testbed_case(prefix: &str) -> Result<Case> {
+    let job = skeleton_job::job_spec();
+    let truth = Some([job.tp as usize, job.pp as usize, job.dp as usize]);
+    let mut case = Case {
+        name: TESTBED.to_string(),
+        rnics: job.gpus() as usize,
+        truth,
+        inferred: None,
+        grouping_accuracy: None,
+        fallback: None,
+        correct: false,
+        talking_pairs_covered: false,
+        full_mesh_pairs: 0,
+        basic_pairs: 0,
+        pinglist_pairs: 0,
+        basic_reduction_x: 0.0,
+        pinglist_reduction_pct: 0.0,
+        infer_ms: 0.0,
+        skipped: None,
+        testbed: None,
+    };
+    if let Err(e) = crate::lab::require_root("the testbed case") {
+        case.skipped = Some(e.to_string());
+        return Ok(case);
+    }
+    let run = skeleton_job::run(prefix)?;
+    let last = &run.last;
+    let pinglist: BTreeSet<_> = run.pinglist_pairs.iter().collect();
+    case.talking_pairs_covered = run.truth_pairs.iter().all(|p| pinglist.contains(p));
+    case.grouping_accuracy = Some(run.grouping_accuracy());
+    case.fallback = last
+        .skeleton
+        .as_ref()
+        .and_then(|s| s.fallback_reason.clone());
+    case.correct = run.groups_exact()
+        && run.idle.phase == TaskPhase::BasicFallback
+        && case.talking_pairs_covered;
+    case.full_mesh_pairs = last.full_mesh_pairs;
+    case.basic_pairs = last.basic_pairs;
+    case.pinglist_pairs = last.active_pairs;
+    case.basic_reduction_x = last.full_mesh_pairs as f64 / last.basic_pairs.max(1) as f64;
+    case.pinglist_reduction_pct = reduction_pct(last.active_pairs, last.full_mesh_pairs);
+    case.testbed = Some(run);
+    Ok(case)
+}
+
+/// Runs the cases `args.scenarios` names (default: all); the testbed case on a lab with
+/// `args.prefix`.
+pub fn run(args: &EvalArgs) -> Result<Report> {
+    let jobs = jobs();
+    let known: Vec<&str> = jobs
+        .iter()
+        .map(|(n, _)| *n)
+        .chain([UNSTRUCTURED, TESTBED])
+        .collect();
+    if let Some(bad) = args.scenarios.iter().find(|s| !known.contains(&s.as_str())) {
+        bail!("unknown skeleton case {bad:?}; cases: {}", known.join(", "));
+    }
+    let wanted = |name: &str| args.scenarios.is_empty() || args.scenarios.iter().any(|s| s == name);
     let cfg = InferenceConfig::default();
     let mut cases = Vec::new();
-    for (name, job) in jobs() {
+    for (name, job) in jobs.iter().filter(|(n, _)| wanted(n)) {
         eprintln!("eval skeleton: {name} ...");
-        cases.push(run_case(name, Some(&job), &cfg)?);
+        cases.push(run_case(name, Some(job), &cfg)?);
     }
-    cases.push(run_case("unstructured_64", None, &cfg)?);
-    let structured: Vec<&Case> = cases.iter().filter(|c| c.truth.is_some()).collect();
+    if wanted(UNSTRUCTURED) {
+        cases.push(run_case(UNSTRUCTURED, None, &cfg)?);
+    }
+    if wanted(TESTBED) {
+        eprintln!("eval skeleton: {TESTBED} (prefix {}) ...", args.prefix);
+        cases.push(testbed_case(&args.prefix)?);
+    }
+    let ran: Vec<&Case> = cases.iter().filter(|c| c.skipped.is_none()).collect();
+    let structured: Vec<&&Case> = ran.iter().filter(|c| c.truth.is_some()).collect();
     let fig8 = cases.iter().find(|c| c.name == "fig8_tp8_pp8_dp8_512");
     let summary = Summary {
-        correct: format!(
-            "{}/{}",
-            cases.iter().filter(|c| c.correct).count(),
-            cases.len()
-        ),
+        correct: format!("{}/{}", ran.iter().filter(|c| c.correct).count(), ran.len()),
+        skipped: cases
+            .iter()
+            .filter_map(|c| Some(format!("{}: {}", c.name, c.skipped.as_ref()?)))
+            .collect(),
         mean_grouping_accuracy: structured
             .iter()
             .filter_map(|c| c.grouping_accuracy)

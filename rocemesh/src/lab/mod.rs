@@ -3,6 +3,7 @@
 //! demo and the evaluation suite both run on it.
 
 pub mod fabric_map;
+pub mod skeleton_job;
 
 use crate::config::ServerConfig;
 use crate::server::{self, Roles, RunningServer};
@@ -21,6 +22,8 @@ pub struct LabTiming {
     pub upload_period_ms: u64,
     /// SLA period.
     pub period_ms: u64,
+    /// Agents' throughput sampling interval (skeleton inference); `None`: the agent default.
+    pub sample_interval_ms: Option<u64>,
 }
 
 impl Default for LabTiming {
@@ -28,15 +31,40 @@ impl Default for LabTiming {
         Self {
             upload_period_ms: 1_000,
             period_ms: 5_000,
+            sample_interval_ms: None,
         }
     }
 }
 
-/// The helper command that runs fault helpers through this very binary.
+/// The helper command that runs fault helpers through the rocemesh binary.
 pub fn helper_command() -> Result<HelperCommand> {
     Ok(HelperCommand {
-        program: std::env::current_exe().context("locating the rocemesh binary")?,
+        program: rocemesh_exe()?,
         args: vec!["testbed".into(), "helper".into()],
+    })
+}
+
+/// The rocemesh binary that agents and fault helpers run from: `ROCEMESH_BIN` when set,
+/// else this process when it is rocemesh, else the `rocemesh` that cargo builds next to a
+/// test binary (`target/<profile>/deps/test-…` → `target/<profile>/rocemesh`).
+pub fn rocemesh_exe() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("ROCEMESH_BIN") {
+        return Ok(PathBuf::from(bin));
+    }
+    let me = std::env::current_exe().context("locating the rocemesh binary")?;
+    if me.file_stem().is_some_and(|s| s == "rocemesh") {
+        return Ok(me);
+    }
+    let sibling = me
+        .parent()
+        .and_then(|deps| deps.parent())
+        .map(|profile| profile.join("rocemesh"))
+        .filter(|p| p.is_file());
+    sibling.with_context(|| {
+        format!(
+            "{} is not rocemesh and no rocemesh binary is next to it: set ROCEMESH_BIN",
+            me.display()
+        )
     })
 }
 
@@ -59,14 +87,28 @@ pub struct Lab {
     pub url: String,
     rt: tokio::runtime::Runtime,
     server: Option<RunningServer>,
+    /// The server's configuration, kept for [`Lab::restart_server`].
+    server_cfg: ServerConfig,
     agents: BTreeMap<String, Child>,
+    /// Agent config file (settings that have no flag), passed with `--config`.
+    agent_config: Option<PathBuf>,
     dir: PathBuf,
     exe: PathBuf,
 }
 
 impl Lab {
     /// Builds the fabric (with a management network), starts the server and one agent per host.
-    pub fn up(mut spec: FabricSpec, timing: &LabTiming) -> Result<Lab> {
+    pub fn up(spec: FabricSpec, timing: &LabTiming) -> Result<Lab> {
+        Self::up_with(spec, timing, |_| {})
+    }
+
+    /// As [`Lab::up`], with `configure` adjusting the server's configuration last (e.g. the
+    /// controller's skeleton inference cadence for a test).
+    pub fn up_with(
+        mut spec: FabricSpec,
+        timing: &LabTiming,
+        configure: impl FnOnce(&mut ServerConfig),
+    ) -> Result<Lab> {
         require_root("the lab")?;
         spec.management = true;
         let fabric = Fabric::up(&spec)?.with_helper(helper_command()?);
@@ -95,17 +137,34 @@ impl Lab {
         cfg.analyzer.diagnosis.host_down_after_ms = 4 * timing.upload_period_ms.max(1_000);
         cfg.analyzer.diagnosis.host_silent_ms = 5 * timing.upload_period_ms.max(1_000) / 2;
         cfg.analyzer.diagnosis.resolve_after_ms = 5_000;
+        configure(&mut cfg);
         let rt = crate::cli::runtime()?;
-        let server = rt.block_on(server::start(cfg, Roles::Both))?;
+        let server = rt.block_on(server::start(cfg.clone(), Roles::Both))?;
         let url = server.url();
+        // Agent settings without a command-line flag go in a config file; flags override it.
+        let agent_config = match timing.sample_interval_ms {
+            Some(ms) => {
+                let path = dir.join("agent.toml");
+                let text = format!(
+                    "controller_url = {url:?}\nrnics = []\nsample_interval_ms = {ms}\nsample_upload_ms = {}\n",
+                    timing.upload_period_ms.max(ms)
+                );
+                std::fs::write(&path, text)
+                    .with_context(|| format!("writing {}", path.display()))?;
+                Some(path)
+            }
+            None => None,
+        };
         let mut lab = Lab {
             fabric,
             url,
             rt,
             server: Some(server),
+            server_cfg: cfg,
             agents: BTreeMap::new(),
+            agent_config,
             dir,
-            exe: std::env::current_exe().context("locating the rocemesh binary")?,
+            exe: rocemesh_exe()?,
         };
         let hosts: Vec<String> = lab.fabric.hosts().iter().map(|h| h.name.clone()).collect();
         for h in &hosts {
@@ -127,6 +186,9 @@ impl Lab {
         let mut cmd = netns::command(&h.netns, &self.exe.to_string_lossy());
         cmd.env("RUST_LOG", "warn")
             .args(["agent", "--controller", &self.url, "--host", &h.name]);
+        if let Some(path) = &self.agent_config {
+            cmd.arg("--config").arg(path);
+        }
         for r in &h.rnics {
             cmd.args([
                 "--rnic",
@@ -188,6 +250,35 @@ impl Lab {
         resp.body_mut()
             .read_json()
             .with_context(|| format!("GET {url}: bad JSON"))
+    }
+
+    /// POST a JSON body to the server and read its JSON reply (e.g. creating a task).
+    pub fn post<B: serde::Serialize, T: serde::de::DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<T> {
+        let url = format!("{}{path}", self.url);
+        let mut resp = ureq::post(&url)
+            .send_json(body)
+            .with_context(|| format!("POST {url}"))?;
+        resp.body_mut()
+            .read_json()
+            .with_context(|| format!("POST {url}: bad JSON"))
+    }
+
+    /// Stops the server gracefully and starts it again on the same address and database,
+    /// as an operator's restart would; the agents keep running and reconnect.
+    pub fn restart_server(&mut self) -> Result<()> {
+        let old = self
+            .server
+            .take()
+            .context("the lab has no server running")?;
+        let mut cfg = self.server_cfg.clone();
+        cfg.listen = old.addr;
+        self.rt.block_on(old.shutdown())?;
+        self.server = Some(self.rt.block_on(server::start(cfg, Roles::Both))?);
+        Ok(())
     }
 
     /// All problems the analyzer has (active and resolved).

@@ -1,7 +1,10 @@
 //! Helpers for the binary's end-to-end tests: real `rocemesh` processes, real HTTP.
 #![allow(dead_code)]
 
+pub mod self_fault;
+
 use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -45,15 +48,88 @@ pub fn bin() -> Command {
     c
 }
 
+/// Whether the test runs as root (namespace fabrics need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A fresh directory for one test's files, unique per process and call.
+pub fn scratch_dir(what: &str) -> PathBuf {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = std::env::temp_dir().join(format!("rocemesh-{what}-{}-{n}", std::process::id()));
+    std::fs::create_dir_all(&dir).expect("create the test directory");
+    dir
+}
+
+/// Writes `dir/server.toml` (port 0, a SQLite database in `dir`, then the `extra` TOML)
+/// and starts a server on it, as [`start_server`].
+pub fn start_sqlite_server(dir: &Path, extra: &str) -> (Proc, String) {
+    let config = dir.join("server.toml");
+    let db = dir.join("rocemesh.db");
+    std::fs::write(
+        &config,
+        format!(
+            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n{extra}",
+            db.display()
+        ),
+    )
+    .expect("write server.toml");
+    start_server(&config)
+}
+
+/// `rocemesh agent` for `host` with two loopback RNICs under ToR `tor`: `r1` at `{net}.1`
+/// and `r2` at `{net}.2` (`net` like `127.89.3`, one per host and test binary).
+pub fn loopback_agent(controller: &str, host: &str, net: &str, tor: &str) -> Command {
+    let mut cmd = bin();
+    cmd.args(["agent", "--controller", controller, "--host", host]);
+    for r in 1..=2 {
+        cmd.args(["--rnic", &format!("r{r}={net}.{r},tor={tor}")]);
+    }
+    cmd
+}
+
+/// Runs an `eval ... --json` command, asserts it succeeded and returns its report
+/// (printed, for the test log).
+pub fn eval_report(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.output().expect("run rocemesh eval");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "eval failed: {stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stderr}"));
+    eprintln!("{}", serde_json::to_string_pretty(&report).expect("JSON"));
+    report
+}
+
+/// Serves `app` on 127.0.0.1 from a runtime of its own on a background thread (for the
+/// stand-ins tests put between real processes); returns its base URL.
+pub fn serve_in_background(app: axum::Router) -> String {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let listener = rt
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .expect("bind 127.0.0.1:0");
+    let addr = listener.local_addr().expect("local address");
+    std::thread::spawn(move || rt.block_on(async { axum::serve(listener, app).await }));
+    format!("http://{addr}")
+}
+
 /// Starts `rocemesh server --config <cfg>` (which must listen on port 0) and returns
 /// it with its base URL, read from the "listening on" line.
 pub fn start_server(config: &std::path::Path) -> (Proc, String) {
-    let mut child = bin()
-        .args(["server", "--config"])
-        .arg(config)
-        .stdout(Stdio::piped())
-        .spawn()
-        .expect("spawn server");
+    let mut cmd = bin();
+    cmd.args(["server", "--config"]).arg(config);
+    spawn_listening(cmd)
+}
+
+/// Spawns `cmd` (a `rocemesh server`, `controller` or `analyzer`, maybe wrapped) and
+/// returns it with its base URL, read from the "listening on" line of its stdout.
+pub fn spawn_listening(mut cmd: Command) -> (Proc, String) {
+    let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn server");
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {

@@ -90,6 +90,9 @@ mod tests {
     #[test]
     fn full_loss_is_a_plain_drop_and_partial_loss_uses_numgen() {
         assert_eq!(super::loss_rule(100), "meta protocol ip drop");
-        assert_eq!(super::loss_rule(10), "meta protocol ip numgen random mod 100 < 10 drop");
+        assert_eq!(
+            super::loss_rule(10),
+            "meta protocol ip numgen random mod 100 < 10 drop"
+        );
     }
 }

@@ -57,6 +57,26 @@ pub struct JobSpec {
 }
 
 impl JobSpec {
+    /// The reference job of the tests and the skeleton eval: TP=2 PP=2 DP=4 on 16 GPUs
+    /// from host 0 (4 hosts × 4 RNICs), 1 s iterations, stages 120 ms apart, 150 kB
+    /// all-reduce and 20 kB activations per GPU, 80 ms jitter, 16 Mbit/s bursts.
+    pub fn tp2_pp2_dp4(name: &str) -> JobSpec {
+        JobSpec {
+            name: name.into(),
+            tp: 2,
+            pp: 2,
+            dp: 4,
+            iteration_ms: 1000,
+            pp_offset_ms: 120,
+            allreduce_bytes: 150_000,
+            activation_bytes: 20_000,
+            jitter_ms: 80,
+            seed: 7,
+            first_host: 0,
+            burst_mbps: 16,
+        }
+    }
+
     /// Number of GPUs (= RNICs) of the job.
     pub fn gpus(&self) -> u64 {
         u64::from(self.tp)
@@ -152,20 +172,7 @@ pub(crate) mod tests {
 
     /// The job of the integration test: TP=2 PP=2 DP=4 on 4 hosts × 4 RNICs.
     pub(crate) fn job() -> JobSpec {
-        JobSpec {
-            name: "llm-a".into(),
-            tp: 2,
-            pp: 2,
-            dp: 4,
-            iteration_ms: 1000,
-            pp_offset_ms: 120,
-            allreduce_bytes: 150_000,
-            activation_bytes: 20_000,
-            jitter_ms: 80,
-            seed: 7,
-            first_host: 0,
-            burst_mbps: 16,
-        }
+        JobSpec::tp2_pp2_dp4("llm-a")
     }
 
     pub(crate) fn fabric(rail_optimized: bool) -> FabricSpec {

@@ -1,0 +1,217 @@
+"""Static checks of the repository's Dockerfile (no Docker daemon is needed or used).
+
+The image is not built here (no Docker daemon on the development machine or in CI), so these
+checks catch what would break the build or the chart before anyone runs `docker build`:
+every path the Dockerfile copies from the context exists and is not dropped by .dockerignore
+(with `COPY . .`: every workspace member, the manifests and the migrations), the binary it
+builds and installs is the `rocemesh` binary of the workspace, the builder installs what the
+build scripts say they need, builder and runtime are the same Debian release (glibc), the
+runtime has the verbs packages, and the image's user and ports are the ones the chart uses.
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+RUNTIME_PACKAGES = {"libibverbs1", "ibverbs-providers", "iproute2", "ca-certificates"}
+# Build scripts that name the Debian packages they need in a "Needs (Debian): a, b" line.
+BUILD_SCRIPTS = ("ebpf/build.rs",)
+
+
+def instructions(text: str) -> list[tuple[str, str]]:
+    """(INSTRUCTION, arguments) with line continuations joined and comments dropped."""
+    out, cur = [], ""
+    for line in text.splitlines():
+        if not cur and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.rstrip().endswith("\\"):
+            cur += line.rstrip()[:-1] + " "
+            continue
+        cur += line
+        word, _, rest = cur.strip().partition(" ")
+        out.append((word.upper(), rest.strip()))
+        cur = ""
+    return out
+
+
+def stages(instrs: list[tuple[str, str]]) -> list[list[tuple[str, str]]]:
+    """Instructions split at each FROM (the FROM opens its stage)."""
+    out: list[list[tuple[str, str]]] = []
+    for ins in instrs:
+        if ins[0] == "FROM":
+            out.append([])
+        if out:
+            out[-1].append(ins)
+    return out
+
+
+def ignore_regex(pattern: str) -> re.Pattern:
+    """A .dockerignore pattern (Go filepath.Match plus `**`) as a regex on context paths."""
+    pattern = pattern.strip("/")
+    rx = ""
+    i = 0
+    while i < len(pattern):
+        if pattern.startswith("**/", i):
+            rx, i = rx + "(?:.*/)?", i + 3
+        elif pattern.startswith("**", i):
+            rx, i = rx + ".*", i + 2
+        elif pattern[i] == "*":
+            rx, i = rx + "[^/]*", i + 1
+        elif pattern[i] == "?":
+            rx, i = rx + "[^/]", i + 1
+        else:
+            rx, i = rx + re.escape(pattern[i]), i + 1
+    return re.compile(rx + r"\Z")
+
+
+def ignored(path: str, patterns: list[str]) -> bool:
+    """Whether .dockerignore drops `path` (a path or any of its parents matching; last rule wins)."""
+    parts = path.strip("/").split("/")
+    candidates = ["/".join(parts[: n + 1]) for n in range(len(parts))]
+    out = False
+    for pat in patterns:
+        negate = pat.startswith("!")
+        rx = ignore_regex(pat[1:] if negate else pat)
+        if any(rx.match(c) for c in candidates):
+            out = not negate
+    return out
+
+
+def dockerignore_patterns() -> list[str]:
+    """The non-comment lines of .dockerignore."""
+    path = REPO / ".dockerignore"
+    if not path.exists():
+        return []
+    return [ln.strip() for ln in path.read_text().splitlines() if ln.strip() and not ln.startswith("#")]
+
+
+def apt_packages(run_args: str) -> set[str]:
+    """Package names of the `apt-get install` in a RUN line."""
+    words = shlex.split(run_args.replace("&&", " && "))
+    out: set[str] = set()
+    for i, w in enumerate(words):
+        if w == "install" and i and words[i - 1] == "apt-get":
+            for pkg in words[i + 1:]:
+                if pkg in ("&&", ";"):
+                    break
+                if not pkg.startswith("-"):
+                    out.add(pkg)
+    return out
+
+
+def binary_targets() -> dict[str, str]:
+    """Binary name -> package name for every workspace member that has one."""
+    members = tomllib.loads((REPO / "Cargo.toml").read_text())["workspace"]["members"]
+    out = {}
+    for m in members:
+        manifest = tomllib.loads((REPO / m / "Cargo.toml").read_text())
+        pkg = manifest["package"]["name"]
+        for b in manifest.get("bin", []):
+            out[b["name"]] = pkg
+        if (REPO / m / "src" / "main.rs").exists() and not manifest.get("bin"):
+            out[pkg] = pkg
+    return out
+
+
+def problems(server_uid: int, server_port: int, metrics_port: int) -> list[str]:
+    """Everything wrong with Dockerfile + .dockerignore, given what the chart expects."""
+    p: list[str] = []
+    text = (REPO / "Dockerfile").read_text()
+    st = stages(instructions(text))
+    if len(st) < 2:
+        return [f"{len(st)} stage(s): wanted a builder and a runtime stage"]
+    patterns = dockerignore_patterns()
+    builder, runtime = st[0], st[-1]
+    builder_from = builder[0][1].split()[0]
+    if not re.fullmatch(r"rust:1\.95-bookworm", builder_from):
+        p.append(f"builder FROM {builder_from}: wanted rust:1.95-bookworm (the runtime's glibc)")
+    if runtime[0][1].split()[0] != "debian:bookworm-slim":
+        p.append(f"runtime FROM {runtime[0][1]}: wanted debian:bookworm-slim")
+    # Context paths copied into the builder.
+    members = tomllib.loads((REPO / "Cargo.toml").read_text())["workspace"]["members"]
+    needed = ["Cargo.toml", "Cargo.lock", "migrations", *members]
+    for word, args in builder:
+        if word != "COPY" or "--from=" in args:
+            continue
+        *sources, _dest = shlex.split(args)
+        for src in sources:
+            if not (REPO / src).exists():
+                p.append(f"COPY {src}: no such path in the repository")
+            elif src != "." and ignored(src, patterns):
+                p.append(f"COPY {src}: dropped by .dockerignore")
+        copied_all = "." in sources
+        for path in needed:
+            covered = copied_all or any(path == s.rstrip("/") or path.startswith(s.rstrip("/") + "/") for s in sources)
+            if covered and ignored(path, patterns):
+                p.append(f"{path} is needed by the build but .dockerignore drops it")
+    copies = [shlex.split(a) for w, a in builder if w == "COPY" and "--from=" not in a]
+    copied = {s.rstrip("/") for c in copies for s in c[:-1]}
+    if "." not in copied:
+        for path in needed:
+            if path not in copied:
+                p.append(f"{path} (workspace) is not copied into the builder")
+    # The binary: built, installed and run under the workspace's name.
+    bins = binary_targets()
+    builds = [a for w, a in builder if w == "RUN" and "cargo build" in a]
+    if not builds:
+        p.append("the builder runs no cargo build")
+    for b in builds:
+        if "--locked" not in b or "--release" not in b:
+            p.append("cargo build without --release --locked")
+        m = re.search(r"-p\s+(\S+)", b)
+        if not m or m.group(1) != bins.get("rocemesh"):
+            p.append(f"cargo build -p {m.group(1) if m else '?'}: the rocemesh binary is in package {bins.get('rocemesh')}")
+        if "target/release/rocemesh" not in b:
+            p.append("the builder does not take target/release/rocemesh")
+    rt_copy = [shlex.split(a) for w, a in runtime if w == "COPY"]
+    if not any(c[-1] == "/usr/local/bin/rocemesh" and c[0].startswith("--from=") for c in rt_copy):
+        p.append("the runtime stage does not copy the binary to /usr/local/bin/rocemesh")
+    entry = [a for w, a in runtime if w == "ENTRYPOINT"]
+    if entry != ['["/usr/local/bin/rocemesh"]']:
+        p.append(f"ENTRYPOINT {entry}: wanted [\"/usr/local/bin/rocemesh\"] (the chart passes the subcommand as args)")
+    # Packages.
+    builder_pkgs = set().union(*[apt_packages(a) for w, a in builder if w == "RUN"])
+    for script in BUILD_SCRIPTS:
+        m = re.search(r"Needs \(Debian\): ([^.\n]+)", (REPO / script).read_text())
+        wanted = {x.strip() for x in m.group(1).split(",")} if m else set()
+        if not m:
+            p.append(f"{script} no longer says what it needs (\"Needs (Debian): ...\")")
+        if wanted - builder_pkgs:
+            p.append(f"builder lacks {sorted(wanted - builder_pkgs)} that {script} needs")
+    runtime_pkgs = set().union(*[apt_packages(a) for w, a in runtime if w == "RUN"])
+    if RUNTIME_PACKAGES - runtime_pkgs:
+        p.append(f"runtime lacks {sorted(RUNTIME_PACKAGES - runtime_pkgs)}")
+    # User and ports as the chart uses them.
+    user = [a for w, a in runtime if w == "USER"]
+    if not user or user[-1].split(":")[0] != str(server_uid):
+        p.append(f"USER {user}: the chart runs the server as uid {server_uid}")
+    exposed = {int(x.split("/")[0]) for w, a in runtime if w == "EXPOSE" for x in a.split()}
+    if {server_port, metrics_port} - exposed:
+        p.append(f"EXPOSE {sorted(exposed)}: the chart uses {server_port} and {metrics_port}")
+    return p
+
+
+def run(report, rendered) -> None:
+    """Adds the Dockerfile checks (and a self-test of the .dockerignore matcher) to `report`."""
+    dep = rendered.one("Deployment", "-server")
+    uid = dep["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
+    report.check("Dockerfile: copies, binary, packages, user and ports fit the workspace and the chart",
+                 lambda: problems(uid, rendered.values["server"]["port"], rendered.values["agent"]["metrics"]["port"]))
+
+    def matcher() -> list[str]:
+        cases = [
+            ("target", ["target"], True),
+            ("target/release/rocemesh", ["target"], True),
+            ("agent/src/x.db", ["**/*.db"], True),
+            ("rocemesh.db", ["**/*.db"], True),
+            ("agent/src/lib.rs", ["**/*.db", "target"], False),
+            ("docs/a.md", ["docs", "!docs/a.md"], False),
+            ("store", ["st?re"], True),
+        ]
+        return [f"ignored({path!r}, {pats}) != {want}" for path, pats, want in cases if ignored(path, pats) != want]
+
+    report.check("Dockerfile: the .dockerignore matcher follows Docker's rules", matcher)

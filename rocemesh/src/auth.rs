@@ -1,0 +1,328 @@
+//! Bearer-token access control of the HTTP API: the `[auth]` config section, the roles a
+//! token grants and the axum middleware that wraps the server's whole router.
+//!
+//! Roles: `read` may GET (and HEAD) anything under `/api/v1` but pinglists (they carry
+//! the cluster probe keys); `agent` may call only what an
+//! agent calls (registration, pinglist polls, result and throughput uploads, task readiness,
+//! the comm-info look-up of service tracing); `admin` may call everything. Outside `/api/`
+//! (health, readiness, `/metrics`, the dashboard's page and assets) and the OpenAPI document
+//! stay open. Without any token configured, auth is off (a warning is logged at start).
+
+use anyhow::{Context, Result, bail};
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use rocemesh_proto::api::ErrorBody;
+use serde::Deserialize;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// Path of the OpenAPI document, open to everyone.
+pub const OPENAPI_PATH: &str = "/api/v1/openapi.json";
+/// Shortest token accepted: anything shorter is guessable.
+pub const MIN_TOKEN_LEN: usize = 16;
+/// Longest token accepted (a header, not a file dump).
+pub const MAX_TOKEN_LEN: usize = 4096;
+
+/// What a token may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// GET of every API route (operators, dashboards, scripts).
+    Read,
+    /// Everything (writes, deletes, configuration).
+    Admin,
+    /// Only the calls an agent makes.
+    Agent,
+}
+
+impl Role {
+    /// Lowercase name as in the config.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Read => "read",
+            Self::Admin => "admin",
+            Self::Agent => "agent",
+        }
+    }
+
+    /// Whether this role may call `method path` (a path under `/api/v1`).
+    pub fn may(self, method: &Method, path: &str) -> bool {
+        match self {
+            Self::Admin => true,
+            Self::Read => {
+                (*method == Method::GET || *method == Method::HEAD) && !carries_probe_keys(path)
+            }
+            Self::Agent => is_agent_call(method, path),
+        }
+    }
+}
+
+/// Pinglists carry the cluster probe keys: agents and admins only.
+fn carries_probe_keys(path: &str) -> bool {
+    path.starts_with("/api/v1/pinglists/")
+}
+
+/// The calls an agent makes, and nothing else.
+fn is_agent_call(method: &Method, path: &str) -> bool {
+    let Some(rest) = path.strip_prefix("/api/v1/") else {
+        return false;
+    };
+    let segments: Vec<&str> = rest.split('/').collect();
+    let get = *method == Method::GET || *method == Method::HEAD;
+    let post = *method == Method::POST;
+    match segments.as_slice() {
+        ["agents", "register"] | ["results"] | ["throughput"] | ["tasks", _, "ready"] => post,
+        ["pinglists", _] | ["rnics", "by-ip", _] => get,
+        _ => false,
+    }
+}
+
+/// Whether a path is served without a token.
+pub fn is_open(path: &str) -> bool {
+    !path.starts_with("/api/") || path == OPENAPI_PATH
+}
+
+/// The `[auth]` section of the server config.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuthConfig {
+    /// Accepted tokens; none = auth off.
+    pub tokens: Vec<TokenConfig>,
+}
+
+/// One accepted token: inline (`token`) or read from a file at start (`token_file`).
+#[derive(Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TokenConfig {
+    /// What the token may do.
+    pub role: Role,
+    /// The token itself.
+    #[serde(default)]
+    pub token: Option<String>,
+    /// A file holding the token (e.g. a mounted Kubernetes secret); surrounding whitespace
+    /// is ignored.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Never prints the token: configs are logged and shown in errors.
+impl std::fmt::Debug for TokenConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenConfig")
+            .field("role", &self.role)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_file", &self.token_file)
+            .finish()
+    }
+}
+
+/// Reads a token from a file: trimmed, checked like an inline one; the error names the file
+/// (never the content).
+pub fn read_token_file(path: &std::path::Path) -> Result<String> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading token file {}", path.display()))?;
+    let token = text.trim().to_string();
+    check_token(&token).with_context(|| format!("token file {}", path.display()))?;
+    Ok(token)
+}
+
+/// A token must fit in an `Authorization` header and be long enough not to be guessed.
+fn check_token(token: &str) -> Result<()> {
+    if token.len() < MIN_TOKEN_LEN || token.len() > MAX_TOKEN_LEN {
+        bail!(
+            "a token must be {MIN_TOKEN_LEN} to {MAX_TOKEN_LEN} characters long, this one has {}",
+            token.len()
+        );
+    }
+    if !token.bytes().all(|b| b.is_ascii_graphic()) {
+        bail!("a token must be printable ASCII without spaces");
+    }
+    Ok(())
+}
+
+/// The accepted tokens, loaded once at start.
+pub struct Tokens {
+    entries: Vec<(Role, Box<[u8]>)>,
+}
+
+impl Tokens {
+    /// Loads `[auth]` (reading token files); `None` when no token is configured (auth off).
+    pub fn load(cfg: &AuthConfig) -> Result<Option<Arc<Self>>> {
+        let mut entries: Vec<(Role, Box<[u8]>)> = Vec::with_capacity(cfg.tokens.len());
+        for (i, t) in cfg.tokens.iter().enumerate() {
+            let what = || format!("[auth] tokens[{i}] (role {})", t.role.as_str());
+            let token = match (&t.token, &t.token_file) {
+                (Some(token), None) => {
+                    check_token(token).with_context(what)?;
+                    token.clone()
+                }
+                (None, Some(path)) => read_token_file(path).with_context(what)?,
+                _ => bail!("{}: give exactly one of token and token_file", what()),
+            };
+            if entries
+                .iter()
+                .any(|(_, e)| constant_time_eq(e, token.as_bytes()))
+            {
+                bail!("{}: the same token is configured twice", what());
+            }
+            entries.push((t.role, token.into_bytes().into_boxed_slice()));
+        }
+        Ok((!entries.is_empty()).then(|| Arc::new(Self { entries })))
+    }
+
+    /// The role of a presented token. Every configured token is compared, each in time
+    /// independent of where the bytes differ, so timing tells nothing about the tokens.
+    pub fn role_of(&self, presented: &[u8]) -> Option<Role> {
+        let mut found = None;
+        for (role, token) in &self.entries {
+            if constant_time_eq(token, presented) && found.is_none() {
+                found = Some(*role);
+            }
+        }
+        found
+    }
+}
+
+/// Equality whose time depends on the lengths only, not on where the bytes differ.
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    if a.len() != b.len() {
+        return false;
+    }
+    let diff = a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y));
+    std::hint::black_box(diff) == 0
+}
+
+/// Wraps `router` in the token check; without tokens it is returned as is (auth off).
+pub fn protect(router: Router, tokens: Option<Arc<Tokens>>) -> Router {
+    match tokens {
+        Some(tokens) => router.layer(middleware::from_fn_with_state(tokens, check)),
+        None => {
+            tracing::warn!(
+                "no [auth] tokens configured: the API is open to anyone who can reach it"
+            );
+            router
+        }
+    }
+}
+
+fn refuse(status: StatusCode, error: String) -> Response {
+    let mut resp = (status, axum::Json(ErrorBody { error })).into_response();
+    if status == StatusCode::UNAUTHORIZED {
+        resp.headers_mut()
+            .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+    }
+    resp
+}
+
+/// The middleware: open paths pass; others need a known token whose role allows the call.
+async fn check(State(tokens): State<Arc<Tokens>>, req: Request, next: Next) -> Response {
+    let path = req.uri().path();
+    if is_open(path) {
+        return next.run(req).await;
+    }
+    let presented = req
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.as_bytes().strip_prefix(b"Bearer "));
+    let Some(presented) = presented else {
+        return refuse(
+            StatusCode::UNAUTHORIZED,
+            "missing token: send `Authorization: Bearer <token>`".into(),
+        );
+    };
+    match tokens.role_of(presented) {
+        None => refuse(StatusCode::UNAUTHORIZED, "unknown token".into()),
+        Some(role) if role.may(req.method(), path) => next.run(req).await,
+        Some(role) => refuse(
+            StatusCode::FORBIDDEN,
+            format!("a {} token may not {} {path}", role.as_str(), req.method()),
+        ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tokens(toml_text: &str) -> Result<Option<Arc<Tokens>>> {
+        Tokens::load(&toml::from_str::<AuthConfig>(toml_text)?)
+    }
+
+    #[test]
+    fn roles_allow_what_the_contract_says() {
+        let (get, post, delete) = (Method::GET, Method::POST, Method::DELETE);
+        assert!(Role::Read.may(&get, "/api/v1/problems"));
+        assert!(!Role::Read.may(&get, "/api/v1/pinglists/7"), "probe keys");
+        assert!(!Role::Read.may(&post, "/api/v1/tasks"));
+        assert!(Role::Admin.may(&delete, "/api/v1/hosts/3"));
+        for (m, p) in [
+            (&post, "/api/v1/agents/register"),
+            (&get, "/api/v1/pinglists/7"),
+            (&post, "/api/v1/results"),
+            (&post, "/api/v1/throughput"),
+            (&post, "/api/v1/tasks/4/ready"),
+            (&get, "/api/v1/rnics/by-ip/10.0.0.1"),
+        ] {
+            assert!(Role::Agent.may(m, p), "{m} {p}");
+        }
+        for (m, p) in [
+            (&get, "/api/v1/problems"),
+            (&post, "/api/v1/tasks"),
+            (&get, "/api/v1/tasks/4/ready"),
+            (&post, "/api/v1/tasks/4/ready/x"),
+            (&delete, "/api/v1/hosts/1"),
+            (&get, "/api/v1/rnics"),
+        ] {
+            assert!(!Role::Agent.may(m, p), "{m} {p}");
+        }
+        assert!(is_open("/healthz") && is_open("/") && is_open("/assets/app.js"));
+        assert!(is_open(OPENAPI_PATH) && is_open("/metrics"));
+        assert!(!is_open("/api/v1/problems") && !is_open("/api/v2/x"));
+    }
+
+    #[test]
+    fn tokens_load_inline_and_from_files() {
+        assert!(tokens("").unwrap().is_none(), "no tokens = auth off");
+        let dir = std::env::temp_dir().join(format!("rocemesh-auth-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("agent");
+        std::fs::write(&file, "agent-token-0123456789\n").unwrap();
+        let t = tokens(&format!(
+            "tokens = [{{ role = \"admin\", token = \"admin-token-0123456789\" }}, {{ role = \"agent\", token_file = {:?} }}]",
+            file.display().to_string()
+        ))
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.role_of(b"admin-token-0123456789"), Some(Role::Admin));
+        assert_eq!(t.role_of(b"agent-token-0123456789"), Some(Role::Agent));
+        assert_eq!(t.role_of(b"agent-token-012345678"), None);
+        assert_eq!(t.role_of(b""), None);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn bad_tokens_are_clear_errors_without_the_secret() {
+        let err = tokens("tokens = [{ role = \"read\", token_file = \"/nonexistent/tok\" }]")
+            .err()
+            .unwrap();
+        let msg = format!("{err:#}");
+        assert!(
+            msg.contains("/nonexistent/tok") && msg.contains("role read"),
+            "{msg}"
+        );
+        let err = tokens("tokens = [{ role = \"read\", token = \"short\" }]")
+            .err()
+            .unwrap();
+        assert!(!format!("{err:#}").contains("short\""), "{err:#}");
+        assert!(tokens("tokens = [{ role = \"read\" }]").is_err());
+        assert!(tokens("tokens = [{ role = \"root\", token = \"0123456789abcdef\" }]").is_err());
+        let dup = "tokens = [{ role = \"read\", token = \"0123456789abcdef\" }, { role = \"admin\", token = \"0123456789abcdef\" }]";
+        assert!(format!("{:#}", tokens(dup).err().unwrap()).contains("twice"));
+        let c: AuthConfig =
+            toml::from_str("tokens = [{ role = \"read\", token = \"0123456789abcdef\" }]").unwrap();
+        assert!(!format!("{c:?}").contains("0123456789abcdef"));
+    }
+}

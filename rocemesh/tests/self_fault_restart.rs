@@ -1,0 +1,131 @@
+//! Self-fault: the analyzer restarts in the middle of an incident (issue 8 item 3), root
+//! only. On a namespace lab with real agents a link goes down; once its problem is raised
+//! and its alert delivered to a recording webhook receiver, the server (controller and
+//! analyzer) is restarted twice while the link stays down. The problem is the same one
+//! (same id, same first-seen time, still active) and no second problem or notification
+//! appears; `alerts_e2e` follows the same incident through to its resolved alert.
+
+mod support;
+
+use rocemesh::lab::{Lab, LabTiming};
+use rocemesh_alerts::testing::TestReceiver;
+use rocemesh_alerts::{AlertsConfig, ReceiverConfig};
+use rocemesh_proto::api::{Problem, ProblemState};
+use rocemesh_testbed::Fault;
+use std::time::{Duration, Instant};
+
+const PREFIX: &str = "rmsf2";
+const LINK: &str = "t0-s1";
+
+fn link_problems(lab: &Lab) -> Vec<Problem> {
+    lab.problems()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|p| p.component == LINK)
+        .collect()
+}
+
+#[test]
+fn a_restart_mid_incident_keeps_the_problem_and_sends_nothing_twice() {
+    if !support::is_root() {
+        println!("skipping self_fault_restart: needs root (network namespaces)");
+        return;
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let rx = rt
+        .block_on(TestReceiver::start())
+        .expect("webhook receiver");
+    let url = rx.url.clone();
+    let mut lab = Lab::up_with(
+        rocemesh::eval::lab_spec(PREFIX),
+        &LabTiming::default(),
+        |cfg| {
+            cfg.alerts = AlertsConfig {
+                poll_ms: 500,
+                group_wait_ms: 500,
+                receivers: vec![ReceiverConfig {
+                    name: "selffault".into(),
+                    url,
+                    secret: None,
+                    secret_file: None,
+                    priorities: vec![],
+                    components: vec![],
+                }],
+                ..AlertsConfig::default()
+            };
+        },
+    )
+    .expect("lab up");
+    lab.wait_ready(Duration::from_secs(60))
+        .expect("agents ready");
+    std::thread::sleep(Duration::from_secs(5)); // baseline
+    assert!(
+        rx.delivered().is_empty(),
+        "alert before the fault: {:?}",
+        rx.delivered()
+    );
+
+    let _fault = lab
+        .fabric
+        .apply(&Fault::LinkDown { link: LINK.into() })
+        .expect("link down");
+    let raised = support::wait_for(
+        "the link problem and its alert",
+        Duration::from_secs(40),
+        || {
+            let p = link_problems(&lab)
+                .into_iter()
+                .find(|p| p.state == ProblemState::Active)?;
+            (!rx.delivered().is_empty()).then_some(p)
+        },
+    );
+    std::thread::sleep(Duration::from_secs(2)); // the group's other alerts, if any
+    let sent_before = rx.delivered_keys();
+
+    for round in 1..=2 {
+        let restart = Instant::now();
+        lab.restart_server().expect("server restart");
+        let took = restart.elapsed();
+        // Less than the analyzer's resolve_after (5 s): the episode goes on, unbroken.
+        std::thread::sleep(Duration::from_secs(4));
+        let now = link_problems(&lab);
+        assert_eq!(
+            now.len(),
+            1,
+            "round {round}: a second problem for {LINK}: {now:#?}"
+        );
+        let p = &now[0];
+        assert_eq!(
+            (p.id, p.first_seen_ms, p.state),
+            (raised.id, raised.first_seen_ms, ProblemState::Active),
+            "round {round}: {p:#?}"
+        );
+        assert!(
+            p.last_seen_ms > raised.last_seen_ms,
+            "round {round}: not diagnosed since: {p:#?}"
+        );
+        assert_eq!(
+            rx.delivered_keys(),
+            sent_before,
+            "round {round}: a notification was re-sent or lost across the restart"
+        );
+        eprintln!(
+            "self_fault_restart: round {round}: restarted in {took:?}; problem {} kept",
+            p.id
+        );
+    }
+    let mut keys = rx.delivered_keys();
+    let n = keys.len();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(
+        keys.len(),
+        n,
+        "a duplicate notification: {:?}",
+        rx.delivered_keys()
+    );
+}
