@@ -7,7 +7,10 @@ use crate::probe::guard::GuardSettings;
 use crate::stats::Counters;
 use crate::stop::StopSignal;
 use anyhow::{Context, Result, bail};
-use rocemesh_proto::api::{API_PREFIX, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse};
+use rocemesh_proto::api::{
+    ANALYZER_HEADER, API_PREFIX, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse,
+    analyzer_url,
+};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -41,7 +44,17 @@ pub struct Registration {
 /// Registration state shared between the control thread, the uploader and the handle.
 pub type SharedRegistration = Arc<Mutex<Option<Registration>>>;
 
-/// Result of one pinglist poll.
+/// Result of one pinglist poll: what happened to the list, and the analyzer the
+/// controller named, if any.
+#[derive(Debug)]
+pub struct PollReply {
+    /// The list's fate.
+    pub outcome: Poll,
+    /// A usable `http(s)://` URL from [`ANALYZER_HEADER`] (see [`analyzer_url`]).
+    pub analyzer: Option<String>,
+}
+
+/// What a pinglist poll did to the list.
 #[derive(Debug)]
 pub enum Poll {
     /// 304: what we have is current.
@@ -101,7 +114,7 @@ impl ControlClient {
     }
 
     /// `GET /api/v1/pinglists/{host_id}?epoch=` with `If-None-Match`.
-    pub fn poll(&self, host_id: u32, etag: Option<&str>) -> Result<Poll> {
+    pub fn poll(&self, host_id: u32, etag: Option<&str>) -> Result<PollReply> {
         let url = format!(
             "{}{API_PREFIX}/pinglists/{host_id}?epoch={}",
             self.base, self.request.epoch
@@ -111,9 +124,14 @@ impl ControlClient {
             req = req.header("If-None-Match", tag);
         }
         let mut resp = req.call().with_context(|| format!("GET {url}"))?;
-        match resp.status().as_u16() {
-            304 => Ok(Poll::Unchanged),
-            404 | 409 => Ok(Poll::Reregister),
+        let analyzer = resp
+            .headers()
+            .get(ANALYZER_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(analyzer_url);
+        let outcome = match resp.status().as_u16() {
+            304 => Poll::Unchanged,
+            404 | 409 => Poll::Reregister,
             200 => {
                 let tag = resp
                     .headers()
@@ -126,10 +144,11 @@ impl ControlClient {
                     .limit(MAX_PINGLIST_BYTES)
                     .read_json()
                     .with_context(|| format!("GET {url}: bad pinglist"))?;
-                Ok(Poll::Changed(Box::new(list), tag))
+                Poll::Changed(Box::new(list), tag)
             }
             s => bail!("GET {url}: HTTP {s}"),
-        }
+        };
+        Ok(PollReply { outcome, analyzer })
     }
 }
 
@@ -152,11 +171,19 @@ pub struct ControlLoop {
 impl ControlLoop {
     /// Registers, then polls the pinglist until stopped, re-registering when told to.
     pub fn run(self) {
-        while let Some(reg) = self.register_with_backoff() {
+        while let Some(mut reg) = self.register_with_backoff() {
             let mut etag: Option<String> = None;
             let mut failing = false;
             loop {
-                match self.client.poll(reg.host_id, etag.as_deref()) {
+                let reply = self.client.poll(reg.host_id, etag.as_deref());
+                if let Ok(PollReply {
+                    analyzer: Some(url),
+                    ..
+                }) = &reply
+                {
+                    self.follow_analyzer(&mut reg, url);
+                }
+                match reply.map(|r| r.outcome) {
                     Ok(Poll::Unchanged) => failing = false,
                     Ok(Poll::Changed(list, tag)) => {
                         failing = false;
@@ -198,6 +225,24 @@ impl ControlLoop {
                 return None;
             }
             delay = (delay * 2).min(BACKOFF_MAX);
+        }
+    }
+
+    /// Moves uploads to the analyzer the controller named in a poll answer (its shard's
+    /// owner changed), unless the configuration pins the analyzer.
+    fn follow_analyzer(&self, reg: &mut Registration, url: &str) {
+        if self.analyzer_override.is_some() || reg.analyzer_url == url {
+            return;
+        }
+        tracing::info!(from = %reg.analyzer_url, to = %url, "controller moved this agent to another analyzer");
+        reg.analyzer_url = url.to_string();
+        if let Some(shared) = self
+            .registration
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_mut()
+        {
+            shared.analyzer_url = url.to_string();
         }
     }
 

@@ -19,6 +19,8 @@ struct Controller {
     polls: usize,
     not_modified: usize,
     bad_queries: usize,
+    /// `x-rocemesh-analyzer` of every pinglist answer (scale-out moving the agent).
+    analyzer_header: Option<String>,
 }
 
 /// One upload the analyzer saw: header, record count, OK records, traced paths, HTTP
@@ -64,6 +66,10 @@ fn controller(
                     st.bad_queries += 1;
                 }
                 st.polls += 1;
+                let moved = st
+                    .analyzer_header
+                    .clone()
+                    .map(|url| (ANALYZER_HEADER.to_string(), url));
                 if st.polls == 1 {
                     return Response::json(
                         409,
@@ -74,7 +80,9 @@ fn controller(
                 }
                 if req.header("If-None-Match") == Some("\"v1\"") {
                     st.not_modified += 1;
-                    return Response::empty(304);
+                    let mut r = Response::empty(304);
+                    r.headers.extend(moved);
+                    return r;
                 }
                 let me = &reg.rnics[0];
                 let list = Pinglist {
@@ -99,6 +107,7 @@ fn controller(
                 };
                 let mut r = Response::json(200, list);
                 r.headers.push(("ETag".into(), "\"v1\"".into()));
+                r.headers.extend(moved);
                 r
             }
             _ => Response::json(
@@ -321,6 +330,59 @@ fn analyzer_outage_keeps_probing_bounds_the_buffer_and_retries_the_same_batch() 
         "{accepted_paths} {s:?}"
     );
     assert!(s.probes_sent > sent_during_outage);
+}
+
+#[test]
+fn uploads_follow_the_analyzer_a_pinglist_answer_names() {
+    let state = Arc::new(Mutex::new(Controller::default()));
+    let (old_log, new_log) = (
+        Arc::new(Mutex::new(Vec::new())),
+        Arc::new(Mutex::new(Vec::new())),
+    );
+    let old = serve(analyzer(old_log.clone(), Arc::new(AtomicU8::new(1))));
+    let new = serve(analyzer(new_log.clone(), Arc::new(AtomicU8::new(1))));
+    let ctl_url = serve(controller(state.clone(), Some(old.clone()), 100.0));
+    let agent = start(config(ctl_url, "127.0.7.12", 47_944)).unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    assert!(
+        !old_log.lock().unwrap().is_empty(),
+        "uploads start at the registered analyzer"
+    );
+    // Garbage in the header is ignored: the agent stays where it is.
+    state.lock().unwrap().analyzer_header = Some("ftp://nowhere".into());
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(new_log.lock().unwrap().is_empty());
+    // The shard moved: the next poll names the new owner, and uploads go there.
+    state.lock().unwrap().analyzer_header = Some(format!("{new}/"));
+    std::thread::sleep(Duration::from_millis(800));
+    let before = old_log.lock().unwrap().len();
+    std::thread::sleep(Duration::from_millis(600));
+    agent.shutdown().unwrap();
+    assert_eq!(
+        old_log.lock().unwrap().len(),
+        before,
+        "nothing more to the old analyzer"
+    );
+    let moved = new_log.lock().unwrap().clone();
+    assert!(
+        moved.len() >= 3,
+        "{} uploads at the new analyzer",
+        moved.len()
+    );
+    // One batch sequence across the move: nothing lost or repeated.
+    let mut seqs: Vec<u64> = old_log
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|u| u.header.batch_seq)
+        .collect();
+    seqs.extend(moved.iter().map(|u| u.header.batch_seq));
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    assert_eq!(
+        state.lock().unwrap().registrations.len(),
+        2,
+        "a move is no re-registration"
+    );
 }
 
 #[test]

@@ -12,8 +12,6 @@ use std::sync::{PoisonError, RwLock};
 
 /// The lease of the controller that runs registrations and pinglist generation.
 pub const LEADER_LEASE: &str = "controller/leader";
-/// Header of pinglist answers naming the analyzer the polling agent uploads to.
-pub const ANALYZER_HEADER: &str = "x-rocemesh-analyzer";
 
 /// What the last round learned.
 #[derive(Debug, Default, Clone)]

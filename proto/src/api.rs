@@ -14,6 +14,24 @@ pub const MAX_NAME_LEN: usize = 253;
 /// Most RNICs one agent may register.
 pub const MAX_RNICS_PER_HOST: usize = 64;
 
+/// Header of pinglist answers naming the analyzer the polling agent uploads to now:
+/// under scale-out the controller sets it, and agents follow it when shard owners change.
+pub const ANALYZER_HEADER: &str = "x-rocemesh-analyzer";
+/// Longest analyzer URL taken from [`ANALYZER_HEADER`].
+const MAX_ANALYZER_URL: usize = 512;
+
+/// `value` of [`ANALYZER_HEADER`] as an analyzer base URL (no trailing `/`) when it is a
+/// plausible `http(s)://host...` URL of bounded length; anything else is ignored.
+pub fn analyzer_url(value: &str) -> Option<String> {
+    let v = value.trim().trim_end_matches('/');
+    let rest = v
+        .strip_prefix("http://")
+        .or_else(|| v.strip_prefix("https://"))?;
+    let ok =
+        v.len() <= MAX_ANALYZER_URL && !rest.is_empty() && v.bytes().all(|b| b.is_ascii_graphic());
+    ok.then(|| v.to_string())
+}
+
 /// Error body of every non-2xx JSON response.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 pub struct ErrorBody {
@@ -657,4 +675,32 @@ pub struct TaskInfo {
     pub active_pairs: usize,
     /// The skeleton, once inferred.
     pub skeleton: Option<SkeletonInfo>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::analyzer_url;
+
+    #[test]
+    fn analyzer_header_values_are_checked() {
+        assert_eq!(
+            analyzer_url(" https://a.example:8443/ ").as_deref(),
+            Some("https://a.example:8443")
+        );
+        assert_eq!(
+            analyzer_url("http://127.0.0.1:9").as_deref(),
+            Some("http://127.0.0.1:9")
+        );
+        for bad in [
+            "",
+            "http://",
+            "ftp://x",
+            "127.0.0.1:80",
+            "http://a b",
+            "http://\u{e9}",
+        ] {
+            assert_eq!(analyzer_url(bad), None, "{bad:?}");
+        }
+        assert_eq!(analyzer_url(&format!("http://{}", "a".repeat(600))), None);
+    }
 }

@@ -1,7 +1,8 @@
 //! The HTTP driver: the simulated agents against a running `rocemesh server` (or separate
 //! controller and analyzer instances), in wall-clock time. Each host registers with the
 //! controller, polls its pinglist with `If-None-Match`, and uploads its batches to the
-//! analyzer the controller named for it (the controller itself when none); an upload
+//! analyzer the controller named for it (the controller itself when none), moving when a
+//! pinglist answer names another (`x-rocemesh-analyzer`, as real agents do); an upload
 //! that fails makes the host register again, so it learns a new analyzer after a
 //! failover. Blocking (ureq): run it on a plain thread.
 //!
@@ -26,7 +27,7 @@ use crate::score::{self, Score};
 use crate::sim::Sim;
 use anyhow::{Context, bail};
 use rocemesh_analyzer::BaselineVote;
-use rocemesh_proto::api::{API_PREFIX, Problem};
+use rocemesh_proto::api::{ANALYZER_HEADER, API_PREFIX, Problem, analyzer_url};
 use rocemesh_proto::batch::CONTENT_TYPE;
 use serde::Serialize;
 use std::time::{Duration, Instant};
@@ -121,6 +122,19 @@ impl HttpDriver {
         body: Option<(&str, &[u8])>,
         etag: Option<&str>,
     ) -> anyhow::Result<(u16, Vec<u8>)> {
+        self.send_with_analyzer(method, url, body, etag)
+            .map(|(status, bytes, _)| (status, bytes))
+    }
+
+    /// [`Self::send`], also returning the analyzer the controller named in
+    /// [`ANALYZER_HEADER`], as real agents read it from pinglist answers.
+    fn send_with_analyzer(
+        &self,
+        method: &str,
+        url: &str,
+        body: Option<(&str, &[u8])>,
+        etag: Option<&str>,
+    ) -> anyhow::Result<(u16, Vec<u8>, Option<String>)> {
         let mut req = ureq::http::Request::builder().method(method).uri(url);
         if let Some(a) = &self.auth {
             req = req.header("Authorization", a);
@@ -136,13 +150,18 @@ impl HttpDriver {
         }
         .with_context(|| format!("{method} {url}"))?;
         let status = resp.status().as_u16();
+        let analyzer = resp
+            .headers()
+            .get(ANALYZER_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .and_then(analyzer_url);
         let bytes = resp
             .body_mut()
             .with_config()
             .limit(MAX_REPLY_BYTES)
             .read_to_vec()
             .with_context(|| format!("{method} {url}: reading the reply"))?;
-        Ok((status, bytes))
+        Ok((status, bytes, analyzer))
     }
 
     fn act(&mut self, action: Action, now_ms: i64) -> anyhow::Result<()> {
@@ -172,8 +191,13 @@ impl HttpDriver {
                     control::pinglist_path(id, self.sim.epoch(h))
                 );
                 let version = self.sim.pinglist_version(h).map(str::to_string);
-                let (status, reply) = self.send("GET", &url, None, version.as_deref())?;
+                let (status, reply, analyzer) =
+                    self.send_with_analyzer("GET", &url, None, version.as_deref())?;
                 let answer = control::poll_answer(status, &reply)?;
+                // The shard's owner changed: upload where the controller says now.
+                if let Some(url) = analyzer {
+                    self.analyzer[h as usize] = url;
+                }
                 self.schedule.polled(&mut self.sim, h, answer, now_ms);
                 self.stats.polls += 1;
             }

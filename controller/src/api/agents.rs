@@ -70,7 +70,8 @@ pub(super) async fn pinglist(
     if let (Ok(r), Some(url)) = (&mut answer, state.analyzer_of_host(host_id))
         && let Ok(v) = HeaderValue::from_str(&url)
     {
-        r.headers_mut().insert(crate::leader::ANALYZER_HEADER, v);
+        r.headers_mut()
+            .insert(rocemesh_proto::api::ANALYZER_HEADER, v);
     }
     let status = match &answer {
         Ok(r) => r.status(),

@@ -4,9 +4,9 @@
 //! content type, ETag validators, the analyzer header).
 
 use super::error::ApiError;
-use crate::leader::ANALYZER_HEADER;
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rocemesh_proto::api::ANALYZER_HEADER;
 use std::sync::OnceLock;
 use std::time::Duration;
 
