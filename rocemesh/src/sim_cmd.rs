@@ -56,8 +56,9 @@ pub struct SimArgs {
     #[arg(long, default_value_t = 8)]
     pub rails: u32,
     /// A fault as JSON, e.g. '{"kind":"link_down","link":"t0-s1"}' (repeatable); kinds:
-    /// link_loss, link_down, link_flap, link_delay, switch_down, rnic_loss, rnic_down,
-    /// rnic_flap, host_down, agent_restart, cpu_noise.
+    /// link_loss, link_down, link_flap, link_delay, switch_down, switch_loss, switch_flap,
+    /// switch_delay, rnic_loss, rnic_down, rnic_flap, rnic_delay, host_down, agent_restart,
+    /// cpu_noise.
     #[arg(long = "fault")]
     pub faults: Vec<String>,
     /// Fault-free seconds before the faults start.

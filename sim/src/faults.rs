@@ -64,12 +64,44 @@ pub enum FaultSpec {
         /// Switch name.
         switch: String,
     },
+    /// A switch drops `percent` % of the packets it forwards (every port).
+    SwitchLoss {
+        /// Switch name.
+        switch: String,
+        /// Loss in percent (0, 100].
+        percent: f64,
+    },
+    /// A switch goes down for `down_ms`, up for `up_ms`, repeatedly (reboot loop).
+    SwitchFlap {
+        /// Switch name.
+        switch: String,
+        /// Down time of each cycle.
+        #[serde(default = "default_flap_ms")]
+        down_ms: u64,
+        /// Up time of each cycle.
+        #[serde(default = "default_flap_ms")]
+        up_ms: u64,
+    },
+    /// A switch adds `delay_us` to every packet it forwards (e.g. a stuck buffer).
+    SwitchDelay {
+        /// Switch name.
+        switch: String,
+        /// Added one-way delay in µs.
+        delay_us: f64,
+    },
     /// An RNIC (or its cable / ToR port) drops `percent` % of packets.
     RnicLoss {
         /// `"<host>/<ifname>"`.
         rnic: String,
         /// Loss in percent (0, 100].
         percent: f64,
+    },
+    /// An RNIC (or its cable / ToR port) adds `delay_us` to every packet in and out.
+    RnicDelay {
+        /// `"<host>/<ifname>"`.
+        rnic: String,
+        /// Added one-way delay in µs.
+        delay_us: f64,
     },
     /// An RNIC is down.
     RnicDown {
@@ -199,6 +231,14 @@ pub struct Fault {
     pub end_ms: Option<i64>,
 }
 
+fn delay(us: f64) -> anyhow::Result<Effect> {
+    ensure!(
+        us.is_finite() && us > 0.0 && us <= 1e6,
+        "delay_us must be in (0, 1e6], got {us}"
+    );
+    Ok(Effect::Delay((us * 1e3) as u64))
+}
+
 fn percent(p: f64) -> anyhow::Result<f64> {
     ensure!(
         p.is_finite() && p > 0.0 && p <= 100.0,
@@ -239,17 +279,29 @@ impl Fault {
                 flap(*down_ms, *up_ms)?,
             ),
             FaultSpec::LinkDelay { link, delay_us } => {
-                ensure!(
-                    delay_us.is_finite() && *delay_us > 0.0 && *delay_us <= 1e6,
-                    "delay_us must be in (0, 1e6], got {delay_us}"
-                );
-                (
-                    Target::Link(fabric.link_by_name(link)?),
-                    Effect::Delay((delay_us * 1e3) as u64),
-                )
+                (Target::Link(fabric.link_by_name(link)?), delay(*delay_us)?)
             }
             FaultSpec::SwitchDown { switch } => {
                 (Target::Switch(fabric.switch_by_name(switch)?), Effect::Down)
+            }
+            FaultSpec::SwitchLoss { switch, percent: p } => (
+                Target::Switch(fabric.switch_by_name(switch)?),
+                Effect::Loss(percent(*p)?),
+            ),
+            FaultSpec::SwitchFlap {
+                switch,
+                down_ms,
+                up_ms,
+            } => (
+                Target::Switch(fabric.switch_by_name(switch)?),
+                flap(*down_ms, *up_ms)?,
+            ),
+            FaultSpec::SwitchDelay { switch, delay_us } => (
+                Target::Switch(fabric.switch_by_name(switch)?),
+                delay(*delay_us)?,
+            ),
+            FaultSpec::RnicDelay { rnic, delay_us } => {
+                (Target::Rnic(fabric.rnic_by_name(rnic)?), delay(*delay_us)?)
             }
             FaultSpec::RnicLoss { rnic, percent: p } => (
                 Target::Rnic(fabric.rnic_by_name(rnic)?),
@@ -304,6 +356,17 @@ impl Fault {
         })
     }
 
+    /// True when the fault's target is one of these RNICs, switch links or switches (a
+    /// packet crossing them meets the fault).
+    pub fn crosses(&self, rnics: &[u32], links: &[u32], switches: &[u32]) -> bool {
+        match self.target {
+            Target::Rnic(r) => rnics.contains(&r),
+            Target::Link(l) => links.contains(&l),
+            Target::Switch(s) => switches.contains(&s),
+            Target::Host(_) => false,
+        }
+    }
+
     /// True while the fault is in place at `t_ms`.
     pub fn active(&self, t_ms: i64) -> bool {
         t_ms >= self.start_ms && self.end_ms.is_none_or(|e| t_ms < e)
@@ -327,24 +390,28 @@ impl Fault {
 
     /// The ground truth of this fault in `fabric`.
     pub fn truth(&self, fabric: &Fabric) -> Truth {
+        // A delay fault is a latency problem of its component, anything else a fault.
+        let slow = matches!(self.effect, Effect::Delay(_));
+        let pick = |fault| {
+            if slow {
+                ProblemKind::HighLatency
+            } else {
+                fault
+            }
+        };
         let (kind, ck, name) = match (self.target, self.effect) {
-            (Target::Link(l), Effect::Delay(_)) => (
-                ProblemKind::HighLatency,
-                ComponentKind::Link,
-                fabric.links[l as usize].name.clone(),
-            ),
             (Target::Link(l), _) => (
-                ProblemKind::LinkFault,
+                pick(ProblemKind::LinkFault),
                 ComponentKind::Link,
                 fabric.links[l as usize].name.clone(),
             ),
             (Target::Switch(s), _) => (
-                ProblemKind::SwitchFault,
+                pick(ProblemKind::SwitchFault),
                 ComponentKind::Switch,
                 fabric.switches[s as usize].name.clone(),
             ),
             (Target::Rnic(r), _) => (
-                ProblemKind::RnicFault,
+                pick(ProblemKind::RnicFault),
                 ComponentKind::Rnic,
                 fabric.rnic_name(r),
             ),
@@ -419,6 +486,57 @@ mod tests {
     }
 
     #[test]
+    fn switch_and_rnic_faults_name_their_component_and_kind() {
+        let f = fabric();
+        for (json, kind, ck, name, drop_at_start) in [
+            (
+                r#"{"kind":"switch_loss","switch":"s1","percent":20}"#,
+                ProblemKind::SwitchFault,
+                ComponentKind::Switch,
+                "s1",
+                0.2,
+            ),
+            (
+                r#"{"kind":"switch_flap","switch":"s0","down_ms":50,"up_ms":50}"#,
+                ProblemKind::SwitchFault,
+                ComponentKind::Switch,
+                "s0",
+                1.0,
+            ),
+            (
+                r#"{"kind":"switch_delay","switch":"s1","delay_us":40}"#,
+                ProblemKind::HighLatency,
+                ComponentKind::Switch,
+                "s1",
+                0.0,
+            ),
+            (
+                r#"{"kind":"rnic_delay","rnic":"h2/r0","delay_us":15}"#,
+                ProblemKind::HighLatency,
+                ComponentKind::Rnic,
+                "h2/r0",
+                0.0,
+            ),
+        ] {
+            let spec: FaultSpec = serde_json::from_str(json).unwrap();
+            let fault = Fault::new(&f, spec, 100, None).unwrap();
+            assert_eq!(fault.drop_probability(100), drop_at_start, "{json}");
+            let t = fault.truth(&f);
+            assert_eq!(
+                (t.kind, t.component.kind, t.component.name.as_str()),
+                (kind, ck, name),
+                "{json}"
+            );
+        }
+        let slow: FaultSpec =
+            serde_json::from_str(r#"{"kind":"switch_delay","switch":"s1","delay_us":40}"#).unwrap();
+        let fault = Fault::new(&f, slow, 0, None).unwrap();
+        assert_eq!(fault.effect, Effect::Delay(40_000));
+        let s1 = f.switch_by_name("s1").unwrap();
+        assert!(fault.crosses(&[], &[], &[s1]) && !fault.crosses(&[0], &[0], &[]));
+    }
+
+    #[test]
     fn bad_faults_are_refused_with_a_reason() {
         let f = fabric();
         for (json, why) in [
@@ -429,6 +547,15 @@ mod tests {
             ),
             (r#"{"kind":"rnic_down","rnic":"h0/r7"}"#, "h0/r7"),
             (r#"{"kind":"switch_down","switch":"s7"}"#, "s7"),
+            (
+                r#"{"kind":"switch_delay","switch":"s0","delay_us":0}"#,
+                "delay_us",
+            ),
+            (r#"{"kind":"switch_flap","switch":"s0","up_ms":0}"#, "up_ms"),
+            (
+                r#"{"kind":"rnic_delay","rnic":"h0/r0","delay_us":2e6}"#,
+                "delay_us",
+            ),
             (
                 r#"{"kind":"cpu_noise","host":"h0","delay_ms":-1}"#,
                 "delay_ms",

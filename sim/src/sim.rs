@@ -159,27 +159,20 @@ impl World {
     /// Probability that a packet crossing these RNIC links, switch links and switches at
     /// `t_ms` arrives.
     fn survival(&self, rnics: &[u32], links: &[u32], switches: &[u32], t_ms: i64) -> f64 {
-        let mut p = 1.0;
-        for f in self.faults.iter().filter(|f| f.active(t_ms)) {
-            let hit = match f.target {
-                Target::Rnic(r) => rnics.contains(&r),
-                Target::Link(l) => links.contains(&l),
-                Target::Switch(s) => switches.contains(&s),
-                Target::Host(_) => false,
-            };
-            if hit {
-                p *= 1.0 - f.drop_probability(t_ms);
-            }
-        }
-        p
-    }
-
-    fn injected_delay_ns(&self, links: &[u32], t_ms: i64) -> u64 {
         self.faults
             .iter()
-            .filter(|f| f.active(t_ms))
-            .filter_map(|f| match (f.target, f.effect) {
-                (Target::Link(l), Effect::Delay(ns)) if links.contains(&l) => Some(ns),
+            .filter(|f| f.active(t_ms) && f.crosses(rnics, links, switches))
+            .map(|f| 1.0 - f.drop_probability(t_ms))
+            .product()
+    }
+
+    /// One-way delay that delay faults on these RNICs, links and switches add at `t_ms`.
+    fn injected_delay_ns(&self, rnics: &[u32], links: &[u32], switches: &[u32], t_ms: i64) -> u64 {
+        self.faults
+            .iter()
+            .filter(|f| f.active(t_ms) && f.crosses(rnics, links, switches))
+            .filter_map(|f| match f.effect {
+                Effect::Delay(ns) => Some(ns),
                 _ => None,
             })
             .sum()
@@ -289,8 +282,9 @@ impl World {
         let seed = self.cfg.seed;
         let network = lat.one_way_ns(rng, &self.fabric, seed, &fwd, t_ms)
             + lat.one_way_ns(rng, &self.fabric, seed, &rev, t_ms)
-            + (self.injected_delay_ns(fwd.links(), t_ms)
-                + self.injected_delay_ns(rev.links(), t_ms)) as f64;
+            + (self.injected_delay_ns(&ends, fwd.links(), fwd.switches(), t_ms)
+                + self.injected_delay_ns(&ends, rev.links(), rev.switches(), t_ms))
+                as f64;
         let mut processing = |r: u32| match self.noise_ns(r, t_ms) {
             Some(n) => rng.lognormal(n as f64, 0.2),
             None => lat.host_ns(rng),
