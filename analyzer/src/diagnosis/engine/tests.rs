@@ -680,6 +680,57 @@ fn rnic_faults_are_sticky() {
     );
 }
 
+#[test]
+fn rnic_verdicts_expire_after_the_sticky_minute() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut engine = Engine::new(DiagnosisConfig::default());
+    let dead = rnic(3, 1);
+    let mut sim = Sim::new();
+    sim.run(&mut |s, d, _, _| (s == dead || d == dead, 0));
+    assert_eq!(
+        found(&sim.diagnose(&mut engine, &map)),
+        [(ProblemKind::RnicFault, "h3/r1".to_string())]
+    );
+    // A healthy minute later (agents uploading all along): the verdict is gone.
+    let later = NOW + DiagnosisConfig::default().rnic_sticky_ms as i64 + 1_000;
+    let mut healthy = Sim::new();
+    healthy.start_ms += later - NOW;
+    healthy.end_ms += later - NOW;
+    for l in healthy.hosts.values_mut() {
+        l.last_upload_ms = later;
+    }
+    healthy.run(&mut |_, _, _, _| (false, 0));
+    assert_eq!(found(&healthy.diagnose_at(&mut engine, &map, later)), []);
+}
+
+#[test]
+fn several_rnics_of_one_host_failing_at_once_are_host_noise_not_rnic_faults() {
+    // Both RNICs of h2 drop every third probe with no processing-delay hint: only the
+    // several-RNICs-at-once rule can tell the host from its RNICs.
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let mut n = 0u32;
+    sim.run(&mut |s, d, _, _| {
+        n = n.wrapping_add(1);
+        (
+            (host_of(s) == 2 || host_of(d) == 2) && n.is_multiple_of(3),
+            0,
+        )
+    });
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::HostNoise, "h2".to_string())]);
+    // One RNIC of the same host alone is that RNIC.
+    let mut one = Sim::new();
+    let bad = rnic(2, 0);
+    let mut n = 0u32;
+    one.run(&mut |s, d, _, _| {
+        n = n.wrapping_add(1);
+        ((s == bad || d == bad) && n.is_multiple_of(3), 0)
+    });
+    let got = found(&one.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, [(ProblemKind::RnicFault, "h2/r0".to_string())]);
+}
+
 /// An alarm as the latency detectors raise it for a pair at `reference` ns.
 fn alarm(reference: f64, p50: f64) -> crate::latency::PairAlarm {
     use rocemesh_anomaly::{ShortTermVerdict, WindowFeatures};
