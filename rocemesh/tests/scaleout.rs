@@ -2,7 +2,8 @@
 //! 2,000-RNIC leaf-spine fabric driven over HTTP (rocemesh-sim), a link going down
 //! localized once across shards, then the analyzer running the cross-shard tomography
 //! killed (SIGKILL): its shards are taken over within one analysis period and the link
-//! fault stays one active problem. Needs `ROCEMESH_TEST_PG_URL` (an admin URL allowed
+//! fault stays one active problem; then the leading controller is killed and the follower
+//! the agents talk to takes the lead and answers their polls. Needs `ROCEMESH_TEST_PG_URL` (an admin URL allowed
 //! to create databases); skipped with a note when it is unset.
 
 mod support;
@@ -122,7 +123,7 @@ async fn two_analyzers_two_controllers_one_fault_reported_once_across_a_failover
     let map = dir.join("map.toml");
     std::fs::write(&map, sim.fabric_map_toml().unwrap()).unwrap();
 
-    let (_c1, c1) = start("controller", &dir, &db_url, &map);
+    let (mut leader_proc, c1) = start("controller", &dir, &db_url, &map);
     let mut analyzers = vec![
         start("analyzer", &dir, &db_url, &map),
         start("analyzer", &dir, &db_url, &map),
@@ -258,11 +259,38 @@ async fn two_analyzers_two_controllers_one_fault_reported_once_across_a_failover
         "takeover took {takeover:?}"
     );
 
+    // Kill the leading controller too: the follower the agents talk to takes the lead,
+    // reloads the registry and serves their polls itself.
+    assert_eq!(leader_url(&db).await.as_deref(), Some(c1.as_str()));
+    leader_proc.kill();
+    let killed = Instant::now();
+    while leader_url(&db).await.as_deref() != Some(c2.as_str()) {
+        assert!(
+            killed.elapsed() < Duration::from_secs(30),
+            "the follower never took the lead"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let lead_taken = killed.elapsed();
+    let polls_then = driver.lock().unwrap().stats().polls;
+    eprintln!("follower controller leads {lead_taken:?} after the leader's kill");
+    assert!(
+        lead_taken <= Duration::from_millis(PERIOD_MS),
+        "controller takeover took {lead_taken:?}"
+    );
+
     // The agents of the dead analyzer move; the fault stays one problem, the same one.
     tokio::time::sleep(Duration::from_secs(15)).await;
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     pump.join().unwrap();
     let d = driver.lock().unwrap();
+    // 15 s at one poll per host per 5 s: every host polled the new leader at least once.
+    let polls = d.stats().polls - polls_then;
+    assert!(
+        polls >= u64::from(hosts),
+        "{polls} polls answered after the controller takeover ({:?})",
+        d.last_error()
+    );
     let moved: BTreeSet<&str> = (0..hosts).map(|h| d.analyzer_of(h)).collect();
     assert_eq!(
         moved,
@@ -294,6 +322,13 @@ async fn two_analyzers_two_controllers_one_fault_reported_once_across_a_failover
         "moving agents are not hosts down: {down:?}"
     );
     assert_ne!(dead_url, survivor);
+}
+
+/// URL of the controller holding the leader lease now.
+async fn leader_url(db: &Db) -> Option<String> {
+    let now = rocemesh_proto::now_unix_ms();
+    let holder = coord::holder(db, "controller/leader", now).await.unwrap()?;
+    coord::instance_url(db, &holder).await.unwrap()
 }
 
 /// Runs a future to completion from a synchronous closure inside the test runtime.
