@@ -59,6 +59,8 @@ bash scripts/check_helm.sh 2>&1 | tee -a "$log"
 bash scripts/fuzz.sh 5 packet batch paths ebpf_events agent_config api_json 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 set -e
+# Artifacts the tests keep (the dashboard screenshot taken during an injected fault).
+for f in target/test-artifacts/*; do [ -e "$f" ] && echo "test.sh: artifact $PWD/$f"; done
 # One closing line for the whole run (cargo prints one per test binary).
 awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($(i+1) ~ /^passed/) p += $i; if ($(i+1) ~ /^failed/) f += $i; if ($(i+1) ~ /^ignored/) s += $i } }
      END { printf "%d passed, %d failed, %d skipped\n", p, f, s }' "$log"
