@@ -6,9 +6,8 @@
 
 mod support;
 
-use rocemesh::lab::{Lab, LabTiming};
 use rocemesh_alerts::testing::TestReceiver;
-use rocemesh_alerts::{AlertsConfig, ReceiverConfig, Status, signature};
+use rocemesh_alerts::{Status, signature};
 use rocemesh_testbed::Fault;
 use std::time::{Duration, Instant};
 
@@ -44,36 +43,7 @@ fn link_fault_reaches_the_receiver_once_across_a_restart() {
         println!("skipping alerts_e2e: needs root (network namespaces)");
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let rx = rt
-        .block_on(TestReceiver::start())
-        .expect("webhook receiver");
-    let url = rx.url.clone();
-    let mut lab = Lab::up_with(
-        rocemesh::eval::lab_spec(PREFIX),
-        &LabTiming::default(),
-        |cfg| {
-            cfg.alerts = AlertsConfig {
-                external_url: "http://rocemesh.e2e:8080".into(),
-                poll_ms: 500,
-                group_wait_ms: 1_000,
-                receivers: vec![ReceiverConfig {
-                    name: "e2e".into(),
-                    url,
-                    secret: Some(SECRET.into()),
-                    secret_file: None,
-                    priorities: vec![],
-                    components: vec![],
-                }],
-                ..AlertsConfig::default()
-            };
-        },
-    )
-    .expect("lab up");
+    let (_rt, rx, mut lab) = support::lab_with_receiver(PREFIX, 1_000, Some(SECRET));
     lab.wait_ready(Duration::from_secs(60))
         .expect("agents ready");
     std::thread::sleep(Duration::from_secs(8)); // baseline

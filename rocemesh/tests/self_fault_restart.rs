@@ -7,9 +7,7 @@
 
 mod support;
 
-use rocemesh::lab::{Lab, LabTiming};
-use rocemesh_alerts::testing::TestReceiver;
-use rocemesh_alerts::{AlertsConfig, ReceiverConfig};
+use rocemesh::lab::Lab;
 use rocemesh_proto::api::{Problem, ProblemState};
 use rocemesh_testbed::Fault;
 use std::time::{Duration, Instant};
@@ -31,35 +29,7 @@ fn a_restart_mid_incident_keeps_the_problem_and_sends_nothing_twice() {
         println!("skipping self_fault_restart: needs root (network namespaces)");
         return;
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .expect("tokio runtime");
-    let rx = rt
-        .block_on(TestReceiver::start())
-        .expect("webhook receiver");
-    let url = rx.url.clone();
-    let mut lab = Lab::up_with(
-        rocemesh::eval::lab_spec(PREFIX),
-        &LabTiming::default(),
-        |cfg| {
-            cfg.alerts = AlertsConfig {
-                poll_ms: 500,
-                group_wait_ms: 500,
-                receivers: vec![ReceiverConfig {
-                    name: "selffault".into(),
-                    url,
-                    secret: None,
-                    secret_file: None,
-                    priorities: vec![],
-                    components: vec![],
-                }],
-                ..AlertsConfig::default()
-            };
-        },
-    )
-    .expect("lab up");
+    let (_rt, rx, mut lab) = support::lab_with_receiver(PREFIX, 500, None);
     lab.wait_ready(Duration::from_secs(60))
         .expect("agents ready");
     std::thread::sleep(Duration::from_secs(5)); // baseline

@@ -169,3 +169,49 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
         std::thread::sleep(Duration::from_millis(200));
     }
 }
+
+/// A namespace lab (the eval's 3-ToR spec under `prefix`) whose server sends alerts,
+/// polled every 0.5 s and grouped for `group_wait_ms`, to a fresh recording webhook
+/// receiver signing with `secret`; the runtime serves the receiver and must outlive it.
+pub fn lab_with_receiver(
+    prefix: &str,
+    group_wait_ms: u64,
+    secret: Option<&str>,
+) -> (
+    tokio::runtime::Runtime,
+    rocemesh_alerts::testing::TestReceiver,
+    rocemesh::lab::Lab,
+) {
+    use rocemesh_alerts::{AlertsConfig, ReceiverConfig};
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    let rx = rt
+        .block_on(rocemesh_alerts::testing::TestReceiver::start())
+        .expect("webhook receiver");
+    let url = rx.url.clone();
+    let lab = rocemesh::lab::Lab::up_with(
+        rocemesh::eval::lab_spec(prefix),
+        &rocemesh::lab::LabTiming::default(),
+        |cfg| {
+            cfg.alerts = AlertsConfig {
+                external_url: "http://rocemesh.e2e:8080".into(),
+                poll_ms: 500,
+                group_wait_ms,
+                receivers: vec![ReceiverConfig {
+                    name: prefix.into(),
+                    url,
+                    secret: secret.map(str::to_string),
+                    secret_file: None,
+                    priorities: vec![],
+                    components: vec![],
+                }],
+                ..AlertsConfig::default()
+            };
+        },
+    )
+    .expect("lab up");
+    (rt, rx, lab)
+}
