@@ -260,7 +260,8 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     let control = std::thread::Builder::new()
         .name("control".into())
         .spawn(move || control.run())?;
-    let uploader = Uploader::new(buffer.clone(), counters.clone(), epoch, UPLOAD_TIMEOUT);
+    let uploader = Uploader::new(buffer.clone(), counters.clone(), epoch, UPLOAD_TIMEOUT)
+        .with_resender(tracer.as_ref().map(TracerHandle::resender));
     let (reg, st) = (registration.clone(), stop_upload.clone());
     let uploader = std::thread::Builder::new()
         .name("upload".into())

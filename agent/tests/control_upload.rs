@@ -9,7 +9,7 @@ use rocemesh_proto::api::*;
 use rocemesh_proto::batch::{BatchHeader, decode_batch};
 use rocemesh_proto::path::TracedPath;
 use rocemesh_proto::{ProbeClass, ProbeStatus};
-use std::sync::atomic::{AtomicU8, Ordering::SeqCst};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering::SeqCst};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -122,6 +122,15 @@ fn controller(
 
 /// Mode of the fake analyzer: 0 = down (503), 1 = accepts, 2 = refuses (400).
 fn analyzer(log: Arc<Mutex<Vec<Upload>>>, mode: Arc<AtomicU8>) -> impl Fn(&Request) -> Response {
+    analyzer_instance(log, mode, Arc::new(AtomicU64::new(0)))
+}
+
+/// [`analyzer`] answering with the process instance id `instance` holds.
+fn analyzer_instance(
+    log: Arc<Mutex<Vec<Upload>>>,
+    mode: Arc<AtomicU8>,
+    instance: Arc<AtomicU64>,
+) -> impl Fn(&Request) -> Response {
     move |req| {
         if req.path != "/api/v1/results"
             || req.header("Content-Type") != Some(rocemesh_proto::batch::CONTENT_TYPE)
@@ -161,6 +170,7 @@ fn analyzer(log: Arc<Mutex<Vec<Upload>>>, mode: Arc<AtomicU8>) -> impl Fn(&Reque
                     accepted: b.len() as u64,
                     dropped: 0,
                     duplicate: false,
+                    instance: instance.load(SeqCst),
                 },
             ),
             400 => Response::json(
@@ -383,6 +393,52 @@ fn uploads_follow_the_analyzer_a_pinglist_answer_names() {
         2,
         "a move is no re-registration"
     );
+}
+
+#[test]
+fn a_fresh_analyzer_instance_gets_every_traced_path_again() {
+    let state = Arc::new(Mutex::new(Controller::default()));
+    let uploads = Arc::new(Mutex::new(Vec::new()));
+    let instance = Arc::new(AtomicU64::new(7));
+    let ana = serve(analyzer_instance(
+        uploads.clone(),
+        Arc::new(AtomicU8::new(1)),
+        instance.clone(),
+    ));
+    let ctl_url = serve(controller(state, Some(ana), 100.0));
+    let agent = start(config(ctl_url, "127.0.7.13", 47_945)).unwrap();
+    let with_paths = |ups: &[Upload]| ups.iter().filter(|u| !u.paths.is_empty()).count();
+    std::thread::sleep(Duration::from_millis(1_500));
+    let first: Vec<TracedPath> = uploads
+        .lock()
+        .unwrap()
+        .iter()
+        .flat_map(|u| u.paths.clone())
+        .collect();
+    assert_eq!(
+        first.len(),
+        2,
+        "probe and ACK 5-tuples traced once: {first:?}"
+    );
+    // Same analyzer: nothing is traced again before the refresh period (60 s).
+    let seen = uploads.lock().unwrap().len();
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(with_paths(&uploads.lock().unwrap()[seen..]), 0);
+    // The analyzer restarted: the next uploads carry both paths again, as traced then.
+    instance.store(8, SeqCst);
+    let changed = uploads.lock().unwrap().len();
+    std::thread::sleep(Duration::from_millis(800));
+    agent.shutdown().unwrap();
+    let ups = uploads.lock().unwrap();
+    let mut again: Vec<TracedPath> = ups[changed..]
+        .iter()
+        .flat_map(|u| u.paths.clone())
+        .collect();
+    let mut first = first;
+    let order = |p: &TracedPath| (p.ack_direction, p.traced_at_unix_ns);
+    again.sort_by_key(order);
+    first.sort_by_key(order);
+    assert_eq!(again, first, "the cached paths, resent once");
 }
 
 #[test]

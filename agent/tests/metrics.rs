@@ -69,6 +69,7 @@ fn stand_in(registered: Arc<Mutex<Option<RegisterRequest>>>) -> impl Fn(&Request
                     accepted: n,
                     dropped: 0,
                     duplicate: false,
+                    instance: 0,
                 },
             )
         }

@@ -119,6 +119,7 @@ fn stand_in(cluster: Arc<Mutex<Cluster>>) -> impl Fn(&Request) -> Response {
                     accepted: n,
                     dropped: 0,
                     duplicate: false,
+                    instance: 0,
                 },
             );
         }

@@ -172,6 +172,7 @@ impl IngestState {
                     accepted: 0,
                     dropped: 0,
                     duplicate: true,
+                    instance: 0,
                 },
                 unknown_rnic: false,
             };
@@ -218,6 +219,7 @@ impl IngestState {
                 accepted,
                 dropped: dropped.unknown_rnic + dropped.late + dropped.future,
                 duplicate: false,
+                instance: 0,
             },
             unknown_rnic: dropped.unknown_rnic > 0,
         }

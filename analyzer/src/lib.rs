@@ -77,6 +77,8 @@ pub struct Analyzer {
     tick_metrics: metrics::TickMetrics,
     /// Scale-out membership (`None`: this analyzer sees every agent).
     shards: Option<shard::Shards>,
+    /// Random per-process id carried in every upload answer ([`UploadAck::instance`]).
+    instance: u64,
 }
 
 impl Analyzer {
@@ -96,6 +98,7 @@ impl Analyzer {
         let shards = shard::Shards::new(&db, &cfg.scaleout)?;
         Ok(Arc::new(Self {
             shards,
+            instance: rand::random::<u64>().max(1),
             diagnosis,
             tick_metrics: metrics::TickMetrics::default(),
             state: Mutex::new(IngestState::new(Window::new(
@@ -132,7 +135,10 @@ impl Analyzer {
         if applied.unknown_rnic && !self.refresh_wanted.swap(true, Ordering::Relaxed) {
             self.refresh_notify.notify_one();
         }
-        Ok(applied.ack)
+        Ok(UploadAck {
+            instance: self.instance,
+            ..applied.ack
+        })
     }
 
     /// Counts an upload the HTTP layer refused (too large, or wrong content type).

@@ -331,6 +331,11 @@ pub struct UploadAck {
     pub dropped: u64,
     /// True when the batch was a retry already counted.
     pub duplicate: bool,
+    /// Random id of the analyzer process that took the batch (0: not an analyzer). A
+    /// change tells the agent it talks to a fresh analyzer (a restart, or another
+    /// instance after a shard move) that has none of its traced paths yet.
+    #[serde(default)]
+    pub instance: u64,
 }
 
 /// What kind of component a problem is blamed on.

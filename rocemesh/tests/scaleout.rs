@@ -146,8 +146,10 @@ async fn two_analyzers_two_controllers_one_fault_reported_once_across_a_failover
             .iter()
             .map(|(_, u)| s.values().filter(|o| *o == u).count())
             .collect();
-        if s.len() == SHARDS as usize && per == BTreeSet::from([8]) && tomo.is_some() {
-            break (s, tomo.unwrap());
+        if let Some(tomo) =
+            tomo.filter(|_| s.len() == SHARDS as usize && per == BTreeSet::from([8]))
+        {
+            break (s, tomo);
         }
         assert!(
             t0.elapsed() < Duration::from_secs(20),

@@ -31,6 +31,8 @@ pub enum TraceRequest {
     Learned(TraceKey),
     /// A probe on this 5-tuple timed out: trace it ahead of the queue.
     Anomaly(TraceKey),
+    /// The analyzer is a fresh one (restart, shard move): upload every latest path again.
+    Resend,
 }
 
 /// One engine's connection to the tracer.

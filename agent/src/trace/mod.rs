@@ -16,4 +16,4 @@ pub mod tracer;
 
 pub use feed::{TraceFeed, TraceRequest};
 pub use table::TraceKey;
-pub use tracer::{TracerHandle, TracerOptions};
+pub use tracer::{PathResender, TracerHandle, TracerOptions};

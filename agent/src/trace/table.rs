@@ -1,7 +1,9 @@
 //! Which 5-tuples to trace and when: every probe 5-tuple of the pinglist and every ACK
 //! 5-tuple learned from answered probes is traced soon after it appears, then every
-//! refresh period; a 5-tuple with a probe timeout jumps the queue. Bounded.
+//! refresh period; a 5-tuple with a probe timeout jumps the queue. Each entry keeps its
+//! latest path, so a fresh analyzer can be handed them all at once. Bounded.
 
+use rocemesh_proto::path::TracedPath;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::net::IpAddr;
 use std::time::{Duration, Instant};
@@ -36,6 +38,8 @@ struct Entry {
     traced_at: Option<Instant>,
     urgent: bool,
     active: bool,
+    /// The latest finished trace.
+    last: Option<TracedPath>,
 }
 
 /// What [`TraceTable::anomaly`] did.
@@ -93,6 +97,7 @@ impl TraceTable {
                 traced_at: None,
                 urgent: false,
                 active: false,
+                last: None,
             },
         );
         self.due.insert((now, key));
@@ -186,15 +191,24 @@ impl TraceTable {
         self.due.first().map(|(d, _)| *d)
     }
 
-    /// A trace of `key` ended at `now`: the next one is due a refresh period later.
-    pub fn finished(&mut self, key: TraceKey, now: Instant) {
+    /// A trace of `key` ended at `now` with `path` (`None`: it could not run): the next
+    /// one is due a refresh period later.
+    pub fn finished(&mut self, key: TraceKey, now: Instant, path: Option<TracedPath>) {
         let refresh = self.refresh;
         if let Some(e) = self.entries.get_mut(&key) {
             e.active = false;
             e.traced_at = Some(now);
             e.due = now + refresh;
+            if path.is_some() {
+                e.last = path;
+            }
             self.due.insert((e.due, key));
         }
+    }
+
+    /// The latest path of every 5-tuple still tracked.
+    pub fn latest_paths(&self) -> impl Iterator<Item = &TracedPath> {
+        self.entries.values().filter_map(|e| e.last.as_ref())
     }
 
     /// Forgets ACK 5-tuples not seen for a few refresh periods (their prober went away).
@@ -230,6 +244,42 @@ mod tests {
 
     const REFRESH: Duration = Duration::from_secs(60);
 
+    fn path(k: TraceKey, at: u64) -> TracedPath {
+        TracedPath {
+            src: k.src,
+            dst: k.dst,
+            src_port: k.src_port,
+            dst_port: k.dst_port,
+            traced_at_unix_ns: at,
+            reached: true,
+            ack_direction: k.ack_direction,
+            hops: vec![Some("198.18.0.254".parse().unwrap())],
+        }
+    }
+
+    #[test]
+    fn the_latest_path_of_each_tracked_tuple_is_kept() {
+        let t0 = Instant::now();
+        let mut t = TraceTable::new(REFRESH, 100);
+        let src = key(0, false).src;
+        t.set_pinglist(src, &[key(1, false), key(2, false)], t0);
+        while t.next(t0).is_some() {}
+        t.finished(key(1, false), t0, Some(path(key(1, false), 1)));
+        t.finished(key(2, false), t0, Some(path(key(2, false), 1)));
+        // A newer trace replaces the old one; a trace that could not run keeps it.
+        t.finished(key(1, false), t0, Some(path(key(1, false), 2)));
+        t.finished(key(2, false), t0, None);
+        let mut got: Vec<(u16, u64)> = t
+            .latest_paths()
+            .map(|p| (p.src_port, p.traced_at_unix_ns))
+            .collect();
+        got.sort();
+        assert_eq!(got, [(50_001, 2), (50_002, 1)]);
+        // A tuple gone from the pinglist takes its path with it.
+        t.set_pinglist(src, &[key(1, false)], t0);
+        assert_eq!(t.latest_paths().count(), 1);
+    }
+
     #[test]
     fn new_tuples_are_due_at_once_then_every_refresh() {
         let t0 = Instant::now();
@@ -247,7 +297,7 @@ mod tests {
         got.sort();
         assert_eq!(got, vec![key(1, false), key(2, false), key(3, true)]);
         for k in &got {
-            t.finished(*k, t0 + Duration::from_secs(1));
+            t.finished(*k, t0 + Duration::from_secs(1), None);
         }
         assert_eq!(t.next(t0 + Duration::from_secs(60)), None);
         assert_eq!(t.next_due(t0), Some(t0 + Duration::from_secs(61)));
@@ -263,7 +313,7 @@ mod tests {
         let (first, _) = t.next(t0).unwrap();
         // Active while being traced: the running trace is told instead.
         assert_eq!(t.anomaly(first, t0), AnomalyOutcome::Active);
-        t.finished(first, t0);
+        t.finished(first, t0, None);
         // Traced a moment ago: not again at once.
         assert_eq!(
             t.anomaly(first, t0 + Duration::from_millis(500)),
@@ -278,7 +328,7 @@ mod tests {
         assert_eq!(t.next(later).map(|(_, u)| u), Some(false));
         // A never-traced due tuple that turns anomalous leaves the due queue for the urgent one.
         let (k, _) = t.next(later).unwrap();
-        t.finished(k, later);
+        t.finished(k, later, None);
         let pending = keys
             .iter()
             .copied()
@@ -286,7 +336,7 @@ mod tests {
             .unwrap();
         assert_eq!(t.anomaly(pending, later), AnomalyOutcome::Queued);
         assert_eq!(t.next(later), Some((pending, true)));
-        t.finished(pending, later);
+        t.finished(pending, later, None);
         assert_eq!(
             t.due.len(),
             t.entries.values().filter(|e| !e.active).count()

@@ -94,12 +94,34 @@ impl TracerHandle {
         TraceFeed::new(self.tx.clone(), self.counters.clone(), self.refresh)
     }
 
+    /// A handle the uploader uses to have every latest path uploaded again.
+    pub fn resender(&self) -> PathResender {
+        PathResender {
+            tx: self.tx.clone(),
+        }
+    }
+
     /// Stops the tracer (traces in progress are abandoned) and joins it.
     pub fn stop(self) -> anyhow::Result<()> {
         self.stop.store(true, Ordering::Relaxed);
         self.thread
             .join()
             .map_err(|_| anyhow::anyhow!("tracer thread panicked"))
+    }
+}
+
+/// Asks the tracer to upload the latest path of every 5-tuple again: a fresh analyzer
+/// (restart, or another instance after a shard move) has none, and without them it sees
+/// every flow as untraced until the periodic refresh.
+#[derive(Debug, Clone)]
+pub struct PathResender {
+    tx: SyncSender<TraceRequest>,
+}
+
+impl PathResender {
+    /// Queues the request (dropped when the tracer's queue is full or it has stopped).
+    pub fn resend(&self) {
+        let _ = self.tx.try_send(TraceRequest::Resend);
     }
 }
 
@@ -208,6 +230,18 @@ impl Tracer {
                     }
                     0
                 }
+                TraceRequest::Resend => {
+                    let mut n = 0usize;
+                    for p in self.table.latest_paths() {
+                        self.paths.push_path(p.clone());
+                        n += 1;
+                    }
+                    tracing::info!(
+                        paths = n,
+                        "fresh analyzer: latest traced paths queued again"
+                    );
+                    0
+                }
             };
             self.counters.trace_drops.fetch_add(refused as u64, Relaxed);
         }
@@ -257,7 +291,7 @@ impl Tracer {
                 }
                 Err(e) => {
                     tracing::debug!(?key, error = %e, "cannot open a trace socket");
-                    self.table.finished(key, now);
+                    self.table.finished(key, now, None);
                 }
             }
         }
@@ -297,7 +331,7 @@ impl Tracer {
             }
             let a = self.active.remove(i);
             let (hops, reached) = a.session.result();
-            self.paths.push_path(TracedPath {
+            let path = TracedPath {
                 src: a.key.src,
                 dst: a.key.dst,
                 src_port: a.key.src_port,
@@ -306,8 +340,9 @@ impl Tracer {
                 reached,
                 ack_direction: a.key.ack_direction,
                 hops,
-            });
-            self.table.finished(a.key, now);
+            };
+            self.paths.push_path(path.clone());
+            self.table.finished(a.key, now, Some(path));
         }
     }
 

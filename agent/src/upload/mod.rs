@@ -6,8 +6,9 @@ pub mod buffer;
 
 use crate::http_client::http_agent;
 use crate::stats::Counters;
+use crate::trace::PathResender;
 use buffer::{Marks, ResultBuffer};
-use rocemesh_proto::api::{API_PREFIX, ErrorBody};
+use rocemesh_proto::api::{API_PREFIX, ErrorBody, UploadAck};
 use rocemesh_proto::batch::{BatchHeader, CONTENT_TYPE};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
@@ -76,7 +77,14 @@ pub struct Uploader {
     epoch: u32,
     next_seq: u64,
     retry: Option<Retry>,
+    /// Instance id of the analyzer that took the last batch (0: none yet).
+    analyzer_instance: u64,
+    /// Told when that id changes, so the fresh analyzer gets every traced path again.
+    resender: Option<PathResender>,
 }
+
+/// Largest upload answer read (an [`UploadAck`] is tens of bytes).
+const MAX_ACK_BYTES: u64 = 64 * 1024;
 
 impl Uploader {
     /// An uploader for agent epoch `epoch`; batch numbers start at 1.
@@ -93,6 +101,28 @@ impl Uploader {
             epoch,
             next_seq: 1,
             retry: None,
+            analyzer_instance: 0,
+            resender: None,
+        }
+    }
+
+    /// Has the tracer upload every latest path again whenever the analyzer answering is
+    /// a fresh process ([`UploadAck::instance`] changed).
+    pub fn with_resender(mut self, resender: Option<PathResender>) -> Self {
+        self.resender = resender;
+        self
+    }
+
+    fn note_analyzer(&mut self, instance: u64) {
+        if instance == 0 || instance == self.analyzer_instance {
+            return;
+        }
+        if self.analyzer_instance != 0 {
+            tracing::info!("the analyzer is a fresh instance; uploading traced paths again");
+        }
+        self.analyzer_instance = instance;
+        if let Some(r) = &self.resender {
+            r.resend();
         }
     }
 
@@ -145,7 +175,19 @@ impl Uploader {
             .post(&url)
             .header("Content-Type", CONTENT_TYPE)
             .send(&body[..]);
+        let (sent, instance) = match sent {
+            Ok(mut resp) if resp.status().is_success() => {
+                let ack = resp
+                    .body_mut()
+                    .with_config()
+                    .limit(MAX_ACK_BYTES)
+                    .read_json::<UploadAck>();
+                (Ok(resp), ack.map_or(0, |a| a.instance))
+            }
+            other => (other, 0),
+        };
         let outcome = outcome_of(sent, &format!("batch {batch_seq}"));
+        self.note_analyzer(instance);
         match outcome {
             UploadOutcome::Accepted | UploadOutcome::Rejected => {
                 self.buffer.release(end);

@@ -74,7 +74,13 @@ impl Diagnosis {
         };
         let d = &cfg.diagnosis;
         let mut tracker = Tracker::new(d.resolve_after_ms);
-        tracker.restore(store::load_active(db).await?, now_ms);
+        // As after a shard takeover: hosts count as silent only after host_down_after_ms,
+        // and evidence of restored problems needs as long to come back.
+        tracker.restore(
+            store::load_active(db).await?,
+            now_ms,
+            d.host_down_after_ms as i64,
+        );
         Ok(Self {
             map,
             started_ms: now_ms,
@@ -122,7 +128,11 @@ impl Diagnosis {
             (intake.hosts().clone(), intake.take_paths())
         };
         let latency = lock(&self.latency).close(now_ms);
+        // Links with an active problem, also one restored after a restart or taken over
+        // from another shard: never held back for confirmation again.
+        let open_links = lock(&self.tracker).open_links();
         let mut engine = lock(&self.engine);
+        engine.keep_open(open_links, now_ms);
         let keep = shared.map(|s| {
             for (id, mut l) in s.hosts {
                 match hosts.get_mut(&id) {

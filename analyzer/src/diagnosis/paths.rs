@@ -175,6 +175,8 @@ pub struct Route {
     pub break_device: Option<String>,
     /// Hop list for evidence, e.g. `"h0/r0 t0 s1 t1 h2/r0"`.
     pub text: String,
+    /// No trace of this 5-tuple is known: the links are ECMP alternatives only.
+    pub untraced: bool,
 }
 
 /// Hop addresses of switches only: the destination answering itself is dropped.
@@ -388,6 +390,7 @@ pub fn route(
             fail,
             break_device: None,
             text,
+            untraced: src.tor != dst.tor,
         };
     };
     let complete = t.complete.as_deref().map(switch_hops);
@@ -399,6 +402,7 @@ pub fn route(
             fail: path,
             break_device: None,
             text: text(&hops, Some(dst)),
+            untraced: false,
         };
     }
     let hops = switch_hops(&t.latest);
@@ -415,6 +419,7 @@ pub fn route(
             fail: path,
             break_device: None,
             text: text(&hops, Some(dst)),
+            untraced: false,
         };
     }
     let (fail, break_device) = break_candidates(map, &hops, complete.as_deref(), src, dst);
@@ -431,6 +436,7 @@ pub fn route(
         fail,
         break_device,
         text: text(&hops, None),
+        untraced: false,
     }
 }
 

@@ -29,6 +29,9 @@ pub struct FlowObs {
     pub break_device: Option<String>,
     /// Hop list, for evidence.
     pub text: String,
+    /// No direction of the flow was traced: `fail_elems` are ECMP alternatives only.
+    #[serde(default)]
+    pub untraced: bool,
 }
 
 /// Thresholds of one tomography run.
@@ -87,6 +90,17 @@ struct Tally {
     fail: f64,
     ok: f64,
     located: f64,
+    /// Failures of untraced flows: the component was one of several ECMP alternatives.
+    alternative: f64,
+}
+
+impl Tally {
+    /// True when `other` holds the same evidence: the observations cannot tell the two
+    /// components apart.
+    fn twin_of(&self, other: &Tally) -> bool {
+        let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
+        same(self.fail, other.fail) && same(self.ok, other.ok) && same(self.located, other.located)
+    }
 }
 
 /// Observations with their components interned to dense ids, so the rounds of
@@ -132,6 +146,9 @@ fn tally(obs: &[FlowObs], c: &Compiled, live: &[bool]) -> Vec<Tally> {
                 t[e].fail += o.fail * w;
                 if o.located {
                     t[e].located += o.fail * w;
+                }
+                if o.untraced {
+                    t[e].alternative += o.fail * w;
                 }
             }
         }
@@ -183,10 +200,11 @@ pub fn explain_away(
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
     let tested = p.tested.unwrap_or(c.elements.len());
     let min_score = p.min_score + (tested as f64 / 100.0).max(1.0).ln();
-    let allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
+    let mut allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
     let mut blamed: Vec<usize> = Vec::new();
     let mut found = Vec::new();
-    // Each round removes at least one failed observation: bounded by their number.
+    // Each round removes at least one failed observation or rules out at least two
+    // components: bounded by their numbers.
     loop {
         let t = tally(obs, &c, &live);
         let totals = live_totals(obs, &live);
@@ -211,6 +229,20 @@ pub fn explain_away(
         let Some((_, score, p0, element, x)) = best else {
             break;
         };
+        // Mostly alternative evidence (untraced ECMP paths) shared exactly with another
+        // candidate: which one failed is unknown (e.g. right after an analyzer restart,
+        // before the agents' traces came in). Neither is blamed; the failures stay for
+        // components the evidence does separate.
+        let twins: Vec<usize> = (0..t.len())
+            .filter(|&e| e != element && allowed[e] && t[e].twin_of(&x))
+            .collect();
+        if !twins.is_empty() && x.alternative > 0.5 * x.fail {
+            allowed[element] = false;
+            for e in twins {
+                allowed[e] = false;
+            }
+            continue;
+        }
         let mut examples = Vec::new();
         for (i, o) in obs.iter().enumerate() {
             if !live[i] || o.fail <= 0.0 {
@@ -476,6 +508,38 @@ mod tests {
             });
         }
         assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t1-s0")]);
+    }
+
+    #[test]
+    fn untraced_ecmp_alternatives_are_not_guessed_between() {
+        // Nothing traced yet: every flow to t0 spreads over t0's two uplinks alike, the
+        // failing ones (over s1, truly) and the arriving ones (over s0).
+        let untraced = |ok: f64, fail: f64| {
+            let elems = vec![(link("t0-s0"), 0.5), (link("t0-s1"), 0.5)];
+            FlowObs {
+                ok,
+                fail,
+                ok_elems: elems.clone(),
+                fail_elems: elems,
+                text: "h5/r0 ... h0/r0".into(),
+                untraced: true,
+                ..FlowObs::default()
+            }
+        };
+        let mut obs = fabric(|_, _, _| 0.0);
+        obs.extend((0..8).map(|_| untraced(0.0, 10.0)));
+        obs.extend((0..8).map(|_| untraced(10.0, 0.0)));
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), []);
+        // One fresh trace breaking after t0 towards s1 separates them.
+        obs.push(FlowObs {
+            fail: 10.0,
+            fail_elems: vec![(link("t0-s1"), 1.0)],
+            located: true,
+            break_device: Some("t0".into()),
+            text: "broke after t0".into(),
+            ..FlowObs::default()
+        });
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
     }
 
     #[test]

@@ -55,9 +55,11 @@ impl Tracker {
         self.next_serial
     }
 
-    /// Takes over problems stored active before a restart; their resolution clock
-    /// starts at `now_ms`.
-    pub fn restore(&mut self, problems: Vec<Problem>, now_ms: i64) {
+    /// Takes over problems stored active before a restart or by another instance. Their
+    /// resolution clock starts `hold_ms` after `now_ms`: the evidence that kept them active
+    /// is missing, not gone, until the agents' uploads and traces have come in again
+    /// (right after a restart every path is untraced, and tomography will not guess).
+    pub fn restore(&mut self, problems: Vec<Problem>, now_ms: i64, hold_ms: i64) {
         for p in problems {
             let serial = self.serial();
             let t = Tracked {
@@ -65,7 +67,7 @@ impl Tracker {
                 saved: true,
                 saved_at_ms: now_ms,
                 saved_confidence: p.confidence,
-                evidence_ms: now_ms.max(p.last_seen_ms),
+                evidence_ms: (now_ms + hold_ms).max(p.last_seen_ms),
                 problem: p,
             };
             self.active.insert(key(&t.problem), t);
@@ -75,9 +77,8 @@ impl Tracker {
     /// Scale-out: forgets the active problems outside this instance's scope (another
     /// instance tracks them now; they stay active in the database) and takes over the
     /// `stored` active ones inside it that it does not track yet. A taken-over problem is
-    /// not resolved for `hold_ms` plus the usual resolution time: the agents of the dead
-    /// instance's shards need that long to move here, and until they do, the evidence
-    /// that kept the problem active is missing, not gone.
+    /// not resolved for `hold_ms` plus the usual resolution time ([`Self::restore`]): the
+    /// agents of the dead instance's shards need that long to move here.
     pub fn rescope(
         &mut self,
         keep: impl Fn(&Problem) -> bool,
@@ -90,13 +91,16 @@ impl Tracker {
             .into_iter()
             .filter(|p| keep(p) && !self.active.contains_key(&key(p)))
             .collect();
-        let keys: Vec<Key> = fresh.iter().map(key).collect();
-        self.restore(fresh, now_ms);
-        for k in keys {
-            if let Some(t) = self.active.get_mut(&k) {
-                t.evidence_ms = t.evidence_ms.max(now_ms + hold_ms);
-            }
-        }
+        self.restore(fresh, now_ms, hold_ms);
+    }
+
+    /// Names of the links with an active link-fault problem.
+    pub fn open_links(&self) -> Vec<String> {
+        self.active
+            .keys()
+            .filter(|(kind, ck, _)| *kind == ProblemKind::LinkFault && *ck == ComponentKind::Link)
+            .map(|(_, _, name)| name.clone())
+            .collect()
     }
 
     /// Applies one tick's findings at `now_ms`.
@@ -263,11 +267,15 @@ mod tests {
         t.update(1_000, vec![cand(ProblemKind::RnicFault, "h0/r0", 0.9)]);
         let mut p = t.problems(ProblemState::Active);
         p[0].id = 3;
-        t2.restore(p, 100_000);
-        t2.update(105_000, vec![]);
-        assert_eq!(t2.problems(ProblemState::Active)[0].id, 3);
+        t2.restore(p, 100_000, 4_000);
+        t2.update(113_000, vec![]);
+        assert_eq!(
+            t2.problems(ProblemState::Active)[0].id,
+            3,
+            "held 4 s + 10 s"
+        );
         assert!(t2.unsaved().is_empty());
-        t2.update(110_000, vec![]);
+        t2.update(114_000, vec![]);
         assert_eq!(t2.problems(ProblemState::Resolved)[0].id, 3);
     }
 

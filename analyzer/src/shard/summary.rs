@@ -27,8 +27,8 @@ pub fn compact(obs: Vec<FlowObs>) -> Vec<FlowObs> {
     let mut out: Vec<FlowObs> = Vec::new();
     for o in obs {
         let key = format!(
-            "{:?}|{:?}|{}|{:?}",
-            o.fail_elems, o.ok_elems, o.located, o.break_device
+            "{:?}|{:?}|{}|{:?}|{}",
+            o.fail_elems, o.ok_elems, o.located, o.break_device, o.untraced
         );
         match index.get(&key) {
             Some(&i) => {

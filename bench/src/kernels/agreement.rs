@@ -31,7 +31,7 @@ pub fn max_error_over_peak(ours: &[f64], reference: &[f64], group: usize) -> Res
         reference.len()
     );
     ensure!(
-        ours.len() % group == 0,
+        ours.len().is_multiple_of(group),
         "{} values are not runs of {group}",
         ours.len()
     );

@@ -189,6 +189,7 @@ impl ControllerState {
             accepted,
             dropped,
             duplicate: false,
+            instance: 0,
         })
     }
 

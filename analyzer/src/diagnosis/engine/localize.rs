@@ -184,6 +184,16 @@ pub(super) struct LinkHolds {
     reported: HashMap<String, i64>,
 }
 
+impl LinkHolds {
+    /// Links whose problem is open at `now`: reported, so never held.
+    pub(super) fn keep_open(&mut self, links: Vec<String>, now: i64) {
+        for l in links {
+            self.pending.remove(&l);
+            self.reported.insert(l, now);
+        }
+    }
+}
+
 /// Holds back link faults that may be the first sign of a switch going down until they
 /// have persisted `link_confirm_ms`: by then the switch's other links fail too and the
 /// switch verdict takes them over, instead of a link fault reported first. A link is held

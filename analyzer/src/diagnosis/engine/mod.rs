@@ -115,6 +115,12 @@ struct HostTally {
 }
 
 impl Engine {
+    /// Links with an open problem at `now_ms` (the tracker's, which outlive this engine:
+    /// restored after a restart, taken over from a shard): reported as soon as found.
+    pub fn keep_open(&mut self, links: Vec<String>, now_ms: i64) {
+        self.link_holds.keep_open(links, now_ms);
+    }
+
     /// Fresh state.
     pub fn new(cfg: DiagnosisConfig) -> Self {
         Self {

@@ -226,6 +226,7 @@ fn observe(
                 .clone()
                 .or_else(|| ack.break_device.clone()),
             text: fwd.text.clone(),
+            untraced: fwd.untraced && ack.untraced,
         });
         if f.ack2 > 0 {
             out.loss.push(FlowObs {
@@ -237,6 +238,7 @@ fn observe(
                 located: ack.break_device.is_some(),
                 break_device: ack.break_device.clone(),
                 text: ack.text.clone(),
+                untraced: ack.untraced,
             });
         }
     }
@@ -249,6 +251,7 @@ fn observe(
             located: false,
             break_device: None,
             text: fwd.text,
+            untraced: fwd.untraced && ack.untraced,
         });
         out.slow_pairs.push((k.prober, k.target));
     }

@@ -426,6 +426,11 @@ fn a_located_link_of_a_silent_switch_is_held_until_confirmed() {
     // on it (partial loss).
     assert_eq!(reported(&mut LinkHolds::default(), NOW, &both, 20.0), 1);
     assert_eq!(reported(&mut LinkHolds::default(), NOW, &only_t0, 0.0), 1);
+    // A fresh engine (analyzer restart, shard takeover) told that the link's problem is
+    // open does not hold it either.
+    let mut fresh = LinkHolds::default();
+    fresh.keep_open(vec!["t0-s1".into()], later);
+    assert_eq!(reported(&mut fresh, later, &only_t0, 20.0), 1);
 }
 
 #[test]
