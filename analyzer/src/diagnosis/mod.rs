@@ -74,13 +74,9 @@ impl Diagnosis {
         };
         let d = &cfg.diagnosis;
         let mut tracker = Tracker::new(d.resolve_after_ms);
-        // As after a shard takeover: hosts count as silent only after host_down_after_ms,
-        // and evidence of restored problems needs as long to come back.
-        tracker.restore(
-            store::load_active(db).await?,
-            now_ms,
-            d.host_down_after_ms as i64,
-        );
+        // A fresh analyzer has less than one window of evidence: restored problems are
+        // not resolved for lack of it before a window has been gathered.
+        tracker.restore(store::load_active(db).await?, now_ms, d.window_ms as i64);
         Ok(Self {
             map,
             started_ms: now_ms,
