@@ -47,9 +47,20 @@ impl Fixture {
     /// A UDP socket bound to `rnic`'s address and `port` inside its host namespace.
     pub fn socket(&self, rnic: &str, port: u16) -> UdpSocket {
         let ip = self.ip(rnic);
-        let sock = netns::in_netns(&self.netns_of(rnic), move || UdpSocket::bind((ip, port)))
-            .expect("setns")
-            .expect("bind");
+        // A bind right after the previous socket on that port closed failed once in CI
+        // with EADDRINUSE (not reproduced since): a few short retries, then the error.
+        let mut tries = 0;
+        let sock = loop {
+            let bound = netns::in_netns(&self.netns_of(rnic), move || UdpSocket::bind((ip, port)))
+                .expect("setns");
+            match bound {
+                Err(e) if e.kind() == std::io::ErrorKind::AddrInUse && tries < 10 => {
+                    tries += 1;
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                other => break other.expect("bind"),
+            }
+        };
         sock.set_read_timeout(Some(Duration::from_millis(300)))
             .expect("timeout");
         sock
