@@ -7,10 +7,8 @@ use crate::probe::guard::GuardSettings;
 use crate::stats::Counters;
 use crate::stop::StopSignal;
 use anyhow::{Context, Result, bail};
-use rocemesh_proto::api::{
-    ANALYZER_HEADER, API_PREFIX, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse,
-    analyzer_url,
-};
+use rocemesh_proto::api::{API_PREFIX, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse};
+use rocemesh_proto::http_client::named_analyzer;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -50,7 +48,7 @@ pub type SharedRegistration = Arc<Mutex<Option<Registration>>>;
 pub struct PollReply {
     /// The list's fate.
     pub outcome: Poll,
-    /// A usable `http(s)://` URL from [`ANALYZER_HEADER`] (see [`analyzer_url`]).
+    /// A usable `http(s)://` URL from the `x-rocemesh-analyzer` header ([`named_analyzer`]).
     pub analyzer: Option<String>,
 }
 
@@ -124,11 +122,7 @@ impl ControlClient {
             req = req.header("If-None-Match", tag);
         }
         let mut resp = req.call().with_context(|| format!("GET {url}"))?;
-        let analyzer = resp
-            .headers()
-            .get(ANALYZER_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(analyzer_url);
+        let analyzer = named_analyzer(resp.headers());
         let outcome = match resp.status().as_u16() {
             304 => Poll::Unchanged,
             404 | 409 => Poll::Reregister,

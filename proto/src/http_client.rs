@@ -246,3 +246,12 @@ mod tests {
         assert!(format!("{:?}", ClientTls::load(None).unwrap()).contains("None"));
     }
 }
+
+/// The analyzer a controller's answer names in [`crate::api::ANALYZER_HEADER`], when the
+/// header holds a usable URL ([`crate::api::analyzer_url`]).
+pub fn named_analyzer(headers: &ureq::http::HeaderMap) -> Option<String> {
+    headers
+        .get(crate::api::ANALYZER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::api::analyzer_url)
+}

@@ -27,8 +27,9 @@ use crate::score::{self, Score};
 use crate::sim::Sim;
 use anyhow::{Context, bail};
 use rocemesh_analyzer::BaselineVote;
-use rocemesh_proto::api::{ANALYZER_HEADER, API_PREFIX, Problem, analyzer_url};
+use rocemesh_proto::api::{API_PREFIX, Problem};
 use rocemesh_proto::batch::CONTENT_TYPE;
+use rocemesh_proto::http_client::named_analyzer;
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -127,7 +128,8 @@ impl HttpDriver {
     }
 
     /// [`Self::send`], also returning the analyzer the controller named in
-    /// [`ANALYZER_HEADER`], as real agents read it from pinglist answers.
+    /// `x-rocemesh-analyzer` ([`named_analyzer`]), as real agents read it from pinglist
+    /// answers.
     fn send_with_analyzer(
         &self,
         method: &str,
@@ -150,11 +152,7 @@ impl HttpDriver {
         }
         .with_context(|| format!("{method} {url}"))?;
         let status = resp.status().as_u16();
-        let analyzer = resp
-            .headers()
-            .get(ANALYZER_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .and_then(analyzer_url);
+        let analyzer = named_analyzer(resp.headers());
         let bytes = resp
             .body_mut()
             .with_config()
