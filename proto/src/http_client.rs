@@ -208,6 +208,15 @@ pub fn describe_error(err: &ureq::Error) -> String {
     }
 }
 
+/// The analyzer a controller's answer names in [`crate::api::ANALYZER_HEADER`], when the
+/// header holds a usable URL ([`crate::api::analyzer_url`]).
+pub fn named_analyzer(headers: &ureq::http::HeaderMap) -> Option<String> {
+    headers
+        .get(crate::api::ANALYZER_HEADER)
+        .and_then(|v| v.to_str().ok())
+        .and_then(crate::api::analyzer_url)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -245,13 +254,4 @@ mod tests {
 
         assert!(format!("{:?}", ClientTls::load(None).unwrap()).contains("None"));
     }
-}
-
-/// The analyzer a controller's answer names in [`crate::api::ANALYZER_HEADER`], when the
-/// header holds a usable URL ([`crate::api::analyzer_url`]).
-pub fn named_analyzer(headers: &ureq::http::HeaderMap) -> Option<String> {
-    headers
-        .get(crate::api::ANALYZER_HEADER)
-        .and_then(|v| v.to_str().ok())
-        .and_then(crate::api::analyzer_url)
 }
