@@ -34,6 +34,9 @@ const UPLOAD_TIMEOUT: Duration = Duration::from_secs(10);
 const UNREGISTERED_RECHECK: Duration = Duration::from_millis(100);
 /// Budget of the last upload at shutdown.
 const FINAL_UPLOAD_TIMEOUT: Duration = Duration::from_secs(2);
+/// After a fresh analyzer answered: time for the tracer to queue every path again
+/// before they are uploaded.
+const RESEND_FLUSH_DELAY: Duration = Duration::from_millis(200);
 
 /// A running agent.
 pub struct AgentHandle {
@@ -300,6 +303,11 @@ fn upload_loop(mut uploader: Uploader, registration: &SharedRegistration, stop: 
         }
         if let Some(reg) = current() {
             uploader.upload_all(&reg.analyzer_url, reg.host_id);
+            // A fresh analyzer: its traced paths were queued again (by the tracer thread,
+            // within milliseconds); deliver them now, its tomography waits for them.
+            if uploader.take_resend_pending() && !stop.sleep(RESEND_FLUSH_DELAY) {
+                uploader.upload_all(&reg.analyzer_url, reg.host_id);
+            }
         }
     }
     if let Some(reg) = current() {

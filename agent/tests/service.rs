@@ -318,11 +318,12 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
         "h2 saw the event and ignored it: {s2:?}"
     );
     assert!(s2.acks_sent > 0, "h2 answered: {s2:?}");
-    // Every 10 ms: ~100 probes/s on the flow.
+    // Every 10 ms: ~100 probes/s on the flow (over 3 s, so a busy machine's late
+    // wake-ups do not decide it).
     let (p1, t1) = (a0.stats().service_probes, Instant::now());
-    std::thread::sleep(Duration::from_millis(1000));
+    std::thread::sleep(Duration::from_millis(3000));
     let rate = (a0.stats().service_probes - p1) as f64 / t1.elapsed().as_secs_f64();
-    assert!((70.0..=130.0).contains(&rate), "service probes at {rate}/s");
+    assert!((60.0..=140.0).contains(&rate), "service probes at {rate}/s");
 
     // Destroy the QP (the process lives on): the probes stop within a second.
     writeln!(stdin, "go").unwrap();

@@ -236,6 +236,10 @@ pub struct DiagnosisConfig {
     /// failing one by one), is reported once it has persisted this long, so the switch
     /// verdict can take it over; 0 = at once.
     pub link_confirm_ms: u64,
+    /// After the analyzer starts or takes shards over, the agents new to it upload their
+    /// traced paths again with their next upload; the tomography waits this long for them
+    /// (keep it above one upload period).
+    pub paths_settle_ms: u64,
 }
 
 impl Default for DiagnosisConfig {
@@ -263,6 +267,7 @@ impl Default for DiagnosisConfig {
             latency_percent: 50,
             resolve_after_ms: 10_000,
             link_confirm_ms: 5_000,
+            paths_settle_ms: 7_000,
             strained_rnic_hold_ms: 10_000,
         }
     }
@@ -303,6 +308,11 @@ impl DiagnosisConfig {
             "analyzer.diagnosis.host_silent_ms ({}) must not exceed host_down_after_ms ({})",
             self.host_silent_ms,
             self.host_down_after_ms
+        );
+        ensure!(
+            self.paths_settle_ms <= 600_000,
+            "analyzer.diagnosis.paths_settle_ms must be at most 10 min, got {}",
+            self.paths_settle_ms
         );
         Ok(())
     }

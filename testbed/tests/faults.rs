@@ -363,8 +363,21 @@ fn cpu_starvation_caps_the_process_until_cleared() {
     let starved = cpu_share(pid, Duration::from_millis(1500));
     assert!(starved < 0.15, "starved share {starved}");
     f.0.clear(h.id).unwrap();
-    let free = cpu_share(pid, Duration::from_millis(1000));
-    assert!(free > 0.3, "share after clear {free}");
+    // Uncapped, the spinner gets well above the 10 % cap in some half-second window, however
+    // busy the machine (the other tests of this binary run alongside); capped, it never can.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut shares = Vec::new();
+    loop {
+        let free = cpu_share(pid, Duration::from_millis(500));
+        shares.push(free);
+        if free > 0.25 {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "still capped after clear: shares {shares:?}"
+        );
+    }
     spinner.kill().unwrap();
     spinner.wait().unwrap();
 }

@@ -1,7 +1,8 @@
 //! Which 5-tuples to trace and when: every probe 5-tuple of the pinglist and every ACK
 //! 5-tuple learned from answered probes is traced soon after it appears, then every
 //! refresh period; a 5-tuple with a probe timeout jumps the queue. Each entry keeps its
-//! latest path, so a fresh analyzer can be handed them all at once. Bounded.
+//! latest path (and the last complete one while the latest broke off), so a fresh
+//! analyzer can be handed them all at once. Bounded.
 
 use rocemesh_proto::path::TracedPath;
 use std::collections::{BTreeSet, HashMap, VecDeque};
@@ -40,6 +41,9 @@ struct Entry {
     active: bool,
     /// The latest finished trace.
     last: Option<TracedPath>,
+    /// The latest trace that reached the destination, while `last` did not: where a
+    /// broken-off trace was going (an analyzer locates the break with it).
+    complete: Option<TracedPath>,
 }
 
 /// What [`TraceTable::anomaly`] did.
@@ -98,6 +102,7 @@ impl TraceTable {
                 urgent: false,
                 active: false,
                 last: None,
+                complete: None,
             },
         );
         self.due.insert((now, key));
@@ -199,16 +204,24 @@ impl TraceTable {
             e.active = false;
             e.traced_at = Some(now);
             e.due = now + refresh;
-            if path.is_some() {
-                e.last = path;
+            if let Some(p) = path {
+                let before = e.last.replace(p);
+                if e.last.as_ref().is_some_and(|l| l.reached) {
+                    e.complete = None;
+                } else if before.as_ref().is_some_and(|b| b.reached) {
+                    e.complete = before;
+                }
             }
             self.due.insert((e.due, key));
         }
     }
 
-    /// The latest path of every 5-tuple still tracked.
-    pub fn latest_paths(&self) -> impl Iterator<Item = &TracedPath> {
-        self.entries.values().filter_map(|e| e.last.as_ref())
+    /// What a fresh analyzer needs of every 5-tuple still tracked, oldest first: the last
+    /// complete path of one whose latest trace broke off, then the latest path.
+    pub fn paths_to_resend(&self) -> impl Iterator<Item = &TracedPath> {
+        self.entries
+            .values()
+            .flat_map(|e| e.complete.iter().chain(e.last.iter()))
     }
 
     /// Forgets ACK 5-tuples not seen for a few refresh periods (their prober went away).
@@ -251,7 +264,7 @@ mod tests {
             src_port: k.src_port,
             dst_port: k.dst_port,
             traced_at_unix_ns: at,
-            reached: true,
+            reached: at % 2 == 1,
             ack_direction: k.ack_direction,
             hops: vec![Some("198.18.0.254".parse().unwrap())],
         }
@@ -266,18 +279,35 @@ mod tests {
         while t.next(t0).is_some() {}
         t.finished(key(1, false), t0, Some(path(key(1, false), 1)));
         t.finished(key(2, false), t0, Some(path(key(2, false), 1)));
-        // A newer trace replaces the old one; a trace that could not run keeps it.
+        // (Odd times reach the destination, even ones break off.) A newer trace replaces
+        // the old one; a trace that could not run keeps it; a broken-off one keeps the
+        // last complete one beside it, until a complete one comes again.
         t.finished(key(1, false), t0, Some(path(key(1, false), 2)));
         t.finished(key(2, false), t0, None);
-        let mut got: Vec<(u16, u64)> = t
-            .latest_paths()
-            .map(|p| (p.src_port, p.traced_at_unix_ns))
+        let resent = |t: &TraceTable| {
+            let mut got: Vec<(u16, u64)> = t
+                .paths_to_resend()
+                .map(|p| (p.src_port, p.traced_at_unix_ns))
+                .collect();
+            got.sort();
+            got
+        };
+        assert_eq!(resent(&t), [(50_001, 1), (50_001, 2), (50_002, 1)]);
+        t.finished(key(1, false), t0, Some(path(key(1, false), 4)));
+        assert_eq!(resent(&t), [(50_001, 1), (50_001, 4), (50_002, 1)]);
+        t.finished(key(1, false), t0, Some(path(key(1, false), 5)));
+        assert_eq!(resent(&t), [(50_001, 5), (50_002, 1)]);
+        // Resent oldest first per 5-tuple: the analyzer drops a path older than its latest.
+        t.finished(key(1, false), t0, Some(path(key(1, false), 6)));
+        let order: Vec<u64> = t
+            .paths_to_resend()
+            .filter(|p| p.src_port == 50_001)
+            .map(|p| p.traced_at_unix_ns)
             .collect();
-        got.sort();
-        assert_eq!(got, [(50_001, 2), (50_002, 1)]);
-        // A tuple gone from the pinglist takes its path with it.
+        assert_eq!(order, [5, 6]);
+        // A tuple gone from the pinglist takes its paths with it.
         t.set_pinglist(src, &[key(1, false)], t0);
-        assert_eq!(t.latest_paths().count(), 1);
+        assert_eq!(t.paths_to_resend().count(), 2);
     }
 
     #[test]

@@ -232,14 +232,11 @@ impl Tracer {
                 }
                 TraceRequest::Resend => {
                     let mut n = 0usize;
-                    for p in self.table.latest_paths() {
+                    for p in self.table.paths_to_resend() {
                         self.paths.push_path(p.clone());
                         n += 1;
                     }
-                    tracing::info!(
-                        paths = n,
-                        "fresh analyzer: latest traced paths queued again"
-                    );
+                    tracing::info!(paths = n, "fresh analyzer: traced paths queued again");
                     0
                 }
             };

@@ -81,6 +81,9 @@ pub struct Uploader {
     analyzer_instance: u64,
     /// Told when that id changes, so the fresh analyzer gets every traced path again.
     resender: Option<PathResender>,
+    /// The paths were just queued again for a fresh analyzer: upload them soon, not a
+    /// whole period later (its tomography waits for them).
+    resend_pending: bool,
 }
 
 /// Largest upload answer read (an [`UploadAck`] is tens of bytes).
@@ -103,6 +106,7 @@ impl Uploader {
             retry: None,
             analyzer_instance: 0,
             resender: None,
+            resend_pending: false,
         }
     }
 
@@ -123,7 +127,14 @@ impl Uploader {
         self.analyzer_instance = instance;
         if let Some(r) = &self.resender {
             r.resend();
+            self.resend_pending = true;
         }
+    }
+
+    /// True once after the traced paths were queued again for a fresh analyzer: the
+    /// caller uploads again shortly instead of a period later.
+    pub fn take_resend_pending(&mut self) -> bool {
+        std::mem::take(&mut self.resend_pending)
     }
 
     /// Replaces the HTTP client (e.g. a short timeout for the last upload at shutdown).

@@ -77,12 +77,14 @@ impl Diagnosis {
         // A fresh analyzer has less than one window of evidence: restored problems are
         // not resolved for lack of it before a window has been gathered.
         tracker.restore(store::load_active(db).await?, now_ms, d.window_ms as i64);
+        let mut engine = Engine::new(d.clone());
+        engine.await_paths(now_ms);
         Ok(Self {
             map,
             started_ms: now_ms,
             intake: Mutex::new(Intake::new(d.max_paths)),
             paths: RwLock::new(PathStore::new(d.max_paths)),
-            engine: Mutex::new(Engine::new(d.clone())),
+            engine: Mutex::new(engine),
             tracker: Mutex::new(tracker),
             latency: Mutex::new(PairLatency::new(&cfg.latency, d.tick_ms, now_ms)?),
             baseline: RwLock::new(Arc::new(Vec::new())),
@@ -175,6 +177,12 @@ impl Diagnosis {
         write(&self.baseline, Arc::new(outcome.baseline));
         lock(&self.tracker).update(now_ms, outcome.candidates);
         outcome.loss
+    }
+
+    /// Agents new to this instance at `now_ms` re-send their traced paths: no tomography
+    /// until they had time to ([`Engine::await_paths`]).
+    pub fn await_paths(&self, now_ms: i64) {
+        lock(&self.engine).await_paths(now_ms);
     }
 
     /// Upload liveness of the agents that upload here (other shards merge it).

@@ -90,17 +90,9 @@ struct Tally {
     fail: f64,
     ok: f64,
     located: f64,
-    /// Failures of untraced flows: the component was one of several ECMP alternatives.
+    /// Failures of untraced flows on which the component was one of several ECMP
+    /// alternatives (a fractional weight): they support it but never single it out.
     alternative: f64,
-}
-
-impl Tally {
-    /// True when `other` holds the same evidence: the observations cannot tell the two
-    /// components apart.
-    fn twin_of(&self, other: &Tally) -> bool {
-        let same = |a: f64, b: f64| (a - b).abs() <= 1e-9 * a.abs().max(b.abs()).max(1.0);
-        same(self.fail, other.fail) && same(self.ok, other.ok) && same(self.located, other.located)
-    }
 }
 
 /// Observations with their components interned to dense ids, so the rounds of
@@ -147,7 +139,7 @@ fn tally(obs: &[FlowObs], c: &Compiled, live: &[bool]) -> Vec<Tally> {
                 if o.located {
                     t[e].located += o.fail * w;
                 }
-                if o.untraced {
+                if o.untraced && w < 1.0 {
                     t[e].alternative += o.fail * w;
                 }
             }
@@ -184,6 +176,11 @@ fn background_outside(totals: (f64, f64), x: &Tally, floor: f64) -> f64 {
 /// Greedy explain-away over the components `eligible` allows; findings in the order
 /// they were blamed.
 ///
+/// A component needs `min_failures` failures that name it for certain: those of untraced
+/// flows, where it is one of a ToR's ECMP alternatives, only add to evidence it has
+/// already (right after an analyzer restart or a shard takeover every path is untraced,
+/// and the uplinks of a ToR are then told apart only by chance differences).
+///
 /// Every finding must then stand without each other one: judged only by the flows whose
 /// paths do not cross that other finding, it must still be significant ([`independent`]). Failures of one
 /// fault located elsewhere on its paths (a trace cut short by a router's ICMP rate limit,
@@ -200,11 +197,10 @@ pub fn explain_away(
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
     let tested = p.tested.unwrap_or(c.elements.len());
     let min_score = p.min_score + (tested as f64 / 100.0).max(1.0).ln();
-    let mut allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
+    let allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
     let mut blamed: Vec<usize> = Vec::new();
     let mut found = Vec::new();
-    // Each round removes at least one failed observation or rules out at least two
-    // components: bounded by their numbers.
+    // Each round removes at least one failed observation: bounded by their number.
     loop {
         let t = tally(obs, &c, &live);
         let totals = live_totals(obs, &live);
@@ -212,7 +208,10 @@ pub fn explain_away(
             .iter()
             .enumerate()
             .filter(|(e, x)| {
-                allowed[*e] && x.fail >= p.min_failures && x.fail >= p.min_share * (x.fail + x.ok)
+                allowed[*e]
+                    && x.fail >= p.min_failures
+                    && x.fail - x.alternative >= p.min_failures
+                    && x.fail >= p.min_share * (x.fail + x.ok)
             })
             .map(|(e, x)| {
                 let p0 = background_outside(totals, x, p.floor);
@@ -229,20 +228,6 @@ pub fn explain_away(
         let Some((_, score, p0, element, x)) = best else {
             break;
         };
-        // Mostly alternative evidence (untraced ECMP paths) shared exactly with another
-        // candidate: which one failed is unknown (e.g. right after an analyzer restart,
-        // before the agents' traces came in). Neither is blamed; the failures stay for
-        // components the evidence does separate.
-        let twins: Vec<usize> = (0..t.len())
-            .filter(|&e| e != element && allowed[e] && t[e].twin_of(&x))
-            .collect();
-        if !twins.is_empty() && x.alternative > 0.5 * x.fail {
-            allowed[element] = false;
-            for e in twins {
-                allowed[e] = false;
-            }
-            continue;
-        }
         let mut examples = Vec::new();
         for (i, o) in obs.iter().enumerate() {
             if !live[i] || o.fail <= 0.0 {
@@ -540,6 +525,62 @@ mod tests {
             ..FlowObs::default()
         });
         assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
+    }
+
+    #[test]
+    fn untraced_failures_never_single_out_a_sibling_that_differs_by_chance() {
+        // A shard just taken over: flows from t0 are untraced (the four uplinks share
+        // their failures alike), and traced arrivals happen to cross t0-s2 a little less
+        // than the others, so the uplinks are not exact twins.
+        let uplinks = ["t0-s0", "t0-s1", "t0-s2", "t0-s3"];
+        let untraced = |ok: f64, fail: f64| {
+            let elems: Vec<_> = uplinks.iter().map(|l| (link(l), 0.25)).collect();
+            FlowObs {
+                ok,
+                fail,
+                ok_elems: elems.clone(),
+                fail_elems: elems,
+                text: "h3/r0 ... h40/r2".into(),
+                untraced: true,
+                ..FlowObs::default()
+            }
+        };
+        let traced_ok = |l: &str, ok: f64| FlowObs {
+            ok,
+            ok_elems: vec![(link(l), 1.0)],
+            fail_elems: vec![(link(l), 1.0)],
+            text: format!("traced over {l}"),
+            ..FlowObs::default()
+        };
+        let mut obs = fabric(|_, _, _| 0.0);
+        obs.extend((0..12).map(|_| untraced(38.0, 2.0)));
+        for (l, ok) in [
+            ("t0-s0", 40.0),
+            ("t0-s1", 40.0),
+            ("t0-s2", 35.0),
+            ("t0-s3", 40.0),
+        ] {
+            obs.push(traced_ok(l, ok));
+        }
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), []);
+        // Traced failures name the culprit; the untraced ones then add to its evidence
+        // and are explained by it, blaming no sibling.
+        for _ in 0..3 {
+            obs.push(FlowObs {
+                fail: 20.0,
+                fail_elems: vec![(link("t0-s1"), 1.0)],
+                located: true,
+                break_device: Some("t0".into()),
+                text: "broke after t0".into(),
+                ..FlowObs::default()
+            });
+        }
+        let found = explain_away(&obs, &P, |_| true);
+        assert_eq!(blamed(&found), [link("t0-s1")]);
+        assert!(
+            found[0].failures > 60.0,
+            "untraced failures count: {found:?}"
+        );
     }
 
     #[test]

@@ -98,6 +98,11 @@ impl Shards {
             analyzer
                 .diagnosis()
                 .rescope(|p| new.keeps_problem(&map, p), stored, now_ms, hold);
+            let gained = new.tomography && !old.as_ref().is_some_and(|o| o.tomography)
+                || new.shards.values().any(|&taken| taken == now_ms);
+            if gained {
+                analyzer.diagnosis().await_paths(now_ms);
+            }
         }
         write(&self.scope, Some((new, now_ms + lease)));
         Ok(())

@@ -82,6 +82,7 @@ pub fn run(args: DemoArgs) -> Result<()> {
     cfg.controller.pinglist_poll_ms = 2_000;
     cfg.analyzer.period_ms = args.period_ms;
     cfg.analyzer.grace_ms = 1_500;
+    cfg.analyzer.diagnosis.paths_settle_ms = 1_500;
 
     let rt = crate::cli::runtime()?;
     let srv = rt.block_on(server::start(cfg, Roles::Both))?;

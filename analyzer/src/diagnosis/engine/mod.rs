@@ -98,6 +98,8 @@ pub struct Engine {
     window: Window,
     /// Scale-out: loss observations of other shards for the next tick ([`Engine::share`]).
     shared: Option<Vec<FlowObs>>,
+    /// No tomography before this time ([`Engine::await_paths`]).
+    paths_until_ms: i64,
 }
 
 /// Per-host tallies of one tick, keyed by host id.
@@ -131,7 +133,18 @@ impl Engine {
             window: Window::new(&cfg),
             cfg,
             shared: None,
+            paths_until_ms: i64::MIN,
         }
+    }
+
+    /// Agents new to this analyzer at `now_ms` (it just started, or took their shards
+    /// over) upload their traced paths again with their next upload: for
+    /// `paths_settle_ms` the tomography does not run, rather than localize on the few
+    /// paths known so far (a partial trace without its complete one, one direction of a
+    /// flow without the other) and blame a component beside the culprit.
+    pub fn await_paths(&mut self, now_ms: i64) {
+        let until = now_ms.saturating_add(self.cfg.paths_settle_ms as i64);
+        self.paths_until_ms = self.paths_until_ms.max(until);
     }
 
     /// Scale-out: the next tick builds its loss observations even without failures and
@@ -165,13 +178,13 @@ impl Engine {
         self.host_verdicts(inp, &hosts, &mut out);
         let noisy = self.noisy_hosts(&hosts);
         let (mesh, slow) = self.sweep(inp, &expired, &fails, &noisy);
-        let (anomalous, noisy, vouched) =
+        let (anomalous, noisy, suspect) =
             self.rnic_verdicts(inp, &hosts, noisy, (mesh, &fails), &mut out);
         let slow = self.slow_flows(inp, slow);
         self.tomography(
             inp,
             (&hosts, &noisy),
-            (&anomalous, &vouched),
+            (&anomalous, &suspect),
             (&fails, &slow),
             &mut out,
         );

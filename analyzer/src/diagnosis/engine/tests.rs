@@ -354,6 +354,38 @@ fn link_down_is_localized_by_fresh_partial_traces() {
 }
 
 #[test]
+fn tomography_waits_for_the_paths_agents_new_to_the_analyzer_send_again() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    sim.run(&mut link_down(0, 1, 1));
+    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let cfg = DiagnosisConfig::default();
+    let mut engine = Engine::new(cfg.clone());
+    // Started (or took the shards over) just under `paths_settle_ms` ago.
+    engine.await_paths(NOW + 500 - cfg.paths_settle_ms as i64);
+    assert_eq!(found(&sim.diagnose_at(&mut engine, &map, NOW)), []);
+    assert_eq!(
+        found(&sim.diagnose_at(&mut engine, &map, NOW + 500)),
+        [(ProblemKind::LinkFault, "t0-s1".to_string())]
+    );
+}
+
+#[test]
+fn with_nothing_traced_and_no_tor_mesh_yet_fabric_loss_blames_no_rnic_and_no_uplink() {
+    // Right after an analyzer start: the uplink's losses are on untraced paths only
+    // (either uplink of t0, either RNIC is all they name) and no ToR-mesh probe of t0's
+    // RNICs is in yet (t1's are, all answered).
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    sim.run(&mut link_down(0, 1, 1));
+    sim.paths = PathStore::new(100_000);
+    sim.records
+        .retain(|r| tor_of(r.prober_rnic) != 0 || tor_of(r.target_rnic) != 0);
+    let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    assert_eq!(got, []);
+}
+
+#[test]
 fn lost_acks_retraced_to_the_destination_tor_do_not_blame_the_target_rnic() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let mut sim = Sim::new();
