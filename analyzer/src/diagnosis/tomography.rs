@@ -90,8 +90,8 @@ struct Tally {
     fail: f64,
     ok: f64,
     located: f64,
-    /// Failures of untraced flows on which the component was one of several ECMP
-    /// alternatives (a fractional weight): they support it but never single it out.
+    /// Failures of untraced flows through it: the path is known only as "an RNIC or one
+    /// of the ToRs' ECMP uplinks", so they support a component but never single it out.
     alternative: f64,
 }
 
@@ -139,7 +139,7 @@ fn tally(obs: &[FlowObs], c: &Compiled, live: &[bool]) -> Vec<Tally> {
                 if o.located {
                     t[e].located += o.fail * w;
                 }
-                if o.untraced && w < 1.0 {
+                if o.untraced {
                     t[e].alternative += o.fail * w;
                 }
             }
@@ -176,10 +176,12 @@ fn background_outside(totals: (f64, f64), x: &Tally, floor: f64) -> f64 {
 /// Greedy explain-away over the components `eligible` allows; findings in the order
 /// they were blamed.
 ///
-/// A component needs `min_failures` failures that name it for certain: those of untraced
-/// flows, where it is one of a ToR's ECMP alternatives, only add to evidence it has
-/// already (right after an analyzer restart or a shard takeover every path is untraced,
-/// and the uplinks of a ToR are then told apart only by chance differences).
+/// A component needs `min_failures` failures of flows whose path is known: those of
+/// untraced flows (one of a ToR's ECMP uplinks, or either RNIC, failed) only add to
+/// evidence it has already. Right after an analyzer restart or a shard takeover every
+/// path is untraced: the uplinks of a ToR are then told apart only by chance
+/// differences, and its RNICs, the only components such a flow names for sure, would
+/// be blamed for their uplink's loss.
 ///
 /// Every finding must then stand without each other one: judged only by the flows whose
 /// paths do not cross that other finding, it must still be significant ([`independent`]). Failures of one

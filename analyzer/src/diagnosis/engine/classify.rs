@@ -113,7 +113,7 @@ impl Engine {
     /// found greedily so a dead RNIC's failed probes do not also blame its peers.
     /// Verdicts on noisy hosts are dropped (CPU, not the network) and those on strained
     /// hosts held ([`Self::held`]). Returns the anomalous RNICs, the noisy hosts and the
-    /// RNICs tomography may blame for loss (judged by their ToR-mesh probes, not vouched for).
+    /// RNICs whose ToR-mesh probes vouch for them.
     pub(super) fn rnic_verdicts(
         &mut self,
         inp: &Inputs,
@@ -196,14 +196,18 @@ impl Engine {
                 }
             }
         }
-        // Suspect: its own ToR-mesh probes fail significantly more often than the
-        // background, if not (yet) above the RNIC threshold. Only such an RNIC may be
-        // blamed for loss on paths through the fabric: an RNIC fault hits every probe
-        // alike, and fabric paths alone cannot tell an RNIC from the ToR uplinks its
-        // flows spread over (right after an analyzer start nothing is traced yet).
-        let suspect: HashSet<u32> = (0u32..)
+        // Vouched: its ToR-mesh probes fail far less often than all its probes do, so
+        // its other failures are not its own (an RNIC fault hits every probe alike).
+        let vouched: HashSet<u32> = (0u32..)
             .zip(&mesh.counts)
-            .filter(|(r, x)| !removed.contains(r) && significant(x))
+            .filter(|(r, x)| {
+                let (n, f) = (x[0] + x[2], x[1] + x[3]);
+                let q = ratio(mesh.all[*r as usize]);
+                !removed.contains(r)
+                    && n >= c.rnic_min_probes
+                    && chernoff_score(f64::from(n - f), f64::from(n), 1.0 - q)
+                        >= f64::from(c.min_score)
+            })
             .map(|(r, _)| r)
             .collect();
         self.sticky.retain(|_, (until, _)| *until > inp.now_ms);
@@ -258,6 +262,6 @@ impl Engine {
                 evidence: evidence.clone(),
             });
         }
-        (self.sticky.keys().copied().collect(), noisy_ids, suspect)
+        (self.sticky.keys().copied().collect(), noisy_ids, vouched)
     }
 }

@@ -26,12 +26,12 @@ fn confidence(score: f64, min_score: f64) -> f64 {
 
 impl Engine {
     /// Step 5: tomography of the timeouts and slow probes nothing else explains.
-    /// Of the RNICs, only the ToR-mesh `suspect` ones may be blamed for loss.
+    /// RNICs `vouched` for by their own ToR-mesh probes are never blamed for loss.
     pub(super) fn tomography(
         &mut self,
         inp: &Inputs,
         (hosts, noisy_hosts): (&Tallies, &HashSet<u32>),
-        (anomalous, suspect): (&HashSet<u32>, &HashSet<u32>),
+        (anomalous, vouched): (&HashSet<u32>, &HashSet<u32>),
         tick: (&Fails, &foldhash::HashMap<u32, u32>),
         out: &mut Outcome,
     ) {
@@ -82,7 +82,7 @@ impl Engine {
             ..loss_params
         };
         let mut found = Vec::new();
-        let blamable = |e: &Element| !matches!(e, Element::Rnic(r) if !suspect.contains(r));
+        let blamable = |e: &Element| !matches!(e, Element::Rnic(r) if vouched.contains(r));
         for f in explain_away(&loss, &loss_params, blamable) {
             let (kind, ck, name) = match &f.element {
                 Element::Rnic(r) => {

@@ -178,13 +178,13 @@ impl Engine {
         self.host_verdicts(inp, &hosts, &mut out);
         let noisy = self.noisy_hosts(&hosts);
         let (mesh, slow) = self.sweep(inp, &expired, &fails, &noisy);
-        let (anomalous, noisy, suspect) =
+        let (anomalous, noisy, vouched) =
             self.rnic_verdicts(inp, &hosts, noisy, (mesh, &fails), &mut out);
         let slow = self.slow_flows(inp, slow);
         self.tomography(
             inp,
             (&hosts, &noisy),
-            (&anomalous, &suspect),
+            (&anomalous, &vouched),
             (&fails, &slow),
             &mut out,
         );
