@@ -131,8 +131,10 @@ impl Lab {
         cfg.controller.parallel_paths = Some(u32::from(spec.spines));
         cfg.analyzer.period_ms = timing.period_ms;
         cfg.analyzer.grace_ms = timing.upload_period_ms + 1_000;
-        // A restarted analyzer has the agents' traced paths again one upload later.
-        cfg.analyzer.diagnosis.paths_settle_ms = timing.upload_period_ms + 1_000;
+        // A restarted analyzer has the agents' traced paths again one upload later (the
+        // re-sent ones follow the first answer of the new instance): two periods and
+        // slack for a loaded machine.
+        cfg.analyzer.diagnosis.paths_settle_ms = 2 * timing.upload_period_ms + 2_000;
         cfg.analyzer.fabric_map = Some(map_path);
         // Seconds-scale detection: an agent silent for 4 upload periods is down; after
         // 2.5 periods its targets' timeouts are set aside rather than blamed on the network.
