@@ -210,8 +210,8 @@ pub fn explain_away(
             .iter()
             .enumerate()
             .filter(|(e, x)| {
+                // Known-path failures alone reach `min_failures` (so all failures do).
                 allowed[*e]
-                    && x.fail >= p.min_failures
                     && x.fail - x.alternative >= p.min_failures
                     && x.fail >= p.min_share * (x.fail + x.ok)
             })
