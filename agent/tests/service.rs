@@ -241,7 +241,12 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
                 .all(|a| a.host_id().is_some() && a.stats().service_route == "user")
         },
     );
-    let h2_qpn = cluster.lock().unwrap().rnics[&ip2].qpn;
+    // The agents register concurrently, so either may be host 1: take the ids assigned.
+    let (h0_info, h2_info) = {
+        let c = cluster.lock().unwrap();
+        (c.rnics[&ip0].clone(), c.rnics[&ip2].clone())
+    };
+    let (h0_id, h0_rnic) = (h0_info.host_id, h0_info.id);
 
     let mut child = ChildGuard(
         netns::command(&h0.netns, app.to_str().unwrap())
@@ -265,7 +270,7 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
         c.results
             .iter()
             .filter(|(h, r)| {
-                *h == 1 && r.class == ProbeClass::Service && r.status == ProbeStatus::Ok
+                *h == h0_id && r.class == ProbeClass::Service && r.status == ProbeStatus::Ok
             })
             .count()
     };
@@ -281,7 +286,7 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
             .iter()
             .filter(|(_, r)| r.class == ProbeClass::Service)
             .map(|(h, r)| {
-                assert_eq!(*h, 1, "only h0 probes the flow: {r:?}");
+                assert_eq!(*h, h0_id, "only h0 probes the flow: {r:?}");
                 r
             })
             .collect();
@@ -294,7 +299,7 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
                     r.src_port,
                     r.dst_port
                 ),
-                (1, 2, h2_qpn, sport, PORT),
+                (h0_rnic, h2_info.id, h2_info.qpn, sport, PORT),
                 "{r:?}"
             );
         }
