@@ -204,7 +204,10 @@ impl LinkHolds {
 /// of a failed probe (a dead switch answers none; a broken link leaves both ends
 /// answering, and partial loss seldom breaks a trace). A link reported within the last
 /// `resolve_after_ms` is never held: its problem is still open, and holding it would
-/// resolve that problem and raise it again (an alert that flaps).
+/// resolve that problem and raise it again (an alert that flaps). A link sharing a switch
+/// with a link reported within that time is held too: where paths are only partly known
+/// (one direction of a flow untraced, right after a shard takeover) a fault's failures
+/// spill over to its siblings for a tick or two, while a second real fault persists.
 pub(super) fn confirm_links(
     holds: &mut LinkHolds,
     c: &DiagnosisConfig,
@@ -216,6 +219,8 @@ pub(super) fn confirm_links(
     holds.pending.retain(|_, (_, last)| *last >= stale_before);
     let open_after = now - c.resolve_after_ms as i64;
     holds.reported.retain(|_, at| *at >= open_after);
+    // Open before this tick: two links found in the same tick do not hold each other.
+    let open: Vec<String> = holds.reported.keys().cloned().collect();
     groups
         .into_iter()
         .filter(|(kind, ck, name, found)| {
@@ -223,14 +228,20 @@ pub(super) fn confirm_links(
                 return true;
             }
             let located = found.iter().any(|f| f.located > 0.0);
-            let silent_end = map
-                .link(name)
-                .is_some_and(|l| l.devices.iter().any(|d| !alive.contains(d.as_str())));
-            let report = holds.reported.contains_key(name) || !(located && silent_end) || {
-                let (first, last) = holds.pending.entry(name.clone()).or_insert((now, now));
-                *last = now;
-                now - *first >= c.link_confirm_ms as i64
-            };
+            let devices = map.link(name).map_or(&[][..], |l| &l.devices[..]);
+            let silent_end = devices.iter().any(|d| !alive.contains(d.as_str()));
+            let beside_open = open.iter().any(|o| {
+                o != name
+                    && map
+                        .link(o)
+                        .is_some_and(|l| l.devices.iter().any(|d| devices.contains(d)))
+            });
+            let report =
+                holds.reported.contains_key(name) || !(located && silent_end || beside_open) || {
+                    let (first, last) = holds.pending.entry(name.clone()).or_insert((now, now));
+                    *last = now;
+                    now - *first >= c.link_confirm_ms as i64
+                };
             if report {
                 holds.reported.insert(name.clone(), now);
             }
