@@ -234,7 +234,9 @@ pub struct DiagnosisConfig {
     /// A link finding located by fresh partial traces, one of whose switches answered no
     /// fresh trace of a failed probe (the whole switch may be going down, its links
     /// failing one by one), is reported once it has persisted this long, so the switch
-    /// verdict can take it over; 0 = at once.
+    /// verdict can take it over; so is a link sharing a switch with a link whose problem
+    /// is open (a fault's failures spill over to its siblings where paths are partly
+    /// known); 0 = at once.
     pub link_confirm_ms: u64,
     /// After the analyzer starts or takes shards over, the agents new to it upload their
     /// traced paths again with their next upload; the tomography waits this long for them

@@ -45,7 +45,6 @@ pub struct InProcess {
     sim: Sim,
     controller: axum::Router,
     analyzer: Arc<Analyzer>,
-    analyzer_cfg: AnalyzerConfig,
     schedule: Schedule,
     baseline: BaselineTracker,
     tick_ms: i64,
@@ -75,7 +74,6 @@ impl InProcess {
         let db = Db::connect(&url).await?;
         let state = ControllerState::new(db.clone(), controller).await?;
         let tick_ms = analyzer.diagnosis.tick_ms as i64;
-        let analyzer_cfg = analyzer.clone();
         let analyzer = Analyzer::new(db, analyzer).await?;
         let now_ms = rocemesh_proto::now_unix_ms();
         Ok(Self {
@@ -83,7 +81,6 @@ impl InProcess {
             sim,
             controller: rocemesh_controller::router(state),
             analyzer,
-            analyzer_cfg,
             baseline: BaselineTracker::default(),
             tick_ms,
             now_ms,
@@ -116,15 +113,6 @@ impl InProcess {
     /// The analyzer.
     pub fn analyzer(&self) -> &Arc<Analyzer> {
         &self.analyzer
-    }
-
-    /// Replaces the analyzer by a fresh one on the same database, as a restart would:
-    /// problems come back from the database, paths only from what agents send next.
-    pub async fn restart_analyzer(&mut self) -> anyhow::Result<()> {
-        let db = self.analyzer.db().clone();
-        self.analyzer = Analyzer::new(db, self.analyzer_cfg.clone()).await?;
-        self.analyzer.diagnosis().await_paths(self.now_ms);
-        Ok(())
     }
 
     /// Where the time went so far.

@@ -4,7 +4,7 @@
 
 use rocemesh_analyzer::AnalyzerConfig;
 use rocemesh_controller::ControllerConfig;
-use rocemesh_proto::api::{ComponentKind, ProblemKind, ProblemState};
+use rocemesh_proto::api::{ComponentKind, ProblemKind};
 use rocemesh_sim::faults::{Component, Truth};
 use rocemesh_sim::inproc::InProcess;
 use rocemesh_sim::scenario::{Scenario, run_in_process};
@@ -93,45 +93,4 @@ async fn a_link_down_is_localized_to_that_link_and_scored_against_the_truth() {
     // Algorithm 1 saw the same data.
     let b = run.baseline_score(onset);
     assert!(b.recall.is_some(), "{b:?}");
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_analyzer_restart_mid_fault_keeps_one_problem_and_names_nothing_else() {
-    let sim = Sim::new(SimConfig::new(shape(), 5)).unwrap();
-    let mut run = InProcess::start(sim, ControllerConfig::default(), AnalyzerConfig::default())
-        .await
-        .unwrap();
-    run.register_all().await.unwrap();
-    run.run_for(8_000).await.unwrap();
-    let onset = run.now_ms();
-    run.sim_mut()
-        .inject(
-            FaultSpec::LinkDown {
-                link: "t3-s1".into(),
-            },
-            onset,
-            None,
-        )
-        .unwrap();
-    run.run_for(10_000).await.unwrap();
-    let before: Vec<_> = run
-        .problems()
-        .into_iter()
-        .map(|p| (p.id, p.component))
-        .collect();
-    assert_eq!(before.len(), 1, "{before:?}");
-    // The new analyzer knows only the paths agents trace from now on (simulated agents
-    // do not send their old ones again).
-    run.restart_analyzer().await.unwrap();
-    run.run_for(20_000).await.unwrap();
-    let after: Vec<_> = run
-        .problems()
-        .into_iter()
-        .map(|p| (p.id, p.component, p.state))
-        .collect();
-    assert_eq!(
-        after,
-        [(before[0].0, "t3-s1".to_string(), ProblemState::Active)],
-        "the same problem, still open, and nothing beside it"
-    );
 }
