@@ -460,7 +460,13 @@ fn every_api_route_enforces_every_role() {
             .collect::<Vec<_>>()
             .join("/");
         let target = format!("{url}{concrete}");
-        let status = |token| call(&client, method, &target, token, b"{}").unwrap().0;
+        // A fresh connection per call: a refused request's body may be left unread, and
+        // the server then closes a connection the client would have pooled and reused.
+        let status = |token| {
+            call(&https_client(&p.ca), method, &target, token, b"{}")
+                .unwrap()
+                .0
+        };
         let is_agent_call = AGENT_CALLS.iter().any(|(m, p)| m == method && p == path);
         let expect = |role: &str, allowed: bool, got: u16| {
             if allowed {

@@ -116,7 +116,21 @@ impl Engine {
             .collect();
         let suspects = located_suspects(&loss, loss_params.min_failures);
         self.down_switches.retain(|_, until| *until > inp.now_ms);
-        let groups = group_by_switch(inp.map, found, &suspects, &alive, &self.down_switches);
+        // ...and stay so for a window: a switch is declared down on lasting silence, not
+        // on one tick in which it answered no trace (ICMP replies late on a loaded box).
+        self.answered.retain(|_, until| *until > inp.now_ms);
+        for d in &alive {
+            self.answered
+                .insert((*d).to_string(), inp.now_ms + c.window_ms as i64);
+        }
+        let recently_alive: HashSet<&str> = self.answered.keys().map(String::as_str).collect();
+        let groups = group_by_switch(
+            inp.map,
+            found,
+            &suspects,
+            &recently_alive,
+            &self.down_switches,
+        );
         for (_, _, name, _) in groups.iter().filter(|g| g.0 == ProblemKind::SwitchFault) {
             self.down_switches
                 .insert(name.clone(), inp.now_ms + c.window_ms as i64);

@@ -90,6 +90,9 @@ pub struct Engine {
     /// Switches found down, until when a single failing link of theirs is still theirs
     /// (the switch's last failures leave the window link by link).
     down_switches: HashMap<String, i64>,
+    /// Switches that answered fresh traces of failed probes, until when that still
+    /// counts: one tick in which a loaded switch answers no trace does not make it dead.
+    answered: HashMap<String, i64>,
     /// Link findings held back until confirmed, and the recently reported ones.
     link_holds: localize::LinkHolds,
     /// When each sticky RNIC verdict was first made (for `strained_rnic_hold_ms`).
@@ -128,6 +131,7 @@ impl Engine {
         Self {
             sticky: HashMap::new(),
             down_switches: HashMap::new(),
+            answered: HashMap::new(),
             link_holds: localize::LinkHolds::default(),
             rnic_found: HashMap::new(),
             window: Window::new(&cfg),

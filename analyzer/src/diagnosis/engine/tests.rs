@@ -536,6 +536,33 @@ fn spine_down_is_the_switch() {
 }
 
 #[test]
+fn a_switch_that_answered_traces_of_failed_probes_within_the_window_is_not_declared_down() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let cfg = DiagnosisConfig::default();
+    let mut engine = Engine::new(cfg.clone());
+    // t0-s1 down; traces from t1 get to s1, which answers: a link fault.
+    let mut answering = Sim::new();
+    answering.run(&mut link_down(0, 1, 1));
+    answering.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let link = [(ProblemKind::LinkFault, "t0-s1".to_string())];
+    assert_eq!(found(&answering.diagnose_at(&mut engine, &map, NOW)), link);
+    // A tick later s1 answers no trace (every re-trace stops at its ToR). In a 2x2 fabric
+    // that alone looks like s1 down, as a fresh engine says...
+    let mut silent = Sim::new();
+    silent.run(&mut link_down(0, 1, 1));
+    silent.retrace_via(1, |_| 1);
+    let switch = [(ProblemKind::SwitchFault, "s1".to_string())];
+    let fresh = found(&silent.diagnose_at(&mut Engine::new(cfg.clone()), &map, NOW));
+    assert_eq!(fresh, switch);
+    // ...but s1 answered a second ago: still the link.
+    let tick = cfg.tick_ms as i64;
+    assert_eq!(
+        found(&silent.diagnose_at(&mut engine, &map, NOW + tick)),
+        link
+    );
+}
+
+#[test]
 fn a_down_switch_keeps_its_last_failing_link() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let mut engine = Engine::new(DiagnosisConfig::default());
