@@ -421,9 +421,9 @@ fn every_api_route_enforces_every_role() {
     let p = pki(&dir);
     let (_server, url, _log) =
         start_logged_server(&dir, &format!("{AUTH}{}", tls_section(&p, false)), "warn");
-    let client = https_client(&p.ca);
+    let tls = ClientTls::load(Some(&p.ca)).unwrap();
     let (s, doc) = call(
-        &client,
+        &https_client(&p.ca),
         "GET",
         &format!("{url}/api/v1/openapi.json"),
         None,
@@ -463,9 +463,8 @@ fn every_api_route_enforces_every_role() {
         // A fresh connection per call: a refused request's body may be left unread, and
         // the server then closes a connection the client would have pooled and reused.
         let status = |token| {
-            call(&https_client(&p.ca), method, &target, token, b"{}")
-                .unwrap()
-                .0
+            let fresh = http_client::agent(Duration::from_secs(10), &tls);
+            call(&fresh, method, &target, token, b"{}").unwrap().0
         };
         let is_agent_call = AGENT_CALLS.iter().any(|(m, p)| m == method && p == path);
         let expect = |role: &str, allowed: bool, got: u16| {

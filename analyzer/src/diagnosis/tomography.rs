@@ -398,6 +398,18 @@ mod tests {
         v
     }
 
+    /// `fail` probes whose fresh trace broke right after `tor`, located on `link_name`.
+    fn broke_after(tor: &str, link_name: &str, fail: f64) -> FlowObs {
+        FlowObs {
+            fail,
+            fail_elems: vec![(link(link_name), 1.0)],
+            located: true,
+            break_device: Some(tor.into()),
+            text: format!("broke after {tor}"),
+            ..FlowObs::default()
+        }
+    }
+
     fn blamed(f: &[Finding]) -> Vec<Element> {
         f.iter().map(|f| f.element.clone()).collect()
     }
@@ -485,14 +497,7 @@ mod tests {
             });
         }
         for _ in 0..3 {
-            obs.push(FlowObs {
-                fail: 10.0,
-                fail_elems: vec![(link("t1-s0"), 1.0)],
-                located: true,
-                break_device: Some("t1".into()),
-                text: "broke after t1".into(),
-                ..FlowObs::default()
-            });
+            obs.push(broke_after("t1", "t1-s0", 10.0));
         }
         assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t1-s0")]);
     }
@@ -518,14 +523,7 @@ mod tests {
         obs.extend((0..8).map(|_| untraced(10.0, 0.0)));
         assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), []);
         // One fresh trace breaking after t0 towards s1 separates them.
-        obs.push(FlowObs {
-            fail: 10.0,
-            fail_elems: vec![(link("t0-s1"), 1.0)],
-            located: true,
-            break_device: Some("t0".into()),
-            text: "broke after t0".into(),
-            ..FlowObs::default()
-        });
+        obs.push(broke_after("t0", "t0-s1", 10.0));
         assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
     }
 
@@ -568,14 +566,7 @@ mod tests {
         // Traced failures name the culprit; the untraced ones then add to its evidence
         // and are explained by it, blaming no sibling.
         for _ in 0..3 {
-            obs.push(FlowObs {
-                fail: 20.0,
-                fail_elems: vec![(link("t0-s1"), 1.0)],
-                located: true,
-                break_device: Some("t0".into()),
-                text: "broke after t0".into(),
-                ..FlowObs::default()
-            });
+            obs.push(broke_after("t0", "t0-s1", 20.0));
         }
         let found = explain_away(&obs, &P, |_| true);
         assert_eq!(blamed(&found), [link("t0-s1")]);

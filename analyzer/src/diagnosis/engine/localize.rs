@@ -233,8 +233,14 @@ pub(super) fn confirm_links(
     holds.pending.retain(|_, (_, last)| *last >= stale_before);
     let open_after = now - c.resolve_after_ms as i64;
     holds.reported.retain(|_, at| *at >= open_after);
-    // Open before this tick: two links found in the same tick do not hold each other.
-    let open: Vec<String> = holds.reported.keys().cloned().collect();
+    // Switches of the links open before this tick (two links found in the same tick do
+    // not hold each other; an open link itself is reported whatever its switches).
+    let open_switches: HashSet<String> = holds
+        .reported
+        .keys()
+        .filter_map(|l| map.link(l))
+        .flat_map(|l| l.devices.iter().cloned())
+        .collect();
     groups
         .into_iter()
         .filter(|(kind, ck, name, found)| {
@@ -244,12 +250,7 @@ pub(super) fn confirm_links(
             let located = found.iter().any(|f| f.located > 0.0);
             let devices = map.link(name).map_or(&[][..], |l| &l.devices[..]);
             let silent_end = devices.iter().any(|d| !alive.contains(d.as_str()));
-            let beside_open = open.iter().any(|o| {
-                o != name
-                    && map
-                        .link(o)
-                        .is_some_and(|l| l.devices.iter().any(|d| devices.contains(d)))
-            });
+            let beside_open = devices.iter().any(|d| open_switches.contains(d));
             let report =
                 holds.reported.contains_key(name) || !(located && silent_end || beside_open) || {
                     let (first, last) = holds.pending.entry(name.clone()).or_insert((now, now));

@@ -297,6 +297,15 @@ fn link_down(a: u32, b: u32, s: u32) -> impl FnMut(u32, u32, Option<u32>, u16) -
     }
 }
 
+/// Link t0-s1 down, every failed 5-tuple over s1 re-traced: upwards from t0 the trace
+/// stops at t0; from t1 it gets to s1.
+fn t0_s1_down() -> Sim {
+    let mut sim = Sim::new();
+    sim.run(&mut link_down(0, 1, 1));
+    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    sim
+}
+
 #[test]
 fn fault_free_fabric_reports_nothing() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
@@ -344,11 +353,7 @@ fn a_flapping_rnic_with_little_tor_mesh_evidence_yet_is_the_rnic_not_a_link() {
 #[test]
 fn link_down_is_localized_by_fresh_partial_traces() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
-    let mut sim = Sim::new();
-    let mut fault = link_down(0, 1, 1);
-    sim.run(&mut fault);
-    // Upwards from t0 the trace stops at t0; from t1 it gets to s1.
-    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let sim = t0_s1_down();
     let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
     assert_eq!(got, [(ProblemKind::LinkFault, "t0-s1".to_string())]);
 }
@@ -356,9 +361,7 @@ fn link_down_is_localized_by_fresh_partial_traces() {
 #[test]
 fn tomography_waits_for_the_paths_agents_new_to_the_analyzer_send_again() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
-    let mut sim = Sim::new();
-    sim.run(&mut link_down(0, 1, 1));
-    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let sim = t0_s1_down();
     let cfg = DiagnosisConfig::default();
     let mut engine = Engine::new(cfg.clone());
     // Started (or took the shards over) just under `paths_settle_ms` ago.
@@ -388,10 +391,7 @@ fn with_nothing_traced_and_no_tor_mesh_yet_fabric_loss_blames_no_rnic_and_no_upl
 #[test]
 fn lost_acks_retraced_to_the_destination_tor_do_not_blame_the_target_rnic() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
-    let mut sim = Sim::new();
-    let mut fault = link_down(0, 1, 1);
-    sim.run(&mut fault);
-    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let mut sim = t0_s1_down();
     // Probes that went over s0 but whose ACKs took s1 timed out too: their probers
     // re-traced them, every hop answered up to the target's ToR, then silence.
     for p in rnics() {
@@ -541,9 +541,7 @@ fn a_switch_that_answered_traces_of_failed_probes_within_the_window_is_not_decla
     let cfg = DiagnosisConfig::default();
     let mut engine = Engine::new(cfg.clone());
     // t0-s1 down; traces from t1 get to s1, which answers: a link fault.
-    let mut answering = Sim::new();
-    answering.run(&mut link_down(0, 1, 1));
-    answering.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let answering = t0_s1_down();
     let link = [(ProblemKind::LinkFault, "t0-s1".to_string())];
     assert_eq!(found(&answering.diagnose_at(&mut engine, &map, NOW)), link);
     // A tick later s1 answers no trace (every re-trace stops at its ToR). In a 2x2 fabric
@@ -996,9 +994,7 @@ fn healthy_flows_added_up_change_no_finding() {
 fn added_up_flows_keep_the_number_of_components_tested() {
     use super::observe::observations;
     let map = FabricMap::parse(CLOS_2X2).unwrap();
-    let mut sim = Sim::new();
-    sim.run(&mut link_down(0, 1, 1));
-    sim.retrace_via(1, |p| if tor_of(p) == 0 { 1 } else { 2 });
+    let mut sim = t0_s1_down();
     let slow_rnic = rnic(3, 1);
     for r in sim
         .records
