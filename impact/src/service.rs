@@ -117,6 +117,8 @@ impl ServiceNetwork {
             ComponentKind::Host | ComponentKind::Agent => self.hosts.contains(name),
             ComponentKind::Switch => self.switches.contains(name),
             ComponentKind::Link => self.links.contains(name),
+            // A flow names no component of its own; its suspects are listed in evidence.
+            ComponentKind::Flow => false,
         }
     }
 }

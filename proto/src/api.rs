@@ -356,6 +356,11 @@ pub enum ComponentKind {
     Host,
     /// The rocemesh agent itself (restart, QPN reset); name = host name.
     Agent,
+    /// One probed 5-tuple whose failures no single component explains better than the
+    /// others (a silent per-flow drop, a fault only one flow crosses); name
+    /// `"<prober rnic> -> <target rnic> sport <port>"`, the components that could be at
+    /// fault in [`Evidence::candidates`].
+    Flow,
 }
 
 /// The category of a problem; decides whether the network is to blame.
@@ -378,6 +383,9 @@ pub enum ProblemKind {
     SwitchFault,
     /// Latency on a component is anomalous (no loss).
     HighLatency,
+    /// Probes of one 5-tuple fail and the evidence cannot single out a component: the
+    /// problem names the flow and lists every candidate of its forward and ACK paths.
+    FlowFault,
 }
 
 impl ProblemKind {
@@ -385,7 +393,11 @@ impl ProblemKind {
     pub fn is_network(self) -> bool {
         matches!(
             self,
-            Self::RnicFault | Self::LinkFault | Self::SwitchFault | Self::HighLatency
+            Self::RnicFault
+                | Self::LinkFault
+                | Self::SwitchFault
+                | Self::HighLatency
+                | Self::FlowFault
         )
     }
 }
@@ -456,6 +468,37 @@ pub struct Evidence {
     /// High latency: the RNIC pairs whose latency detectors fired, behind the verdict.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub latency_pairs: Vec<LatencyPairEvidence>,
+    /// Link problems: the faulty direction when only one direction of the link is at
+    /// fault (absent when both are).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<LinkDirection>,
+    /// Flow problems: every component that could explain the failures, most likely first.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub candidates: Vec<SuspectComponent>,
+}
+
+/// One direction of a link: traffic leaving device `from` towards device `to` (fabric-map
+/// device names, e.g. `s0` -> `t2`).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, Hash, ToSchema)]
+pub struct LinkDirection {
+    /// Device the faulty direction leaves.
+    pub from: String,
+    /// Device the faulty direction enters.
+    pub to: String,
+}
+
+/// A component that may be behind a flow problem, with how likely it is.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct SuspectComponent {
+    /// Kind of component.
+    pub component_kind: ComponentKind,
+    /// Component name (as in [`Problem::component`]).
+    pub component: String,
+    /// Link suspects: the direction the flow's path crosses it in.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<LinkDirection>,
+    /// Share of the likelihood in [0, 1]; the candidates of one problem sum to at most 1.
+    pub confidence: f64,
 }
 
 /// Kubernetes identity of one training-task endpoint (from the task spec), carried by

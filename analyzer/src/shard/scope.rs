@@ -63,7 +63,9 @@ impl Scope {
         host_grace_ms: i64,
     ) -> bool {
         let shard = match ck {
-            ComponentKind::Link | ComponentKind::Switch => return self.tomography,
+            ComponentKind::Link | ComponentKind::Switch | ComponentKind::Flow => {
+                return self.tomography;
+            }
             ComponentKind::Rnic => map.rnics.get(name),
             _ => map.hosts.get(name),
         };

@@ -45,6 +45,7 @@ pub fn kind_str(k: ComponentKind) -> &'static str {
         ComponentKind::Switch => "switch",
         ComponentKind::Host => "host",
         ComponentKind::Agent => "agent",
+        ComponentKind::Flow => "flow",
     }
 }
 
