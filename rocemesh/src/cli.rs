@@ -106,6 +106,9 @@ pub fn run(cli: Cli) -> Result<()> {
 
 fn serve(args: ServerArgs, roles: Roles) -> Result<()> {
     let cfg = args.resolve()?;
+    // Thousands of agent connections need more than the usual 1,024 descriptors; the
+    // outcome is logged, and the connection cap fits whatever limit is in force.
+    let _ = rocemesh_httpd::raise_fd_limit();
     runtime()?.block_on(async move {
         let server = crate::server::start(cfg, roles).await?;
         // A machine-readable line for scripts and tests that start the server on port 0.

@@ -29,6 +29,8 @@ pub struct ServerConfig {
     pub auth: crate::auth::AuthConfig,
     /// HTTPS certificate and key (absent = plain HTTP).
     pub tls: Option<crate::tls::TlsConfig>,
+    /// Connection caps and deadlines of the listener.
+    pub http: rocemesh_httpd::Limits,
     /// Alert webhooks: receivers and delivery knobs (run with the analyzer role).
     pub alerts: rocemesh_alerts::AlertsConfig,
     /// Problem priorities and task verdicts (run when the server has both roles).
@@ -44,6 +46,7 @@ impl Default for ServerConfig {
             analyzer: AnalyzerConfig::default(),
             auth: crate::auth::AuthConfig::default(),
             tls: None,
+            http: rocemesh_httpd::Limits::default(),
             alerts: rocemesh_alerts::AlertsConfig::default(),
             impact: rocemesh_impact::ImpactConfig::default(),
         }
@@ -55,7 +58,13 @@ impl ServerConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
-        toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))
+        let cfg: Self = toml::from_str(&text)
+            .with_context(|| format!("parsing config {}", path.display()))?;
+        cfg.http
+            .validate()
+            .map_err(anyhow::Error::msg)
+            .with_context(|| format!("config {}", path.display()))?;
+        Ok(cfg)
     }
 }
 

@@ -192,9 +192,13 @@ pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
     let addr = listener.local_addr()?;
     let stop = cancel.clone();
     let https = tls.is_some();
-    let http = tokio::spawn(crate::tls::serve(listener, tls, router, async move {
-        stop.cancelled().await
-    }));
+    let http = tokio::spawn(rocemesh_httpd::serve(
+        listener,
+        tls,
+        router,
+        cfg.http.clone(),
+        async move { stop.cancelled().await },
+    ));
     tracing::info!(role = roles.name(), %addr, https, database = ?db.backend(), "listening");
     Ok(RunningServer {
         addr,

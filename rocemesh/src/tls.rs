@@ -1,33 +1,18 @@
 //! HTTPS for the server's one listener: the `[tls]` config section, the rustls server
 //! configuration built from PEM files (ring provider), optional client-certificate
-//! verification (mutual TLS), and the listener axum serves TLS connections from.
-//!
-//! Handshakes run in their own tasks (at most [`MAX_HANDSHAKES`] at once, each cut off
-//! after [`HANDSHAKE_TIMEOUT`]), so a client that connects and says nothing holds no other
-//! client up. Without `[tls]` the server speaks plain HTTP and says so at start when
-//! tokens are configured (a bearer token in clear text is a token given away).
+//! verification (mutual TLS). The listener itself (handshake deadlines, per-source
+//! limits) is `rocemesh_httpd`'s. Without `[tls]` the server speaks plain HTTP and says
+//! so at start when tokens are configured (a bearer token in clear text is a token
+//! given away).
 
 use anyhow::{Context, Result};
-use axum::Router;
 use rocemesh_proto::http_client::{read_certificates, read_private_key};
 use serde::Deserialize;
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Semaphore, mpsc};
-use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::rustls::server::WebPkiClientVerifier;
 use tokio_rustls::rustls::{RootCertStore, ServerConfig, crypto::ring};
-
-/// Longest a client may take to finish its TLS handshake.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most handshakes in progress at once; further connections wait in the kernel's backlog.
-pub const MAX_HANDSHAKES: usize = 256;
-/// Finished handshakes waiting for the HTTP server to take them.
-const ACCEPTED_QUEUE: usize = 64;
 
 /// The `[tls]` section of the server config: present = the listener speaks https only.
 #[derive(Debug, Clone, Deserialize)]
@@ -100,97 +85,6 @@ pub fn load(tls: Option<&TlsConfig>, has_tokens: bool) -> Result<Option<Arc<Serv
             }
             Ok(None)
         }
-    }
-}
-
-/// Serves `router` on `listener` — over TLS when `tls` is given — until `stop` resolves,
-/// then finishes in-flight requests.
-pub async fn serve(
-    listener: TcpListener,
-    tls: Option<Arc<ServerConfig>>,
-    router: Router,
-    stop: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    match tls {
-        None => {
-            axum::serve(listener, router)
-                .with_graceful_shutdown(stop)
-                .await
-        }
-        Some(config) => {
-            axum::serve(TlsListener::new(listener, config)?, router)
-                .with_graceful_shutdown(stop)
-                .await
-        }
-    }
-}
-
-/// A TCP listener whose connections come out TLS-terminated.
-pub struct TlsListener {
-    local: SocketAddr,
-    accepted: mpsc::Receiver<(tokio_rustls::server::TlsStream<TcpStream>, SocketAddr)>,
-}
-
-impl TlsListener {
-    /// Starts accepting and handshaking on `listener` (stops when the listener is dropped).
-    pub fn new(listener: TcpListener, config: Arc<ServerConfig>) -> std::io::Result<Self> {
-        let local = listener.local_addr()?;
-        let (tx, accepted) = mpsc::channel(ACCEPTED_QUEUE);
-        tokio::spawn(accept_loop(listener, TlsAcceptor::from(config), tx));
-        Ok(Self { local, accepted })
-    }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    acceptor: TlsAcceptor,
-    tx: mpsc::Sender<(tokio_rustls::server::TlsStream<TcpStream>, SocketAddr)>,
-) {
-    let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
-    loop {
-        let Ok(slot) = slots.clone().acquire_owned().await else {
-            return;
-        };
-        let (tcp, peer) = tokio::select! {
-            _ = tx.closed() => return,
-            accepted = listener.accept() => match accepted {
-                Ok(conn) => conn,
-                Err(e) => {
-                    // Out of file descriptors and the like: pause instead of spinning.
-                    tracing::warn!(error = %e, "accepting a connection failed");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                    continue;
-                }
-            },
-        };
-        let (acceptor, tx) = (acceptor.clone(), tx.clone());
-        tokio::spawn(async move {
-            let _slot = slot;
-            match tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(tcp)).await {
-                Ok(Ok(stream)) => {
-                    let _ = tx.send((stream, peer)).await;
-                }
-                Ok(Err(e)) => tracing::debug!(%peer, error = %e, "TLS handshake failed"),
-                Err(_) => tracing::debug!(%peer, "TLS handshake timed out"),
-            }
-        });
-    }
-}
-
-impl axum::serve::Listener for TlsListener {
-    type Io = tokio_rustls::server::TlsStream<TcpStream>;
-    type Addr = SocketAddr;
-
-    async fn accept(&mut self) -> (Self::Io, Self::Addr) {
-        match self.accepted.recv().await {
-            Some(conn) => conn,
-            // The accept loop only ends once this listener is dropped.
-            None => std::future::pending().await,
-        }
-    }
-
-    fn local_addr(&self) -> std::io::Result<Self::Addr> {
-        Ok(self.local)
     }
 }
 

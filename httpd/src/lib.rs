@@ -1,0 +1,78 @@
+//! The HTTP/1.1 server loop of every rocemesh listener (the server's API, the agent's
+//! `/metrics`), built so that slow, silent or numerous clients cannot lock others out:
+//!
+//! - every connection holds one slot of [`Limits::max_connections`] (clamped below the
+//!   process's file-descriptor limit), and at most [`Limits::max_connections_per_ip`]
+//!   come from one source address; a connection over either cap is refused at once
+//!   (plain HTTP: a `503` answer, TLS: closed) instead of waiting in the kernel's backlog;
+//! - over TLS, one source has at most [`Limits::max_handshakes_per_ip`] handshakes in
+//!   progress, each cut off after [`Limits::handshake_timeout`]; there is no global
+//!   handshake slot a stranger could hold;
+//! - a request head must arrive within [`Limits::header_read_timeout`] (hyper's timer;
+//!   it also bounds how long a kept-alive connection waits for its next request), and a
+//!   connection on which nothing moves for [`Limits::idle_timeout`] is closed.
+//!
+//! [`raise_fd_limit`] lifts the soft descriptor limit to the hard one at start.
+
+mod conn;
+mod fd;
+mod gate;
+mod limits;
+
+pub use fd::{FdLimit, raise_fd_limit};
+pub use limits::Limits;
+
+use axum::Router;
+use gate::Gate;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::rustls::ServerConfig;
+
+/// Serves `router` on `listener` under `limits` — over TLS when `tls` is given — until
+/// `stop` resolves; then stops accepting, lets in-flight requests finish and returns
+/// once every connection is closed.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<Arc<ServerConfig>>,
+    router: Router,
+    limits: Limits,
+    stop: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let max = fd::connection_cap(limits.max_connections);
+    let gate = Arc::new(Gate::new(limits, max));
+    let acceptor = tls.map(TlsAcceptor::from);
+    let (stopping_tx, stopping) = watch::channel(false);
+    tokio::pin!(stop);
+    loop {
+        let (tcp, peer) = tokio::select! {
+            _ = &mut stop => break,
+            accepted = listener.accept() => match accepted {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // Out of descriptors and the like: pause instead of spinning.
+                    tracing::warn!(error = %e, "accepting a connection failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+        };
+        match gate.admit(peer.ip(), acceptor.is_some()) {
+            Ok(admitted) => {
+                tokio::spawn(conn::run(
+                    tcp,
+                    admitted,
+                    acceptor.clone(),
+                    router.clone(),
+                    stopping.clone(),
+                ));
+            }
+            Err(refusal) => conn::refuse(tcp, peer, refusal, acceptor.is_none()),
+        }
+    }
+    drop(listener);
+    let _ = stopping_tx.send(true);
+    gate.closed().await;
+    Ok(())
+}
