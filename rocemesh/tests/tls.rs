@@ -12,7 +12,7 @@ use rocemesh_proto::http_client::{self, ClientTls};
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
-use support::{Proc, bin, loopback_agent, scratch_dir, wait_for};
+use support::{Proc, bin, closed_by_peer, connect_from, loopback_agent, scratch_dir, wait_for};
 
 const ADMIN: &str = "admin-token-tls-3f9a0c1d5e7b";
 const READ: &str = "read-token-tls-81c2d4e6f0a3";
@@ -313,6 +313,73 @@ fn https_server_refuses_untrusted_and_unauthenticated_clients() {
         ["tls-good"],
         "only the agent with a token and the CA registered"
     );
+    std::fs::remove_dir_all(&dir).ok();
+}
+
+/// The first bytes of a TLS ClientHello (a record of 512 bytes announced, 6 sent): a
+/// handshake that stalls after it began.
+const STALLED_HELLO: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01];
+
+#[test]
+fn silent_and_stalled_tls_clients_lock_nobody_out() {
+    let dir = scratch_dir("tls-slow");
+    let p = pki(&dir);
+    let (_server, url, _log) = start_logged_server(
+        &dir,
+        &format!(
+            "{AUTH}{}[http]\nhandshake_timeout = \"6s\"\nmax_handshakes_per_ip = 32\n",
+            tls_section(&p, false)
+        ),
+        "warn",
+    );
+    let addr: std::net::SocketAddr = url.trim_start_matches("https://").parse().unwrap();
+    let _ = rocemesh_httpd::raise_fd_limit();
+    let started = std::time::Instant::now();
+    // 300 silent connections from ten hosts (30 each, under the per-source cap), and 60
+    // stalled handshakes from one more host (over it).
+    let silent: Vec<std::net::TcpStream> = (0..300)
+        .map(|i| connect_from(format!("127.66.0.{}", 1 + i % 10).parse().unwrap(), addr))
+        .collect();
+    let stalled: Vec<std::net::TcpStream> = (0..60)
+        .map(|_| {
+            let mut s = connect_from("127.66.1.1".parse().unwrap(), addr);
+            std::io::Write::write_all(&mut s, STALLED_HELLO).unwrap();
+            s
+        })
+        .collect();
+    // An operator's and an agent's calls still answer at once, from a fresh connection.
+    let mut worst = Duration::ZERO;
+    for _ in 0..3 {
+        let client = https_client(&p.ca);
+        let t = std::time::Instant::now();
+        let (s, _) = call(&client, "GET", &format!("{url}/healthz"), None, b"").unwrap();
+        assert_eq!(s, 200);
+        let (s, body) = call(&client, "GET", &format!("{url}/api/v1/hosts"), Some(ADMIN), b"").unwrap();
+        assert_eq!(s, 200, "{body}");
+        worst = worst.max(t.elapsed());
+    }
+    let held_during = started.elapsed();
+    eprintln!(
+        "360 silent/stalled connections: /healthz + authenticated call answered in {worst:?} at worst ({held_during:?} into the attack)"
+    );
+    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    // The attack was in place while they answered: every silent connection still open.
+    assert!(held_during < Duration::from_secs(6), "calls came too late: {held_during:?}");
+    let early = silent.iter().filter(|s| closed_by_peer(s)).count();
+    assert_eq!(early, 0, "silent connections closed early");
+    // The stalled host got its 32 handshakes; the other 28 connections were closed at once.
+    let refused = stalled.iter().filter(|s| closed_by_peer(s)).count();
+    assert_eq!(refused, 28, "connections over the per-source handshake cap");
+    // Each handshake is cut off at its deadline.
+    wait_for("silent connections cut off", Duration::from_secs(30), || {
+        silent
+            .iter()
+            .chain(stalled.iter())
+            .all(closed_by_peer)
+            .then_some(())
+    });
+    let cut = started.elapsed();
+    assert!(cut >= Duration::from_secs(5), "cut off before the deadline: {cut:?}");
     std::fs::remove_dir_all(&dir).ok();
 }
 

@@ -215,3 +215,37 @@ pub fn lab_with_receiver(
     .expect("lab up");
     (rt, rx, lab)
 }
+
+/// A TCP connection to `to` from source address `from` (any 127/8 address on loopback),
+/// so a test can play clients on several hosts.
+pub fn connect_from(from: std::net::IpAddr, to: std::net::SocketAddr) -> std::net::TcpStream {
+    let sock = socket2::Socket::new(
+        socket2::Domain::for_address(to),
+        socket2::Type::STREAM,
+        None,
+    )
+    .expect("socket");
+    sock.bind(&std::net::SocketAddr::new(from, 0).into())
+        .unwrap_or_else(|e| panic!("bind {from}: {e}"));
+    sock.connect(&to.into())
+        .unwrap_or_else(|e| panic!("connect {from} -> {to}: {e}"));
+    sock.into()
+}
+
+/// Whether the peer has closed `s` (EOF or reset) rather than staying silent, without
+/// waiting; reads and drops whatever arrived first.
+pub fn closed_by_peer(mut s: &std::net::TcpStream) -> bool {
+    use std::io::Read;
+    s.set_nonblocking(true).unwrap();
+    let mut buf = [0u8; 1024];
+    let closed = loop {
+        match s.read(&mut buf) {
+            Ok(0) => break true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break false,
+            Err(_) => break true,
+        }
+    };
+    s.set_nonblocking(false).unwrap();
+    closed
+}
