@@ -24,11 +24,28 @@ pub use limits::Limits;
 
 use axum::Router;
 use gate::Gate;
+use std::net::SocketAddr;
 use std::sync::Arc;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpSocket};
 use tokio::sync::watch;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::ServerConfig;
+
+/// Queued connections the kernel keeps for the accept loop (clamped by
+/// `net.core.somaxconn`): a burst that overflows the queue costs each dropped client a
+/// one-second SYN retransmit.
+pub const BACKLOG: u32 = 4096;
+
+/// Binds a listener with a [`BACKLOG`]-deep accept queue (std's default is 128).
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        SocketAddr::V4(_) => TcpSocket::new_v4()?,
+        SocketAddr::V6(_) => TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(BACKLOG)
+}
 
 /// Serves `router` on `listener` under `limits` — over TLS when `tls` is given — until
 /// `stop` resolves; then stops accepting, lets in-flight requests finish and returns

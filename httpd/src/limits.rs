@@ -105,7 +105,11 @@ mod tests {
             max_handshakes_per_ip: 0,
             ..Limits::default()
         };
-        assert!(zero.validate().unwrap_err().contains("max_handshakes_per_ip"));
+        assert!(
+            zero.validate()
+                .unwrap_err()
+                .contains("max_handshakes_per_ip")
+        );
         let never = Limits {
             idle_timeout: Duration::ZERO,
             ..Limits::default()

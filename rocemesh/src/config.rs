@@ -58,8 +58,8 @@ impl ServerConfig {
     pub fn load(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path)
             .with_context(|| format!("reading config {}", path.display()))?;
-        let cfg: Self = toml::from_str(&text)
-            .with_context(|| format!("parsing config {}", path.display()))?;
+        let cfg: Self =
+            toml::from_str(&text).with_context(|| format!("parsing config {}", path.display()))?;
         cfg.http
             .validate()
             .map_err(anyhow::Error::msg)

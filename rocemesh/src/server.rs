@@ -186,9 +186,8 @@ pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
         analyzer,
         background,
     } = build(&cfg, roles, &cancel).await?;
-    let listener = tokio::net::TcpListener::bind(cfg.listen)
-        .await
-        .with_context(|| format!("binding {}", cfg.listen))?;
+    let listener =
+        rocemesh_httpd::bind(cfg.listen).with_context(|| format!("binding {}", cfg.listen))?;
     let addr = listener.local_addr()?;
     let stop = cancel.clone();
     let https = tls.is_some();

@@ -354,7 +354,14 @@ fn silent_and_stalled_tls_clients_lock_nobody_out() {
         let t = std::time::Instant::now();
         let (s, _) = call(&client, "GET", &format!("{url}/healthz"), None, b"").unwrap();
         assert_eq!(s, 200);
-        let (s, body) = call(&client, "GET", &format!("{url}/api/v1/hosts"), Some(ADMIN), b"").unwrap();
+        let (s, body) = call(
+            &client,
+            "GET",
+            &format!("{url}/api/v1/hosts"),
+            Some(ADMIN),
+            b"",
+        )
+        .unwrap();
         assert_eq!(s, 200, "{body}");
         worst = worst.max(t.elapsed());
     }
@@ -364,22 +371,32 @@ fn silent_and_stalled_tls_clients_lock_nobody_out() {
     );
     assert!(worst < Duration::from_secs(1), "{worst:?}");
     // The attack was in place while they answered: every silent connection still open.
-    assert!(held_during < Duration::from_secs(6), "calls came too late: {held_during:?}");
+    assert!(
+        held_during < Duration::from_secs(6),
+        "calls came too late: {held_during:?}"
+    );
     let early = silent.iter().filter(|s| closed_by_peer(s)).count();
     assert_eq!(early, 0, "silent connections closed early");
     // The stalled host got its 32 handshakes; the other 28 connections were closed at once.
     let refused = stalled.iter().filter(|s| closed_by_peer(s)).count();
     assert_eq!(refused, 28, "connections over the per-source handshake cap");
     // Each handshake is cut off at its deadline.
-    wait_for("silent connections cut off", Duration::from_secs(30), || {
-        silent
-            .iter()
-            .chain(stalled.iter())
-            .all(closed_by_peer)
-            .then_some(())
-    });
+    wait_for(
+        "silent connections cut off",
+        Duration::from_secs(30),
+        || {
+            silent
+                .iter()
+                .chain(stalled.iter())
+                .all(closed_by_peer)
+                .then_some(())
+        },
+    );
     let cut = started.elapsed();
-    assert!(cut >= Duration::from_secs(5), "cut off before the deadline: {cut:?}");
+    assert!(
+        cut >= Duration::from_secs(5),
+        "cut off before the deadline: {cut:?}"
+    );
     std::fs::remove_dir_all(&dir).ok();
 }
 
