@@ -1,36 +1,32 @@
 //! `--metrics-listen ADDR`: the agent's self-metrics at `GET /metrics` in the OpenMetrics
-//! text format, from a tiny blocking HTTP listener on its own thread (the agent runs no
-//! async runtime). One connection at a time with short timeouts: a scraper every few
-//! seconds is all it serves, and a stuck client cannot hold it longer than the timeout.
+//! text format. The agent runs no async runtime elsewhere, so the listener gets a
+//! single-threaded tokio runtime on its own thread and serves through `rocemesh_httpd`:
+//! connections are served concurrently under [`Limits::metrics`] (caps, header-read and
+//! idle deadlines), so a slow or silent client delays no scrape.
 //!
 //! Every value is a host-wide counter from [`Counters`]; the only per-RNIC series is
 //! `rocemesh_agent_rnic_info` (bounded by the RNICs of this host).
 
 use crate::stats::{AgentStats, Counters};
-use crate::stop::StopSignal;
 use crate::upload::buffer::ResultBuffer;
 use anyhow::{Context, Result};
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet, text};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use std::io::{Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::os::fd::AsRawFd;
+use rocemesh_httpd::Limits;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
-use std::time::Duration;
+use tokio::sync::oneshot;
 
 /// Content type of the exposition (what prometheus-client's text encoder writes).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
-/// Longest request head read; a scrape request is a few hundred bytes.
-const MAX_REQUEST: usize = 8 * 1024;
-/// Most bytes read after refusing an oversized request head.
-const MAX_DRAIN: u64 = 64 * 1024;
-/// Read and write budget of one connection.
-const IO_TIMEOUT: Duration = Duration::from_secs(2);
-/// How often the accept loop looks at the stop signal.
-const STOP_POLL_MS: i32 = 100;
 
 /// What the listener reads at every scrape.
 #[derive(Debug, Clone)]
@@ -46,22 +42,38 @@ pub struct Sources {
 /// The running listener; [`MetricsServer::stop`] ends it.
 pub struct MetricsServer {
     addr: SocketAddr,
-    stop: Arc<StopSignal>,
-    thread: JoinHandle<()>,
+    stop: oneshot::Sender<()>,
+    thread: JoinHandle<std::io::Result<()>>,
 }
 
 impl MetricsServer {
     /// Binds `addr` (a clear error if taken) and serves `/metrics` on a new thread.
     pub fn spawn(addr: SocketAddr, sources: Sources) -> Result<Self> {
-        let listener =
-            TcpListener::bind(addr).with_context(|| format!("binding metrics listener {addr}"))?;
-        listener.set_nonblocking(true)?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .context("starting the metrics runtime")?;
+        let listener = {
+            let _in_runtime = runtime.enter();
+            rocemesh_httpd::bind(addr)
+                .with_context(|| format!("binding metrics listener {addr}"))?
+        };
         let addr = listener.local_addr()?;
-        let stop = Arc::new(StopSignal::default());
-        let st = stop.clone();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let router = router(sources);
         let thread = std::thread::Builder::new()
             .name("metrics".into())
-            .spawn(move || serve(&listener, &sources, &st))?;
+            .spawn(move || {
+                runtime.block_on(rocemesh_httpd::serve(
+                    listener,
+                    None,
+                    router,
+                    Limits::metrics(),
+                    async move {
+                        let _ = stopped.await;
+                    },
+                ))
+            })?;
         tracing::info!(%addr, "agent metrics at /metrics");
         Ok(Self { addr, stop, thread })
     }
@@ -71,109 +83,28 @@ impl MetricsServer {
         self.addr
     }
 
-    /// Stops accepting and joins the thread (within [`STOP_POLL_MS`] plus one request).
+    /// Stops accepting, lets scrapes in flight finish and joins the thread.
     pub fn stop(self) -> Result<()> {
-        self.stop.stop();
+        let _ = self.stop.send(());
         self.thread
             .join()
-            .map_err(|_| anyhow::anyhow!("metrics thread panicked"))
+            .map_err(|_| anyhow::anyhow!("metrics thread panicked"))?
+            .context("metrics listener")
     }
 }
 
-fn serve(listener: &TcpListener, sources: &Sources, stop: &StopSignal) {
-    let mut pfd = libc::pollfd {
-        fd: listener.as_raw_fd(),
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    while !stop.is_stopped() {
-        // SAFETY: one valid pollfd for a listener this function borrows.
-        let ready = unsafe { libc::poll(&mut pfd, 1, STOP_POLL_MS) };
-        if ready <= 0 {
-            continue;
-        }
-        match listener.accept() {
-            Ok((stream, peer)) => {
-                if let Err(e) = answer(stream, sources) {
-                    tracing::debug!(%peer, "metrics request failed: {e:#}");
-                }
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
-            Err(e) => {
-                tracing::warn!("metrics listener accept failed: {e}");
-                stop.sleep(Duration::from_millis(STOP_POLL_MS as u64));
-            }
-        }
-    }
+fn router(sources: Sources) -> Router {
+    Router::new()
+        .route("/metrics", get(scrape))
+        .fallback(|| async { (StatusCode::NOT_FOUND, "only /metrics is served here\n") })
+        .with_state(Arc::new(sources))
 }
 
-/// Reads one request head and answers it; the connection is closed afterwards.
-fn answer(mut stream: TcpStream, sources: &Sources) -> Result<()> {
-    stream.set_nonblocking(false)?;
-    stream.set_read_timeout(Some(IO_TIMEOUT))?;
-    stream.set_write_timeout(Some(IO_TIMEOUT))?;
-    let mut head = Vec::with_capacity(512);
-    let mut chunk = [0u8; 1024];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        if head.len() >= MAX_REQUEST {
-            respond(
-                &mut stream,
-                "431 Request Header Fields Too Large",
-                "text/plain",
-                "request head too large\n",
-            )?;
-            // Read what the client still sends, so closing does not reset the answer away.
-            stream.shutdown(std::net::Shutdown::Write)?;
-            std::io::copy(&mut (&stream).take(MAX_DRAIN), &mut std::io::sink())?;
-            return Ok(());
-        }
-        let n = stream.read(&mut chunk)?;
-        if n == 0 {
-            anyhow::bail!("connection closed before the request head ended");
-        }
-        head.extend_from_slice(&chunk[..n]);
+async fn scrape(State(sources): State<Arc<Sources>>) -> axum::response::Response {
+    match exposition(&sources) {
+        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
-    let line = head.split(|&b| b == b'\r').next().unwrap_or_default();
-    let mut parts = line.split(|&b| b == b' ');
-    let (method, target) = (
-        parts.next().unwrap_or_default(),
-        parts.next().unwrap_or_default(),
-    );
-    let path = target.split(|&b| b == b'?').next().unwrap_or_default();
-    match (method, path) {
-        (b"GET", b"/metrics") => match exposition(sources) {
-            Ok(body) => respond(&mut stream, "200 OK", CONTENT_TYPE, &body),
-            Err(e) => respond(
-                &mut stream,
-                "500 Internal Server Error",
-                "text/plain",
-                &format!("{e}\n"),
-            ),
-        },
-        (b"GET", _) => respond(
-            &mut stream,
-            "404 Not Found",
-            "text/plain",
-            "only /metrics is served here\n",
-        ),
-        _ => respond(
-            &mut stream,
-            "405 Method Not Allowed",
-            "text/plain",
-            "only GET /metrics\n",
-        ),
-    }
-}
-
-fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str) -> Result<()> {
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    stream.write_all(head.as_bytes())?;
-    stream.write_all(body.as_bytes())?;
-    stream.flush()?;
-    Ok(())
 }
 
 /// The whole exposition of the agent's metrics.

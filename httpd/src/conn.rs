@@ -82,6 +82,7 @@ async fn http<S: AsyncRead + AsyncWrite + Unpin + Send + 'static>(
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         .header_read_timeout(limits.header_read_timeout)
+        .max_buf_size(limits.max_header_bytes)
         .serve_connection(TokioIo::new(io), TowerToHyperService::new(router));
     tokio::pin!(conn);
     let check = (limits.idle_timeout / 4).max(Duration::from_millis(50));

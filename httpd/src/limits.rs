@@ -3,6 +3,9 @@
 use serde::Deserialize;
 use std::time::Duration;
 
+/// hyper's smallest read buffer, so the smallest head limit.
+pub const MIN_HEADER_BYTES: usize = 8192;
+
 /// Connection caps and deadlines of one listener.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -14,6 +17,9 @@ pub struct Limits {
     pub max_connections_per_ip: usize,
     /// Most TLS handshakes in progress from one source address.
     pub max_handshakes_per_ip: usize,
+    /// Largest request head (request line and headers) read; a longer one is answered
+    /// 431. At least 8,192 (hyper's smallest buffer).
+    pub max_header_bytes: usize,
     /// Longest a client may take to finish its TLS handshake.
     #[serde(with = "humantime_serde")]
     pub handshake_timeout: Duration,
@@ -35,6 +41,7 @@ impl Default for Limits {
             max_connections: 16_384,
             max_connections_per_ip: 256,
             max_handshakes_per_ip: 32,
+            max_header_bytes: 64 * 1024,
             handshake_timeout: Duration::from_secs(5),
             header_read_timeout: Duration::from_secs(20),
             idle_timeout: Duration::from_secs(60),
@@ -49,6 +56,7 @@ impl Limits {
             max_connections: 64,
             max_connections_per_ip: 16,
             max_handshakes_per_ip: 16,
+            max_header_bytes: MIN_HEADER_BYTES,
             handshake_timeout: Duration::from_secs(5),
             header_read_timeout: Duration::from_secs(5),
             idle_timeout: Duration::from_secs(10),
@@ -66,6 +74,11 @@ impl Limits {
             if v == 0 {
                 return Err(format!("[http] {name} must be at least 1"));
             }
+        }
+        if self.max_header_bytes < MIN_HEADER_BYTES {
+            return Err(format!(
+                "[http] max_header_bytes must be at least {MIN_HEADER_BYTES}"
+            ));
         }
         let times = [
             ("handshake_timeout", self.handshake_timeout),
