@@ -8,7 +8,8 @@ use rocemesh_agent::transport::{UdpOptions, UdpTransport};
 use rocemesh_agent::upload::buffer::{Marks, ResultBuffer};
 use rocemesh_proto::api::{PingTarget, ProbeList};
 use rocemesh_proto::batch::{BatchHeader, decode_batch};
-use rocemesh_proto::probe_auth::Keyring;
+use rocemesh_proto::packet::{PROBE_LEN, Wire};
+use rocemesh_proto::probe_auth::{Flow, Keyring};
 use rocemesh_proto::{Packet, PacketKind, ProbeClass, ProbeStatus};
 use std::net::{IpAddr, UdpSocket};
 use std::sync::Arc;
@@ -89,6 +90,31 @@ fn probe_for(n: &Node, seq: u32) -> Packet {
     Packet::probe(ProbeClass::TorMesh, seq, 99, 0x99, 1, n.qpn, 7)
 }
 
+/// The flow from `sock` to `n`'s agent port, as a tag must name it.
+fn flow(sock: &UdpSocket, n: &Node, port: u16) -> Flow {
+    let from = sock.local_addr().unwrap();
+    Flow {
+        src: from.ip(),
+        src_port: from.port(),
+        dst: n.ip,
+        dst_port: port,
+    }
+}
+
+/// The reverse of `f` (how the ACKs of a probe on `f` travel).
+fn reverse(f: Flow) -> Flow {
+    Flow {
+        src: f.dst,
+        src_port: f.src_port,
+        dst: f.src,
+        dst_port: f.dst_port,
+    }
+}
+
+fn now_ms() -> u64 {
+    rocemesh_proto::now_unix_ns() / 1_000_000
+}
+
 #[test]
 fn a_probe_without_a_valid_tag_gets_no_answer() {
     let port = 47_941;
@@ -96,13 +122,23 @@ fn a_probe_without_a_valid_tag_gets_no_answer() {
     let sock = prober_socket("127.0.9.1", port);
     let dest = format!("127.0.9.2:{port}");
     let forged = Keyring::new(3, &[(3, [0x01; 32])]).unwrap();
-    let mut flipped = cluster_ring().seal(&probe_for(&b, 4));
+    let f = flow(&sock, &b, port);
+    let mut flipped = cluster_ring()
+        .seal(&probe_for(&b, 4), &f, now_ms())
+        .as_bytes()
+        .to_vec();
     flipped[10] ^= 1;
     let stale_key = Keyring::new(9, &[(9, [0x5a; 32])]).unwrap();
     for bad in [
-        probe_for(&b, 1).encode(),
-        forged.seal(&probe_for(&b, 2)),
-        stale_key.seal(&probe_for(&b, 3)),
+        Wire::new(&probe_for(&b, 1)).as_bytes().to_vec(),
+        forged
+            .seal(&probe_for(&b, 2), &f, now_ms())
+            .as_bytes()
+            .to_vec(),
+        stale_key
+            .seal(&probe_for(&b, 3), &f, now_ms())
+            .as_bytes()
+            .to_vec(),
         flipped,
     ] {
         sock.send_to(&bad, &dest).unwrap();
@@ -124,11 +160,12 @@ fn a_probe_without_a_valid_tag_gets_no_answer() {
     assert_eq!(s.acks_sent, 0);
     // The same socket with a valid tag gets both ACKs, each tagged with the cluster key.
     let ring = cluster_ring();
-    sock.send_to(&ring.seal(&probe_for(&b, 5)), &dest).unwrap();
+    sock.send_to(ring.seal(&probe_for(&b, 5), &f, now_ms()).as_bytes(), &dest)
+        .unwrap();
     let acks = received(&sock);
     assert_eq!(acks.len(), 2, "ACK1 + ACK2 expected");
     for a in &acks {
-        assert_eq!(ring.verify(a), Ok(()));
+        assert_eq!(ring.verify(a, &reverse(f), now_ms()), Ok(()));
         let p = Packet::decode(a).unwrap();
         assert!(matches!(p.kind, PacketKind::Ack1 | PacketKind::Ack2));
         assert_eq!((p.seq, p.responder_qpn), (5, b.qpn));
@@ -144,13 +181,18 @@ fn a_flood_from_one_source_is_rate_limited() {
     let sock = prober_socket("127.0.9.3", port);
     let dest = format!("127.0.9.4:{port}");
     let ring = cluster_ring();
+    let f = flow(&sock, &b, port);
     let sent = 2_000u32;
     let t0 = Instant::now();
     for seq in 0..sent {
-        sock.send_to(&ring.seal(&probe_for(&b, seq)), &dest)
-            .unwrap();
-        // Short pauses keep the flood within the socket buffer, so every probe is seen.
-        if seq % 100 == 99 {
+        sock.send_to(
+            ring.seal(&probe_for(&b, seq), &f, now_ms()).as_bytes(),
+            &dest,
+        )
+        .unwrap();
+        // Short pauses keep the flood (256-byte PROBEs) within the socket buffer, so every
+        // probe is seen.
+        if seq % 25 == 24 {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
@@ -249,4 +291,62 @@ fn legitimate_probing_is_unaffected_and_a_forged_ack_is_not_trusted() {
         assert_eq!(s.rejected_by_reason["bad_tag"], 0);
     }
     assert_eq!(kept[0].0.snapshot(0).rejected_by_reason["untagged"], 1);
+}
+
+#[test]
+fn a_captured_probe_replayed_elsewhere_or_late_gets_no_answer() {
+    let port = 47_944;
+    let window = Duration::from_secs(2);
+    let ring = cluster_ring().with_window(window);
+    let guard = Arc::new(GuardSettings {
+        auth: Auth::Required(Box::new(ring.clone())),
+        ..GuardSettings::open()
+    });
+    let b = node("127.0.9.11", port, 0x77, 1, guard);
+    let dest = format!("127.0.9.11:{port}");
+    // The prober's socket, a host elsewhere on the agent port (where ACKs would go), and
+    // the prober's host on another source port.
+    let prober = prober_socket("127.0.9.12", port);
+    let elsewhere = prober_socket("127.0.9.13", port);
+    let other_port = prober_socket("127.0.9.12", 0);
+    let captured = ring
+        .seal(&probe_for(&b, 1), &flow(&prober, &b, port), now_ms())
+        .as_bytes()
+        .to_vec();
+    assert_eq!(captured.len(), PROBE_LEN);
+    // (bytes the agent received, bytes it sent) per source address.
+    let mut tally = std::collections::BTreeMap::<&str, (usize, usize)>::new();
+    let mut replay = |from: &UdpSocket, answers_to: &UdpSocket, name: &'static str| {
+        from.send_to(&captured, &dest).unwrap();
+        let got = received(answers_to);
+        let t = tally.entry(name).or_default();
+        t.0 += captured.len();
+        t.1 += got.iter().map(Vec::len).sum::<usize>();
+        got.len()
+    };
+    // On its own flow the probe is answered (ACK1 + ACK2), once or replayed at once.
+    assert_eq!(replay(&prober, &prober, "127.0.9.12"), 2);
+    assert_eq!(replay(&prober, &prober, "127.0.9.12"), 2);
+    // From another address, or another port of the same host: nothing.
+    assert_eq!(replay(&elsewhere, &elsewhere, "127.0.9.13"), 0);
+    assert_eq!(replay(&other_port, &prober, "127.0.9.12"), 0);
+    // On its own flow after the window: nothing.
+    std::thread::sleep(window + Duration::from_millis(300));
+    assert_eq!(replay(&prober, &prober, "127.0.9.12"), 0);
+    let s = b.counters.snapshot(0);
+    assert_eq!(s.rejected_by_reason["bad_tag"], 2);
+    assert_eq!(s.rejected_by_reason["stale"], 1);
+    assert_eq!(s.acks_sent, 4);
+    // No source gets more bytes back than it sent (a PROBE is two ACKs long).
+    for (source, (received, sent)) in &tally {
+        eprintln!(
+            "{source}: received {received} B, answered {sent} B, ratio {:.2}",
+            *sent as f64 / *received as f64
+        );
+        assert!(
+            sent <= received,
+            "{source}: {sent} B answered for {received} B"
+        );
+    }
+    b.engine.stop().unwrap();
 }

@@ -55,6 +55,10 @@ pub struct ControllerConfig {
     pub probe_auth: ProbeAuthMode,
     /// Age at which the cluster probe key is replaced.
     pub probe_key_rotate_s: u64,
+    /// A tagged PROBE is answered only while its send time is this close to the
+    /// responder's clock: how long a captured probe can be replayed (from its own flow).
+    #[serde(with = "humantime_serde")]
+    pub probe_tag_window: std::time::Duration,
 }
 
 /// Whether agents must authenticate probe packets.
@@ -100,6 +104,7 @@ impl Default for ControllerConfig {
             scaleout: rocemesh_store::coord::ScaleoutConfig::default(),
             probe_auth: ProbeAuthMode::Required,
             probe_key_rotate_s: 3_600,
+            probe_tag_window: rocemesh_proto::probe_auth::DEFAULT_TAG_WINDOW,
         }
     }
 }
@@ -158,6 +163,10 @@ impl ControllerConfig {
             "probe_key_rotate_s ({} s) must be at least twice the key lead time ({} ms: two pinglist polls)",
             self.probe_key_rotate_s,
             self.probe_key_lead_ms()
+        );
+        anyhow::ensure!(
+            self.probe_tag_window >= std::time::Duration::from_secs(1),
+            "probe_tag_window must be at least 1s (clocks of hosts differ by milliseconds)"
         );
         self.skeleton
             .validate()

@@ -43,6 +43,8 @@ pub struct KeyPolicy {
     pub source_pps: f64,
     /// Burst per source agents allow.
     pub source_burst: u32,
+    /// How far a PROBE's send time may be from its responder's clock.
+    pub tag_window: std::time::Duration,
 }
 
 /// The key service of one controller.
@@ -111,6 +113,7 @@ impl ProbeKeys {
             keys,
             source_pps: self.policy.source_pps,
             source_burst: self.policy.source_burst,
+            tag_window: self.policy.tag_window,
         }
     }
 }

@@ -125,6 +125,7 @@ impl ControllerState {
             lead_ms: i64::try_from(cfg.probe_key_lead_ms()).unwrap_or(i64::MAX),
             source_pps,
             source_burst,
+            tag_window: cfg.probe_tag_window,
         };
         let probe_keys = ProbeKeys::start(db.clone(), policy).await?;
         let leadership = crate::leader::Leadership::new(&db, &cfg.scaleout)?;

@@ -113,6 +113,14 @@ pub struct ProbeAuth {
     pub source_pps: f64,
     /// PROBEs one source IP gets answered in a burst (bucket size).
     pub source_burst: u32,
+    /// A tagged PROBE is answered only while its send time is this close to the
+    /// responder's clock (either way): a captured probe replays for at most this long.
+    #[serde(
+        default = "crate::probe_auth::default_tag_window",
+        with = "humantime_serde"
+    )]
+    #[schema(value_type = String, example = "30s")]
+    pub tag_window: std::time::Duration,
 }
 
 /// One cluster probe key.

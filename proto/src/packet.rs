@@ -23,10 +23,16 @@
 //! 28      4   responder_qpn    ACKs: the responder's real QPN; PROBE: zero
 //! 32      8   responder_delay  ACK2: ④−③ in ns; otherwise zero
 //! 40      8   prober_token     random per prober start, echoed in ACKs
-//! 48     16   auth_tag         version 1: zero. Version 2: byte 48 = key id, bytes
-//!                              49..64 = HMAC-SHA256(cluster key, bytes 0..49) truncated
-//!                              to 15 bytes (see [`crate::probe_auth`])
+//! 48     16   auth_tag         version 1: zero. Version 3: byte 48 = key id, bytes
+//!                              49..64 = the MAC of [`crate::probe_auth`], which also
+//!                              covers the PROBE's padding and the flow's addresses
 //! ```
+//!
+//! A PROBE travels padded to [`PROBE_LEN`] bytes (see [`Wire`]): one PROBE is at least as
+//! long as the two ACKs it asks for, under any header stack, so a responder never sends
+//! more bytes than it received. In a tagged PROBE, padding bytes 64..72 carry the send
+//! time (ms since the Unix epoch, big-endian) the MAC's time window is checked against;
+//! the rest of the padding is zero.
 //!
 //! A responder answers a PROBE only when `target_qpn` equals its own QPN, exactly as
 //! a real RNIC drops a UD send for a QPN that no longer exists; a QPN reset therefore
@@ -41,8 +47,16 @@ pub const MAGIC: [u8; 2] = *b"RM";
 /// Version of untagged packets (authentication off); [`Packet::encode`] writes it.
 pub const VERSION: u8 = 1;
 /// Version of packets carrying a key id and MAC in bytes 48..64
-/// ([`crate::probe_auth::Keyring::seal`] writes it).
-pub const VERSION_TAGGED: u8 = 2;
+/// ([`crate::probe_auth::Keyring::seal`] writes it). Version 2 (a MAC over the packet
+/// alone, replayable from anywhere) is no longer spoken.
+pub const VERSION_TAGGED: u8 = 3;
+/// Length of a PROBE on the wire: the packet and its padding. Two ACKs are
+/// 2 × ([`PACKET_LEN`] + h) bytes with h bytes of headers each; a PROBE of
+/// `PROBE_LEN` + h bytes is at least that for every h up to 128 (Ethernet, IPv6, UDP and
+/// the RoCEv2 BTH/DETH/ICRC together are less).
+pub const PROBE_LEN: usize = 256;
+/// Offset of a tagged PROBE's send time in its padding.
+pub const SENT_AT: usize = PACKET_LEN;
 
 const FLAG_RESPONDER_HW_TS: u8 = 0b01;
 const FLAG_RESPONDER_SW_TS: u8 = 0b10;
@@ -311,8 +325,8 @@ impl Packet {
         b
     }
 
-    /// Parses and validates a received payload (version 1 or 2; the tag of a version 2
-    /// packet is not checked here).
+    /// Parses and validates a received payload: [`PACKET_LEN`] bytes, or [`PROBE_LEN`]
+    /// for a padded PROBE (version 1 or [`VERSION_TAGGED`]; a tag is not checked here).
     pub fn decode(buf: &[u8]) -> Result<Self, PacketError> {
         if buf.len() >= 2 && buf[0..2] != MAGIC {
             return Err(PacketError::Foreign);
@@ -320,7 +334,8 @@ impl Packet {
         if buf.len() < PACKET_LEN {
             return Err(PacketError::Truncated(buf.len()));
         }
-        if buf.len() > PACKET_LEN {
+        let padded_probe = buf.len() == PROBE_LEN && buf[3] == PacketKind::Probe as u8;
+        if buf.len() > PACKET_LEN && !padded_probe {
             return Err(PacketError::Oversized(buf.len()));
         }
         if buf[2] != VERSION && buf[2] != VERSION_TAGGED {
@@ -333,7 +348,7 @@ impl Packet {
         }
         let class = ProbeClass::from_u8(buf[5]).ok_or(PacketError::Malformed("unknown class"))?;
         // A tagged packet's bytes 48..64 are checked by the keyring, not here.
-        if buf[2] == VERSION && buf[48..64].iter().any(|&x| x != 0) {
+        if buf[2] == VERSION && buf[48..].iter().any(|&x| x != 0) {
             return Err(PacketError::Malformed("reserved bytes not zero"));
         }
         let u32_at = |o: usize| u32::from_be_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]]);
@@ -372,6 +387,38 @@ impl Packet {
             return Err(PacketError::Malformed("ack1 carries ack2 fields"));
         }
         Ok(p)
+    }
+}
+
+/// A packet as it goes on the wire: PROBEs padded to [`PROBE_LEN`], the other kinds
+/// [`PACKET_LEN`] bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wire {
+    buf: [u8; PROBE_LEN],
+    len: usize,
+}
+
+impl Wire {
+    /// The untagged wire form of `pkt` (padding zero).
+    pub fn new(pkt: &Packet) -> Self {
+        let mut buf = [0u8; PROBE_LEN];
+        buf[..PACKET_LEN].copy_from_slice(&pkt.encode());
+        let len = if pkt.kind == PacketKind::Probe {
+            PROBE_LEN
+        } else {
+            PACKET_LEN
+        };
+        Self { buf, len }
+    }
+
+    /// The bytes to send.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.buf[..self.len]
+    }
+
+    /// The bytes, for the keyring to tag.
+    pub(crate) fn bytes_mut(&mut self) -> &mut [u8] {
+        &mut self.buf[..self.len]
     }
 }
 

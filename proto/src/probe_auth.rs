@@ -1,8 +1,12 @@
 //! Probe authentication: a keyed MAC in bytes 48..64 of every PROBE/ACK1/ACK2, so a
 //! responder answers only cluster members and a prober trusts only real ACKs.
 //!
-//! A tagged packet has version [`VERSION_TAGGED`], the key id in byte 48 and
-//! HMAC-SHA256(key, bytes 0..49) truncated to [`TAG_LEN`] bytes in bytes 49..64.
+//! A tagged packet has version [`VERSION_TAGGED`], the key id in byte 48 and in bytes
+//! 49..64 HMAC-SHA256(key, bytes 0..49 ‖ bytes 64.. ‖ [`Flow`]) truncated to [`TAG_LEN`]
+//! bytes. The MAC binds the packet to its flow (source and destination address and
+//! port) and, for a PROBE, to its send time in the padding: a captured PROBE replayed
+//! from another address or port, or after [`Keyring::window`], is refused, so nobody can
+//! aim a responder's ACKs at a third party.
 //! HMAC-SHA256 because RustCrypto's `hmac` and `sha2` are already in the dependency tree
 //! (through sqlx), are widely reviewed, and the key schedule is precomputed once per key,
 //! so a tag costs two SHA-256 compressions; 120 bits leave forgery out of reach while
@@ -13,9 +17,11 @@
 //! (accepted before anyone signs with it), so a rotation never drops a probe.
 
 use crate::api::ProbeAuth;
-use crate::packet::{PACKET_LEN, Packet, VERSION_TAGGED};
+use crate::packet::{PACKET_LEN, PROBE_LEN, Packet, PacketKind, SENT_AT, VERSION_TAGGED, Wire};
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
+use std::net::IpAddr;
+use std::time::Duration;
 use thiserror::Error;
 
 /// Length of a cluster key in bytes.
@@ -26,8 +32,46 @@ pub const TAG_LEN: usize = 15;
 pub const MAX_KEYS: usize = 4;
 /// Offset of the key id byte.
 const KEY_ID_AT: usize = 48;
-/// Offset of the MAC; it covers every byte before it.
+/// Offset of the MAC; it covers every byte before it and every byte after the packet.
 const TAG_AT: usize = KEY_ID_AT + 1;
+/// How far a PROBE's send time may be from the responder's clock when the controller
+/// says nothing: hosts run NTP (milliseconds apart); this leaves room for a stepped clock.
+pub const DEFAULT_TAG_WINDOW: Duration = Duration::from_secs(30);
+
+/// [`DEFAULT_TAG_WINDOW`], for serde defaults.
+pub fn default_tag_window() -> Duration {
+    DEFAULT_TAG_WINDOW
+}
+
+/// The addresses a packet travels between, as its sender addressed it and its receiver
+/// saw it: part of the MAC, so a tag is valid on one flow only.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Flow {
+    /// Sender address.
+    pub src: IpAddr,
+    /// Sender UDP port.
+    pub src_port: u16,
+    /// Receiver address.
+    pub dst: IpAddr,
+    /// Receiver UDP port.
+    pub dst_port: u16,
+}
+
+impl Flow {
+    /// Fixed-width bytes: both addresses as IPv6 (IPv4-mapped), then both ports.
+    fn bytes(&self) -> [u8; 36] {
+        let v6 = |ip: IpAddr| match ip {
+            IpAddr::V4(v4) => v4.to_ipv6_mapped().octets(),
+            IpAddr::V6(v6) => v6.octets(),
+        };
+        let mut b = [0u8; 36];
+        b[..16].copy_from_slice(&v6(self.src));
+        b[16..32].copy_from_slice(&v6(self.dst));
+        b[32..34].copy_from_slice(&self.src_port.to_be_bytes());
+        b[34..36].copy_from_slice(&self.dst_port.to_be_bytes());
+        b
+    }
+}
 
 /// Why a received packet's tag was refused (each is counted; nothing is answered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Error)]
@@ -38,9 +82,13 @@ pub enum AuthError {
     /// A tag under a key id this keyring does not hold (rotated out, or forged).
     #[error("unknown probe key id {0}")]
     UnknownKey(u8),
-    /// The MAC does not match: altered in flight, or not made with the cluster key.
+    /// The MAC does not match: altered in flight, not made with the cluster key, or
+    /// made for another flow (replayed from elsewhere).
     #[error("bad probe tag")]
     BadTag,
+    /// A valid PROBE sent longer ago (or further ahead) than the tag window: replayed.
+    #[error("probe outside its time window")]
+    Stale,
 }
 
 impl AuthError {
@@ -50,6 +98,7 @@ impl AuthError {
             Self::Untagged => "untagged",
             Self::UnknownKey(_) => "unknown_key",
             Self::BadTag => "bad_tag",
+            Self::Stale => "stale",
         }
     }
 }
@@ -83,6 +132,7 @@ struct Key {
 pub struct Keyring {
     sign: Key,
     accept: Vec<Key>,
+    window: Duration,
 }
 
 /// Shows key ids only: keyrings end up in logs.
@@ -92,6 +142,7 @@ impl std::fmt::Debug for Keyring {
         f.debug_struct("Keyring")
             .field("sign", &self.sign.id)
             .field("accept", &ids)
+            .field("window", &self.window)
             .finish()
     }
 }
@@ -116,7 +167,21 @@ impl Keyring {
             .find(|k| k.id == sign)
             .cloned()
             .ok_or(KeyringError::SignKeyMissing(sign))?;
-        Ok(Self { sign, accept })
+        Ok(Self {
+            sign,
+            accept,
+            window: DEFAULT_TAG_WINDOW,
+        })
+    }
+
+    /// The same keys with PROBE time window `window`.
+    pub fn with_window(self, window: Duration) -> Self {
+        Self { window, ..self }
+    }
+
+    /// How far a PROBE's send time may be from the receiver's clock.
+    pub fn window(&self) -> Duration {
+        self.window
     }
 
     /// The keyring of the controller's settings; `None` when authentication is off.
@@ -136,7 +201,7 @@ impl Keyring {
                     .ok_or(KeyringError::BadKey(k.id))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        Self::new(sign, &keys).map(Some)
+        Self::new(sign, &keys).map(|r| Some(r.with_window(auth.tag_window)))
     }
 
     /// Id of the key packets are signed with.
@@ -144,21 +209,27 @@ impl Keyring {
         self.sign.id
     }
 
-    /// The wire form of `pkt`, tagged with the signing key.
-    pub fn seal(&self, pkt: &Packet) -> [u8; PACKET_LEN] {
-        let mut b = pkt.encode();
+    /// The wire form of `pkt` on `flow`, tagged with the signing key; a PROBE carries
+    /// `now_ms` (ms since the Unix epoch) as its send time.
+    pub fn seal(&self, pkt: &Packet, flow: &Flow, now_ms: u64) -> Wire {
+        let mut wire = Wire::new(pkt);
+        let b = wire.bytes_mut();
         b[2] = VERSION_TAGGED;
         b[KEY_ID_AT] = self.sign.id;
-        let mut mac = self.sign.mac.clone();
-        mac.update(&b[..TAG_AT]);
-        let full = mac.finalize().into_bytes();
-        b[TAG_AT..].copy_from_slice(&full[..TAG_LEN]);
-        b
+        if pkt.kind == PacketKind::Probe {
+            b[SENT_AT..SENT_AT + 8].copy_from_slice(&now_ms.to_be_bytes());
+        }
+        let full = mac(&self.sign, b, flow).finalize().into_bytes();
+        b[TAG_AT..PACKET_LEN].copy_from_slice(&full[..TAG_LEN]);
+        wire
     }
 
-    /// Checks the tag of a received 64-byte payload (in constant time).
-    pub fn verify(&self, buf: &[u8]) -> Result<(), AuthError> {
-        if buf.len() != PACKET_LEN || buf[2] != VERSION_TAGGED {
+    /// Checks the tag of a received payload seen on `flow` (in constant time) and, for a
+    /// PROBE, that its send time lies within the window of `now_ms`.
+    pub fn verify(&self, buf: &[u8], flow: &Flow, now_ms: u64) -> Result<(), AuthError> {
+        let probe = buf.len() >= PACKET_LEN && buf[3] == PacketKind::Probe as u8;
+        let want = if probe { PROBE_LEN } else { PACKET_LEN };
+        if buf.len() != want || buf[2] != VERSION_TAGGED {
             return Err(AuthError::Untagged);
         }
         let id = buf[KEY_ID_AT];
@@ -167,11 +238,28 @@ impl Keyring {
             .iter()
             .find(|k| k.id == id)
             .ok_or(AuthError::UnknownKey(id))?;
-        let mut mac = key.mac.clone();
-        mac.update(&buf[..TAG_AT]);
-        mac.verify_truncated_left(&buf[TAG_AT..])
-            .map_err(|_| AuthError::BadTag)
+        mac(key, buf, flow)
+            .verify_truncated_left(&buf[TAG_AT..PACKET_LEN])
+            .map_err(|_| AuthError::BadTag)?;
+        if probe {
+            let mut sent = [0u8; 8];
+            sent.copy_from_slice(&buf[SENT_AT..SENT_AT + 8]);
+            let sent = u64::from_be_bytes(sent);
+            if now_ms.abs_diff(sent) > self.window.as_millis() as u64 {
+                return Err(AuthError::Stale);
+            }
+        }
+        Ok(())
     }
+}
+
+/// The MAC of `b` (its tag bytes excluded) on `flow` under `key`, not yet finalized.
+fn mac(key: &Key, b: &[u8], flow: &Flow) -> Hmac<Sha256> {
+    let mut mac = key.mac.clone();
+    mac.update(&b[..TAG_AT]);
+    mac.update(&b[PACKET_LEN..]);
+    mac.update(&flow.bytes());
+    mac
 }
 
 /// Lowercase hex of a key, as the API carries it.
@@ -201,6 +289,16 @@ mod tests {
 
     const K1: [u8; KEY_LEN] = [0x11; KEY_LEN];
     const K2: [u8; KEY_LEN] = [0x22; KEY_LEN];
+    const NOW: u64 = 1_800_000_000_000;
+
+    fn flow() -> Flow {
+        Flow {
+            src: "10.0.0.1".parse().unwrap(),
+            src_port: 50_000,
+            dst: "10.0.1.2".parse().unwrap(),
+            dst_port: 4791,
+        }
+    }
 
     fn probe() -> Packet {
         Packet::probe(
@@ -223,23 +321,26 @@ mod tests {
             probe().ack1(7),
             probe().ack2(7, 1234, TimestampSource::Hardware),
         ] {
-            let b = ring.seal(&pkt);
+            let w = ring.seal(&pkt, &flow(), NOW);
+            let b = w.as_bytes();
             assert_eq!(b[2], VERSION_TAGGED);
             assert_eq!(b[48], 1);
-            assert_eq!(ring.verify(&b), Ok(()));
-            assert_eq!(Packet::decode(&b), Ok(pkt));
+            assert_eq!(ring.verify(b, &flow(), NOW), Ok(()));
+            assert_eq!(Packet::decode(b), Ok(pkt));
         }
     }
 
     #[test]
     fn any_flipped_bit_fails() {
         let ring = Keyring::new(1, &[(1, K1), (2, K2)]).unwrap();
-        let good = ring.seal(&probe());
-        for byte in 0..PACKET_LEN {
+        let good = ring.seal(&probe(), &flow(), NOW);
+        let good = good.as_bytes();
+        assert_eq!(good.len(), PROBE_LEN);
+        for byte in 0..PROBE_LEN {
             for bit in 0..8 {
-                let mut b = good;
+                let mut b = good.to_vec();
                 b[byte] ^= 1 << bit;
-                let got = ring.verify(&b);
+                let got = ring.verify(&b, &flow(), NOW);
                 assert!(got.is_err(), "byte {byte} bit {bit} still verifies");
                 // A decodable packet must never slip through with a tag made for another.
                 if Packet::decode(&b).is_ok() {
@@ -254,23 +355,38 @@ mod tests {
         let old = Keyring::new(1, &[(1, K1)]).unwrap();
         let overlap = Keyring::new(2, &[(1, K1), (2, K2)]).unwrap();
         let new = Keyring::new(2, &[(2, K2)]).unwrap();
-        let by_old = old.seal(&probe());
-        let by_new = overlap.seal(&probe());
+        let f = flow();
+        let by_old = old.seal(&probe(), &f, NOW);
+        let by_new = overlap.seal(&probe(), &f, NOW);
+        let (by_old, by_new) = (by_old.as_bytes(), by_new.as_bytes());
         assert_eq!(by_new[48], 2);
-        assert_eq!(overlap.verify(&by_old), Ok(()));
-        assert_eq!(overlap.verify(&by_new), Ok(()));
-        assert_eq!(new.verify(&by_new), Ok(()));
-        assert_eq!(new.verify(&by_old), Err(AuthError::UnknownKey(1)));
-        assert_eq!(old.verify(&by_new), Err(AuthError::UnknownKey(2)));
+        assert_eq!(overlap.verify(by_old, &f, NOW), Ok(()));
+        assert_eq!(overlap.verify(by_new, &f, NOW), Ok(()));
+        assert_eq!(new.verify(by_new, &f, NOW), Ok(()));
+        assert_eq!(new.verify(by_old, &f, NOW), Err(AuthError::UnknownKey(1)));
+        assert_eq!(old.verify(by_new, &f, NOW), Err(AuthError::UnknownKey(2)));
     }
 
     #[test]
     fn wrong_key_under_a_known_id_and_untagged_packets_are_refused() {
         let ring = Keyring::new(1, &[(1, K1)]).unwrap();
-        let forged = Keyring::new(1, &[(1, K2)]).unwrap().seal(&probe());
-        assert_eq!(ring.verify(&forged), Err(AuthError::BadTag));
-        assert_eq!(ring.verify(&probe().encode()), Err(AuthError::Untagged));
-        assert_eq!(ring.verify(&forged[..63]), Err(AuthError::Untagged));
+        let f = flow();
+        let forged = Keyring::new(1, &[(1, K2)]).unwrap().seal(&probe(), &f, NOW);
+        let forged = forged.as_bytes();
+        assert_eq!(ring.verify(forged, &f, NOW), Err(AuthError::BadTag));
+        assert_eq!(
+            ring.verify(Wire::new(&probe()).as_bytes(), &f, NOW),
+            Err(AuthError::Untagged)
+        );
+        assert_eq!(
+            ring.verify(&forged[..63], &f, NOW),
+            Err(AuthError::Untagged)
+        );
+        // A tagged PROBE cut to the unpadded length carries no send time: refused.
+        assert_eq!(
+            ring.verify(&forged[..PACKET_LEN], &f, NOW),
+            Err(AuthError::Untagged)
+        );
         // Version 1 keeps its zero rule; version 2 tag bytes are the keyring's business.
         let mut v1 = probe().encode();
         v1[60] = 1;
@@ -302,9 +418,11 @@ mod tests {
             }],
             source_pps: 100.0,
             source_burst: 10,
+            tag_window: Duration::from_secs(7),
         };
         let ring = Keyring::from_api(&api(&encode_key(&K2))).unwrap().unwrap();
         assert_eq!(ring.sign_id(), 4);
+        assert_eq!(ring.window(), Duration::from_secs(7));
         for bad in ["", "zz", &"g".repeat(64), &"1".repeat(63), &"ab".repeat(33)] {
             assert_eq!(
                 Keyring::from_api(&api(bad)).unwrap_err(),
@@ -318,6 +436,65 @@ mod tests {
         };
         assert!(Keyring::from_api(&off).unwrap().is_none());
         assert!(!format!("{ring:?}").contains("22"));
+    }
+
+    #[test]
+    fn a_tag_holds_on_its_own_flow_and_window_only() {
+        let ring = Keyring::new(1, &[(1, K1)])
+            .unwrap()
+            .with_window(Duration::from_secs(10));
+        let f = flow();
+        let sealed = ring.seal(&probe(), &f, NOW);
+        let b = sealed.as_bytes();
+        assert_eq!(ring.verify(b, &f, NOW + 10_000), Ok(()));
+        assert_eq!(ring.verify(b, &f, NOW - 10_000), Ok(()));
+        assert_eq!(ring.verify(b, &f, NOW + 10_001), Err(AuthError::Stale));
+        assert_eq!(ring.verify(b, &f, NOW - 10_001), Err(AuthError::Stale));
+        // Replayed from another address or port, or to another responder: refused.
+        let moved = [
+            Flow {
+                src: "10.0.0.9".parse().unwrap(),
+                ..f
+            },
+            Flow {
+                src_port: 50_001,
+                ..f
+            },
+            Flow {
+                dst: "10.0.1.3".parse().unwrap(),
+                ..f
+            },
+            Flow {
+                dst_port: 4792,
+                ..f
+            },
+            Flow {
+                src: "::ffff:10.0.0.2".parse().unwrap(),
+                ..f
+            },
+        ];
+        for other in moved {
+            assert_eq!(
+                ring.verify(b, &other, NOW),
+                Err(AuthError::BadTag),
+                "{other:?}"
+            );
+        }
+        // An IPv4 address and its IPv4-mapped form are one address.
+        let mapped = Flow {
+            src: "::ffff:10.0.0.1".parse().unwrap(),
+            ..f
+        };
+        assert_eq!(ring.verify(b, &mapped, NOW), Ok(()));
+        // ACKs are bound to their flow; their freshness is the prober's outstanding table.
+        let ack = ring.seal(&probe().ack1(7), &f, NOW);
+        assert_eq!(ack.as_bytes().len(), PACKET_LEN);
+        assert_eq!(ring.verify(ack.as_bytes(), &f, NOW + 3_600_000), Ok(()));
+        let elsewhere = Flow { src_port: 1, ..f };
+        assert_eq!(
+            ring.verify(ack.as_bytes(), &elsewhere, NOW),
+            Err(AuthError::BadTag)
+        );
     }
 
     #[test]

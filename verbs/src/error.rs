@@ -92,6 +92,9 @@ pub enum VerbsError {
     /// Every send buffer is in flight: try again after completions are drained.
     #[error("send queue full: {0} sends in flight")]
     SendQueueFull(usize),
+    /// A payload longer than a send buffer (the longest probe packet).
+    #[error("payload of {0} bytes exceeds the longest probe packet")]
+    PayloadTooLong(usize),
     /// The destination IP has no RoCEv2 source port for the requested UDP port.
     #[error("UDP source port {0} is outside the RoCEv2 range 0xC000..=0xFFFF")]
     SourcePortOutOfRange(u16),

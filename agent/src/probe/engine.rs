@@ -14,6 +14,7 @@ use crate::upload::buffer::ResultBuffer;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
 use rocemesh_proto::api::{PingTarget, ProbeList};
+use rocemesh_proto::probe_auth::Flow;
 use rocemesh_proto::{Packet, PacketKind, ProbeClass, ProbeResult};
 use std::os::fd::RawFd;
 use std::sync::atomic::Ordering::Relaxed;
@@ -240,8 +241,18 @@ impl<T: Transport> Engine<T> {
             let t1_wall_ns = rocemesh_proto::now_unix_ns();
             let t1 = Instant::now();
             let probe = probe.with_src_port(target.src_port);
-            let wire = self.guard.settings().encode(&probe);
-            match self.transport.send(&wire, to, target.src_port) {
+            let flow = Flow {
+                src: self.transport.local_ip(),
+                // Port 0 sends from the main port (the transport's rule).
+                src_port: match target.src_port {
+                    0 => self.responder.ack_port(),
+                    p => p,
+                },
+                dst: target.ip,
+                dst_port: target.port,
+            };
+            let wire = self.guard.settings().encode(&probe, &flow);
+            match self.transport.send(wire.as_bytes(), to, target.src_port) {
                 Ok(tx) => {
                     self.counters.probes_sent.fetch_add(1, Relaxed);
                     if class == ProbeClass::Service {
@@ -316,7 +327,14 @@ impl<T: Transport> Engine<T> {
                         return;
                     }
                 };
-                if let Err(r) = self.guard.admit(&pkt, rx.payload(), rx.peer_ip, now) {
+                // What the sender's tag must have been made for: this flow as we see it.
+                let flow = Flow {
+                    src: rx.peer_ip,
+                    src_port: ack_src_port(&pkt, &rx),
+                    dst: self.transport.local_ip(),
+                    dst_port: self.responder.ack_port(),
+                };
+                if let Err(r) = self.guard.admit(&pkt, rx.payload(), &flow, now) {
                     self.counters.count_reject(r.reason());
                     return;
                 }

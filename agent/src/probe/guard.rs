@@ -1,10 +1,11 @@
 //! The gate of every engine: received PROBEs and ACKs must carry a valid cluster MAC
-//! (when the controller requires it), and each source IP gets at most a token bucket's
-//! worth of answers, so a responder is no amplifier (issue 8). It also tags what we send.
+//! (when the controller requires it) bound to the flow they arrive on and, for PROBEs, a
+//! send time within the tag window, and each source IP gets at most a token bucket's
+//! worth of answers, so a responder is no amplifier. It also tags what we send.
 
 use rocemesh_proto::api::ProbeAuth;
-use rocemesh_proto::packet::PACKET_LEN;
-use rocemesh_proto::probe_auth::{AuthError, Keyring};
+use rocemesh_proto::packet::Wire;
+use rocemesh_proto::probe_auth::{AuthError, Flow, Keyring};
 use rocemesh_proto::{Packet, PacketKind};
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -20,11 +21,12 @@ pub const DEFAULT_SOURCE_BURST: u32 = 200;
 /// then the longest-unseen one.
 pub const MAX_SOURCES: usize = 4096;
 /// Reasons a received packet is refused, in counter order ([`Reject::reason`]).
-pub const REJECT_REASONS: [&str; 5] = [
+pub const REJECT_REASONS: [&str; 6] = [
     "no_key",
     "untagged",
     "unknown_key",
     "bad_tag",
+    "stale",
     "rate_limited",
 ];
 
@@ -90,13 +92,19 @@ impl GuardSettings {
         })
     }
 
-    /// The wire form of `pkt`: tagged when authentication is on.
-    pub fn encode(&self, pkt: &Packet) -> [u8; PACKET_LEN] {
+    /// The wire form of `pkt` sent on `flow`: tagged (for this flow, and a PROBE for
+    /// now) when authentication is on.
+    pub fn encode(&self, pkt: &Packet, flow: &Flow) -> Wire {
         match &self.auth {
-            Auth::Required(ring) => ring.seal(pkt),
-            Auth::Closed | Auth::Off => pkt.encode(),
+            Auth::Required(ring) => ring.seal(pkt, flow, now_ms()),
+            Auth::Closed | Auth::Off => Wire::new(pkt),
         }
     }
+}
+
+/// The wall clock in ms since the Unix epoch (the time a PROBE tag carries).
+fn now_ms() -> u64 {
+    rocemesh_proto::now_unix_ns() / 1_000_000
 }
 
 /// Why a received packet was refused (counted under [`Self::reason`], never answered).
@@ -154,13 +162,13 @@ impl ProbeGuard {
         &self.settings
     }
 
-    /// Admits a decoded packet `raw` from `peer`: PROBEs and ACKs must verify, PROBEs
-    /// must find a token. TRACE packets are never answered and pass.
+    /// Admits a decoded packet `raw` seen on `flow`: PROBEs and ACKs must verify, PROBEs
+    /// must find a token of the sender's bucket. TRACE packets are never answered and pass.
     pub fn admit(
         &mut self,
         pkt: &Packet,
         raw: &[u8],
-        peer: IpAddr,
+        flow: &Flow,
         now: Instant,
     ) -> Result<(), Reject> {
         if pkt.kind == PacketKind::Trace {
@@ -169,9 +177,9 @@ impl ProbeGuard {
         match &self.settings.auth {
             Auth::Closed => return Err(Reject::NoKey),
             Auth::Off => {}
-            Auth::Required(ring) => ring.verify(raw).map_err(Reject::Auth)?,
+            Auth::Required(ring) => ring.verify(raw, flow, now_ms()).map_err(Reject::Auth)?,
         }
-        if pkt.kind == PacketKind::Probe && !self.take_token(peer, now) {
+        if pkt.kind == PacketKind::Probe && !self.take_token(flow.src, now) {
             return Err(Reject::RateLimited);
         }
         Ok(())
@@ -249,65 +257,88 @@ mod tests {
         Packet::probe(ProbeClass::TorMesh, 1, 2, 3, 4, 5, 6)
     }
 
+    fn from(src: &str) -> Flow {
+        Flow {
+            src: src.parse().unwrap(),
+            src_port: 50_000,
+            dst: "10.0.9.9".parse().unwrap(),
+            dst_port: 4791,
+        }
+    }
+
     #[test]
     fn required_mode_admits_only_valid_tags() {
         let mut g = ProbeGuard::new(settings(Auth::Required(Box::new(ring(1, 7))), 1e6, 1000));
-        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let peer = from("10.0.0.1");
         let now = Instant::now();
-        let good = g.settings().encode(&probe());
-        assert_eq!(g.admit(&probe(), &good, peer, now), Ok(()));
+        let good = g.settings().encode(&probe(), &peer);
+        assert_eq!(g.admit(&probe(), good.as_bytes(), &peer, now), Ok(()));
+        // The same bytes seen from another address are a replay.
+        assert_eq!(
+            g.admit(&probe(), good.as_bytes(), &from("10.0.0.2"), now),
+            Err(Reject::Auth(AuthError::BadTag))
+        );
         let plain = probe().encode();
         assert_eq!(
-            g.admit(&probe(), &plain, peer, now),
+            g.admit(&probe(), &plain, &peer, now),
             Err(Reject::Auth(AuthError::Untagged))
         );
-        let foreign = ring(1, 8).seal(&probe());
+        let foreign = ring(1, 8).seal(&probe(), &peer, 0);
         assert_eq!(
-            g.admit(&probe(), &foreign, peer, now).unwrap_err().reason(),
+            g.admit(&probe(), foreign.as_bytes(), &peer, now)
+                .unwrap_err()
+                .reason(),
             "bad_tag"
         );
+        let stale = ring(1, 7).seal(&probe(), &peer, 1_000);
+        assert_eq!(
+            g.admit(&probe(), stale.as_bytes(), &peer, now)
+                .unwrap_err()
+                .reason(),
+            "stale"
+        );
         let ack = probe().ack1(5);
-        assert!(g.admit(&ack, &ack.encode(), peer, now).is_err());
+        assert!(g.admit(&ack, &ack.encode(), &peer, now).is_err());
         // TRACE packets are never answered: they pass untagged.
         let trace = probe().trace();
-        assert_eq!(g.admit(&trace, &trace.encode(), peer, now), Ok(()));
+        assert_eq!(g.admit(&trace, &trace.encode(), &peer, now), Ok(()));
     }
 
     #[test]
     fn closed_refuses_and_off_ignores_tags() {
-        let peer: IpAddr = "10.0.0.1".parse().unwrap();
+        let peer = from("10.0.0.1");
         let now = Instant::now();
         let mut g = ProbeGuard::new(Arc::new(GuardSettings::closed()));
         assert_eq!(
-            g.admit(&probe(), &probe().encode(), peer, now),
+            g.admit(&probe(), &probe().encode(), &peer, now),
             Err(Reject::NoKey)
         );
         g.set(Arc::new(GuardSettings::open()));
-        assert_eq!(g.admit(&probe(), &probe().encode(), peer, now), Ok(()));
-        let tagged = ring(3, 1).seal(&probe());
-        assert_eq!(g.admit(&probe(), &tagged, peer, now), Ok(()));
-        assert_eq!(g.settings().encode(&probe()), probe().encode());
+        assert_eq!(g.admit(&probe(), &probe().encode(), &peer, now), Ok(()));
+        let tagged = ring(3, 1).seal(&probe(), &peer, 0);
+        assert_eq!(g.admit(&probe(), tagged.as_bytes(), &peer, now), Ok(()));
+        assert_eq!(g.settings().encode(&probe(), &peer), Wire::new(&probe()));
     }
 
     #[test]
     fn bucket_bounds_answers_per_source_and_refills() {
         let mut g = ProbeGuard::new(settings(Auth::Off, 100.0, 10));
-        let (a, b): (IpAddr, IpAddr) = ("10.0.0.1".parse().unwrap(), "10.0.0.2".parse().unwrap());
+        let (a, b) = (from("10.0.0.1"), from("10.0.0.2"));
         let t0 = Instant::now();
         let raw = probe().encode();
         let admitted = (0..50)
-            .filter(|_| g.admit(&probe(), &raw, a, t0).is_ok())
+            .filter(|_| g.admit(&probe(), &raw, &a, t0).is_ok())
             .count();
         assert_eq!(admitted, 10);
-        assert_eq!(g.admit(&probe(), &raw, a, t0), Err(Reject::RateLimited));
+        assert_eq!(g.admit(&probe(), &raw, &a, t0), Err(Reject::RateLimited));
         // Another source has its own bucket; ACKs are not limited.
-        assert_eq!(g.admit(&probe(), &raw, b, t0), Ok(()));
+        assert_eq!(g.admit(&probe(), &raw, &b, t0), Ok(()));
         let ack = probe().ack1(5);
-        assert_eq!(g.admit(&ack, &ack.encode(), a, t0), Ok(()));
+        assert_eq!(g.admit(&ack, &ack.encode(), &a, t0), Ok(()));
         // 50 ms at 100 pps: five more answers.
         let t1 = t0 + Duration::from_millis(50);
         let admitted = (0..50)
-            .filter(|_| g.admit(&probe(), &raw, a, t1).is_ok())
+            .filter(|_| g.admit(&probe(), &raw, &a, t1).is_ok())
             .count();
         assert_eq!(admitted, 5);
     }
@@ -319,7 +350,11 @@ mod tests {
         let raw = probe().encode();
         for i in 0..(MAX_SOURCES as u32 + 500) {
             let ip = IpAddr::from(std::net::Ipv4Addr::from(0x0a00_0000 + i));
-            assert_eq!(g.admit(&probe(), &raw, ip, t0), Ok(()));
+            let flow = Flow {
+                src: ip,
+                ..from("10.0.0.1")
+            };
+            assert_eq!(g.admit(&probe(), &raw, &flow, t0), Ok(()));
             assert!(g.tracked_sources() <= MAX_SOURCES);
         }
         assert_eq!(g.tracked_sources(), MAX_SOURCES);

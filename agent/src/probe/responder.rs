@@ -4,6 +4,7 @@
 use super::guard::GuardSettings;
 use crate::stats::Counters;
 use crate::transport::{Endpoint, RxDatagram, Stamp, Transport, TxToken};
+use rocemesh_proto::probe_auth::Flow;
 use rocemesh_proto::{Packet, TimestampSource};
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -83,7 +84,10 @@ impl Responder {
             qpn: probe.prober_qpn,
         };
         let src_port = ack_src_port(probe, rx);
-        let token = match transport.send(&self.sealer.encode(&probe.ack1(self.qpn)), to, src_port) {
+        let wire = self
+            .sealer
+            .encode(&probe.ack1(self.qpn), &ack_flow(transport, to, src_port));
+        let token = match transport.send(wire.as_bytes(), to, src_port) {
             Ok(t) => t,
             Err(_) => {
                 counters.send_errors.fetch_add(1, Relaxed);
@@ -168,10 +172,23 @@ impl Responder {
     ) {
         let (delay, source) = responder_delay(p.t3, t4, p.t3_app, p.t4_app);
         let ack2 = p.probe.ack2(self.qpn, delay, source);
-        match transport.send_unstamped(&self.sealer.encode(&ack2), p.to, p.src_port) {
+        let wire = self
+            .sealer
+            .encode(&ack2, &ack_flow(transport, p.to, p.src_port));
+        match transport.send_unstamped(wire.as_bytes(), p.to, p.src_port) {
             Ok(_) => counters.acks_sent.fetch_add(1, Relaxed),
             Err(_) => counters.send_errors.fetch_add(1, Relaxed),
         };
+    }
+}
+
+/// The flow an ACK to `to` from our port `src_port` travels on (what its tag binds).
+fn ack_flow<T: Transport>(transport: &T, to: Endpoint, src_port: u16) -> Flow {
+    Flow {
+        src: transport.local_ip(),
+        src_port,
+        dst: to.ip,
+        dst_port: to.port,
     }
 }
 

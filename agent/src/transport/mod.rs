@@ -1,7 +1,7 @@
 //! How probe packets get on and off the wire, with the timestamps the six-timestamp
 //! protocol needs.
 //!
-//! A [`Transport`] sends 64-byte payloads to an [`Endpoint`] from a chosen source port
+//! A [`Transport`] sends probe packets (64 bytes, PROBEs padded to 256) to an [`Endpoint`] from a chosen source port
 //! and reports two kinds of [`TransportEvent`]: received payloads with their RX stamp,
 //! and TX completions (the stamp of an earlier send, matched by [`TxToken`]). The UDP
 //! transport ([`udp`]) gets both from `SO_TIMESTAMPING`; the RDMA verbs transport
@@ -15,7 +15,7 @@ pub mod udp;
 pub mod verbs;
 
 use rocemesh_proto::TimestampSource;
-use rocemesh_proto::packet::PACKET_LEN;
+use rocemesh_proto::packet::PROBE_LEN;
 use std::io;
 use std::net::IpAddr;
 use std::os::fd::RawFd;
@@ -51,8 +51,9 @@ pub struct Endpoint {
     pub qpn: u32,
 }
 
-/// Receive buffer size: one byte more than a packet, so oversized datagrams are detected.
-pub const RX_BUF_LEN: usize = PACKET_LEN + 1;
+/// Receive buffer size: one byte more than the longest packet (a padded PROBE), so
+/// oversized datagrams are detected.
+pub const RX_BUF_LEN: usize = PROBE_LEN + 1;
 
 /// One received datagram.
 #[derive(Debug, Clone, Copy)]
@@ -111,21 +112,11 @@ pub trait Transport: Send {
     fn local_ip(&self) -> IpAddr;
 
     /// Sends `payload` to `to` from source port `src_port`; the token identifies the TX stamp.
-    fn send(
-        &mut self,
-        payload: &[u8; PACKET_LEN],
-        to: Endpoint,
-        src_port: u16,
-    ) -> io::Result<TxToken>;
+    fn send(&mut self, payload: &[u8], to: Endpoint, src_port: u16) -> io::Result<TxToken>;
 
     /// Sends without asking for a TX stamp (ACK2: nobody needs its send time), sparing
     /// the kernel a timestamp and the engine a wake-up to read it.
-    fn send_unstamped(
-        &mut self,
-        payload: &[u8; PACKET_LEN],
-        to: Endpoint,
-        src_port: u16,
-    ) -> io::Result<()>;
+    fn send_unstamped(&mut self, payload: &[u8], to: Endpoint, src_port: u16) -> io::Result<()>;
 
     /// Blocks until an event may be available or `timeout` passed (no busy polling).
     fn wait(&mut self, timeout: Duration) -> io::Result<()>;

@@ -5,7 +5,6 @@ use super::recv_batch::{BATCH, RecvBatch};
 use super::timestamping::{self, ControlBuf};
 use super::{Endpoint, RxDatagram, Transport, TransportEvent, TxToken};
 use crate::stats::Counters;
-use rocemesh_proto::packet::PACKET_LEN;
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::{HashMap, VecDeque};
 use std::io;
@@ -316,12 +315,7 @@ impl Transport for UdpTransport {
         self.opts.ip
     }
 
-    fn send(
-        &mut self,
-        payload: &[u8; PACKET_LEN],
-        to: Endpoint,
-        src_port: u16,
-    ) -> io::Result<TxToken> {
+    fn send(&mut self, payload: &[u8], to: Endpoint, src_port: u16) -> io::Result<TxToken> {
         let dest = SockAddr::from(SocketAddr::new(to.ip, to.port));
         let sock = self.send_socket(src_port);
         match sock.socket.send_to(payload, &dest) {
@@ -345,12 +339,7 @@ impl Transport for UdpTransport {
         }
     }
 
-    fn send_unstamped(
-        &mut self,
-        payload: &[u8; PACKET_LEN],
-        to: Endpoint,
-        src_port: u16,
-    ) -> io::Result<()> {
+    fn send_unstamped(&mut self, payload: &[u8], to: Endpoint, src_port: u16) -> io::Result<()> {
         let dest = SockAddr::from(SocketAddr::new(to.ip, to.port));
         let fd = self.send_socket(src_port).socket.as_raw_fd();
         timestamping::send_without_stamp(fd, payload, &dest)
@@ -438,6 +427,7 @@ impl Transport for UdpTransport {
 mod tests {
     use super::*;
     use rocemesh_proto::TimestampSource;
+    use rocemesh_proto::packet::PACKET_LEN;
     use std::time::Instant;
 
     fn open(ip: &str, max_send_sockets: usize) -> UdpTransport {

@@ -9,7 +9,6 @@
 
 use super::{Endpoint, RxDatagram, Stamp, Transport, TransportEvent, TxToken};
 use crate::stats::Counters;
-use rocemesh_proto::packet::PACKET_LEN;
 use rocemesh_verbs::{
     CompletionStamp, GidEntry, UdConfig, UdDestination, UdEvent, UdTransport, VerbsError,
 };
@@ -82,23 +81,13 @@ impl Transport for VerbsTransport {
         self.ud.local_ip()
     }
 
-    fn send(
-        &mut self,
-        payload: &[u8; PACKET_LEN],
-        to: Endpoint,
-        src_port: u16,
-    ) -> io::Result<TxToken> {
+    fn send(&mut self, payload: &[u8], to: Endpoint, src_port: u16) -> io::Result<TxToken> {
         Ok(TxToken(self.ud.send(payload, destination(to, src_port))?))
     }
 
     /// UD sends are always signalled (the send slot is freed by its completion); the
     /// completion's stamp reaches the engine, which ignores tokens it does not know.
-    fn send_unstamped(
-        &mut self,
-        payload: &[u8; PACKET_LEN],
-        to: Endpoint,
-        src_port: u16,
-    ) -> io::Result<()> {
+    fn send_unstamped(&mut self, payload: &[u8], to: Endpoint, src_port: u16) -> io::Result<()> {
         self.ud.send(payload, destination(to, src_port))?;
         Ok(())
     }

@@ -3,11 +3,11 @@
 use crate::flow_label::flow_label_to_udp_sport;
 use crate::grh::Grh;
 use crate::timestamp::CompletionStamp;
-use rocemesh_proto::packet::PACKET_LEN;
+use rocemesh_proto::packet::PROBE_LEN;
 use std::net::IpAddr;
 
 /// Payload bytes kept per receive: one more than a packet, so oversize is visible.
-pub const RX_KEEP: usize = PACKET_LEN + 1;
+pub const RX_KEEP: usize = PROBE_LEN + 1;
 
 /// One UD datagram received.
 #[derive(Debug, Clone, Copy)]
@@ -88,9 +88,9 @@ mod tests {
             ns: 5,
             clock: StampClock::NicFreeRunning,
         };
-        let big = [7u8; 200];
+        let big = [7u8; 400];
         let rx = UdReceive::new(&big, grh, 0x1234, stamp);
-        assert_eq!((rx.len, rx.payload().len()), (200, RX_KEEP));
+        assert_eq!((rx.len, rx.payload().len()), (400, RX_KEEP));
         assert_eq!(rx.peer_ip().to_string(), "10.0.0.9");
         assert_eq!(rx.peer_udp_sport(), None, "IPv4 GRHs carry no flow label");
         let v6 = Grh {

@@ -25,7 +25,7 @@ use crate::timestamp::StampClock;
 use buffers::SlotBuffers;
 use cq::{CompletionQueue, RawCompletion};
 use event::{UdEvent, UdReceive};
-use rocemesh_proto::packet::PACKET_LEN;
+use rocemesh_proto::packet::PROBE_LEN;
 use std::collections::VecDeque;
 use std::net::IpAddr;
 use std::path::PathBuf;
@@ -208,7 +208,7 @@ impl UdTransport {
             recv_depth as usize,
             GRH_LEN + port.active_mtu,
             send_depth as usize,
-            PACKET_LEN,
+            PROBE_LEN,
         )
         .map_err(cleanup_pd)?;
         let cq = match CompletionQueue::create(
@@ -349,11 +349,10 @@ impl UdTransport {
     }
 
     /// Sends one packet; returns the token its [`UdEvent::TxDone`] will carry.
-    pub fn send(
-        &mut self,
-        payload: &[u8; PACKET_LEN],
-        to: UdDestination,
-    ) -> Result<u64, VerbsError> {
+    pub fn send(&mut self, payload: &[u8], to: UdDestination) -> Result<u64, VerbsError> {
+        if payload.len() > PROBE_LEN {
+            return Err(VerbsError::PayloadTooLong(payload.len()));
+        }
         let flow_label = sport_to_flow_label(to.udp_sport)
             .ok_or(VerbsError::SourcePortOutOfRange(to.udp_sport))?;
         let (token, slot) = self
