@@ -83,11 +83,16 @@ w('server_api','results',bytes([8])+batch(1,1,21,recs,ps))
 for n,q in [('get-sla','sla?scope=tor_pair&limit=10'),('get-problems','problems?state=all&since_ms=0&limit=5&priority=P0'),('get-sla-latest','sla/latest?scope=rnic&key=1'),('get-outbox','alerts/outbox?state=pending&receiver=ops'),('get-hosts','hosts/1'),('get-paths','paths?src_tor=t1&dst_tor=t2&limit=3'),('get-pinglist','pinglists/1?epoch=1'),('get-verdict','tasks/1/verdict?from=0&to=1800000000000'),('get-metrics','tasks/1/metrics?name=throughput&from=0&to=1800000000000'),('get-rnic-by-ip','rnics/by-ip/10.0.1.1')]:
     w('server_api',n,bytes([9])+q.encode())
 
-# --- tagged (version 2) packets, sealed with the fuzz keyring (key id 1 = [7]*32, id 2 = [9]*32)
-import hmac, hashlib
-def seal(b, kid, key):
-    b=bytearray(b); b[2]=2; b[48]=kid
-    b[49:64]=hmac.new(key, bytes(b[:49]), hashlib.sha256).digest()[:15]
+# --- tagged (version 3) packets, sealed with the fuzz keyring (key id 1 = [7]*32, id 2 = [9]*32)
+# on the fuzz target's flow (10.0.0.1:50000 -> 10.0.1.2:4791); PROBEs padded to 256 bytes
+# with their send time in bytes 64..72.
+import hmac, hashlib, ipaddress
+FLOW=ipaddress.ip_address('::ffff:10.0.0.1').packed+ipaddress.ip_address('::ffff:10.0.1.2').packed+struct.pack('>HH',50000,4791)
+def seal(b, kid, key, sent_ms=1800000000000):
+    b=bytearray(b); b[2]=3; b[48]=kid
+    if b[3]==1:
+        b+=struct.pack('>Q',sent_ms)+bytes(256-72)
+    b[49:64]=hmac.new(key, bytes(b[:49])+bytes(b[64:])+FLOW, hashlib.sha256).digest()[:15]
     return bytes(b)
 w('packet','probe-tagged',seal(pkt(1),1,bytes([7]*32)))
 w('packet','ack2-tagged-next-key',seal(pkt(3,flags=1,rqpn=0x123456,delay=12345),2,bytes([9]*32)))

@@ -6,9 +6,10 @@
 use rocemesh_ebpf::{FlowTable, decode_event, event::EVENT_SIZE};
 use rocemesh_proto::Packet;
 use rocemesh_proto::batch::{BatchEncoder, FLAG_PATHS, HEADER_LEN, decode_batch};
-use rocemesh_proto::packet::{PACKET_LEN, VERSION};
+use rocemesh_proto::packet::{PACKET_LEN, PROBE_LEN, SENT_AT, VERSION};
 use rocemesh_proto::path::{decode_paths, encode_paths};
-use rocemesh_proto::probe_auth::{KEY_LEN, Keyring};
+use rocemesh_proto::probe_auth::{Flow, KEY_LEN, Keyring};
+use std::net::Ipv4Addr;
 use std::sync::OnceLock;
 
 /// Flow-table size for [`ebpf_events`]: small, so inputs reach the "table full" branch.
@@ -20,9 +21,20 @@ fn keyring() -> &'static Keyring {
     K.get_or_init(|| Keyring::new(1, &[(1, [7; KEY_LEN]), (2, [9; KEY_LEN])]).expect("valid keys"))
 }
 
-/// A UDP/UD probe payload: [`Packet::decode`] and the tag check a responder runs first.
-/// A tagged packet that verifies must be exactly what sealing its decoded form gives,
-/// and flipping any one bit of it must break the tag.
+/// The flow [`packet`] checks tags on.
+fn flow() -> Flow {
+    Flow {
+        src: Ipv4Addr::new(10, 0, 0, 1).into(),
+        src_port: 50_000,
+        dst: Ipv4Addr::new(10, 0, 1, 2).into(),
+        dst_port: 4791,
+    }
+}
+
+/// A UDP/UD probe payload: [`Packet::decode`] and the tag check a responder runs first
+/// (at the PROBE's own send time, so the window never hides a tag bug). A tagged packet
+/// that verifies must be exactly what sealing its decoded form gives, and flipping any
+/// one bit of it must break the tag.
 pub fn packet(data: &[u8]) {
     let decoded = Packet::decode(data);
     match &decoded {
@@ -35,26 +47,34 @@ pub fn packet(data: &[u8]) {
                 "accepted packet re-encodes differently"
             );
             if data[2] == VERSION {
-                assert_eq!(again[48..], data[48..]);
+                assert_eq!(again[48..], data[48..PACKET_LEN]);
+                assert!(data[PACKET_LEN..].iter().all(|&b| b == 0), "padding not zero");
             }
         }
         Err(e) => assert!(!e.reason().is_empty() && !e.to_string().is_empty()),
     }
-    let Err(e) = keyring().verify(data) else {
+    let now = if data.len() == PROBE_LEN {
+        let mut sent = [0u8; 8];
+        sent.copy_from_slice(&data[SENT_AT..SENT_AT + 8]);
+        u64::from_be_bytes(sent)
+    } else {
+        0
+    };
+    let Err(e) = keyring().verify(data, &flow(), now) else {
         if let Ok(p) = decoded
             && data[48] == keyring().sign_id()
         {
             assert_eq!(
-                keyring().seal(&p).as_slice(),
+                keyring().seal(&p, &flow(), now).as_bytes(),
                 data,
                 "verified packet seals differently"
             );
         }
         let mut forged = data.to_vec();
-        let at = usize::from(data[8]) % PACKET_LEN;
+        let at = usize::from(data[8]) % data.len();
         forged[at] ^= 1 << (data[9] % 8);
         assert!(
-            keyring().verify(&forged).is_err(),
+            keyring().verify(&forged, &flow(), now).is_err(),
             "a flipped bit at {at} kept the tag valid"
         );
         return;

@@ -1,12 +1,14 @@
 //! Probe authentication end to end: a real server process with auth tokens hands the
 //! cluster key only to agent callers, two real agent processes probe each other with
-//! tagged packets, and a stranger's probes (untagged, forged, or a flood of replayed valid
-//! ones) get no answer or a bounded one.
+//! tagged packets, and a stranger's probes (untagged, forged, a valid probe replayed from
+//! other addresses or ports or after its window, or a flood of them) get no answer or a
+//! bounded one, never more bytes than they carried.
 
 mod support;
 
 use rocemesh_proto::api::{Pinglist, ProbeAuth, RegisterResponse, RnicInfo};
-use rocemesh_proto::probe_auth::Keyring;
+use rocemesh_proto::packet::Wire;
+use rocemesh_proto::probe_auth::{Flow, Keyring};
 use rocemesh_proto::{Packet, PacketKind, ProbeClass};
 use std::net::UdpSocket;
 use std::time::{Duration, Instant};
@@ -66,6 +68,7 @@ fn keys_reach_only_agents_and_strangers_get_no_answers() {
         &dir,
         &format!(
             "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n\
+             probe_tag_window = \"3s\"\n\
              [auth]\ntokens = [{{ role = \"admin\", token = \"{ADMIN}\" }}, {{ role = \"read\", token = \"{READ}\" }}, {{ role = \"agent\", token = \"{AGENT}\" }}]\n"
         ),
     );
@@ -123,9 +126,18 @@ fn keys_reach_only_agents_and_strangers_get_no_answers() {
         .unwrap();
     let dest = (target.ip, target.port);
     let probe = |seq| Packet::probe(ProbeClass::TorMesh, seq, 0, 0x77, target.id, target.qpn, 1);
+    let flow = Flow {
+        src: STRANGER.parse().unwrap(),
+        src_port: target.port,
+        dst: target.ip,
+        dst_port: target.port,
+    };
+    let now_ms = || rocemesh_proto::now_unix_ns() / 1_000_000;
+    let seal = |seq| ring.seal(&probe(seq), &flow, now_ms()).as_bytes().to_vec();
     let forged = Keyring::new(ring.sign_id(), &[(ring.sign_id(), [0x42; 32])]).unwrap();
-    sock.send_to(&probe(1).encode(), dest).unwrap();
-    sock.send_to(&forged.seal(&probe(2)), dest).unwrap();
+    sock.send_to(Wire::new(&probe(1)).as_bytes(), dest).unwrap();
+    sock.send_to(forged.seal(&probe(2), &flow, now_ms()).as_bytes(), dest)
+        .unwrap();
     assert!(answers(&sock).is_empty(), "a stranger was answered");
     let m = &agents[0].1;
     assert!(
@@ -140,24 +152,59 @@ fn keys_reach_only_agents_and_strangers_get_no_answers() {
             "rocemesh_agent_probes_rejected_total{reason=\"bad_tag\"}"
         ) >= 1.0
     );
-    sock.send_to(&ring.seal(&probe(3)), dest).unwrap();
+    // A valid probe of the stranger's flow (what a member on that flow sends, as a
+    // capture would hold it) is answered there, and only there, and only in its window.
+    let captured = seal(3);
+    sock.send_to(&captured, dest).unwrap();
     let got = answers(&sock);
     assert_eq!(got.len(), 2, "a tagged probe gets ACK1 + ACK2: {got:?}");
+    let elsewhere = UdpSocket::bind(("127.97.9.10", target.port)).unwrap();
+    elsewhere
+        .set_read_timeout(Some(Duration::from_millis(300)))
+        .unwrap();
+    let other_port = UdpSocket::bind((STRANGER, 0)).unwrap();
+    for (from, answers_at) in [(&elsewhere, &elsewhere), (&other_port, &sock)] {
+        from.send_to(&captured, dest).unwrap();
+        assert!(
+            answers(answers_at).is_empty(),
+            "a replay from {:?} was answered",
+            from.local_addr()
+        );
+    }
+    assert!(
+        metric(
+            m,
+            "rocemesh_agent_probes_rejected_total{reason=\"bad_tag\"}"
+        ) >= 3.0
+    );
+    std::thread::sleep(Duration::from_millis(3_300));
+    sock.send_to(&captured, dest).unwrap();
+    assert!(
+        answers(&sock).is_empty(),
+        "a replay after its window was answered"
+    );
+    assert!(metric(m, "rocemesh_agent_probes_rejected_total{reason=\"stale\"}") >= 1.0);
 
     // A flood of valid (replayed) probes from one source: at most the bucket plus its refill.
     let sent = 4_000u32;
     let t0 = Instant::now();
+    let mut sent_bytes = 0;
     for seq in 0..sent {
-        sock.send_to(&ring.seal(&probe(10 + seq)), dest).unwrap();
-        if seq % 100 == 99 {
+        sent_bytes += sock.send_to(&seal(10 + seq), dest).unwrap();
+        if seq % 25 == 24 {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
     let elapsed = t0.elapsed().as_secs_f64();
-    let ack1 = answers(&sock)
-        .iter()
-        .filter(|p| p.kind == PacketKind::Ack1)
-        .count() as f64;
+    let got = answers(&sock);
+    let ack1 = got.iter().filter(|p| p.kind == PacketKind::Ack1).count() as f64;
+    // Every answer is a 64-byte packet; every probe was 256 bytes.
+    let answered_bytes = got.len() * rocemesh_proto::packet::PACKET_LEN;
+    eprintln!(
+        "reflection: {sent_bytes} B sent, {answered_bytes} B answered, ratio {:.3}",
+        answered_bytes as f64 / sent_bytes as f64
+    );
+    assert!(answered_bytes <= sent_bytes);
     let bound = f64::from(auth.source_burst) + auth.source_pps * (elapsed + 0.05);
     eprintln!(
         "flood: {sent} probes in {elapsed:.3} s, {ack1} answered (bound {bound:.0}: burst {} + {} pps)",
