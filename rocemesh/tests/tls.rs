@@ -126,6 +126,19 @@ const AUTH: &str = concat!(
     "{ role = \"agent\", token = \"agent-token-tls-6b8d0f2a4c5e\" }]\n",
 );
 
+/// A fresh directory with its PKI and an https server with the three tokens and `extra`
+/// TOML (at warn level): (directory, PKI, server, URL).
+fn tls_server(what: &str, extra: &str) -> (PathBuf, Pki, Proc, String) {
+    let dir = scratch_dir(what);
+    let p = pki(&dir);
+    let (server, url, _log) = start_logged_server(
+        &dir,
+        &format!("{extra}{AUTH}{}", tls_section(&p, false)),
+        "warn",
+    );
+    (dir, p, server, url)
+}
+
 /// One request with `client`: (status, body).
 fn call(
     client: &ureq::Agent,
@@ -206,15 +219,9 @@ fn hosts(client: &ureq::Agent, url: &str) -> Vec<HostInfo> {
 
 #[test]
 fn https_server_refuses_untrusted_and_unauthenticated_clients() {
-    let dir = scratch_dir("tls-e2e");
-    let p = pki(&dir);
-    let (_server, url, _log) = start_logged_server(
-        &dir,
-        &format!(
-            "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n{AUTH}{}",
-            tls_section(&p, false)
-        ),
-        "warn",
+    let (dir, p, _server, url) = tls_server(
+        "tls-e2e",
+        "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n",
     );
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let client = https_client(&p.ca);
@@ -322,15 +329,9 @@ const STALLED_HELLO: &[u8] = &[0x16, 0x03, 0x01, 0x02, 0x00, 0x01];
 
 #[test]
 fn silent_and_stalled_tls_clients_lock_nobody_out() {
-    let dir = scratch_dir("tls-slow");
-    let p = pki(&dir);
-    let (_server, url, _log) = start_logged_server(
-        &dir,
-        &format!(
-            "{AUTH}{}[http]\nhandshake_timeout = \"6s\"\nmax_handshakes_per_ip = 32\n",
-            tls_section(&p, false)
-        ),
-        "warn",
+    let (dir, p, _server, url) = tls_server(
+        "tls-slow",
+        "[http]\nhandshake_timeout = \"6s\"\nmax_handshakes_per_ip = 32\n",
     );
     let addr: std::net::SocketAddr = url.trim_start_matches("https://").parse().unwrap();
     let _ = rocemesh_httpd::raise_fd_limit();
