@@ -355,15 +355,7 @@ fn silent_and_stalled_tls_clients_lock_nobody_out() {
         let t = std::time::Instant::now();
         let (s, _) = call(&client, "GET", &format!("{url}/healthz"), None, b"").unwrap();
         assert_eq!(s, 200);
-        let (s, body) = call(
-            &client,
-            "GET",
-            &format!("{url}/api/v1/hosts"),
-            Some(ADMIN),
-            b"",
-        )
-        .unwrap();
-        assert_eq!(s, 200, "{body}");
+        hosts(&client, &url);
         worst = worst.max(t.elapsed());
     }
     let held_during = started.elapsed();
