@@ -241,7 +241,7 @@ impl Collector for Snapshot {
         }
         let mut m = enc.encode_descriptor(
             "rocemesh_agent_probes_rejected",
-            "Well-formed packets refused by probe authentication or the per-source answer limit, by reason (no_key, untagged, unknown_key, bad_tag, rate_limited).",
+            "Well-formed packets refused by probe authentication or the per-source answer limit, by reason (no_key, untagged, unknown_key, bad_tag, stale, rate_limited).",
             None,
             MetricType::Counter,
         )?;

@@ -210,7 +210,7 @@ pub struct AgentStats {
     /// Dropped datagrams per `PacketError::reason`.
     pub drops_by_reason: BTreeMap<&'static str, u64>,
     /// Packets refused by the probe guard per reason (`no_key`, `untagged`,
-    /// `unknown_key`, `bad_tag`, `rate_limited`): never answered nor trusted.
+    /// `unknown_key`, `bad_tag`, `stale`, `rate_limited`): never answered nor trusted.
     pub rejected_by_reason: BTreeMap<&'static str, u64>,
     /// PROBEs for a QPN/RNIC that is not ours.
     pub stale_qpn: u64,
