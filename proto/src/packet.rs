@@ -476,6 +476,36 @@ mod tests {
     }
 
     #[test]
+    fn probes_travel_padded_and_only_probes_may_be_long() {
+        let probe = Packet::probe(ProbeClass::TorMesh, 1, 2, 3, 4, 5, 6);
+        let wire = Wire::new(&probe);
+        assert_eq!(wire.as_bytes().len(), PROBE_LEN);
+        assert_eq!(Packet::decode(wire.as_bytes()), Ok(probe));
+        // The unpadded form of an older prober still decodes.
+        assert_eq!(Packet::decode(&probe.encode()), Ok(probe));
+        // ACKs stay one packet long; a padded ACK or an odd length is refused.
+        let ack = probe.ack1(9);
+        assert_eq!(Wire::new(&ack).as_bytes().len(), PACKET_LEN);
+        let mut long_ack = [0u8; PROBE_LEN];
+        long_ack[..PACKET_LEN].copy_from_slice(&ack.encode());
+        assert_eq!(
+            Packet::decode(&long_ack),
+            Err(PacketError::Oversized(PROBE_LEN))
+        );
+        assert_eq!(
+            Packet::decode(&wire.as_bytes()[..PROBE_LEN - 1]),
+            Err(PacketError::Oversized(PROBE_LEN - 1))
+        );
+        // Untagged padding is reserved: zero.
+        let mut dirty = wire.as_bytes().to_vec();
+        dirty[200] = 1;
+        assert!(matches!(
+            Packet::decode(&dirty),
+            Err(PacketError::Malformed(_))
+        ));
+    }
+
+    #[test]
     fn rejects_bad_input_with_a_reason() {
         let good = sample().encode();
         assert_eq!(Packet::decode(&good[..10]), Err(PacketError::Truncated(10)));
