@@ -1,12 +1,13 @@
 //! Faults: what the operator asks for ([`FaultSpec`], JSON like the testbed's), what the
 //! simulator applies ([`Fault`]: resolved ids, a time window) and the ground truth it
-//! exports ([`Truth`]: the component the analyzer must blame, named exactly as the
-//! analyzer names it — fabric-map link and switch names, `"<host>/<ifname>"` RNICs, host
-//! names).
+//! exports (the scorer's [`Truth`]: the component the analyzer must blame, named exactly
+//! as the analyzer names it — fabric-map link and switch names, `"<host>/<ifname>"`
+//! RNICs, host names).
 
 use crate::topology::Fabric;
 use anyhow::ensure;
-use rocemesh_proto::api::{ComponentKind, ProblemKind};
+use crate::score::{Component, Truth};
+use rocemesh_proto::api::{ComponentKind, LinkDirection, ProblemKind};
 use serde::{Deserialize, Serialize};
 
 fn default_flap_ms() -> u64 {
@@ -29,12 +30,16 @@ fn default_noise_ms() -> f64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FaultSpec {
-    /// A switch link drops `percent` % of packets, both directions.
+    /// A switch link drops `percent` % of packets, both directions or only those going
+    /// into switch `toward` (one of its ends).
     LinkLoss {
         /// Link name.
         link: String,
         /// Loss in percent (0, 100].
         percent: f64,
+        /// One direction only: the end the lossy direction enters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        toward: Option<String>,
     },
     /// A switch link is down (a black hole: routes do not converge around it).
     LinkDown {
@@ -192,30 +197,6 @@ pub enum Effect {
     },
 }
 
-/// A component, named as the analyzer names it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Component {
-    /// Kind.
-    pub kind: ComponentKind,
-    /// Name.
-    pub name: String,
-}
-
-/// The ground truth of one fault: the component the analyzer must blame.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Truth {
-    /// The fault as asked for.
-    pub fault: FaultSpec,
-    /// The problem kind a perfect diagnosis reports.
-    pub kind: ProblemKind,
-    /// The component to blame.
-    pub component: Component,
-    /// When the fault started, ms since the Unix epoch (virtual time).
-    pub onset_ms: i64,
-    /// When it ended, if it did.
-    pub end_ms: Option<i64>,
-}
-
 /// A fault applied to a fabric over a time window.
 #[derive(Debug, Clone)]
 pub struct Fault {
@@ -225,6 +206,8 @@ pub struct Fault {
     pub target: Target,
     /// What it does.
     pub effect: Effect,
+    /// A link fault in one direction only: the switch that direction enters.
+    pub toward: Option<u32>,
     /// Start, ms (virtual time).
     pub start_ms: i64,
     /// End (exclusive), if any.
@@ -263,7 +246,9 @@ impl Fault {
             Ok(Effect::Flap { down_ms, up_ms })
         };
         let (target, effect) = match &spec {
-            FaultSpec::LinkLoss { link, percent: p } => (
+            FaultSpec::LinkLoss {
+                link, percent: p, ..
+            } => (
                 Target::Link(fabric.link_by_name(link)?),
                 Effect::Loss(percent(*p)?),
             ),
@@ -347,21 +332,45 @@ impl Fault {
         if let Some(end) = end_ms {
             ensure!(end > start_ms, "a fault must end after it starts");
         }
+        let toward = match (&spec, target) {
+            (
+                FaultSpec::LinkLoss {
+                    toward: Some(end), ..
+                },
+                Target::Link(l),
+            ) => {
+                let sw = fabric.switch_by_name(end)?;
+                let link = &fabric.links[l as usize];
+                ensure!(
+                    sw == link.lower || sw == link.upper,
+                    "{end} is not an end of link {}",
+                    link.name
+                );
+                Some(sw)
+            }
+            _ => None,
+        };
         Ok(Self {
             spec,
             target,
             effect,
+            toward,
             start_ms,
             end_ms,
         })
     }
 
     /// True when the fault's target is one of these RNICs, switch links or switches (a
-    /// packet crossing them meets the fault).
+    /// packet crossing them meets the fault); `links[i]` leads from `switches[i]` to
+    /// `switches[i + 1]`, which a one-direction fault checks.
     pub fn crosses(&self, rnics: &[u32], links: &[u32], switches: &[u32]) -> bool {
         match self.target {
             Target::Rnic(r) => rnics.contains(&r),
-            Target::Link(l) => links.contains(&l),
+            Target::Link(l) => match self.toward {
+                None => links.contains(&l),
+                Some(sw) => (0..links.len())
+                    .any(|i| links[i] == l && switches.get(i + 1) == Some(&sw)),
+            },
             Target::Switch(s) => switches.contains(&s),
             Target::Host(_) => false,
         }
@@ -426,13 +435,36 @@ impl Fault {
                 }
             }
         };
-        Truth {
-            fault: self.spec.clone(),
+        let mut t = Truth::new(
+            serde_json::to_string(&self.spec).unwrap_or_default(),
             kind,
-            component: Component { kind: ck, name },
-            onset_ms: self.start_ms,
-            end_ms: self.end_ms,
-        }
+            Component::new(ck, name),
+            self.start_ms,
+        );
+        t.end_ms = self.end_ms;
+        t.hard = match self.effect {
+            Effect::Loss(p) => p >= 1.0,
+            Effect::Down | Effect::HostDown => true,
+            _ => false,
+        };
+        t.side_effects = match self.effect {
+            Effect::HostDown => vec![ProblemKind::AgentRestart],
+            Effect::AgentRestart { .. } => vec![ProblemKind::HostDown],
+            Effect::CpuNoise { .. } => vec![ProblemKind::HostDown, ProblemKind::AgentRestart],
+            _ => Vec::new(),
+        };
+        t.direction = self.toward.and_then(|to| {
+            let Target::Link(l) = self.target else {
+                return None;
+            };
+            let link = &fabric.links[l as usize];
+            let from = if to == link.lower { link.upper } else { link.lower };
+            Some(LinkDirection {
+                from: fabric.switches[from as usize].name.clone(),
+                to: fabric.switches[to as usize].name.clone(),
+            })
+        });
+        t
     }
 }
 
@@ -534,6 +566,42 @@ mod tests {
         assert_eq!(fault.effect, Effect::Delay(40_000));
         let s1 = f.switch_by_name("s1").unwrap();
         assert!(fault.crosses(&[], &[], &[s1]) && !fault.crosses(&[0], &[0], &[]));
+    }
+
+    #[test]
+    fn one_direction_loss_hits_only_packets_entering_its_end() {
+        let f = fabric();
+        let spec: FaultSpec = serde_json::from_str(
+            r#"{"kind":"link_loss","link":"t1-s0","percent":2,"toward":"t1"}"#,
+        )
+        .unwrap();
+        let fault = Fault::new(&f, spec, 0, None).unwrap();
+        let (t0, t1, s0) = (
+            f.switch_by_name("t0").unwrap(),
+            f.switch_by_name("t1").unwrap(),
+            f.switch_by_name("s0").unwrap(),
+        );
+        let (up0, up1) = (
+            f.link_by_name("t0-s0").unwrap(),
+            f.link_by_name("t1-s0").unwrap(),
+        );
+        assert!(fault.crosses(&[], &[up0, up1], &[t0, s0, t1]), "s0 -> t1");
+        assert!(!fault.crosses(&[], &[up1, up0], &[t1, s0, t0]), "t1 -> s0");
+        let t = fault.truth(&f);
+        assert_eq!(t.component.name, "t1-s0");
+        assert_eq!(
+            t.direction,
+            Some(LinkDirection {
+                from: "s0".into(),
+                to: "t1".into()
+            })
+        );
+        assert!(!t.hard);
+        let bad: FaultSpec = serde_json::from_str(
+            r#"{"kind":"link_loss","link":"t1-s0","percent":2,"toward":"t0"}"#,
+        )
+        .unwrap();
+        assert!(Fault::new(&f, bad, 0, None).is_err(), "t0 is no end of t1-s0");
     }
 
     #[test]

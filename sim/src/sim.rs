@@ -6,7 +6,8 @@
 
 use crate::agent::{Agent, ListSchedule, TraceKey};
 use crate::ecmp::{Ecmp, FiveTuple};
-use crate::faults::{Effect, Fault, FaultSpec, Target, Truth};
+use crate::faults::{Effect, Fault, FaultSpec, Target};
+use crate::score::Truth;
 use crate::latency::LatencyModel;
 use crate::rng::{Rng, hash};
 use crate::topology::{Fabric, Route, Shape};
