@@ -4,8 +4,9 @@
 //! as the analyzer names it — fabric-map link and switch names, `"<host>/<ifname>"`
 //! RNICs, host names).
 
-use crate::topology::Fabric;
-use anyhow::ensure;
+use crate::ecmp::FiveTuple;
+use crate::topology::{Fabric, Route};
+use anyhow::{bail, ensure};
 use crate::score::{Component, Truth};
 use rocemesh_proto::api::{ComponentKind, LinkDirection, ProblemKind};
 use serde::{Deserialize, Serialize};
@@ -124,6 +125,23 @@ pub enum FaultSpec {
         #[serde(default = "default_flap_ms")]
         up_ms: u64,
     },
+    /// One probed 5-tuple is silently dropped by one switch of its path (a bad ACL or
+    /// hash bucket): the `pick`-th inter-ToR 5-tuple RNIC `prober` probes, resolved when
+    /// injected; on its probes' path, or on its ACKs' path with `ack`; `hop` picks the
+    /// switch from the sender's ToR on (both modulo what there is).
+    FlowDrop {
+        /// The probing RNIC, `"<host>/<ifname>"`.
+        prober: String,
+        /// Which of its inter-ToR 5-tuples.
+        #[serde(default)]
+        pick: u32,
+        /// Drop the ACKs (responder to prober) instead of the probes.
+        #[serde(default)]
+        ack: bool,
+        /// Which switch of that path.
+        #[serde(default)]
+        hop: u32,
+    },
     /// A host goes down: its agent falls silent, its RNICs answer nothing.
     HostDown {
         /// Host name.
@@ -155,6 +173,13 @@ pub enum FaultSpec {
 /// What a fault hits (ids into the fabric).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
+    /// Packets of one 5-tuple at one switch.
+    Flow {
+        /// The dropped 5-tuple.
+        tuple: FiveTuple,
+        /// The switch dropping it.
+        switch: u32,
+    },
     /// A switch link.
     Link(u32),
     /// A switch.
@@ -208,6 +233,8 @@ pub struct Fault {
     pub effect: Effect,
     /// A link fault in one direction only: the switch that direction enters.
     pub toward: Option<u32>,
+    /// A flow drop: the dropped 5-tuple's route.
+    pub route: Option<Route>,
     /// Start, ms (virtual time).
     pub start_ms: i64,
     /// End (exclusive), if any.
@@ -303,6 +330,9 @@ impl Fault {
                 Target::Rnic(fabric.rnic_by_name(rnic)?),
                 flap(*down_ms, *up_ms)?,
             ),
+            FaultSpec::FlowDrop { .. } => {
+                bail!("a flow drop is resolved against the agents' pinglists: inject it into a Sim")
+            }
             FaultSpec::HostDown { host } => {
                 (Target::Host(fabric.host_by_name(host)?), Effect::HostDown)
             }
@@ -329,6 +359,18 @@ impl Fault {
                 )
             }
         };
+        Self::on(fabric, spec, target, effect, start_ms, end_ms)
+    }
+
+    /// A fault of `effect` on `target` (already resolved) from `start_ms` to `end_ms`.
+    pub fn on(
+        fabric: &Fabric,
+        spec: FaultSpec,
+        target: Target,
+        effect: Effect,
+        start_ms: i64,
+        end_ms: Option<i64>,
+    ) -> anyhow::Result<Self> {
         if let Some(end) = end_ms {
             ensure!(end > start_ms, "a fault must end after it starts");
         }
@@ -355,6 +397,7 @@ impl Fault {
             target,
             effect,
             toward,
+            route: None,
             start_ms,
             end_ms,
         })
@@ -372,8 +415,14 @@ impl Fault {
                     .any(|i| links[i] == l && switches.get(i + 1) == Some(&sw)),
             },
             Target::Switch(s) => switches.contains(&s),
-            Target::Host(_) => false,
+            Target::Host(_) | Target::Flow { .. } => false,
         }
+    }
+
+    /// True when this fault drops `tuple` at a switch of `switches` at `t_ms`.
+    pub fn drops_flow(&self, tuple: &FiveTuple, switches: &[u32], t_ms: i64) -> bool {
+        matches!(self.target, Target::Flow { tuple: t, switch } if t == *tuple && switches.contains(&switch))
+            && self.active(t_ms)
     }
 
     /// True while the fault is in place at `t_ms`.
@@ -424,6 +473,11 @@ impl Fault {
                 ComponentKind::Rnic,
                 fabric.rnic_name(r),
             ),
+            (Target::Flow { switch, .. }, _) => (
+                ProblemKind::FlowFault,
+                ComponentKind::Switch,
+                fabric.switches[switch as usize].name.clone(),
+            ),
             (Target::Host(h), effect) => {
                 let host = fabric.hosts[h as usize].name.clone();
                 match effect {
@@ -453,6 +507,23 @@ impl Fault {
             Effect::CpuNoise { .. } => vec![ProblemKind::HostDown, ProblemKind::AgentRestart],
             _ => Vec::new(),
         };
+        if let Target::Flow { switch, .. } = self.target {
+            // The probes cannot tell the switch from its links on the flow's path.
+            t.flow_level = true;
+            t.equivalent = self
+                .route
+                .iter()
+                .flat_map(|r| {
+                    let at = r.switches().iter().position(|&s| s == switch);
+                    r.links()
+                        .iter()
+                        .enumerate()
+                        .filter(move |(i, _)| at.is_some_and(|a| *i + 1 == a || *i == a))
+                        .map(|(_, &l)| l)
+                })
+                .map(|l| Component::new(ComponentKind::Link, fabric.links[l as usize].name.clone()))
+                .collect();
+        }
         t.direction = self.toward.and_then(|to| {
             let Target::Link(l) = self.target else {
                 return None;

@@ -196,6 +196,7 @@ struct Taken {
     switches: Vec<u32>,
     links: Vec<u32>,
     hosts: Vec<u32>,
+    flow: bool,
 }
 
 impl Taken {
@@ -278,8 +279,21 @@ fn one_fault(rng: &mut Rng, f: &Fabric, taken: &mut Taken) -> Option<FaultSpec> 
             h
         })
     };
+    let any_rnic = |rng: &mut Rng| f.rnic_name(rng.below(f.rnics.len() as u64) as u32);
     let flap = |rng: &mut Rng| (u64::from(between(rng, 1, 4)) * 500, u64::from(between(rng, 1, 4)) * 1_000);
-    Some(match rng.below(14) {
+    Some(match rng.below(16) {
+        14 | 15 => {
+            // One dropped 5-tuple per scenario: its switch is known only once injected.
+            if std::mem::replace(&mut taken.flow, true) {
+                return None;
+            }
+            FaultSpec::FlowDrop {
+                prober: any_rnic(rng),
+                pick: rng.next_u64() as u32,
+                ack: rng.chance(0.5),
+                hop: rng.below(5) as u32,
+            }
+        }
         0 => FaultSpec::LinkDown {
             link: f.links[link(rng, taken)? as usize].name.clone(),
         },
@@ -385,13 +399,16 @@ mod tests {
             rail += usize::from(matches!(d.scenario.config.shape, Shape::Rail { .. }));
             let mut components = Vec::new();
             for spec in faults {
+                kinds.insert(serde_json::to_value(spec).unwrap()["kind"].to_string());
+                if matches!(spec, FaultSpec::FlowDrop { .. }) {
+                    continue; // resolved against pinglists when injected
+                }
                 let fault = Fault::new(&fabric, spec.clone(), 0, None)
                     .unwrap_or_else(|e| panic!("scenario {i}: {spec:?}: {e:#}"));
                 let t = fault.truth(&fabric);
                 directed += usize::from(t.direction.is_some());
                 assert!(!components.contains(&t.component), "scenario {i} repeats {t:?}");
                 components.push(t.component);
-                kinds.insert(serde_json::to_value(spec).unwrap()["kind"].to_string());
                 if let FaultSpec::LinkLoss { percent, .. } | FaultSpec::SwitchLoss { percent, .. } =
                     spec
                 {
@@ -399,7 +416,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(kinds.len(), 12, "{kinds:?}");
+        assert_eq!(kinds.len(), 13, "{kinds:?}");
         assert!(free > 20 && concurrent > 20 && directed > 20 && rail > 40);
     }
 
