@@ -54,7 +54,9 @@ async fn a_fresh_random_suite_meets_the_floors() {
     );
 }
 
-/// Floors the engine on main reaches on every measured seed (raise them as it improves).
-const PRECISION_FLOOR: f64 = 0.0;
-const RECALL_FLOOR: f64 = 0.0;
-const TOP1_FLOOR: f64 = 0.0;
+/// Floors below what the engine on main reached on each of 20 measured seeds (lowest:
+/// precision 0.45, recall 0.58, top-1 0.56; docs/localization.md): raise them as it
+/// improves.
+const PRECISION_FLOOR: f64 = 0.30;
+const RECALL_FLOOR: f64 = 0.45;
+const TOP1_FLOOR: f64 = 0.40;
