@@ -5,9 +5,9 @@
 //! RNICs, host names).
 
 use crate::ecmp::FiveTuple;
+use crate::score::{Component, Truth};
 use crate::topology::{Fabric, Route};
 use anyhow::{bail, ensure};
-use crate::score::{Component, Truth};
 use rocemesh_proto::api::{ComponentKind, LinkDirection, ProblemKind};
 use serde::{Deserialize, Serialize};
 
@@ -411,8 +411,9 @@ impl Fault {
             Target::Rnic(r) => rnics.contains(&r),
             Target::Link(l) => match self.toward {
                 None => links.contains(&l),
-                Some(sw) => (0..links.len())
-                    .any(|i| links[i] == l && switches.get(i + 1) == Some(&sw)),
+                Some(sw) => {
+                    (0..links.len()).any(|i| links[i] == l && switches.get(i + 1) == Some(&sw))
+                }
             },
             Target::Switch(s) => switches.contains(&s),
             Target::Host(_) | Target::Flow { .. } => false,
@@ -529,7 +530,11 @@ impl Fault {
                 return None;
             };
             let link = &fabric.links[l as usize];
-            let from = if to == link.lower { link.upper } else { link.lower };
+            let from = if to == link.lower {
+                link.upper
+            } else {
+                link.lower
+            };
             Some(LinkDirection {
                 from: fabric.switches[from as usize].name.clone(),
                 to: fabric.switches[to as usize].name.clone(),
@@ -672,7 +677,10 @@ mod tests {
             r#"{"kind":"link_loss","link":"t1-s0","percent":2,"toward":"t0"}"#,
         )
         .unwrap();
-        assert!(Fault::new(&f, bad, 0, None).is_err(), "t0 is no end of t1-s0");
+        assert!(
+            Fault::new(&f, bad, 0, None).is_err(),
+            "t0 is no end of t1-s0"
+        );
     }
 
     #[test]

@@ -213,11 +213,10 @@ impl Taken {
                 let link = &f.links[l as usize];
                 link.lower == s || link.upper == s
             })
-            && !(f.switches[s as usize].tier == Tier::Tor
-                && self
-                    .hosts
-                    .iter()
-                    .any(|&h| rnics_of(f, h).any(|r| f.rnics[r as usize].tor == s)))
+            && !self
+                .hosts
+                .iter()
+                .any(|&h| rnics_of(f, h).any(|r| f.rnics[r as usize].tor == s))
     }
 
     fn host_free(&self, f: &Fabric, h: u32) -> bool {
@@ -235,25 +234,31 @@ fn percent(rng: &mut Rng, lo: f64, hi: f64) -> f64 {
     ((lo + rng.unit() * (hi - lo)) * 10.0).round() / 10.0
 }
 
-fn faults(rng: &mut Rng, f: &Fabric) -> Vec<FaultSpec> {
+/// Draws how many faults run at once (none 20 %, one 50 %, two 20 %, three 10 %) and
+/// each of them with `one`, which returns `None` when what it drew is taken (then it is
+/// drawn again, a few times at most).
+pub fn concurrent<T>(rng: &mut Rng, mut one: impl FnMut(&mut Rng) -> Option<T>) -> Vec<T> {
     let n = match rng.below(10) {
         0 | 1 => 0,
         2..=6 => 1,
         7 | 8 => 2,
         _ => 3,
     };
-    let mut taken = Taken::default();
     let mut out = Vec::new();
-    // A few draws per fault: a kind whose components are all taken is drawn again.
     for _ in 0..n * 8 {
         if out.len() == n {
             break;
         }
-        if let Some(spec) = one_fault(rng, f, &mut taken) {
-            out.push(spec);
+        if let Some(x) = one(rng) {
+            out.push(x);
         }
     }
     out
+}
+
+fn faults(rng: &mut Rng, f: &Fabric) -> Vec<FaultSpec> {
+    let mut taken = Taken::default();
+    concurrent(rng, |rng| one_fault(rng, f, &mut taken))
 }
 
 fn one_fault(rng: &mut Rng, f: &Fabric, taken: &mut Taken) -> Option<FaultSpec> {
@@ -266,7 +271,8 @@ fn one_fault(rng: &mut Rng, f: &Fabric, taken: &mut Taken) -> Option<FaultSpec> 
     };
     let switch = |rng: &mut Rng, taken: &mut Taken, upper_only: bool| {
         let s = rng.below(f.switches.len() as u64) as u32;
-        let ok = taken.switch_free(f, s) && !(upper_only && f.switches[s as usize].tier == Tier::Tor);
+        let ok =
+            taken.switch_free(f, s) && !(upper_only && f.switches[s as usize].tier == Tier::Tor);
         ok.then(|| {
             taken.switches.push(s);
             f.switches[s as usize].name.clone()
@@ -280,7 +286,12 @@ fn one_fault(rng: &mut Rng, f: &Fabric, taken: &mut Taken) -> Option<FaultSpec> 
         })
     };
     let any_rnic = |rng: &mut Rng| f.rnic_name(rng.below(f.rnics.len() as u64) as u32);
-    let flap = |rng: &mut Rng| (u64::from(between(rng, 1, 4)) * 500, u64::from(between(rng, 1, 4)) * 1_000);
+    let flap = |rng: &mut Rng| {
+        (
+            u64::from(between(rng, 1, 4)) * 500,
+            u64::from(between(rng, 1, 4)) * 1_000,
+        )
+    };
     Some(match rng.below(16) {
         14 | 15 => {
             // One dropped 5-tuple per scenario: its switch is known only once injected.
@@ -332,7 +343,8 @@ fn one_fault(rng: &mut Rng, f: &Fabric, taken: &mut Taken) -> Option<FaultSpec> 
         },
         9 => {
             let h = host(rng, taken)?;
-            let r = f.hosts[h as usize].first_rnic + rng.below(u64::from(f.hosts[h as usize].rnics)) as u32;
+            let r = f.hosts[h as usize].first_rnic
+                + rng.below(u64::from(f.hosts[h as usize].rnics)) as u32;
             let rnic = f.rnic_name(r);
             match rng.below(3) {
                 0 => FaultSpec::RnicDown { rnic },
@@ -407,7 +419,10 @@ mod tests {
                     .unwrap_or_else(|e| panic!("scenario {i}: {spec:?}: {e:#}"));
                 let t = fault.truth(&fabric);
                 directed += usize::from(t.direction.is_some());
-                assert!(!components.contains(&t.component), "scenario {i} repeats {t:?}");
+                assert!(
+                    !components.contains(&t.component),
+                    "scenario {i} repeats {t:?}"
+                );
                 components.push(t.component);
                 if let FaultSpec::LinkLoss { percent, .. } | FaultSpec::SwitchLoss { percent, .. } =
                     spec
@@ -427,7 +442,13 @@ mod tests {
             let d = draw(1, i, Scale::Large).unwrap();
             let n = rnics(&d.scenario.config.shape);
             assert!((1_000..=10_000).contains(&n), "{n}");
-            assert_eq!(Fabric::new(d.scenario.config.shape.clone()).unwrap().rnics.len(), n as usize);
+            assert_eq!(
+                Fabric::new(d.scenario.config.shape.clone())
+                    .unwrap()
+                    .rnics
+                    .len(),
+                n as usize
+            );
             shapes.insert(std::mem::discriminant(&d.scenario.config.shape));
         }
         assert_eq!(shapes.len(), 3, "leaf-spine, fat-tree and rail");

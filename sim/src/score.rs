@@ -440,13 +440,8 @@ impl Summary {
             correct: scores.iter().filter(|s| s.correct).count(),
             precision: ratio(tp, tp + fp).unwrap_or(1.0),
             recall: ratio(found.len(), required.len()),
-            top1_accuracy: ratio(
-                with_truth.iter().filter(|&&t| t).count(),
-                with_truth.len(),
-            ),
-            median_time_to_localize_s: median(
-                found.iter().filter_map(|o| o.localized_s).collect(),
-            ),
+            top1_accuracy: ratio(with_truth.iter().filter(|&&t| t).count(), with_truth.len()),
+            median_time_to_localize_s: median(found.iter().filter_map(|o| o.localized_s).collect()),
             hard_fault_median_time_to_localize_s: median(
                 found
                     .iter()
@@ -454,10 +449,7 @@ impl Summary {
                     .filter_map(|o| o.localized_s)
                     .collect(),
             ),
-            direction_accuracy: ratio(
-                directions.iter().filter(|&&d| d).count(),
-                directions.len(),
-            ),
+            direction_accuracy: ratio(directions.iter().filter(|&&d| d).count(), directions.len()),
             directions_checked: directions.len(),
         }
     }
@@ -563,7 +555,10 @@ mod tests {
         ];
         let s = score(&truths, &ps, 0);
         assert_eq!((s.true_positives, s.false_positives), (1, 1));
-        assert_eq!((s.recall, s.top1, s.correct), (Some(0.5), Some(false), false));
+        assert_eq!(
+            (s.recall, s.top1, s.correct),
+            (Some(0.5), Some(false), false)
+        );
         assert_eq!(s.missed, ["link:t0-s0"]);
         assert_eq!(s.time_to_localize_s, None, "one truth never localized");
     }
@@ -579,8 +574,17 @@ mod tests {
         t.flow_level = true;
         let guessed = [problem(ComponentKind::Switch, "t1", 11_000, 0.8)];
         let s = score(std::slice::from_ref(&t), &guessed, 0);
-        assert_eq!((s.true_positives, s.false_positives), (0, 1), "a guess, not a verdict");
-        let mut flow = problem(ComponentKind::Flow, "h0/r0 -> h5/r0 sport 50001", 11_000, 0.8);
+        assert_eq!(
+            (s.true_positives, s.false_positives),
+            (0, 1),
+            "a guess, not a verdict"
+        );
+        let mut flow = problem(
+            ComponentKind::Flow,
+            "h0/r0 -> h5/r0 sport 50001",
+            11_000,
+            0.8,
+        );
         let suspect = |kind, name: &str| SuspectComponent {
             component_kind: kind,
             component: name.into(),
@@ -592,8 +596,14 @@ mod tests {
             suspect(ComponentKind::Switch, "t2"),
         ];
         let s = score(std::slice::from_ref(&t), std::slice::from_ref(&flow), 0);
-        assert_eq!((s.true_positives, s.false_positives), (0, 1), "t1 not a candidate");
-        flow.evidence.candidates.push(suspect(ComponentKind::Switch, "t1"));
+        assert_eq!(
+            (s.true_positives, s.false_positives),
+            (0, 1),
+            "t1 not a candidate"
+        );
+        flow.evidence
+            .candidates
+            .push(suspect(ComponentKind::Switch, "t1"));
         let s = score(&[t], &[flow], 0);
         assert!(s.correct && s.top1 == Some(true), "{s:?}");
     }
@@ -613,7 +623,10 @@ mod tests {
         p.evidence.direction = Some(direction("s0", "t2"));
         let right = score(&[t], &[p], 0);
         let sum = Summary::of([&s, &right]);
-        assert_eq!((sum.direction_accuracy, sum.directions_checked), (Some(0.5), 2));
+        assert_eq!(
+            (sum.direction_accuracy, sum.directions_checked),
+            (Some(0.5), 2)
+        );
     }
 
     #[test]

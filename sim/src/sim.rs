@@ -7,9 +7,9 @@
 use crate::agent::{Agent, ListSchedule, TraceKey};
 use crate::ecmp::{Ecmp, FiveTuple};
 use crate::faults::{Effect, Fault, FaultSpec, Target};
-use crate::score::Truth;
 use crate::latency::LatencyModel;
 use crate::rng::{Rng, hash};
+use crate::score::Truth;
 use crate::topology::{Fabric, Route, Shape};
 use anyhow::{Context, ensure};
 use rocemesh_analyzer::diagnosis::fabric::{LinkDef, LinkEnd, MapFile, SwitchDef};
@@ -517,7 +517,12 @@ impl Sim {
     /// The `pick`-th (modulo their number) inter-ToR 5-tuple RNIC `prober` probes now
     /// (the next RNIC that probes any when it probes none), or with `ack` the 5-tuple of
     /// its ACKs, and its route.
-    fn probed_flow(&self, prober: &str, pick: u32, ack: bool) -> anyhow::Result<(FiveTuple, Route)> {
+    fn probed_flow(
+        &self,
+        prober: &str,
+        pick: u32,
+        ack: bool,
+    ) -> anyhow::Result<(FiveTuple, Route)> {
         let w = &self.world;
         let start = w.fabric.rnic_by_name(prober)?;
         let n = w.fabric.rnics.len() as u32;
@@ -530,16 +535,8 @@ impl Sim {
                 .flat_map(|l| l.entries())
                 .filter_map(|t| {
                     let dst = *w.by_id.get(&t.rnic_id)?;
-                    (w.fabric.rnics[dst as usize].tor != rnic.tor).then(|| {
-                        let key = TraceKey {
-                            src: r,
-                            dst,
-                            sport: t.src_port,
-                            dport: t.port,
-                            ack: false,
-                        };
-                        (dst, w.tuple(&key))
-                    })
+                    (w.fabric.rnics[dst as usize].tor != rnic.tor)
+                        .then(|| (dst, w.tuple(&TraceKey::probe(r, dst, t))))
                 })
                 .collect();
             if flows.is_empty() {
@@ -552,7 +549,9 @@ impl Sim {
                 (tuple, w.route(r, dst, &tuple))
             });
         }
-        anyhow::bail!("no RNIC probes an inter-ToR 5-tuple (yet): inject a flow drop after the warm-up")
+        anyhow::bail!(
+            "no RNIC probes an inter-ToR 5-tuple (yet): inject a flow drop after the warm-up"
+        )
     }
 
     /// The ground truth of every injected fault.
@@ -661,13 +660,7 @@ impl Sim {
                 };
                 for t in s.entries() {
                     if let Some(&dst) = self.world.by_id.get(&t.rnic_id) {
-                        let key = TraceKey {
-                            src: r,
-                            dst,
-                            sport: t.src_port,
-                            dport: t.port,
-                            ack: false,
-                        };
+                        let key = TraceKey::probe(r, dst, t);
                         agent.traces.learn(key, now_ms);
                         keep.insert(key);
                     }

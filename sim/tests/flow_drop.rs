@@ -18,10 +18,9 @@ async fn a_dropped_five_tuple_times_out_only_its_probes_and_is_a_flow_level_trut
     };
     for (seed, ack, hop) in [(3, false, 1), (4, true, 0), (5, true, 2)] {
         let sim = Sim::new(SimConfig::new(shape.clone(), seed)).unwrap();
-        let mut run =
-            InProcess::start(sim, ControllerConfig::default(), AnalyzerConfig::default())
-                .await
-                .unwrap();
+        let mut run = InProcess::start(sim, ControllerConfig::default(), AnalyzerConfig::default())
+            .await
+            .unwrap();
         run.register_all().await.unwrap();
         run.run_for(5_000).await.unwrap();
         let before = run.sim().stats();
@@ -43,7 +42,10 @@ async fn a_dropped_five_tuple_times_out_only_its_probes_and_is_a_flow_level_trut
         assert!(truth.flow_level, "{truth:?}");
         assert_eq!(truth.kind, ProblemKind::FlowFault);
         assert_eq!(truth.component.kind, ComponentKind::Switch);
-        assert!(!truth.equivalent.is_empty(), "the switch's links on the path");
+        assert!(
+            !truth.equivalent.is_empty(),
+            "the switch's links on the path"
+        );
         assert!(
             truth
                 .equivalent

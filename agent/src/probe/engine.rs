@@ -457,7 +457,10 @@ mod tests {
         assert_eq!(keys.len(), 1);
         assert_eq!((keys[0].src_port, keys[0].dst_port), (0xC123, 4791));
         // Our ACKs on a verbs host are RoCEv2 datagrams too.
-        assert_eq!(wire_dst_port::<VerbsTransport>(crate::config::DEFAULT_PORT), 4791);
+        assert_eq!(
+            wire_dst_port::<VerbsTransport>(crate::config::DEFAULT_PORT),
+            4791
+        );
     }
 
     #[test]
