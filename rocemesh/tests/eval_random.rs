@@ -1,9 +1,8 @@
 //! Two random namespace-testbed scenarios on a fresh seed every run (root only: it builds
 //! namespace fabrics). The seed is printed; `ROCEMESH_EVAL_SEED=<seed>` replays the run,
 //! `rocemesh eval --random 2 --seed <seed> --only <i>` one scenario. Asserted: the suite
-//! runs end to end on drawn shapes and faults, every scenario is scored against its
-//! truth, and the figures stay at or above floors the current engine reaches on every
-//! seed measured (docs/localization.md).
+//! runs end to end on drawn shapes and faults (a fresh lab each), every fault has its
+//! truth with its onset and end, and both the analyzer and Alg. 1 are scored on it.
 
 mod support;
 
@@ -49,15 +48,22 @@ fn a_fresh_random_lab_suite_runs_and_meets_the_floors() {
     let scenarios = report["scenarios"].as_array().expect("scenarios");
     assert_eq!(scenarios.len(), 2);
     for s in scenarios {
-        assert!(s["score"]["correct"].is_boolean(), "scored: {s}");
-        assert!(s["baseline"]["found"].is_array(), "Alg. 1 scored: {s}");
+        // Every drawn fault has its truth, every truth its outcome, on both scorers.
+        let truths = s["truth"].as_array().expect("truth");
+        for who in ["score", "baseline"] {
+            let outcomes = s[who]["outcomes"].as_array().expect("outcomes");
+            assert_eq!(outcomes.len(), truths.len(), "{who}: {s}");
+            assert!(s[who]["correct"].is_boolean(), "{who}: {s}");
+        }
+        for t in truths {
+            assert!(t["onset_ms"].as_i64().unwrap() > 0, "onset set: {t}");
+            assert!(t["end_ms"].as_i64() > t["onset_ms"].as_i64(), "ended: {t}");
+        }
     }
+    // Floors on 2 scenarios would be noise with the engine on main (one dropped 5-tuple
+    // alone scores precision 0): the figures are printed, the suite's floors are the
+    // simulator's (sim/tests/random_suite.rs) and docs/localization.md's measurements.
     let s = &report["summary"];
-    let f = |k: &str| s[k].as_f64().unwrap_or(1.0);
-    assert!(f("precision") >= PRECISION_FLOOR, "seed {seed}: {s}");
-    assert!(f("recall") >= RECALL_FLOOR, "seed {seed}: {s}");
+    assert_eq!(s["scenarios"].as_u64(), Some(2), "{s}");
+    assert_eq!(report["baseline"]["scenarios"].as_u64(), Some(2));
 }
-
-/// Floors the engine on main reaches on every measured seed (raise them as it improves).
-const PRECISION_FLOOR: f64 = 0.0;
-const RECALL_FLOOR: f64 = 0.0;
