@@ -40,6 +40,7 @@ fn faults(n: usize) -> Vec<FaultSpec> {
         FaultSpec::LinkLoss {
             link: "t17-s9".into(),
             percent: 30.0,
+            toward: None,
         },
     ]
     .into_iter()

@@ -9,8 +9,9 @@ use clap::{Args, ValueEnum};
 use rocemesh_analyzer::AnalyzerConfig;
 use rocemesh_controller::ControllerConfig;
 use rocemesh_sim::http::HttpDriver;
+use rocemesh_sim::random::{self, Outcome, Scale, Totals};
 use rocemesh_sim::scenario::{Report, Scenario, run_in_process};
-use rocemesh_sim::score::Score;
+use rocemesh_sim::score::{Score, Truth};
 use rocemesh_sim::{FaultSpec, Shape, Sim, SimConfig};
 use std::time::Duration;
 
@@ -83,6 +84,25 @@ pub struct SimArgs {
     /// Print the report as one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Run N seeded random scenarios (shapes, faults, positions drawn from --seed)
+    /// instead of one fabric; prints each truth and verdict and a summary.
+    #[arg(long, value_name = "N")]
+    pub random: Option<u32>,
+    /// With --random: fabric sizes to draw (lab: 2–6 ToRs, large: 1k–10k RNICs).
+    #[arg(long, value_enum, default_value_t = RandomScale::Large)]
+    pub scale: RandomScale,
+    /// With --random: run only scenario I of the suite (replays a failing one).
+    #[arg(long, value_name = "I")]
+    pub only: Option<u32>,
+}
+
+/// Fabric sizes of a random suite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum RandomScale {
+    /// 2–6 ToRs × 2–4 spines, 1–2 RNICs per host, rail-optimized too.
+    Lab,
+    /// 1,000–10,000 RNICs: leaf-spine, fat-tree or rail-optimized.
+    Large,
 }
 
 impl SimArgs {
@@ -124,6 +144,9 @@ impl SimArgs {
 
 /// Runs `rocemesh sim`.
 pub fn run(args: SimArgs) -> Result<()> {
+    if let Some(n) = args.random {
+        return random_suite(&args, n);
+    }
     let scenario = args.scenario()?;
     if let Some(path) = &args.write_map {
         let sim = Sim::new(scenario.config)?;
@@ -204,11 +227,82 @@ fn print_report(r: &Report) {
         r.stats.probes, r.stats.timeouts, r.stats.traces, r.stats.batches
     );
     for t in &r.truth {
-        println!(
-            "truth     {:?} -> {:?} {}",
-            t.fault, t.kind, t.component.name
-        );
+        println!("truth     {:?} {}", t.kind, truth_label(t));
     }
     print_score("analyzer", &r.score);
     print_score("alg1", &r.baseline);
+}
+
+fn random_suite(args: &SimArgs, n: u32) -> Result<()> {
+    if !args.faults.is_empty() {
+        bail!("--fault and --random exclude each other: a random suite draws its faults");
+    }
+    let scale = match args.scale {
+        RandomScale::Lab => Scale::Lab,
+        RandomScale::Large => Scale::Large,
+    };
+    let indices: Vec<u32> = match args.only {
+        Some(i) if i >= n => bail!("--only {i} is not below --random {n}"),
+        Some(i) => vec![i],
+        None => (0..n).collect(),
+    };
+    let rt = crate::cli::runtime()?;
+    let mut outcomes = Vec::with_capacity(indices.len());
+    for i in indices {
+        let o = rt.block_on(random::run(args.seed, i, scale))?;
+        eprintln!("{}", outcome_line(&o));
+        outcomes.push(o);
+    }
+    let totals = Totals::of(&outcomes);
+    if args.json {
+        let out = serde_json::json!({
+            "seed": args.seed,
+            "scale": scale,
+            "scenarios": outcomes,
+            "summary": totals,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!("seed {} ({} scenarios)", args.seed, outcomes.len());
+        println!("analyzer {}", totals.analyzer.line());
+        println!("alg1     {}", totals.baseline.line());
+        let wrong: Vec<String> = outcomes
+            .iter()
+            .filter(|o| !o.score.correct)
+            .map(|o| o.index.to_string())
+            .collect();
+        if !wrong.is_empty() {
+            println!(
+                "wrong: {} (replay one: rocemesh sim --random {n} --seed {} --scale {} --only I)",
+                wrong.join(" "),
+                args.seed,
+                if scale == Scale::Lab { "lab" } else { "large" }
+            );
+        }
+    }
+    Ok(())
+}
+
+fn truth_label(t: &Truth) -> String {
+    let mut s = format!("{} {}", t.component.label(), t.fault);
+    if let Some(d) = &t.direction {
+        s.push_str(&format!(" [{} -> {}]", d.from, d.to));
+    }
+    s
+}
+
+/// One scenario: its index, fabric, truth, verdicts and whether it was right.
+fn outcome_line(o: &Outcome) -> String {
+    let truth: Vec<String> = o.truth.iter().map(truth_label).collect();
+    format!(
+        "#{:<4} {:<5} {:>6} RNICs {:?}\n      truth {:?}\n      found {:?} ({})\n      alg1  {:?}",
+        o.index,
+        if o.score.correct { "OK" } else { "WRONG" },
+        o.rnics,
+        o.shape,
+        truth,
+        o.score.found,
+        o.score.summary(),
+        o.baseline.found,
+    )
 }

@@ -85,6 +85,19 @@ pub struct TraceKey {
     pub ack: bool,
 }
 
+impl TraceKey {
+    /// The 5-tuple RNIC `src` probes RNIC `dst` on, as pinglist entry `t` says.
+    pub fn probe(src: u32, dst: u32, t: &rocemesh_proto::api::PingTarget) -> Self {
+        Self {
+            src,
+            dst,
+            sport: t.src_port,
+            dport: t.port,
+            ack: false,
+        }
+    }
+}
+
 /// The agent's trace schedule.
 #[derive(Debug, Default)]
 pub struct TraceTable {

@@ -1,12 +1,14 @@
 //! Faults: what the operator asks for ([`FaultSpec`], JSON like the testbed's), what the
 //! simulator applies ([`Fault`]: resolved ids, a time window) and the ground truth it
-//! exports ([`Truth`]: the component the analyzer must blame, named exactly as the
-//! analyzer names it — fabric-map link and switch names, `"<host>/<ifname>"` RNICs, host
-//! names).
+//! exports (the scorer's [`Truth`]: the component the analyzer must blame, named exactly
+//! as the analyzer names it — fabric-map link and switch names, `"<host>/<ifname>"`
+//! RNICs, host names).
 
-use crate::topology::Fabric;
-use anyhow::ensure;
-use rocemesh_proto::api::{ComponentKind, ProblemKind};
+use crate::ecmp::FiveTuple;
+use crate::score::{Component, Truth};
+use crate::topology::{Fabric, Route};
+use anyhow::{bail, ensure};
+use rocemesh_proto::api::{ComponentKind, LinkDirection, ProblemKind};
 use serde::{Deserialize, Serialize};
 
 fn default_flap_ms() -> u64 {
@@ -29,12 +31,16 @@ fn default_noise_ms() -> f64 {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum FaultSpec {
-    /// A switch link drops `percent` % of packets, both directions.
+    /// A switch link drops `percent` % of packets, both directions or only those going
+    /// into switch `toward` (one of its ends).
     LinkLoss {
         /// Link name.
         link: String,
         /// Loss in percent (0, 100].
         percent: f64,
+        /// One direction only: the end the lossy direction enters.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        toward: Option<String>,
     },
     /// A switch link is down (a black hole: routes do not converge around it).
     LinkDown {
@@ -119,6 +125,23 @@ pub enum FaultSpec {
         #[serde(default = "default_flap_ms")]
         up_ms: u64,
     },
+    /// One probed 5-tuple is silently dropped by one switch of its path (a bad ACL or
+    /// hash bucket): the `pick`-th inter-ToR 5-tuple RNIC `prober` probes, resolved when
+    /// injected; on its probes' path, or on its ACKs' path with `ack`; `hop` picks the
+    /// switch from the sender's ToR on (both modulo what there is).
+    FlowDrop {
+        /// The probing RNIC, `"<host>/<ifname>"`.
+        prober: String,
+        /// Which of its inter-ToR 5-tuples.
+        #[serde(default)]
+        pick: u32,
+        /// Drop the ACKs (responder to prober) instead of the probes.
+        #[serde(default)]
+        ack: bool,
+        /// Which switch of that path.
+        #[serde(default)]
+        hop: u32,
+    },
     /// A host goes down: its agent falls silent, its RNICs answer nothing.
     HostDown {
         /// Host name.
@@ -150,6 +173,13 @@ pub enum FaultSpec {
 /// What a fault hits (ids into the fabric).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Target {
+    /// Packets of one 5-tuple at one switch.
+    Flow {
+        /// The dropped 5-tuple.
+        tuple: FiveTuple,
+        /// The switch dropping it.
+        switch: u32,
+    },
     /// A switch link.
     Link(u32),
     /// A switch.
@@ -192,30 +222,6 @@ pub enum Effect {
     },
 }
 
-/// A component, named as the analyzer names it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Component {
-    /// Kind.
-    pub kind: ComponentKind,
-    /// Name.
-    pub name: String,
-}
-
-/// The ground truth of one fault: the component the analyzer must blame.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Truth {
-    /// The fault as asked for.
-    pub fault: FaultSpec,
-    /// The problem kind a perfect diagnosis reports.
-    pub kind: ProblemKind,
-    /// The component to blame.
-    pub component: Component,
-    /// When the fault started, ms since the Unix epoch (virtual time).
-    pub onset_ms: i64,
-    /// When it ended, if it did.
-    pub end_ms: Option<i64>,
-}
-
 /// A fault applied to a fabric over a time window.
 #[derive(Debug, Clone)]
 pub struct Fault {
@@ -225,6 +231,10 @@ pub struct Fault {
     pub target: Target,
     /// What it does.
     pub effect: Effect,
+    /// A link fault in one direction only: the switch that direction enters.
+    pub toward: Option<u32>,
+    /// A flow drop: the dropped 5-tuple's route.
+    pub route: Option<Route>,
     /// Start, ms (virtual time).
     pub start_ms: i64,
     /// End (exclusive), if any.
@@ -263,7 +273,9 @@ impl Fault {
             Ok(Effect::Flap { down_ms, up_ms })
         };
         let (target, effect) = match &spec {
-            FaultSpec::LinkLoss { link, percent: p } => (
+            FaultSpec::LinkLoss {
+                link, percent: p, ..
+            } => (
                 Target::Link(fabric.link_by_name(link)?),
                 Effect::Loss(percent(*p)?),
             ),
@@ -318,6 +330,9 @@ impl Fault {
                 Target::Rnic(fabric.rnic_by_name(rnic)?),
                 flap(*down_ms, *up_ms)?,
             ),
+            FaultSpec::FlowDrop { .. } => {
+                bail!("a flow drop is resolved against the agents' pinglists: inject it into a Sim")
+            }
             FaultSpec::HostDown { host } => {
                 (Target::Host(fabric.host_by_name(host)?), Effect::HostDown)
             }
@@ -344,27 +359,71 @@ impl Fault {
                 )
             }
         };
+        Self::on(fabric, spec, target, effect, start_ms, end_ms)
+    }
+
+    /// A fault of `effect` on `target` (already resolved) from `start_ms` to `end_ms`.
+    pub fn on(
+        fabric: &Fabric,
+        spec: FaultSpec,
+        target: Target,
+        effect: Effect,
+        start_ms: i64,
+        end_ms: Option<i64>,
+    ) -> anyhow::Result<Self> {
         if let Some(end) = end_ms {
             ensure!(end > start_ms, "a fault must end after it starts");
         }
+        let toward = match (&spec, target) {
+            (
+                FaultSpec::LinkLoss {
+                    toward: Some(end), ..
+                },
+                Target::Link(l),
+            ) => {
+                let sw = fabric.switch_by_name(end)?;
+                let link = &fabric.links[l as usize];
+                ensure!(
+                    sw == link.lower || sw == link.upper,
+                    "{end} is not an end of link {}",
+                    link.name
+                );
+                Some(sw)
+            }
+            _ => None,
+        };
         Ok(Self {
             spec,
             target,
             effect,
+            toward,
+            route: None,
             start_ms,
             end_ms,
         })
     }
 
     /// True when the fault's target is one of these RNICs, switch links or switches (a
-    /// packet crossing them meets the fault).
+    /// packet crossing them meets the fault); `links[i]` leads from `switches[i]` to
+    /// `switches[i + 1]`, which a one-direction fault checks.
     pub fn crosses(&self, rnics: &[u32], links: &[u32], switches: &[u32]) -> bool {
         match self.target {
             Target::Rnic(r) => rnics.contains(&r),
-            Target::Link(l) => links.contains(&l),
+            Target::Link(l) => match self.toward {
+                None => links.contains(&l),
+                Some(sw) => {
+                    (0..links.len()).any(|i| links[i] == l && switches.get(i + 1) == Some(&sw))
+                }
+            },
             Target::Switch(s) => switches.contains(&s),
-            Target::Host(_) => false,
+            Target::Host(_) | Target::Flow { .. } => false,
         }
+    }
+
+    /// True when this fault drops `tuple` at a switch of `switches` at `t_ms`.
+    pub fn drops_flow(&self, tuple: &FiveTuple, switches: &[u32], t_ms: i64) -> bool {
+        matches!(self.target, Target::Flow { tuple: t, switch } if t == *tuple && switches.contains(&switch))
+            && self.active(t_ms)
     }
 
     /// True while the fault is in place at `t_ms`.
@@ -415,6 +474,11 @@ impl Fault {
                 ComponentKind::Rnic,
                 fabric.rnic_name(r),
             ),
+            (Target::Flow { switch, .. }, _) => (
+                ProblemKind::FlowFault,
+                ComponentKind::Switch,
+                fabric.switches[switch as usize].name.clone(),
+            ),
             (Target::Host(h), effect) => {
                 let host = fabric.hosts[h as usize].name.clone();
                 match effect {
@@ -426,13 +490,57 @@ impl Fault {
                 }
             }
         };
-        Truth {
-            fault: self.spec.clone(),
+        let mut t = Truth::new(
+            serde_json::to_string(&self.spec).unwrap_or_default(),
             kind,
-            component: Component { kind: ck, name },
-            onset_ms: self.start_ms,
-            end_ms: self.end_ms,
+            Component::new(ck, name),
+            self.start_ms,
+        );
+        t.end_ms = self.end_ms;
+        t.hard = match self.effect {
+            Effect::Loss(p) => p >= 1.0,
+            Effect::Down | Effect::HostDown => true,
+            _ => false,
+        };
+        t.side_effects = match self.effect {
+            Effect::HostDown => vec![ProblemKind::AgentRestart],
+            Effect::AgentRestart { .. } => vec![ProblemKind::HostDown],
+            Effect::CpuNoise { .. } => vec![ProblemKind::HostDown, ProblemKind::AgentRestart],
+            _ => Vec::new(),
+        };
+        if let Target::Flow { switch, .. } = self.target {
+            // The probes cannot tell the switch from its links on the flow's path.
+            t.flow_level = true;
+            t.equivalent = self
+                .route
+                .iter()
+                .flat_map(|r| {
+                    let at = r.switches().iter().position(|&s| s == switch);
+                    r.links()
+                        .iter()
+                        .enumerate()
+                        .filter(move |(i, _)| at.is_some_and(|a| *i + 1 == a || *i == a))
+                        .map(|(_, &l)| l)
+                })
+                .map(|l| Component::new(ComponentKind::Link, fabric.links[l as usize].name.clone()))
+                .collect();
         }
+        t.direction = self.toward.and_then(|to| {
+            let Target::Link(l) = self.target else {
+                return None;
+            };
+            let link = &fabric.links[l as usize];
+            let from = if to == link.lower {
+                link.upper
+            } else {
+                link.lower
+            };
+            Some(LinkDirection {
+                from: fabric.switches[from as usize].name.clone(),
+                to: fabric.switches[to as usize].name.clone(),
+            })
+        });
+        t
     }
 }
 
@@ -534,6 +642,45 @@ mod tests {
         assert_eq!(fault.effect, Effect::Delay(40_000));
         let s1 = f.switch_by_name("s1").unwrap();
         assert!(fault.crosses(&[], &[], &[s1]) && !fault.crosses(&[0], &[0], &[]));
+    }
+
+    #[test]
+    fn one_direction_loss_hits_only_packets_entering_its_end() {
+        let f = fabric();
+        let spec: FaultSpec = serde_json::from_str(
+            r#"{"kind":"link_loss","link":"t1-s0","percent":2,"toward":"t1"}"#,
+        )
+        .unwrap();
+        let fault = Fault::new(&f, spec, 0, None).unwrap();
+        let (t0, t1, s0) = (
+            f.switch_by_name("t0").unwrap(),
+            f.switch_by_name("t1").unwrap(),
+            f.switch_by_name("s0").unwrap(),
+        );
+        let (up0, up1) = (
+            f.link_by_name("t0-s0").unwrap(),
+            f.link_by_name("t1-s0").unwrap(),
+        );
+        assert!(fault.crosses(&[], &[up0, up1], &[t0, s0, t1]), "s0 -> t1");
+        assert!(!fault.crosses(&[], &[up1, up0], &[t1, s0, t0]), "t1 -> s0");
+        let t = fault.truth(&f);
+        assert_eq!(t.component.name, "t1-s0");
+        assert_eq!(
+            t.direction,
+            Some(LinkDirection {
+                from: "s0".into(),
+                to: "t1".into()
+            })
+        );
+        assert!(!t.hard);
+        let bad: FaultSpec = serde_json::from_str(
+            r#"{"kind":"link_loss","link":"t1-s0","percent":2,"toward":"t0"}"#,
+        )
+        .unwrap();
+        assert!(
+            Fault::new(&f, bad, 0, None).is_err(),
+            "t0 is no end of t1-s0"
+        );
     }
 
     #[test]

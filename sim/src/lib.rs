@@ -8,8 +8,10 @@
 //! traces 5-tuples like the agent's tracer and encodes real result batches, all in
 //! virtual time. Drivers move those batches: [`inproc`] into the real controller and
 //! analyzer code in this process (virtual time, as fast as the CPU allows), [`http`]
-//! to a running `rocemesh server` (wall-clock time). [`score`] compares the problems
-//! found with the truth, and scores R-Pingmesh's Algorithm 1 on the same data.
+//! to a running `rocemesh server` (wall-clock time). [`score`] is the one scorer of
+//! every localization evaluation (this simulator's and the namespace testbed's): the
+//! problems found against the truth, and R-Pingmesh's Algorithm 1 on the same data.
+//! [`random`] draws seeded random scenarios (shapes, faults, positions) to score on.
 
 pub mod agent;
 pub mod control;
@@ -18,12 +20,14 @@ pub mod faults;
 pub mod http;
 pub mod inproc;
 pub mod latency;
+pub mod random;
 pub mod rng;
 pub mod scenario;
 pub mod score;
 pub mod sim;
 pub mod topology;
 
-pub use faults::{FaultSpec, Truth};
+pub use faults::FaultSpec;
+pub use score::Truth;
 pub use sim::{Sim, SimConfig, SimStats};
 pub use topology::Shape;

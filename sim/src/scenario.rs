@@ -2,9 +2,9 @@
 //! warm-up, the faults from then to the end, and the score of what the analyzer and
 //! Algorithm 1 reported from the onset on. Shared by `rocemesh sim` and the bench.
 
-use crate::faults::{FaultSpec, Truth};
+use crate::faults::FaultSpec;
 use crate::inproc::{InProcess, Timing};
-use crate::score::Score;
+use crate::score::{Score, Truth};
 use crate::sim::{Sim, SimConfig, SimStats};
 use rocemesh_analyzer::AnalyzerConfig;
 use rocemesh_controller::ControllerConfig;

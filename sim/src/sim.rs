@@ -6,9 +6,10 @@
 
 use crate::agent::{Agent, ListSchedule, TraceKey};
 use crate::ecmp::{Ecmp, FiveTuple};
-use crate::faults::{Effect, Fault, FaultSpec, Target, Truth};
+use crate::faults::{Effect, Fault, FaultSpec, Target};
 use crate::latency::LatencyModel;
 use crate::rng::{Rng, hash};
+use crate::score::Truth;
 use crate::topology::{Fabric, Route, Shape};
 use anyhow::{Context, ensure};
 use rocemesh_analyzer::diagnosis::fabric::{LinkDef, LinkEnd, MapFile, SwitchDef};
@@ -166,6 +167,13 @@ impl World {
             .product()
     }
 
+    /// True when a flow fault drops `tuple` at one of `switches` at `t_ms`.
+    fn flow_dropped(&self, tuple: &FiveTuple, switches: &[u32], t_ms: i64) -> bool {
+        self.faults
+            .iter()
+            .any(|f| f.drops_flow(tuple, switches, t_ms))
+    }
+
     /// One-way delay that delay faults on these RNICs, links and switches add at `t_ms`.
     fn injected_delay_ns(&self, rnics: &[u32], links: &[u32], switches: &[u32], t_ms: i64) -> u64 {
         self.faults
@@ -249,9 +257,14 @@ impl World {
         let ends = [prober, dst];
         let dst_host = self.fabric.rnics[dst as usize].host;
         let answers = !self.host_silent(dst_host, t_ms) && self.qpn[dst as usize] == target.qpn;
-        let lost_there =
-            answers && rng.chance(1.0 - self.survival(&ends, fwd.links(), fwd.switches(), t_ms));
-        let back = self.survival(&ends, rev.links(), rev.switches(), t_ms);
+        let lost_there = answers
+            && (self.flow_dropped(&tuple, fwd.switches(), t_ms)
+                || rng.chance(1.0 - self.survival(&ends, fwd.links(), fwd.switches(), t_ms)));
+        let back = if self.flow_dropped(&tuple.ack(), rev.switches(), t_ms) {
+            0.0
+        } else {
+            self.survival(&ends, rev.links(), rev.switches(), t_ms)
+        };
         let timeout_at = t_ms + timeout_ms as i64;
         if !answers || lost_there || !rng.chance(back) {
             return Probed {
@@ -324,7 +337,9 @@ impl World {
         let mut silent = 0;
         for ttl in 1..=usize::from(self.cfg.trace_max_hops) {
             let i = ttl - 1;
-            let answer = (i < n)
+            // A switch answers an expiring TTL itself; one before it that drops the
+            // 5-tuple stops it from getting there.
+            let answer = (i < n && !self.flow_dropped(&tuple, &route.switches()[..i], t_ms))
                 .then(|| {
                     let p = self.survival(
                         &[key.src],
@@ -471,10 +486,72 @@ impl Sim {
         start_ms: i64,
         end_ms: Option<i64>,
     ) -> anyhow::Result<Truth> {
-        let fault = Fault::new(&self.world.fabric, spec, start_ms, end_ms)?;
+        let fault = match spec {
+            FaultSpec::FlowDrop {
+                ref prober,
+                pick,
+                ack,
+                hop,
+            } => {
+                let (tuple, route) = self.probed_flow(prober, pick, ack)?;
+                let switches = route.switches();
+                let switch = switches[hop as usize % switches.len()];
+                let mut f = Fault::on(
+                    &self.world.fabric,
+                    spec,
+                    Target::Flow { tuple, switch },
+                    Effect::Down,
+                    start_ms,
+                    end_ms,
+                )?;
+                f.route = Some(route);
+                f
+            }
+            spec => Fault::new(&self.world.fabric, spec, start_ms, end_ms)?,
+        };
         let truth = fault.truth(&self.world.fabric);
         self.world.faults.push(fault);
         Ok(truth)
+    }
+
+    /// The `pick`-th (modulo their number) inter-ToR 5-tuple RNIC `prober` probes now
+    /// (the next RNIC that probes any when it probes none), or with `ack` the 5-tuple of
+    /// its ACKs, and its route.
+    fn probed_flow(
+        &self,
+        prober: &str,
+        pick: u32,
+        ack: bool,
+    ) -> anyhow::Result<(FiveTuple, Route)> {
+        let w = &self.world;
+        let start = w.fabric.rnic_by_name(prober)?;
+        let n = w.fabric.rnics.len() as u32;
+        for r in (0..n).map(|i| (start + i) % n) {
+            let rnic = w.fabric.rnics[r as usize];
+            let host = &w.fabric.hosts[rnic.host as usize];
+            let lists = &self.agents[rnic.host as usize].lists[(r - host.first_rnic) as usize];
+            let flows: Vec<(u32, FiveTuple)> = lists
+                .iter()
+                .flat_map(|l| l.entries())
+                .filter_map(|t| {
+                    let dst = *w.by_id.get(&t.rnic_id)?;
+                    (w.fabric.rnics[dst as usize].tor != rnic.tor)
+                        .then(|| (dst, w.tuple(&TraceKey::probe(r, dst, t))))
+                })
+                .collect();
+            if flows.is_empty() {
+                continue;
+            }
+            let (dst, tuple) = flows[pick as usize % flows.len()];
+            return Ok(if ack {
+                (tuple.ack(), w.route(dst, r, &tuple.ack()))
+            } else {
+                (tuple, w.route(r, dst, &tuple))
+            });
+        }
+        anyhow::bail!(
+            "no RNIC probes an inter-ToR 5-tuple (yet): inject a flow drop after the warm-up"
+        )
     }
 
     /// The ground truth of every injected fault.
@@ -583,13 +660,7 @@ impl Sim {
                 };
                 for t in s.entries() {
                     if let Some(&dst) = self.world.by_id.get(&t.rnic_id) {
-                        let key = TraceKey {
-                            src: r,
-                            dst,
-                            sport: t.src_port,
-                            dport: t.port,
-                            ack: false,
-                        };
+                        let key = TraceKey::probe(r, dst, t);
                         agent.traces.learn(key, now_ms);
                         keep.insert(key);
                     }

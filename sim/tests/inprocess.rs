@@ -5,10 +5,10 @@
 use rocemesh_analyzer::AnalyzerConfig;
 use rocemesh_controller::ControllerConfig;
 use rocemesh_proto::api::{ComponentKind, ProblemKind};
-use rocemesh_sim::faults::{Component, Truth};
 use rocemesh_sim::inproc::InProcess;
 use rocemesh_sim::scenario::{Scenario, run_in_process};
 use rocemesh_sim::score::score;
+use rocemesh_sim::score::{Component, Truth};
 use rocemesh_sim::{FaultSpec, Shape, Sim, SimConfig};
 
 fn shape() -> Shape {

@@ -251,6 +251,53 @@ fn link_down_blackholes_only_flows_hashed_onto_it() {
 }
 
 #[test]
+fn a_link_down_at_its_lower_end_reroutes_up_and_blackholes_down() {
+    if !root_or_skip() {
+        return;
+    }
+    let f = Fixture::default("tblow");
+    let up_via_s1 = f.sports_via("h0r0", "h2r0", 6000, "s1", 5000, 3);
+    let down_via_s1 = f.sports_via("h2r0", "h0r0", 6000, "s1", 5000, 3);
+    let h =
+        f.0.apply(&Fault::LowerEndDown {
+            link: "t0-s1".into(),
+        })
+        .unwrap();
+    assert_eq!(h.truth, truth(ComponentKind::Link, "t0-s1"));
+    for &p in &up_via_s1 {
+        // t0 withdrew its route over the dead port: its flows take s0 now.
+        let flow = FiveTuple {
+            src: f.ip("h0r0"),
+            dst: f.ip("h2r0"),
+            sport: p,
+            dport: 6000,
+        };
+        assert_eq!(f.0.spine_for(&flow).unwrap().as_deref(), Some("s0"));
+        assert_eq!(
+            f.deliver("h0r0", p, "h2r0", 6000, 10, Duration::ZERO),
+            10,
+            "sport {p} rerouted"
+        );
+    }
+    for &p in &down_via_s1 {
+        // s1 keeps forwarding towards t0 into the link that lost carrier.
+        assert_eq!(
+            f.deliver("h2r0", p, "h0r0", 6000, 10, Duration::ZERO),
+            0,
+            "sport {p} from t2 via s1"
+        );
+    }
+    f.0.clear(h.id).unwrap();
+    for &p in &down_via_s1 {
+        assert_eq!(
+            f.deliver("h2r0", p, "h0r0", 6000, 10, Duration::ZERO),
+            10,
+            "sport {p} after clear"
+        );
+    }
+}
+
+#[test]
 fn spine_and_rnic_down_and_flaps_are_visible_and_cleared() {
     if !root_or_skip() {
         return;

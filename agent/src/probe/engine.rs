@@ -9,7 +9,7 @@ use super::schedule::Schedule;
 use crate::service::TimeoutFeed;
 use crate::stats::Counters;
 use crate::trace::{TraceFeed, TraceKey};
-use crate::transport::{Endpoint, Transport, TransportEvent};
+use crate::transport::{Endpoint, Transport, TransportEvent, wire_dst_port};
 use crate::upload::buffer::ResultBuffer;
 use rand::SeedableRng;
 use rand::rngs::StdRng;
@@ -156,6 +156,13 @@ pub(super) fn build<T: Transport + 'static>(
     (Box::new(engine), handle, done_tx)
 }
 
+/// Gives `target` the destination port its probes carry on the wire, so that their
+/// results, their traces and the traces of their timeouts name the probe's real 5-tuple
+/// (a verbs host's probes go to RoCEv2's 4791, whatever port the agent registered).
+fn on_the_wire<T: Transport>(target: &mut PingTarget) {
+    target.port = wire_dst_port::<T>(target.port);
+}
+
 struct Engine<T> {
     prober: Prober,
     responder: Responder,
@@ -202,7 +209,10 @@ impl<T: Transport> Engine<T> {
                     self.prober.set_rnic_id(id);
                     self.responder.set_rnic_id(id);
                 }
-                Command::Lists(lists, timeout) => {
+                Command::Lists(mut lists, timeout) => {
+                    for e in lists.iter_mut().flat_map(|l| &mut l.entries) {
+                        on_the_wire::<T>(e);
+                    }
                     self.prober.set_timeout(timeout);
                     if let Some(t) = &self.trace {
                         t.pinglist(self.transport.local_ip(), &lists);
@@ -210,7 +220,8 @@ impl<T: Transport> Engine<T> {
                     let now = self.clock_ns(Instant::now());
                     self.schedule.set_lists(lists, now, &mut self.rng);
                 }
-                Command::ServiceTargets(targets) => {
+                Command::ServiceTargets(mut targets) => {
+                    targets.iter_mut().for_each(on_the_wire::<T>);
                     let now = self.clock_ns(Instant::now());
                     self.schedule.set_service(targets, now, &mut self.rng);
                 }
@@ -353,7 +364,7 @@ impl<T: Transport> Engine<T> {
                                 src,
                                 dst: rx.peer_ip,
                                 src_port: ack_src_port(&pkt, &rx),
-                                dst_port: self.responder.ack_port(),
+                                dst_port: wire_dst_port::<T>(self.responder.ack_port()),
                                 ack_direction: true,
                             };
                             t.answered(key, now);
@@ -422,5 +433,59 @@ impl<T: Transport> Driven for Engine<T> {
 
     fn flush(&mut self) {
         self.flush_results();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transport::{UdpTransport, VerbsTransport};
+
+    fn target() -> PingTarget {
+        PingTarget {
+            rnic_id: 7,
+            ip: "198.18.1.2".parse().unwrap(),
+            port: crate::config::DEFAULT_PORT,
+            qpn: 99,
+            src_port: 0xC123,
+        }
+    }
+
+    #[test]
+    fn verbs_probes_and_their_traces_use_the_rocev2_port() {
+        let mut t = target();
+        on_the_wire::<VerbsTransport>(&mut t);
+        assert_eq!(t.port, 4791, "a UD datagram always goes to RoCEv2's port");
+        assert_eq!((t.src_port, t.ip, t.qpn), (0xC123, target().ip, 99));
+        // The trace keys the feed derives from those lists follow the same 5-tuple.
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let feed = TraceFeed::new(tx, Arc::new(Counters::default()), Duration::from_secs(60));
+        let src = "198.18.0.2".parse().unwrap();
+        feed.pinglist(
+            src,
+            &[ProbeList {
+                class: ProbeClass::InterTor,
+                pps: 10.0,
+                entries: vec![t],
+            }],
+        );
+        let Ok(crate::trace::TraceRequest::Pinglist { keys, .. }) = rx.try_recv() else {
+            panic!("no pinglist request");
+        };
+        assert_eq!(keys.len(), 1);
+        assert_eq!((keys[0].src_port, keys[0].dst_port), (0xC123, 4791));
+        // Our ACKs on a verbs host are RoCEv2 datagrams too.
+        assert_eq!(
+            wire_dst_port::<VerbsTransport>(crate::config::DEFAULT_PORT),
+            4791
+        );
+    }
+
+    #[test]
+    fn udp_probes_keep_the_registered_port() {
+        let mut t = target();
+        on_the_wire::<UdpTransport>(&mut t);
+        assert_eq!(t, target());
+        assert_eq!(wire_dst_port::<UdpTransport>(5000), 5000);
     }
 }

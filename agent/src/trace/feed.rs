@@ -46,7 +46,7 @@ pub struct TraceFeed {
 }
 
 impl TraceFeed {
-    pub(super) fn new(
+    pub(crate) fn new(
         tx: SyncSender<TraceRequest>,
         counters: Arc<Counters>,
         refresh: Duration,

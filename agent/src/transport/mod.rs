@@ -51,6 +51,11 @@ pub struct Endpoint {
     pub qpn: u32,
 }
 
+/// The UDP destination port a packet of transport `T` sent to `port` has on the wire.
+pub fn wire_dst_port<T: Transport>(port: u16) -> u16 {
+    T::WIRE_DST_PORT.unwrap_or(port)
+}
+
 /// Receive buffer size: one byte more than the longest packet (a padded PROBE), so
 /// oversized datagrams are detected.
 pub const RX_BUF_LEN: usize = PROBE_LEN + 1;
@@ -108,6 +113,11 @@ pub enum TransportEvent {
 
 /// A probe transport: sends payloads, reports receptions and TX timestamps as events.
 pub trait Transport: Send {
+    /// The UDP destination port every packet of this transport carries on the wire, when
+    /// the transport fixes it whatever the endpoint's port (RoCEv2: 4791). A trace must
+    /// take the probe's own 5-tuple, as switches hash the destination port too.
+    const WIRE_DST_PORT: Option<u16> = None;
+
     /// The local IP this transport speaks from.
     fn local_ip(&self) -> IpAddr;
 

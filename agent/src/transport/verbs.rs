@@ -18,6 +18,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
+/// The RoCEv2 UDP destination port (IANA), which every UD datagram carries.
+pub const ROCE_V2_DST_PORT: u16 = 4791;
+
 /// What the verbs transport of one RNIC is opened with.
 #[derive(Debug, Clone)]
 pub struct VerbsOptions {
@@ -77,6 +80,8 @@ fn destination(to: Endpoint, src_port: u16) -> UdDestination {
 }
 
 impl Transport for VerbsTransport {
+    const WIRE_DST_PORT: Option<u16> = Some(ROCE_V2_DST_PORT);
+
     fn local_ip(&self) -> IpAddr {
         self.ud.local_ip()
     }

@@ -4,6 +4,7 @@
 //! voting, computed by the analyzer on the same data, is scored alongside as a baseline.
 
 mod latency;
+pub mod random;
 pub mod scenarios;
 mod score;
 mod skeleton;
@@ -55,6 +56,16 @@ pub struct EvalArgs {
     /// Namespace prefix of the lab fabric.
     #[arg(long, default_value = "rmev")]
     pub prefix: String,
+    /// Run N seeded random scenarios (fabric shapes, faults, positions drawn from
+    /// --seed) instead of the fixed ones.
+    #[arg(long, value_name = "N")]
+    pub random: Option<u32>,
+    /// Seed of --random (default: a fresh one, printed).
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// With --random: run only scenario I of the suite (replays a failing one).
+    #[arg(long, value_name = "I")]
+    pub only: Option<u32>,
 }
 
 /// The fabric every scenario runs on: 3 ToRs × 2 spines × 2 hosts per ToR, 1 RNIC each.
@@ -113,6 +124,9 @@ pub fn run(args: EvalArgs) -> Result<()> {
         }
         return Ok(());
     }
+    if let Some(n) = args.random {
+        return run_random(&args, n);
+    }
     let all = scenarios::all();
     if args.list {
         for s in &all {
@@ -136,24 +150,69 @@ pub fn run(args: EvalArgs) -> Result<()> {
             }
         })
         .collect();
-    let phases = score::Phases {
-        baseline: Duration::from_secs(args.baseline_secs),
-        fault: Duration::from_secs(args.fault_secs),
-        recovery: Duration::from_secs(args.recovery_secs),
-    };
+    let phases = phases(&args);
     let mut outcomes = Vec::new();
     for s in selected {
         eprintln!("eval: {} ...", s.name);
         let mut lab = Lab::up(lab_spec(&args.prefix), &LabTiming::default())?;
-        let outcome = score::run_scenario(&mut lab, s, &phases)?;
+        let outcome = score::run_scenario(&mut lab, s.name, |l| s.inject(l), &phases)?;
         eprintln!("eval: {}", score::one_line(&outcome));
         outcomes.push(outcome);
     }
-    let report = score::Report::new(outcomes);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
+    print_report(&score::Report::new(None, outcomes), args.json)
+}
+
+fn phases(args: &EvalArgs) -> score::Phases {
+    score::Phases {
+        baseline: Duration::from_secs(args.baseline_secs),
+        fault: Duration::from_secs(args.fault_secs),
+        recovery: Duration::from_secs(args.recovery_secs),
+    }
+}
+
+fn print_report(report: &score::Report, json: bool) -> Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(report)?);
     } else {
         print!("{}", report.table());
     }
     Ok(())
+}
+
+/// `--random N`: N drawn scenarios, each on a fresh lab of its drawn shape.
+fn run_random(args: &EvalArgs, n: u32) -> Result<()> {
+    let seed = args
+        .seed
+        .unwrap_or_else(|| rocemesh_proto::now_unix_ns() as u64);
+    let indices: Vec<u32> = match args.only {
+        Some(i) if i >= n => bail!("--only {i} is not below --random {n}"),
+        Some(i) => vec![i],
+        None => (0..n).collect(),
+    };
+    let drawn = indices
+        .into_iter()
+        .map(|i| random::draw(seed, i, &args.prefix))
+        .collect::<Result<Vec<_>>>()?;
+    crate::lab::require_root("rocemesh eval --random")?;
+    eprintln!("eval: random suite, seed {seed} (replay: --random {n} --seed {seed} [--only I])");
+    let phases = phases(args);
+    let mut outcomes = Vec::new();
+    for d in &drawn {
+        eprintln!(
+            "eval: random-{} on {}x{} ToRs x spines, {} host(s)/ToR, {} RNIC(s)/host{}: {}",
+            d.index,
+            d.spec.tors,
+            d.spec.spines,
+            d.spec.hosts_per_tor,
+            d.spec.rnics_per_host,
+            if d.spec.rail_optimized { ", rail" } else { "" },
+            serde_json::to_string(&d.faults)?
+        );
+        let mut lab = Lab::up(d.spec.clone(), &LabTiming::default())?;
+        let name = format!("random-{}", d.index);
+        let outcome = score::run_scenario(&mut lab, &name, |l| random::inject(l, d), &phases)?;
+        eprintln!("eval: {}", score::one_line(&outcome));
+        outcomes.push(outcome);
+    }
+    print_report(&score::Report::new(Some(seed), outcomes), args.json)
 }

@@ -3,39 +3,9 @@
 
 use crate::lab::Lab;
 use anyhow::{Context, Result};
-use rocemesh_proto::ProbeClass;
-use rocemesh_proto::api::{ComponentKind, Pinglist, ProblemKind};
+use rocemesh_proto::api::{ComponentKind, ProblemKind};
+use rocemesh_sim::score::{Component, Truth};
 use rocemesh_testbed::{Direction, Fault, FiveTuple};
-
-/// A faulty component rocemesh must report. The first alternative is the truth; the
-/// others are equivalent answers (e.g. the links of the switch that silently drops one
-/// 5-tuple, which no probe can tell apart from the switch).
-#[derive(Debug, Clone)]
-pub struct Expect {
-    /// Acceptable (kind, name) answers.
-    pub alternatives: Vec<(ComponentKind, String)>,
-}
-
-impl Expect {
-    fn one(kind: ComponentKind, name: &str) -> Self {
-        Self {
-            alternatives: vec![(kind, name.to_string())],
-        }
-    }
-
-    /// Display form `kind:name` of the truth.
-    pub fn label(&self) -> String {
-        let (k, n) = &self.alternatives[0];
-        format!("{}:{n}", kind_str(*k))
-    }
-
-    /// True when a reported component matches.
-    pub fn matches(&self, kind: ComponentKind, name: &str) -> bool {
-        self.alternatives
-            .iter()
-            .any(|(k, n)| *k == kind && n == name)
-    }
-}
 
 /// Stable lowercase name of a component kind.
 pub fn kind_str(k: ComponentKind) -> &'static str {
@@ -56,17 +26,35 @@ pub enum Undo {
     Fault(u16),
     /// Start the host's agent again.
     StartAgent(String),
+    /// Stop a training job.
+    StopJob(String),
 }
 
 /// What a scenario did and what it expects.
 #[derive(Debug, Default)]
 pub struct Injected {
-    /// Components to be blamed (empty: nothing may be blamed on the network).
-    pub expected: Vec<Expect>,
-    /// Non-network problem kinds on the faulty host that are fine to report.
-    pub benign: Vec<ProblemKind>,
+    /// The faults' ground truth (onsets set by the runner; empty: nothing may be blamed).
+    pub truth: Vec<Truth>,
     /// Steps that end the fault.
     pub undo: Vec<Undo>,
+}
+
+/// The truth that `kind` `name` is at fault with a problem of `problem`.
+pub fn truth(fault: &str, problem: ProblemKind, kind: ComponentKind, name: &str) -> Truth {
+    Truth::new(fault.to_string(), problem, Component::new(kind, name), 0)
+}
+
+/// A truth that is hard (down, 100 % loss): counted in the hard-fault time to localize.
+pub fn hard(mut t: Truth) -> Truth {
+    t.hard = true;
+    t
+}
+
+/// A truth that may be reported but need not be, and the side effects it may cause.
+pub fn optional(mut t: Truth, side_effects: &[ProblemKind]) -> Truth {
+    t.required = false;
+    t.side_effects = side_effects.to_vec();
+    t
 }
 
 /// One scenario.
@@ -90,17 +78,25 @@ const HOST: &str = "h3";
 const RNIC: &str = "h3r0";
 const RNIC_COMPONENT: &str = "h3/r0";
 
-fn fault(lab: &Lab, f: Fault, expected: Vec<Expect>) -> Result<Injected> {
+fn describe(f: &Fault) -> String {
+    serde_json::to_string(f).unwrap_or_default()
+}
+
+fn fault(lab: &Lab, f: Fault, truth: Vec<Truth>) -> Result<Injected> {
     let h = lab.fabric.apply(&f)?;
     Ok(Injected {
-        expected,
+        truth,
         undo: vec![Undo::Fault(h.id)],
-        ..Injected::default()
     })
 }
 
-fn link_fault(lab: &Lab, f: Fault) -> Result<Injected> {
-    fault(lab, f, vec![Expect::one(ComponentKind::Link, LINK)])
+fn link_fault(lab: &Lab, f: Fault, is_hard: bool) -> Result<Injected> {
+    let problem = match f {
+        Fault::Delay { .. } | Fault::Congestion { .. } => ProblemKind::HighLatency,
+        _ => ProblemKind::LinkFault,
+    };
+    let t = truth(&describe(&f), problem, ComponentKind::Link, LINK);
+    fault(lab, f, vec![if is_hard { hard(t) } else { t }])
 }
 
 fn loss(lab: &Lab, percent: u8) -> Result<Injected> {
@@ -111,42 +107,82 @@ fn loss(lab: &Lab, percent: u8) -> Result<Injected> {
             direction: Direction::Both,
             percent,
         },
+        percent == 100,
     )
+}
+
+/// The truth of a host whose agent was killed: the host is down; its agent's return
+/// may be reported as a restart.
+pub fn host_down_truth(host: &str) -> Truth {
+    let mut t = truth(
+        &format!("kill the agent of {host}"),
+        ProblemKind::HostDown,
+        ComponentKind::Host,
+        host,
+    );
+    t.side_effects = vec![ProblemKind::AgentRestart];
+    t
+}
+
+/// The truth of an agent restarted at once: it may be reported, nothing else may.
+pub fn agent_restart_truth(host: &str) -> Truth {
+    optional(
+        truth(
+            &format!("restart the agent of {host}"),
+            ProblemKind::AgentRestart,
+            ComponentKind::Agent,
+            host,
+        ),
+        &[ProblemKind::AgentRestart, ProblemKind::HostDown],
+    )
+}
+
+/// The truth of a host whose agent is starved of CPU: host noise may be reported, no
+/// network fault may.
+pub fn cpu_truth(host: &str) -> Truth {
+    optional(
+        truth(
+            &format!("starve the agent of {host} to 1 % of a CPU"),
+            ProblemKind::HostNoise,
+            ComponentKind::Host,
+            host,
+        ),
+        &[
+            ProblemKind::HostNoise,
+            ProblemKind::HostDown,
+            ProblemKind::AgentRestart,
+        ],
+    )
+}
+
+/// The flow-level truth of `flow` dropped at router `at` (a ToR or spine on its path):
+/// the probes cannot tell the router from its links on that path.
+pub fn flow_drop_truth(flow: &FiveTuple, at: &str, path_links: Vec<String>) -> Truth {
+    let f = Fault::FlowDrop {
+        flow: *flow,
+        at: Some(at.to_string()),
+    };
+    let mut t = truth(
+        &describe(&f),
+        ProblemKind::FlowFault,
+        ComponentKind::Switch,
+        at,
+    );
+    t.flow_level = true;
+    t.equivalent = path_links
+        .into_iter()
+        .map(|l| Component::new(ComponentKind::Link, l))
+        .collect();
+    t
 }
 
 /// An inter-ToR 5-tuple host h0 really probes, the spine ECMP puts it on, and the
 /// destination's ToR index.
 fn probed_inter_tor_flow(lab: &Lab) -> Result<(FiveTuple, String, u8)> {
-    let hosts: Vec<rocemesh_proto::api::HostInfo> = lab.get("/api/v1/hosts")?;
-    let h0 = hosts
-        .iter()
-        .find(|h| h.host == "h0")
-        .context("host h0 not registered")?;
-    let pl: Pinglist = lab.get(&format!("/api/v1/pinglists/{}", h0.id))?;
-    let src = lab.fabric.hosts()[0].rnics[0].ip;
-    for list in pl
-        .rnics
-        .iter()
-        .flat_map(|r| &r.lists)
-        .filter(|l| l.class == ProbeClass::InterTor)
-    {
-        for e in &list.entries {
-            let std::net::IpAddr::V4(dst) = e.ip else {
-                continue;
-            };
-            let flow = FiveTuple {
-                src,
-                dst,
-                sport: e.src_port,
-                dport: e.port,
-            };
-            let dst_tor = lab.fabric.topology().rnic_by_ip(dst).map(|(_, r)| r.tor);
-            if let (Some(spine), Some(dst_tor)) = (lab.fabric.spine_for(&flow)?, dst_tor) {
-                return Ok((flow, spine, dst_tor));
-            }
-        }
-    }
-    anyhow::bail!("h0 has no inter-ToR pinglist entry")
+    super::random::probed_inter_tor_flows(lab, "h0")?
+        .into_iter()
+        .next()
+        .context("h0 has no inter-ToR pinglist entry")
 }
 
 /// Every scenario of the suite, in report order.
@@ -175,17 +211,20 @@ pub fn all() -> Vec<Scenario> {
         Scenario {
             name: "link_down",
             quick: true,
-            inject: |l| link_fault(l, Fault::LinkDown { link: LINK.into() }),
+            inject: |l| link_fault(l, Fault::LinkDown { link: LINK.into() }, true),
         },
         Scenario {
             name: "spine_down",
             quick: false,
             inject: |l| {
-                fault(
-                    l,
-                    Fault::SpineDown { spine: "s1".into() },
-                    vec![Expect::one(ComponentKind::Switch, "s1")],
-                )
+                let f = Fault::SpineDown { spine: "s1".into() };
+                let t = truth(
+                    &describe(&f),
+                    ProblemKind::SwitchFault,
+                    ComponentKind::Switch,
+                    "s1",
+                );
+                fault(l, f, vec![t])
             },
         },
         Scenario {
@@ -198,6 +237,7 @@ pub fn all() -> Vec<Scenario> {
                         link: LINK.into(),
                         period_ms: 2_000,
                     },
+                    false,
                 )
             },
         },
@@ -206,20 +246,18 @@ pub fn all() -> Vec<Scenario> {
             quick: false,
             inject: |l| {
                 let (flow, spine, dst_tor) = probed_inter_tor_flow(l)?;
-                let expect = Expect {
-                    alternatives: vec![
-                        (ComponentKind::Switch, spine.clone()),
-                        (ComponentKind::Link, format!("t0-{spine}")),
-                        (ComponentKind::Link, format!("t{dst_tor}-{spine}")),
-                    ],
-                };
+                let t = flow_drop_truth(
+                    &flow,
+                    &spine,
+                    vec![format!("t0-{spine}"), format!("t{dst_tor}-{spine}")],
+                );
                 fault(
                     l,
                     Fault::FlowDrop {
                         flow,
                         at: Some(spine),
                     },
-                    vec![expect],
+                    vec![t],
                 )
             },
         },
@@ -234,6 +272,7 @@ pub fn all() -> Vec<Scenario> {
                         direction: Direction::Both,
                         ms: 5,
                     },
+                    false,
                 )
             },
         },
@@ -248,6 +287,7 @@ pub fn all() -> Vec<Scenario> {
                         direction: Direction::Both,
                         percent: 20,
                     },
+                    false,
                 )
             },
         },
@@ -263,6 +303,7 @@ pub fn all() -> Vec<Scenario> {
                         rate_kbit: 48,
                         background: None,
                     },
+                    false,
                 )
             },
         },
@@ -270,25 +311,31 @@ pub fn all() -> Vec<Scenario> {
             name: "rnic_down",
             quick: true,
             inject: |l| {
-                fault(
-                    l,
-                    Fault::RnicDown { rnic: RNIC.into() },
-                    vec![Expect::one(ComponentKind::Rnic, RNIC_COMPONENT)],
-                )
+                let f = Fault::RnicDown { rnic: RNIC.into() };
+                let t = truth(
+                    &describe(&f),
+                    ProblemKind::RnicFault,
+                    ComponentKind::Rnic,
+                    RNIC_COMPONENT,
+                );
+                fault(l, f, vec![hard(t)])
             },
         },
         Scenario {
             name: "rnic_flapping",
             quick: false,
             inject: |l| {
-                fault(
-                    l,
-                    Fault::RnicFlap {
-                        rnic: RNIC.into(),
-                        period_ms: 2_000,
-                    },
-                    vec![Expect::one(ComponentKind::Rnic, RNIC_COMPONENT)],
-                )
+                let f = Fault::RnicFlap {
+                    rnic: RNIC.into(),
+                    period_ms: 2_000,
+                };
+                let t = truth(
+                    &describe(&f),
+                    ProblemKind::RnicFault,
+                    ComponentKind::Rnic,
+                    RNIC_COMPONENT,
+                );
+                fault(l, f, vec![t])
             },
         },
         Scenario {
@@ -297,8 +344,7 @@ pub fn all() -> Vec<Scenario> {
             inject: |l| {
                 l.kill_agent(HOST);
                 Ok(Injected {
-                    expected: vec![Expect::one(ComponentKind::Host, HOST)],
-                    benign: vec![ProblemKind::AgentRestart],
+                    truth: vec![host_down_truth(HOST)],
                     undo: vec![Undo::StartAgent(HOST.into())],
                 })
             },
@@ -310,7 +356,7 @@ pub fn all() -> Vec<Scenario> {
                 l.kill_agent(HOST);
                 l.start_agent(HOST)?;
                 Ok(Injected {
-                    benign: vec![ProblemKind::AgentRestart, ProblemKind::HostDown],
+                    truth: vec![agent_restart_truth(HOST)],
                     ..Injected::default()
                 })
             },
@@ -322,13 +368,8 @@ pub fn all() -> Vec<Scenario> {
                 let pid = l.agent_pid(HOST).context("agent of h3 not running")?;
                 let h = l.fabric.apply(&Fault::CpuStarve { pid, percent: 1 })?;
                 Ok(Injected {
-                    benign: vec![
-                        ProblemKind::HostNoise,
-                        ProblemKind::HostDown,
-                        ProblemKind::AgentRestart,
-                    ],
+                    truth: vec![cpu_truth(HOST)],
                     undo: vec![Undo::Fault(h.id)],
-                    ..Injected::default()
                 })
             },
         },
@@ -346,13 +387,17 @@ pub fn all() -> Vec<Scenario> {
                     direction: Direction::Both,
                     percent: 100,
                 })?;
+                let lost = |link: &str| {
+                    hard(truth(
+                        &format!("loss 100 % {link}"),
+                        ProblemKind::LinkFault,
+                        ComponentKind::Link,
+                        link,
+                    ))
+                };
                 Ok(Injected {
-                    expected: vec![
-                        Expect::one(ComponentKind::Link, "t0-s0"),
-                        Expect::one(ComponentKind::Link, "t1-s1"),
-                    ],
+                    truth: vec![lost("t0-s0"), lost("t1-s1")],
                     undo: vec![Undo::Fault(a.id), Undo::Fault(b.id)],
-                    ..Injected::default()
                 })
             },
         },

@@ -74,6 +74,12 @@ pub(super) fn link_down(ctx: &mut Install, link: &str, flap_period_ms: Option<u3
     down(ctx, &[end], flap_period_ms)
 }
 
+/// Lower end down: the lower-tier interface goes down, the upper end loses carrier.
+pub(super) fn lower_end_down(ctx: &mut Install, link: &str) -> Result<()> {
+    let end = ctx.link(link)?.a.clone();
+    down(ctx, &[end], None)
+}
+
 /// RNIC down/flap: the host's interface goes down, its ToR's port loses carrier.
 pub(super) fn rnic_down(ctx: &mut Install, rnic: &str, flap_period_ms: Option<u32>) -> Result<()> {
     let (_, r) = ctx

@@ -108,6 +108,13 @@ pub enum Fault {
         /// Link name, e.g. "t0-s1" or "h3r0-t0".
         link: String,
     },
+    /// The link's lower end goes administratively down (a ToR port shut): the lower end
+    /// drops its routes over the link and reroutes its own traffic; the upper end loses
+    /// carrier and keeps forwarding into it (blackholing the traffic towards the lower end).
+    LowerEndDown {
+        /// Link name, e.g. "t0-s1".
+        link: String,
+    },
     /// [`Fault::LinkDown`] toggled every `period_ms / 2`.
     LinkFlap {
         /// Link name, e.g. "t0-s1" or "h3r0-t0".
@@ -294,7 +301,8 @@ impl Fault {
             }
             Fault::Delay { link: l, .. }
             | Fault::Congestion { link: l, .. }
-            | Fault::LinkDown { link: l } => link(l),
+            | Fault::LinkDown { link: l }
+            | Fault::LowerEndDown { link: l } => link(l),
             Fault::LinkFlap { link: l, period_ms } => {
                 if *period_ms < 20 {
                     bail!("flap period {period_ms} ms is below 20 ms");
@@ -350,6 +358,7 @@ impl Fault {
                 background,
             } => shaping::congestion(ctx, link, *direction, *rate_kbit, background.as_ref()),
             Fault::LinkDown { link } => links::link_down(ctx, link, None),
+            Fault::LowerEndDown { link } => links::lower_end_down(ctx, link),
             Fault::LinkFlap { link, period_ms } => links::link_down(ctx, link, Some(*period_ms)),
             Fault::RnicDown { rnic } => links::rnic_down(ctx, rnic, None),
             Fault::RnicFlap { rnic, period_ms } => links::rnic_down(ctx, rnic, Some(*period_ms)),
