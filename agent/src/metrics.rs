@@ -1,5 +1,6 @@
-//! `--metrics-listen ADDR`: the agent's self-metrics at `GET /metrics` in the OpenMetrics
-//! text format, from a tiny blocking HTTP listener on its own thread (the agent runs no
+//! `--metrics-listen ADDR`: the agent's self-metrics at `GET /metrics` (OpenMetrics, or the
+//! classic text format when the scraper's `Accept` asks for it, plus the build and process
+//! families every rocemesh process exports), from a tiny blocking HTTP listener on its own thread (the agent runs no
 //! async runtime). One connection at a time with short timeouts: a scraper every few
 //! seconds is all it serves, and a stuck client cannot hold it longer than the timeout.
 //!
@@ -11,9 +12,10 @@ use crate::stop::StopSignal;
 use crate::upload::buffer::ResultBuffer;
 use anyhow::{Context, Result};
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet, text};
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
+use rocemesh_proto::exposition::{self, Format, ProcessCollector};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::os::fd::AsRawFd;
@@ -21,8 +23,6 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-/// Content type of the exposition (what prometheus-client's text encoder writes).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 /// Longest request head read; a scrape request is a few hundred bytes.
 const MAX_REQUEST: usize = 8 * 1024;
 /// Most bytes read after refusing an oversized request head.
@@ -140,9 +140,10 @@ fn answer(mut stream: TcpStream, sources: &Sources) -> Result<()> {
         parts.next().unwrap_or_default(),
     );
     let path = target.split(|&b| b == b'?').next().unwrap_or_default();
+    let format = Format::negotiate(header(&head, "accept"));
     match (method, path) {
-        (b"GET", b"/metrics") => match exposition(sources) {
-            Ok(body) => respond(&mut stream, "200 OK", CONTENT_TYPE, &body),
+        (b"GET", b"/metrics") => match exposition(sources, format) {
+            Ok(body) => respond(&mut stream, "200 OK", format.content_type(), &body),
             Err(e) => respond(
                 &mut stream,
                 "500 Internal Server Error",
@@ -165,6 +166,15 @@ fn answer(mut stream: TcpStream, sources: &Sources) -> Result<()> {
     }
 }
 
+/// The value of header `name` (lower case) in a request head, if present and UTF-8.
+fn header<'a>(head: &'a [u8], name: &str) -> Option<&'a str> {
+    let head = std::str::from_utf8(head).ok()?;
+    head.split("\r\n").skip(1).find_map(|line| {
+        let (k, v) = line.split_once(':')?;
+        k.trim().eq_ignore_ascii_case(name).then(|| v.trim())
+    })
+}
+
 fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str) -> Result<()> {
     let head = format!(
         "HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -176,17 +186,16 @@ fn respond(stream: &mut TcpStream, status: &str, content_type: &str, body: &str)
     Ok(())
 }
 
-/// The whole exposition of the agent's metrics.
-pub fn exposition(sources: &Sources) -> Result<String, std::fmt::Error> {
+/// The whole exposition of the agent's metrics in `format`.
+pub fn exposition(sources: &Sources, format: Format) -> Result<String, std::fmt::Error> {
     let snapshot = Snapshot {
         stats: sources.counters.snapshot(sources.buffer.len()),
         buffer_capacity: sources.buffer_capacity,
     };
     let mut registry = Registry::default();
+    registry.register_collector(Box::new(ProcessCollector));
     registry.register_collector(Box::new(snapshot));
-    let mut body = String::new();
-    text::encode(&mut body, &registry)?;
-    Ok(body)
+    exposition::encode(&[&registry], format)
 }
 
 #[derive(Debug)]

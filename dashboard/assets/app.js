@@ -11,7 +11,7 @@ import { renderRnics } from './rnics.js';
 const REFRESH_MS = 5000;
 
 const $ = (id) => document.getElementById(id);
-const view = { metric: 'rtt', selected: pairFromHash() };
+const view = { metric: 'rtt', selected: pairFromHash(), rangeMs: 3600_000 };
 let last = null;
 
 /** `#pair=t0->t1` opens that pair's drill-down (links to a pair can be shared). */
@@ -68,7 +68,12 @@ async function drillDown() {
   panel.hidden = false;
   $('drilldown-title').textContent = `${src} → ${dst}`;
   panel.dataset.pair = `${src}->${dst}`;
-  await renderDrilldown($('drilldown'), src, dst, getJson);
+  await renderDrilldown($('drilldown'), { src, dst, rangeMs: view.rangeMs, names: rnicNames() }, getJson);
+}
+
+/** RNIC address -> `host/ifname`, from the last registry read. */
+function rnicNames() {
+  return new Map((last?.rnics[0] || []).map((r) => [r.ip, `${r.host}/${r.ifname}`]));
 }
 
 async function refresh() {
@@ -86,7 +91,7 @@ async function refresh() {
   drawHeatmap();
 
   setPanelState($('problems-panel'), problems[1]);
-  if (problems[0]) renderProblems($('problems'), problems[0]);
+  if (problems[0]) renderProblems($('problems'), problems[0], rnicNames());
   else $('problems').replaceChildren();
 
   const rnicPanel = $('rnics-panel');
@@ -118,6 +123,10 @@ function setupControls() {
       if (last) drawHeatmap();
     });
   }
+  $('drilldown-range').addEventListener('change', (e) => {
+    view.rangeMs = Number(e.target.value);
+    drillDown();
+  });
   $('drilldown-close').addEventListener('click', () => {
     view.selected = null;
     history.replaceState(null, '', location.pathname);

@@ -732,3 +732,156 @@ fn lab_fault_is_shown_and_screenshotted() {
     println!("dashboard screenshot during the fault: {}", png.display());
     drop(lab);
 }
+
+// ---------------------------------------------------------------------------------
+// A lossy pair whose RTT is the fabric's median, in the RTT view.
+
+/// Registers `host` with RNICs `(ifname, ip)` under `tor`; returns (host id, RNIC ids).
+fn register(url: &str, host: &str, tor: &str, rnics: &[(&str, &str)]) -> (u32, Vec<u32>) {
+    use rocemesh_proto::api::{RegisterRequest, RegisterResponse, RnicRegistration};
+    let req = RegisterRequest {
+        host: host.into(),
+        epoch: 1,
+        rnics: rnics
+            .iter()
+            .map(|(ifname, ip)| RnicRegistration {
+                ifname: ifname.to_string(),
+                ip: ip.parse().unwrap(),
+                gid: None,
+                qpn: 7,
+                port: 4791,
+                tor: Some(tor.into()),
+                rail: None,
+                gateway: None,
+            })
+            .collect(),
+    };
+    let resp: RegisterResponse = ureq::post(&format!("{url}/api/v1/agents/register"))
+        .send_json(&req)
+        .expect("register")
+        .body_mut()
+        .read_json()
+        .expect("register answer");
+    (resp.host_id, resp.rnics.iter().map(|r| r.id).collect())
+}
+
+/// The `rgb(r, g, b)` of a cell's inline background.
+fn background(cell: &Node) -> [u8; 3] {
+    let style = cell.attr("style");
+    let inner = style
+        .split("rgb(")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap_or_else(|| panic!("no rgb background in {style:?}"));
+    let v: Vec<u8> = inner.split(',').map(|c| c.trim().parse().unwrap()).collect();
+    [v[0], v[1], v[2]]
+}
+
+/// Real uploads through a real server: every ToR pair at the same 5 µs RTT, tor-a ->
+/// tor-b losing 2 % of its probes. In the RTT view (the default) that pair must not
+/// look like the healthy ones: its cell is marked lossy, rated at least half-way up the
+/// colour scale and painted from the bad half of the palette, while the loss-free pairs
+/// get the scale's good end. The screenshot is kept in target/test-artifacts.
+#[test]
+fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
+    use rocemesh_proto::batch::{BatchHeader, CONTENT_TYPE, encode_batch};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(browser) = chromium("lossy_pair_is_never_drawn_healthy_in_the_rtt_view") else {
+        return;
+    };
+    let (_server, url) = start_sqlite_server(
+        &scratch_dir("dash-lossy"),
+        "[analyzer]\nperiod_ms = 1000\ngrace_ms = 300\n",
+    );
+    let a = register(&url, "lossy-host-a", "tor-a", &[("r0", "10.77.0.1"), ("r1", "10.77.0.2")]);
+    let b = register(&url, "lossy-host-b", "tor-b", &[("r0", "10.77.1.1"), ("r1", "10.77.1.2")]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let uploader = {
+        let (stop, url) = (stop.clone(), url.clone());
+        std::thread::spawn(move || {
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                seq += 1;
+                let now = rocemesh_proto::now_unix_ms();
+                for (host, own, other, lossy_side) in [(a.0, &a.1, &b.1, true), (b.0, &b.1, &a.1, false)] {
+                    let mut records = Vec::new();
+                    for i in 0..50u32 {
+                        // Same ToR, then the other ToR; tor-a -> tor-b loses one in 50.
+                        let local = rocemesh_proto::testing::probe_result(own[0], own[1], now, true, 5_000);
+                        let lossy = lossy_side && i == 0;
+                        let remote =
+                            rocemesh_proto::testing::probe_result(own[1], other[0], now, !lossy, 5_000);
+                        records.extend([local, remote].map(|mut r| {
+                            r.seq = i;
+                            r
+                        }));
+                    }
+                    let body = encode_batch(
+                        BatchHeader {
+                            host_id: host,
+                            epoch: 1,
+                            batch_seq: seq,
+                            dropped: 0,
+                        },
+                        &records,
+                    );
+                    let _ = ureq::post(&format!("{url}/api/v1/results"))
+                        .header("Content-Type", CONTENT_TYPE)
+                        .send(&body[..]);
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        })
+    };
+    wait_for(
+        "a finalized period with every ToR pair, tor-a -> tor-b lossy",
+        Duration::from_secs(40),
+        || {
+            let rows: Vec<SlaRow> = get_json(&format!("{url}/api/v1/sla/latest?scope=tor_pair"));
+            (rows.len() == 4
+                && rows
+                    .iter()
+                    .all(|r| r.probes > 0 && (r.timeouts > 0) == (r.key == "tor-a->tor-b")))
+            .then_some(())
+        },
+    );
+    let page = format!("{url}/");
+    let (rows, dom) = render_consistent(&browser, &url, &page);
+    assert_heatmap_matches(&dom, &rows, &LOOPBACK_TORS);
+    assert_eq!(
+        nodes(&dom, "table", "heatmap")[0].attr("data-metric"),
+        "rtt",
+        "the RTT view is the default"
+    );
+    let cells = nodes(&dom, "td", "cell");
+    let lossy_key = rows.iter().find(|r| r.timeouts > 0).map(|r| r.key.clone());
+    for cell in &cells {
+        let key = format!("{}->{}", cell.attr("data-src"), cell.attr("data-dst"));
+        let badness: f64 = cell.attr("data-badness").parse().unwrap();
+        let [r, g, bl] = background(cell);
+        if Some(&key) == lossy_key.as_ref() {
+            assert!(cell.has_class("lossy"), "{key}");
+            assert!(badness >= 0.5, "{key}: lossy pair rated {badness}");
+            // Cividis: the good end is dark blue (0, 34, 78); the bad half is grey to yellow.
+            assert!(
+                r >= 120 && g >= 120 && bl <= 125,
+                "{key}: lossy pair painted rgb({r}, {g}, {bl})"
+            );
+        } else {
+            assert_eq!(badness, 0.0, "{key}: loss-free pair at the median RTT");
+            assert_eq!([r, g, bl], [0, 34, 78], "{key}: the scale's good end");
+        }
+    }
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let dir = target.join("test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    let png = dir.join("dashboard-lossy-rtt.png");
+    screenshot(&browser, &page, &png);
+    println!("dashboard screenshot, lossy pair in the RTT view: {}", png.display());
+    stop.store(true, Ordering::Relaxed);
+    uploader.join().unwrap();
+}
