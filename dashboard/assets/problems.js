@@ -9,6 +9,11 @@ const PRIORITY_RANK = { P0: 0, P1: 1, P2: 2 };
 /** Ids of the rows the operator opened (kept across refreshes). */
 const open = new Set();
 
+/** Opens problem `id`'s evidence (from a link) when its row is drawn. */
+export function openProblem(id) {
+  open.add(String(id));
+}
+
 function order(a, b) {
   const active = (p) => (p.state === 'active' ? 0 : 1);
   const rank = (p) => PRIORITY_RANK[p.priority] ?? 3;

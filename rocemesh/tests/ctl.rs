@@ -127,8 +127,17 @@ fn ctl_against_a_live_server() {
     let list = stdout(&ctl(&url, Some(READ), &["tasks", "list"]));
     let row = list.lines().find(|l| l.contains("job-1")).unwrap_or_else(|| panic!("{list}"));
     assert!(row.contains("preload") && row.contains("0/2"), "{list}");
-    let ready = stdout(&ctl(&url, Some(AGENT), &["tasks", "ready", "job-1", "ctl-host-1/r1"]));
+    let id = created
+        .split("(id ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap()
+        .to_string();
+    // An agent names the task by id (it may not list tasks); an admin may use the name.
+    let ready = stdout(&ctl(&url, Some(AGENT), &["tasks", "ready", &id, "ctl-host-1/r1"]));
     assert!(ready.starts_with("endpoint ready: task job-1"), "{ready}");
+    let o = ctl(&url, Some(AGENT), &["tasks", "ready", "job-1", "ctl-host-2/r1"]);
+    assert!(!o.status.success(), "an agent token may not look tasks up by name");
     let shown: serde_json::Value =
         serde_json::from_str(&stdout(&ctl(&url, Some(READ), &["--json", "tasks", "show", "job-1"])))
             .unwrap();

@@ -790,10 +790,9 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
     let Some(browser) = chromium("lossy_pair_is_never_drawn_healthy_in_the_rtt_view") else {
         return;
     };
-    let (_server, url) = start_sqlite_server(
-        &scratch_dir("dash-lossy"),
-        "[analyzer]\nperiod_ms = 1000\ngrace_ms = 300\n",
-    );
+    let dir = scratch_dir("dash-lossy");
+    let (_server, url) =
+        start_sqlite_server(&dir, "[analyzer]\nperiod_ms = 1000\ngrace_ms = 300\n");
     let a = register(&url, "lossy-host-a", "tor-a", &[("r0", "10.77.0.1"), ("r1", "10.77.0.2")]);
     let b = register(&url, "lossy-host-b", "tor-b", &[("r0", "10.77.1.1"), ("r1", "10.77.1.2")]);
     let stop = Arc::new(AtomicBool::new(false));
@@ -873,15 +872,118 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
             assert_eq!([r, g, bl], [0, 34, 78], "{key}: the scale's good end");
         }
     }
+
+    // Problems as the localization core stores them: a flow no single component explains
+    // (with its suspects) and a link faulty in one direction. The flow's evidence opens
+    // from the page link, with the RNIC addresses named host/ifname.
+    let (flow, link) = insert_problems(&dir.join("rocemesh.db"));
+    let page = format!("{url}/#pair=tor-a-%3Etor-b&problem={flow}");
+    let opened_at = rocemesh_proto::now_unix_ms();
+    let dom = dump_dom(&browser, &page);
+    let rows = nodes(&dom, "tr", "problem");
+    let row = |id: i64| {
+        rows.iter()
+            .find(|r| r.attr("data-id") == id.to_string())
+            .unwrap_or_else(|| panic!("no row for problem {id}"))
+    };
+    assert_eq!(row(flow).attr("data-component-kind"), "flow");
+    assert!(row(flow).text.contains("suspect t0-s1 60 %"), "{}", row(flow).text);
+    assert!(row(flow).has_class("open"));
+    let direction = nodes(&row(link).inner, "span", "direction");
+    assert_eq!(direction.len(), 1, "{}", row(link).inner);
+    assert_eq!(direction[0].attr("data-direction"), "s0 → t1");
+    let evidence = nodes(&dom, "tr", "problem-evidence");
+    let opened = |id: i64| {
+        evidence
+            .iter()
+            .find(|e| e.attr("data-id") == id.to_string())
+            .unwrap_or_else(|| panic!("no evidence row for {id}"))
+    };
+    assert!(!opened(flow).attrs.contains_key("hidden"), "the linked problem is open");
+    assert!(opened(link).attrs.contains_key("hidden"), "the others stay closed");
+    let suspects: Vec<(String, String)> = nodes(&opened(flow).inner, "li", "")
+        .iter()
+        .filter(|l| l.attrs.contains_key("data-component"))
+        .map(|l| (l.attr("data-component").to_string(), l.text.clone()))
+        .collect();
+    assert_eq!(
+        suspects,
+        [
+            ("t0-s1".to_string(), "link t0-s1 (t0 → s1) — 60 %".to_string()),
+            ("s1".to_string(), "switch s1 — 30 %".to_string())
+        ]
+    );
+    let paths = nodes(&opened(flow).inner, "li", "ev-path");
+    assert_eq!(paths.len(), 1);
+    assert_eq!(
+        paths[0].text,
+        "lossy-host-a/r1 -> t0 -> s1 -> t1 -> lossy-host-b/r0",
+        "addresses named host/ifname"
+    );
+    // The drill-down covers the default time range, the last hour.
+    let drill = by_id(&dom, "div", "drilldown");
+    let from: i64 = drill.attr("data-from-ms").parse().unwrap();
+    assert!(
+        (opened_at - 3_600_000 - 60_000..=rocemesh_proto::now_unix_ms() - 3_600_000).contains(&from),
+        "drill-down from {from}"
+    );
+    assert!(by_id(&dom, "select", "drilldown-range").inner.contains("value=\"86400000\""));
+
     let target = std::env::current_exe()
         .ok()
         .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
         .unwrap_or_else(|| PathBuf::from("target"));
-    let dir = target.join("test-artifacts");
-    std::fs::create_dir_all(&dir).unwrap();
-    let png = dir.join("dashboard-lossy-rtt.png");
+    let artifacts = target.join("test-artifacts");
+    std::fs::create_dir_all(&artifacts).unwrap();
+    let png = artifacts.join("dashboard-lossy-rtt.png");
     screenshot(&browser, &page, &png);
     println!("dashboard screenshot, lossy pair in the RTT view: {}", png.display());
     stop.store(true, Ordering::Relaxed);
     uploader.join().unwrap();
+}
+
+/// Stores a flow problem with two suspects and a one-direction link problem in the
+/// server's database; returns their ids.
+fn insert_problems(db: &Path) -> (i64, i64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let db = rocemesh_store::Db::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .expect("open the server's database");
+        let now = rocemesh_proto::now_unix_ms();
+        let flow = serde_json::json!({
+            "probes": 40, "timeouts": 12, "votes": 0, "ok_paths": 0,
+            "example_paths": ["10.77.0.2 -> t0 -> s1 -> t1 -> 10.77.1.1"],
+            "detail": "flow 10.77.0.2:50000 -> 10.77.1.1:4791 fails; no single component explains it",
+            "candidates": [
+                {"component_kind": "link", "component": "t0-s1", "direction": {"from": "t0", "to": "s1"}, "confidence": 0.6},
+                {"component_kind": "switch", "component": "s1", "confidence": 0.3}
+            ]
+        });
+        let link = serde_json::json!({
+            "probes": 90, "timeouts": 30, "votes": 7, "ok_paths": 0, "example_paths": [],
+            "detail": "lossy in one direction", "direction": {"from": "s0", "to": "t1"}
+        });
+        let mut ids = Vec::new();
+        for (kind, component_kind, component, evidence) in [
+            ("flow_fault", "flow", "lossy-host-a/r1 -> lossy-host-b/r0 sport 50000", flow),
+            ("link_fault", "link", "t1-s0", link),
+        ] {
+            let (id,): (i64,) = sqlx::query_as(
+                "INSERT INTO problems (kind, component_kind, component, state, confidence, network, \
+                 first_seen_ms, last_seen_ms, evidence) \
+                 VALUES ($1, $2, $3, 'active', 0.8, 1, $4, $4, $5) RETURNING id",
+            )
+            .bind(kind)
+            .bind(component_kind)
+            .bind(component)
+            .bind(now)
+            .bind(evidence.to_string())
+            .fetch_one(db.pool())
+            .await
+            .expect("insert a problem");
+            ids.push(id);
+        }
+        (ids[0], ids[1])
+    })
 }

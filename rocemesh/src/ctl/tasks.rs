@@ -23,7 +23,7 @@ pub enum TasksCommand {
     Create(CreateArgs),
     /// Marks an endpoint (`host/rnic`) of a task ready to be probed.
     Ready {
-        /// Task id or name.
+        /// Task id, or name (a name is looked up, which an agent token may not do).
         task: String,
         /// The endpoint, as `host/rnic`.
         endpoint: String,
@@ -63,7 +63,10 @@ pub fn run(client: &Client, cmd: &TasksCommand, json: bool) -> Result<String> {
         }
         TasksCommand::Ready { task, endpoint } => {
             let (host, rnic) = endpoint_name(endpoint)?;
-            let id = super::resolve::task(client, task)?.id;
+            let id = match task.parse::<u32>() {
+                Ok(id) => id,
+                Err(_) => super::resolve::task(client, task)?.id,
+            };
             let body = serde_json::json!({ "host": host, "rnic": rnic });
             let task: TaskInfo = client.post(&format!("/tasks/{id}/ready"), &body)?;
             (task, Some("endpoint ready"))
