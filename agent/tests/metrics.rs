@@ -214,7 +214,10 @@ fn metrics_listener_serves_the_agents_counters() {
     );
     within("rocemesh_agent_service_tracing_info{route=\"off\"}", 1, 1);
     within(
-        &format!("rocemesh_build_info{{version=\"{}\"}}", env!("CARGO_PKG_VERSION")),
+        &format!(
+            "rocemesh_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        ),
         1,
         1,
     );

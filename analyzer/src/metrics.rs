@@ -26,9 +26,9 @@ use prometheus_client::encoding::{
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::{Registry, Unit};
+use rocemesh_proto::exposition::{self, Format, ProcessCollector};
 use rocemesh_proto::{ProbeResult, ProbeStatus};
 use rocemesh_store::Db;
-use rocemesh_proto::exposition::{self, Format, ProcessCollector};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -593,11 +593,7 @@ pub fn router(analyzer: Option<Arc<Analyzer>>, others: Vec<Box<dyn Collector>>) 
 }
 
 async fn scrape(State(s): State<Arc<Scrape>>, headers: HeaderMap) -> Response {
-    let format = Format::negotiate(
-        headers
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok()),
-    );
+    let format = Format::negotiate(headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()));
     let mut own = Registry::default();
     if let Some(a) = &s.analyzer {
         own.register_collector(Box::new(Snapshot::take(a).await));

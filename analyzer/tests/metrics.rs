@@ -80,7 +80,9 @@ async fn pairs_past_the_configured_cap_are_counted_in_the_scrape() {
         max_tor_pair_series: 1,
         ..Default::default()
     };
-    let a = rocemesh_analyzer::Analyzer::new(db.clone(), cfg).await.unwrap();
+    let a = rocemesh_analyzer::Analyzer::new(db.clone(), cfg)
+        .await
+        .unwrap();
     let now = rocemesh_proto::now_unix_ms();
     let records = [
         rec(1, 2, now, true, 2_000),
@@ -101,7 +103,10 @@ async fn pairs_past_the_configured_cap_are_counted_in_the_scrape() {
         "rocemesh_tor_pair_overflow_results_total 2",
         r#"rocemesh_probes_total{src_tor="tor-a",dst_tor="tor-a"} 1"#,
     ] {
-        assert!(text.lines().any(|l| l == line), "no line `{line}` in\n{text}");
+        assert!(
+            text.lines().any(|l| l == line),
+            "no line `{line}` in\n{text}"
+        );
     }
     assert!(!text.contains(r#"dst_tor="tor-b""#), "{text}");
 }

@@ -274,7 +274,10 @@ mod tests {
         assert!(om.contains("# UNIT process_cpu_seconds seconds\n"), "{om}");
         assert!(om.ends_with("# EOF\n"));
         let text = encode(&[&r], Format::Classic).unwrap();
-        assert!(!text.contains("# EOF") && !text.contains("# UNIT"), "{text}");
+        assert!(
+            !text.contains("# EOF") && !text.contains("# UNIT"),
+            "{text}"
+        );
         assert!(
             text.contains("# HELP process_cpu_seconds_total Total user")
                 && text.contains("# TYPE process_cpu_seconds_total counter\n"),

@@ -3,19 +3,19 @@
 //! every protected operation, at `GET /api/v1/openapi.json`.
 
 use crate::auth::{OPENAPI_PATH, Role};
-use axum::http::Method;
-use rocemesh_proto::api::ErrorBody;
 use crate::server::Roles;
 use axum::Router;
 use axum::extract::State;
+use axum::http::Method;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use rocemesh_proto::api::ErrorBody;
 use std::sync::Arc;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::openapi::{
-    ComponentsBuilder, ContentBuilder, InfoBuilder, OpenApi, OpenApiBuilder, Ref, RefOr,
-    Response, ResponseBuilder, SecurityRequirement,
+    ComponentsBuilder, ContentBuilder, InfoBuilder, OpenApi, OpenApiBuilder, Ref, RefOr, Response,
+    ResponseBuilder, SecurityRequirement,
 };
 
 /// Name of the security scheme in the document.
@@ -119,7 +119,10 @@ fn document_auth(doc: &mut OpenApi) {
                 .collect();
             let answers = &mut op.responses.responses;
             answers.entry("401".into()).or_insert_with(|| {
-                error("No bearer token, or one the server does not accept (when [auth] has tokens).".into())
+                error(
+                    "No bearer token, or one the server does not accept (when [auth] has tokens)."
+                        .into(),
+                )
             });
             answers.entry("403".into()).or_insert_with(|| {
                 error(format!(

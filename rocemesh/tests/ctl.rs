@@ -121,11 +121,23 @@ fn ctl_against_a_live_server() {
     let created = stdout(&ctl(
         &url,
         Some(ADMIN),
-        &["tasks", "create", "--name", "job-1", "--endpoint", "ctl-host-1/r1", "--endpoint", "ctl-host-2/r1"],
+        &[
+            "tasks",
+            "create",
+            "--name",
+            "job-1",
+            "--endpoint",
+            "ctl-host-1/r1",
+            "--endpoint",
+            "ctl-host-2/r1",
+        ],
     ));
     assert!(created.starts_with("created: task job-1 (id "), "{created}");
     let list = stdout(&ctl(&url, Some(READ), &["tasks", "list"]));
-    let row = list.lines().find(|l| l.contains("job-1")).unwrap_or_else(|| panic!("{list}"));
+    let row = list
+        .lines()
+        .find(|l| l.contains("job-1"))
+        .unwrap_or_else(|| panic!("{list}"));
     assert!(row.contains("preload") && row.contains("0/2"), "{list}");
     let id = created
         .split("(id ")
@@ -134,33 +146,79 @@ fn ctl_against_a_live_server() {
         .unwrap()
         .to_string();
     // An agent names the task by id (it may not list tasks); an admin may use the name.
-    let ready = stdout(&ctl(&url, Some(AGENT), &["tasks", "ready", &id, "ctl-host-1/r1"]));
+    let ready = stdout(&ctl(
+        &url,
+        Some(AGENT),
+        &["tasks", "ready", &id, "ctl-host-1/r1"],
+    ));
     assert!(ready.starts_with("endpoint ready: task job-1"), "{ready}");
-    let o = ctl(&url, Some(AGENT), &["tasks", "ready", "job-1", "ctl-host-2/r1"]);
-    assert!(!o.status.success(), "an agent token may not look tasks up by name");
-    let shown: serde_json::Value =
-        serde_json::from_str(&stdout(&ctl(&url, Some(READ), &["--json", "tasks", "show", "job-1"])))
-            .unwrap();
+    let o = ctl(
+        &url,
+        Some(AGENT),
+        &["tasks", "ready", "job-1", "ctl-host-2/r1"],
+    );
+    assert!(
+        !o.status.success(),
+        "an agent token may not look tasks up by name"
+    );
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&ctl(
+        &url,
+        Some(READ),
+        &["--json", "tasks", "show", "job-1"],
+    )))
+    .unwrap();
     let flags: Vec<(String, bool)> = shown["endpoints"]
         .as_array()
         .unwrap()
         .iter()
-        .map(|e| (e[0]["host"].as_str().unwrap().to_string(), e[0]["ready"].as_bool().unwrap()))
+        .map(|e| {
+            (
+                e[0]["host"].as_str().unwrap().to_string(),
+                e[0]["ready"].as_bool().unwrap(),
+            )
+        })
         .collect();
     assert_eq!(
         flags,
-        [("ctl-host-1".to_string(), true), ("ctl-host-2".to_string(), false)]
+        [
+            ("ctl-host-1".to_string(), true),
+            ("ctl-host-2".to_string(), false)
+        ]
     );
     let show = stdout(&ctl(&url, Some(READ), &["tasks", "show", "job-1"]));
-    assert!(show.contains("ready     1/2 endpoints") && show.contains("ctl-host-2/r1"), "{show}");
-    let o = ctl(&url, Some(READ), &["tasks", "create", "--name", "job-2", "--endpoint", "ctl-host-1/r2"]);
+    assert!(
+        show.contains("ready     1/2 endpoints") && show.contains("ctl-host-2/r1"),
+        "{show}"
+    );
+    let o = ctl(
+        &url,
+        Some(READ),
+        &[
+            "tasks",
+            "create",
+            "--name",
+            "job-2",
+            "--endpoint",
+            "ctl-host-1/r2",
+        ],
+    );
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("may not POST /tasks") && err.contains("admin token"), "{err}");
+    assert!(
+        err.contains("may not POST /tasks") && err.contains("admin token"),
+        "{err}"
+    );
 
     // Human times: a span ago and RFC 3339; nonsense is refused before any request.
-    let recent = stdout(&ctl(&url, Some(READ), &["--json", "problems", "--state", "all", "--since", "1h"]));
-    assert!(serde_json::from_str::<Vec<serde_json::Value>>(&recent).is_ok(), "{recent}");
+    let recent = stdout(&ctl(
+        &url,
+        Some(READ),
+        &["--json", "problems", "--state", "all", "--since", "1h"],
+    ));
+    assert!(
+        serde_json::from_str::<Vec<serde_json::Value>>(&recent).is_ok(),
+        "{recent}"
+    );
     let verdict = stdout(&ctl(
         &url,
         Some(READ),
@@ -173,14 +231,28 @@ fn ctl_against_a_live_server() {
     let v: serde_json::Value = serde_json::from_str(&stdout(&ctl(
         &url,
         Some(READ),
-        &["--json", "verdict", "job-1", "--from", at, "--to", "2026-01-02T06:04:05+02:00"],
+        &[
+            "--json",
+            "verdict",
+            "job-1",
+            "--from",
+            at,
+            "--to",
+            "2026-01-02T06:04:05+02:00",
+        ],
     )))
     .unwrap();
-    assert_eq!((v["from"].as_i64(), v["to"].as_i64()), (Some(1_767_323_045_000), Some(1_767_326_645_000)));
+    assert_eq!(
+        (v["from"].as_i64(), v["to"].as_i64()),
+        (Some(1_767_323_045_000), Some(1_767_326_645_000))
+    );
     let o = ctl(&url, Some(READ), &["problems", "--since", "yesterday"]);
     assert!(!o.status.success());
     let err = String::from_utf8_lossy(&o.stderr);
-    assert!(err.contains("\"yesterday\" is not a time") && err.contains("RFC 3339"), "{err}");
+    assert!(
+        err.contains("\"yesterday\" is not a time") && err.contains("RFC 3339"),
+        "{err}"
+    );
 
     // Errors: non-zero exit and a message naming what is wrong.
     let o = ctl(&url, None, &["status"]);
@@ -216,13 +288,26 @@ fn help_lists_every_subcommand_on_one_line() {
     for (args, names) in [
         (
             &["--help"][..],
-            &["agent", "controller", "analyzer", "server", "demo", "testbed", "eval", "ctl", "sim"][..],
+            &[
+                "agent",
+                "controller",
+                "analyzer",
+                "server",
+                "demo",
+                "testbed",
+                "eval",
+                "ctl",
+                "sim",
+            ][..],
         ),
         (
             &["ctl", "--help"][..],
             &["status", "problems", "rnic", "path", "verdict", "tasks"][..],
         ),
-        (&["ctl", "tasks", "--help"][..], &["list", "show", "create", "ready"][..]),
+        (
+            &["ctl", "tasks", "--help"][..],
+            &["list", "show", "create", "ready"][..],
+        ),
     ] {
         let o = bin().args(args).output().expect("run rocemesh --help");
         let help = stdout(&o);
@@ -234,9 +319,15 @@ fn help_lists_every_subcommand_on_one_line() {
         let listed: Vec<&str> = section
             .lines()
             .map(|l| {
-                assert!(l.starts_with("  ") && !l.starts_with("   "), "continued description: {l:?}");
+                assert!(
+                    l.starts_with("  ") && !l.starts_with("   "),
+                    "continued description: {l:?}"
+                );
                 let (name, about) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
-                assert!(name == "help" || about.trim().len() >= 10, "{name} has no description");
+                assert!(
+                    name == "help" || about.trim().len() >= 10,
+                    "{name} has no description"
+                );
                 name
             })
             .filter(|n| *n != "help")

@@ -773,7 +773,10 @@ fn background(cell: &Node) -> [u8; 3] {
         .nth(1)
         .and_then(|s| s.split(')').next())
         .unwrap_or_else(|| panic!("no rgb background in {style:?}"));
-    let v: Vec<u8> = inner.split(',').map(|c| c.trim().parse().unwrap()).collect();
+    let v: Vec<u8> = inner
+        .split(',')
+        .map(|c| c.trim().parse().unwrap())
+        .collect();
     [v[0], v[1], v[2]]
 }
 
@@ -793,8 +796,18 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
     let dir = scratch_dir("dash-lossy");
     let (_server, url) =
         start_sqlite_server(&dir, "[analyzer]\nperiod_ms = 1000\ngrace_ms = 300\n");
-    let a = register(&url, "lossy-host-a", "tor-a", &[("r0", "10.77.0.1"), ("r1", "10.77.0.2")]);
-    let b = register(&url, "lossy-host-b", "tor-b", &[("r0", "10.77.1.1"), ("r1", "10.77.1.2")]);
+    let a = register(
+        &url,
+        "lossy-host-a",
+        "tor-a",
+        &[("r0", "10.77.0.1"), ("r1", "10.77.0.2")],
+    );
+    let b = register(
+        &url,
+        "lossy-host-b",
+        "tor-b",
+        &[("r0", "10.77.1.1"), ("r1", "10.77.1.2")],
+    );
     let stop = Arc::new(AtomicBool::new(false));
     let uploader = {
         let (stop, url) = (stop.clone(), url.clone());
@@ -803,14 +816,18 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
             while !stop.load(Ordering::Relaxed) {
                 seq += 1;
                 let now = rocemesh_proto::now_unix_ms();
-                for (host, own, other, lossy_side) in [(a.0, &a.1, &b.1, true), (b.0, &b.1, &a.1, false)] {
+                for (host, own, other, lossy_side) in
+                    [(a.0, &a.1, &b.1, true), (b.0, &b.1, &a.1, false)]
+                {
                     let mut records = Vec::new();
                     for i in 0..50u32 {
                         // Same ToR, then the other ToR; tor-a -> tor-b loses one in 50.
-                        let local = rocemesh_proto::testing::probe_result(own[0], own[1], now, true, 5_000);
+                        let local =
+                            rocemesh_proto::testing::probe_result(own[0], own[1], now, true, 5_000);
                         let lossy = lossy_side && i == 0;
-                        let remote =
-                            rocemesh_proto::testing::probe_result(own[1], other[0], now, !lossy, 5_000);
+                        let remote = rocemesh_proto::testing::probe_result(
+                            own[1], other[0], now, !lossy, 5_000,
+                        );
                         records.extend([local, remote].map(|mut r| {
                             r.seq = i;
                             r
@@ -887,7 +904,11 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
             .unwrap_or_else(|| panic!("no row for problem {id}"))
     };
     assert_eq!(row(flow).attr("data-component-kind"), "flow");
-    assert!(row(flow).text.contains("suspect t0-s1 60 %"), "{}", row(flow).text);
+    assert!(
+        row(flow).text.contains("suspect t0-s1 60 %"),
+        "{}",
+        row(flow).text
+    );
     assert!(row(flow).has_class("open"));
     let direction = nodes(&row(link).inner, "span", "direction");
     assert_eq!(direction.len(), 1, "{}", row(link).inner);
@@ -899,8 +920,14 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
             .find(|e| e.attr("data-id") == id.to_string())
             .unwrap_or_else(|| panic!("no evidence row for {id}"))
     };
-    assert!(!opened(flow).attrs.contains_key("hidden"), "the linked problem is open");
-    assert!(opened(link).attrs.contains_key("hidden"), "the others stay closed");
+    assert!(
+        !opened(flow).attrs.contains_key("hidden"),
+        "the linked problem is open"
+    );
+    assert!(
+        opened(link).attrs.contains_key("hidden"),
+        "the others stay closed"
+    );
     let suspects: Vec<(String, String)> = nodes(&opened(flow).inner, "li", "")
         .iter()
         .filter(|l| l.attrs.contains_key("data-component"))
@@ -909,25 +936,32 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
     assert_eq!(
         suspects,
         [
-            ("t0-s1".to_string(), "link t0-s1 (t0 → s1) — 60 %".to_string()),
+            (
+                "t0-s1".to_string(),
+                "link t0-s1 (t0 → s1) — 60 %".to_string()
+            ),
             ("s1".to_string(), "switch s1 — 30 %".to_string())
         ]
     );
     let paths = nodes(&opened(flow).inner, "li", "ev-path");
     assert_eq!(paths.len(), 1);
     assert_eq!(
-        paths[0].text,
-        "lossy-host-a/r1 -> t0 -> s1 -> t1 -> lossy-host-b/r0",
+        paths[0].text, "lossy-host-a/r1 -> t0 -> s1 -> t1 -> lossy-host-b/r0",
         "addresses named host/ifname"
     );
     // The drill-down covers the default time range, the last hour.
     let drill = by_id(&dom, "div", "drilldown");
     let from: i64 = drill.attr("data-from-ms").parse().unwrap();
     assert!(
-        (opened_at - 3_600_000 - 60_000..=rocemesh_proto::now_unix_ms() - 3_600_000).contains(&from),
+        (opened_at - 3_600_000 - 60_000..=rocemesh_proto::now_unix_ms() - 3_600_000)
+            .contains(&from),
         "drill-down from {from}"
     );
-    assert!(by_id(&dom, "select", "drilldown-range").inner.contains("value=\"86400000\""));
+    assert!(
+        by_id(&dom, "select", "drilldown-range")
+            .inner
+            .contains("value=\"86400000\"")
+    );
 
     let target = std::env::current_exe()
         .ok()
@@ -937,7 +971,10 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
     std::fs::create_dir_all(&artifacts).unwrap();
     let png = artifacts.join("dashboard-lossy-rtt.png");
     screenshot(&browser, &page, &png);
-    println!("dashboard screenshot, lossy pair in the RTT view: {}", png.display());
+    println!(
+        "dashboard screenshot, lossy pair in the RTT view: {}",
+        png.display()
+    );
     stop.store(true, Ordering::Relaxed);
     uploader.join().unwrap();
 }

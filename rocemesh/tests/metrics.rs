@@ -350,7 +350,11 @@ async fn server_exports_tor_pair_histograms_ingest_registry_and_problems() {
         })
         .map(|s| s.value)
         .collect();
-    assert_eq!(buckets.len(), 74, "E12 series from 100 ns to 100 ms, plus +Inf");
+    assert_eq!(
+        buckets.len(),
+        74,
+        "E12 series from 100 ns to 100 ms, plus +Inf"
+    );
     let bounds: Vec<f64> = m
         .samples
         .iter()
@@ -361,8 +365,9 @@ async fn server_exports_tor_pair_histograms_ingest_registry_and_problems() {
         .collect();
     assert_eq!((bounds[0], bounds[72]), (1e-7, 0.1));
     assert!(
-        bounds.windows(2).all(|w| w[1] > w[0] && w[1] <= w[0] * 1.25 + 1e-15
-            || w[1].is_infinite()),
+        bounds
+            .windows(2)
+            .all(|w| w[1] > w[0] && w[1] <= w[0] * 1.25 + 1e-15 || w[1].is_infinite()),
         "every bucket at most 25 % wide: {bounds:?}"
     );
     assert!(
@@ -523,7 +528,12 @@ fn promtool_check(what: &str, text: &str) {
         .unwrap_or_else(|e| {
             panic!("cannot run promtool ({e}): install it (Debian package `prometheus`)")
         });
-    child.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),
@@ -542,7 +552,8 @@ const CLASSIC_ACCEPT: &str = "text/plain;version=0.0.4;q=1,*/*;q=0.1";
 /// (lint included: HELP, counter suffixes, units), with the same samples in both.
 #[tokio::test(flavor = "multi_thread")]
 async fn promtool_accepts_server_and_agent_metrics() {
-    let dir = std::env::temp_dir().join(format!("rocemesh-metrics-promtool-{}", std::process::id()));
+    let dir =
+        std::env::temp_dir().join(format!("rocemesh-metrics-promtool-{}", std::process::id()));
     let srv = loaded_server(&dir).await;
     let server_url = format!("{}/metrics", srv.url());
 

@@ -232,7 +232,9 @@ fn operation_ids_are_unique_and_descriptive_and_auth_answers_documented() {
     assert!(
         forbidden("post", "/api/v1/tasks/{id}/ready").ends_with("roles that may: agent, admin.")
     );
-    assert!(forbidden("get", "/api/v1/pinglists/{host_id}").ends_with("roles that may: agent, admin."));
+    assert!(
+        forbidden("get", "/api/v1/pinglists/{host_id}").ends_with("roles that may: agent, admin.")
+    );
     let mut bad = Vec::new();
     check_refs(&doc, &doc, &mut bad);
     assert!(bad.is_empty(), "dangling $refs: {bad:?}");

@@ -75,7 +75,9 @@ pub fn run(client: &Client, cmd: &TasksCommand, json: bool) -> Result<String> {
     if json {
         return json_out(&task);
     }
-    let head = out.map_or(String::new(), |what| format!("{what}: task {} (id {})\n\n", task.name, task.id));
+    let head = out.map_or(String::new(), |what| {
+        format!("{what}: task {} (id {})\n\n", task.name, task.id)
+    });
     Ok(head + &show(&task))
 }
 
@@ -136,7 +138,15 @@ fn list(tasks: &[TaskInfo]) -> String {
     if tasks.is_empty() {
         return "no tasks\n".to_string();
     }
-    let mut t = Table::new(&["ID", "NAME", "PHASE", "READY", "PAIRS ACTIVE", "BASIC", "FULL MESH"]);
+    let mut t = Table::new(&[
+        "ID",
+        "NAME",
+        "PHASE",
+        "READY",
+        "PAIRS ACTIVE",
+        "BASIC",
+        "FULL MESH",
+    ]);
     for task in tasks {
         t.row(vec![
             task.id.to_string(),
@@ -214,7 +224,10 @@ mod tests {
         let s = spec(&args).unwrap();
         assert_eq!(s.name, "job-1");
         assert_eq!(
-            s.endpoints.iter().map(|e| (e.host.as_str(), e.rnic.as_str())).collect::<Vec<_>>(),
+            s.endpoints
+                .iter()
+                .map(|e| (e.host.as_str(), e.rnic.as_str()))
+                .collect::<Vec<_>>(),
             [("n1", "r0"), ("n2", "r1")]
         );
     }

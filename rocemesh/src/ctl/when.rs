@@ -5,7 +5,8 @@
 use std::time::UNIX_EPOCH;
 
 /// What a time option's help says it takes.
-pub const HELP: &str = "`now`, a span ago (`1h`, `30m`, `2d 4h`) or RFC 3339 (`2026-11-26T17:00:00Z`)";
+pub const HELP: &str =
+    "`now`, a span ago (`1h`, `30m`, `2d 4h`) or RFC 3339 (`2026-11-26T17:00:00Z`)";
 
 /// `s` as ms since the Unix epoch, `now` being `now_ms`; a clear error otherwise.
 pub fn parse_at(s: &str, now_ms: i64) -> Result<i64, String> {
@@ -17,9 +18,7 @@ pub fn parse_at(s: &str, now_ms: i64) -> Result<i64, String> {
         let ago = i64::try_from(ago.as_millis()).unwrap_or(i64::MAX);
         return Ok(now_ms.saturating_sub(ago));
     }
-    rfc3339_ms(s).ok_or_else(|| {
-        format!("{s:?} is not a time: give {HELP}")
-    })
+    rfc3339_ms(s).ok_or_else(|| format!("{s:?} is not a time: give {HELP}"))
 }
 
 /// A clap value parser: [`parse_at`] against the current time.
@@ -37,7 +36,10 @@ fn rfc3339_ms(s: &str) -> Option<i64> {
         {
             let n = |a: &str| a.parse::<i64>().ok();
             let secs = n(&off[1..3])? * 3600 + n(&off[4..6])? * 60;
-            (format!("{head}Z"), if off.starts_with('-') { -secs } else { secs })
+            (
+                format!("{head}Z"),
+                if off.starts_with('-') { -secs } else { secs },
+            )
         }
         _ => (s.to_string(), 0),
     };
