@@ -8,6 +8,17 @@ mod common;
 use common::*;
 use rocemesh_analyzer::testing::insert_link_problem;
 
+/// `GET /metrics` of the analyzer's route over real HTTP.
+async fn scrape(a: std::sync::Arc<rocemesh_analyzer::Analyzer>) -> String {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let app = rocemesh_analyzer::metrics::router(Some(a), Vec::new());
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let (status, text) = call(format!("http://{addr}/metrics"), None, None).await;
+    assert_eq!(status, 200, "{text}");
+    text
+}
+
 #[tokio::test(flavor = "multi_thread")]
 async fn metrics_count_ingested_results_and_active_problems_on_every_database() {
     for (name, db) in rocemesh_store::test_databases().await {
@@ -30,12 +41,7 @@ async fn metrics_count_ingested_results_and_active_problems_on_every_database() 
                 .unwrap();
         }
 
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        let app = rocemesh_analyzer::metrics::router(Some(a.clone()), Vec::new());
-        tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-        let (status, text) = call(format!("http://{addr}/metrics"), None, None).await;
-        assert_eq!(status, 200, "{name}: {text}");
+        let text = scrape(a.clone()).await;
 
         let ab = r#"src_tor="tor-a",dst_tor="tor-b""#;
         let aa = r#"src_tor="tor-a",dst_tor="tor-a""#;
@@ -90,12 +96,7 @@ async fn pairs_past_the_configured_cap_are_counted_in_the_scrape() {
         rec(1, 3, now, true, 9_000),
     ];
     a.ingest(&batch(1, 1, 1, &records), now).unwrap();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let app = rocemesh_analyzer::metrics::router(Some(a.clone()), Vec::new());
-    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
-    let (status, text) = call(format!("http://{addr}/metrics"), None, None).await;
-    assert_eq!(status, 200, "{text}");
+    let text = scrape(a.clone()).await;
     for line in [
         "rocemesh_tor_pair_series_limit 1",
         "rocemesh_tor_pairs_exported 1",

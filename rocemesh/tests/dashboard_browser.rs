@@ -214,6 +214,17 @@ fn dump_dom(browser: &Path, url: &str) -> String {
     dom
 }
 
+/// `target/test-artifacts/<name>` (created), where screenshots are kept for people.
+fn artifact(name: &str) -> PathBuf {
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let dir = target.join("test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
 fn screenshot(browser: &Path, url: &str, png: &Path) {
     let _ = std::fs::remove_file(png);
     run_chromium(
@@ -721,13 +732,7 @@ fn lab_fault_is_shown_and_screenshotted() {
             .collect::<Vec<_>>()
     );
 
-    let target = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("target"));
-    let dir = target.join("test-artifacts");
-    std::fs::create_dir_all(&dir).unwrap();
-    let png = dir.join("dashboard-fault.png");
+    let png = artifact("dashboard-fault.png");
     screenshot(&browser, &page, &png);
     println!("dashboard screenshot during the fault: {}", png.display());
     drop(lab);
@@ -963,13 +968,7 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
             .contains("value=\"86400000\"")
     );
 
-    let target = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("target"));
-    let artifacts = target.join("test-artifacts");
-    std::fs::create_dir_all(&artifacts).unwrap();
-    let png = artifacts.join("dashboard-lossy-rtt.png");
+    let png = artifact("dashboard-lossy-rtt.png");
     screenshot(&browser, &page, &png);
     println!(
         "dashboard screenshot, lossy pair in the RTT view: {}",

@@ -129,6 +129,15 @@ fn rec(prober: u32, target: u32, send_ms: i64, ok: bool, rtt_ns: u32) -> ProbeRe
     }
 }
 
+/// The `Content-Type` of an answer ("" without one).
+fn content_type(resp: &ureq::http::Response<ureq::Body>) -> String {
+    resp.headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// (status, content type, body) of one request.
 async fn http(
     method: &str,
@@ -153,12 +162,7 @@ async fn http(
             }
         }
         .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
+        let ct = content_type(&resp);
         (
             resp.status().as_u16(),
             ct,
@@ -503,12 +507,7 @@ async fn scrape(url: String, accept: &'static str) -> (String, String) {
             .header("Accept", accept)
             .call()
             .unwrap_or_else(|e| panic!("GET {url}: {e}"));
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
+        let ct = content_type(&resp);
         (ct, resp.body_mut().read_to_string().unwrap())
     })
     .await

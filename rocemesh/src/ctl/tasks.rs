@@ -111,14 +111,7 @@ fn spec(args: &CreateArgs) -> Result<TaskSpec> {
         .iter()
         .map(|e| {
             let (host, rnic) = endpoint_name(e)?;
-            Ok(TaskEndpoint {
-                host: host.into(),
-                rnic: rnic.into(),
-                rail: None,
-                namespace: None,
-                pod: None,
-                ready: false,
-            })
+            Ok(TaskEndpoint::new(host, rnic))
         })
         .collect::<Result<_>>()?;
     Ok(TaskSpec {
