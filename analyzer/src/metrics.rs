@@ -4,8 +4,8 @@
 //! by `analyzer.max_tor_pair_series`; results of further pairs only count in an overflow
 //! counter, and the pairs in a gauge). They are observed on the ingest hot path under the
 //! ingest lock, into plain integer arrays ([`TorPairMetrics::observe`]: a probe of a small
-//! open-addressing table and three 7-step binary searches for the bucket), and copied out
-//! only when scraped.
+//! open-addressing table and three bucket look-ups of at most five comparisons), and copied
+//! out only when scraped.
 //! Ingest counters are the ones [`IngestStats`] already keeps; active problems are
 //! counted in the database at scrape time (so the `priority` column the impact loop
 //! fills is read as it is).
@@ -29,7 +29,6 @@ use prometheus_client::registry::{Registry, Unit};
 use rocemesh_proto::exposition::{self, Format, ProcessCollector};
 use rocemesh_proto::{ProbeResult, ProbeStatus};
 use rocemesh_store::Db;
-use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -59,6 +58,33 @@ const BOUNDS_NS: [u32; BOUNDS] = {
     out[BOUNDS - 1] = 10 * scale;
     out
 };
+/// For each `k` in 0..32, the first bucket whose bound is at least `2^k` ns: a delay
+/// `ns` with `ilog2(ns) = k` is above every earlier bound, and at most four E12 bounds lie
+/// in one octave, so [`bucket`] looks at no more than five.
+const OCTAVE_START: [u8; 32] = {
+    let mut out = [0u8; 32];
+    let mut k = 0;
+    while k < 32 {
+        let mut i = 0;
+        while i < BOUNDS && (BOUNDS_NS[i] as u64) < (1u64 << k) {
+            i += 1;
+        }
+        out[k] = i as u8;
+        k += 1;
+    }
+    out
+};
+
+/// The bucket of a delay: the first whose upper bound is at least `ns` (`BOUNDS` = `+Inf`).
+#[inline]
+fn bucket(ns: u32) -> usize {
+    let mut i = OCTAVE_START[ns.max(1).ilog2() as usize] as usize;
+    while i < BOUNDS && BOUNDS_NS[i] < ns {
+        i += 1;
+    }
+    i
+}
+
 /// [`BOUNDS_NS`] in seconds, each the double nearest its decimal value (so the `le`
 /// labels read `0.0000082`, not `8.199999999999999e-6`).
 static BOUNDS_SECONDS: std::sync::LazyLock<[f64; BOUNDS]> = std::sync::LazyLock::new(|| {
@@ -96,7 +122,7 @@ impl DelayHistogram {
     /// Counts one delay.
     #[inline]
     pub fn observe(&mut self, ns: u32) {
-        self.counts[BOUNDS_NS.partition_point(|&b| b < ns)] += 1;
+        self.counts[bucket(ns)] += 1;
         self.sum_ns += u64::from(ns);
     }
 
@@ -179,8 +205,11 @@ pub struct TorPairMetrics {
     series: Vec<(u32, PairSeries)>,
     /// Results of pairs past the cap.
     overflow: u64,
-    /// Distinct pairs past the cap (at most [`MAX_UNEXPORTED_TRACKED`]).
-    unexported: HashSet<u32>,
+    /// Distinct pairs past the cap (at most [`MAX_UNEXPORTED_TRACKED`]), allocated at the
+    /// first one; `index` of each slot unused.
+    unexported: Option<PairIndex>,
+    /// Entries of `unexported`.
+    unexported_pairs: usize,
 }
 
 impl TorPairMetrics {
@@ -191,7 +220,8 @@ impl TorPairMetrics {
             cap,
             series: Vec::new(),
             overflow: 0,
-            unexported: HashSet::new(),
+            unexported: None,
+            unexported_pairs: 0,
         }
     }
 
@@ -209,8 +239,14 @@ impl TorPairMetrics {
             }
             Err(_) => {
                 self.overflow += 1;
-                if self.unexported.len() < MAX_UNEXPORTED_TRACKED {
-                    self.unexported.insert(key);
+                let seen = self
+                    .unexported
+                    .get_or_insert_with(|| PairIndex::new(MAX_UNEXPORTED_TRACKED));
+                if let Err(at) = seen.find(key)
+                    && self.unexported_pairs < MAX_UNEXPORTED_TRACKED
+                {
+                    seen.slots[at] = u64::from(key) << 32;
+                    self.unexported_pairs += 1;
                 }
                 return;
             }
@@ -311,7 +347,7 @@ impl Snapshot {
         let (pairs, ingest) = a.metrics_snapshot();
         let registry = a.registry();
         let name = |tor: u16| registry.tor_name(tor).to_string();
-        let (cap, overflow, unexported) = (pairs.cap, pairs.overflow, pairs.unexported.len());
+        let (cap, overflow, unexported) = (pairs.cap, pairs.overflow, pairs.unexported_pairs);
         let pairs = pairs
             .series
             .into_iter()
@@ -637,6 +673,40 @@ mod tests {
     }
 
     #[test]
+    fn bucket_look_up_agrees_with_a_search_of_every_bound() {
+        let seed: u64 = rand::random();
+        println!("seed {seed}");
+        let mut rng = <rand::rngs::StdRng as rand::SeedableRng>::seed_from_u64(seed);
+        let edges = BOUNDS_NS.iter().flat_map(|&b| [b - 1, b, b + 1]).chain([
+            0,
+            1,
+            2,
+            u32::MAX - 1,
+            u32::MAX,
+        ]);
+        let random = (0..100_000).map(|_| {
+            // Log-uniform over 1 ns .. 4 s, where the buckets are.
+            let bits = rand::Rng::random_range(&mut rng, 0..32u32);
+            rand::Rng::random_range(&mut rng, 0..=(u32::MAX >> (31 - bits)))
+        });
+        for ns in edges.chain(random) {
+            assert_eq!(
+                bucket(ns),
+                BOUNDS_NS.partition_point(|&b| b < ns),
+                "{ns} ns (seed {seed})"
+            );
+        }
+        for k in 0..32 {
+            let lo = 1u64 << k;
+            let within = BOUNDS_NS
+                .iter()
+                .filter(|&&b| (lo..2 * lo).contains(&u64::from(b)))
+                .count();
+            assert!(within <= 4, "{within} bounds in [2^{k}, 2^{}) ns", k + 1);
+        }
+    }
+
+    #[test]
     fn buckets_span_sub_microsecond_to_100_ms_at_most_25_percent_wide() {
         assert_eq!((BOUNDS_NS[0], BOUNDS_NS[BOUNDS - 1]), (100, 100_000_000));
         for w in BOUNDS_NS.windows(2) {
@@ -661,7 +731,7 @@ mod tests {
         m.observe(&rec(ProbeStatus::Timeout, 0), 0, 0);
         m.observe(&rec(ProbeStatus::Ack2Lost, 0), 0, 0);
         assert_eq!((m.series.len(), m.overflow), (cap, 20));
-        assert_eq!(m.unexported.len(), 10, "ten distinct pairs past the cap");
+        assert_eq!(m.unexported_pairs, 10, "ten distinct pairs past the cap");
         let first = &m.series[0].1;
         assert_eq!((first.probes, first.timeouts), (4, 2));
         assert_eq!(first.network_rtt.count(), 2);
