@@ -597,6 +597,45 @@ async fn grafana_dashboard_queries_name_exported_metrics() {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard is JSON");
     assert!(dashboard["title"].is_string() && dashboard["panels"].is_array());
+    // The ToR × ToR panels are matrices: an instant table query per (src_tor, dst_tor)
+    // turned into rows of source ToRs and columns of destination ToRs.
+    let matrices: Vec<&serde_json::Value> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["title"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("ToR × ToR"))
+        })
+        .collect();
+    assert_eq!(matrices.len(), 2, "RTT and loss matrices");
+    for p in matrices {
+        assert_eq!(p["type"], "table", "{}", p["title"]);
+        let target = &p["targets"][0];
+        assert_eq!(
+            (&target["instant"], &target["format"]),
+            (&serde_json::json!(true), &serde_json::json!("table"))
+        );
+        assert!(
+            target["expr"]
+                .as_str()
+                .unwrap()
+                .contains("by (src_tor, dst_tor"),
+            "{}",
+            p["title"]
+        );
+        let t = &p["transformations"][0];
+        assert_eq!(t["id"], "groupingToMatrix");
+        assert_eq!(
+            (&t["options"]["rowField"], &t["options"]["columnField"]),
+            (&serde_json::json!("src_tor"), &serde_json::json!("dst_tor"))
+        );
+        assert_eq!(
+            p["fieldConfig"]["defaults"]["color"]["mode"],
+            "continuous-viridis"
+        );
+    }
     let mut exprs = Vec::new();
     collect_exprs(&dashboard, &mut exprs);
     assert!(exprs.len() >= 8, "only {} queries", exprs.len());
