@@ -799,8 +799,10 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
         return;
     };
     let dir = scratch_dir("dash-lossy");
+    // Periods long enough that a page rendered on a loaded machine shows the period the
+    // API served around it.
     let (_server, url) =
-        start_sqlite_server(&dir, "[analyzer]\nperiod_ms = 1000\ngrace_ms = 300\n");
+        start_sqlite_server(&dir, "[analyzer]\nperiod_ms = 10000\ngrace_ms = 500\n");
     let a = register(
         &url,
         "lossy-host-a",
