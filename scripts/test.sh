@@ -19,6 +19,7 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 [ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev rdma-core ibverbs-providers)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+command -v promtool >/dev/null 2>&1 || need+=(prometheus) # metrics: promtool check metrics
 if [ ${#need[@]} -gt 0 ]; then
   echo "test.sh: installing ${need[*]}"
   as_root apt-get update -qq

@@ -1,5 +1,6 @@
-//! `--metrics-listen ADDR`: the agent's self-metrics at `GET /metrics` in the OpenMetrics
-//! text format. The agent runs no async runtime elsewhere, so the listener gets a
+//! `--metrics-listen ADDR`: the agent's self-metrics at `GET /metrics` (OpenMetrics, or the
+//! classic text format when the scraper's `Accept` asks for it, plus the build and process
+//! families every rocemesh process exports). The agent runs no async runtime elsewhere, so the listener gets a
 //! single-threaded tokio runtime on its own thread and serves through `rocemesh_httpd`:
 //! connections are served concurrently under [`Limits::metrics`] (caps, header-read and
 //! idle deadlines), so a slow or silent client delays no scrape.
@@ -16,17 +17,15 @@ use axum::http::{StatusCode, header};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet, text};
+use prometheus_client::encoding::{DescriptorEncoder, MetricEncoder, NoLabelSet};
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
 use rocemesh_httpd::Limits;
+use rocemesh_proto::exposition::{self, Format, ProcessCollector};
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use tokio::sync::oneshot;
-
-/// Content type of the exposition (what prometheus-client's text encoder writes).
-pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// What the listener reads at every scrape.
 #[derive(Debug, Clone)]
@@ -100,24 +99,28 @@ fn router(sources: Sources) -> Router {
         .with_state(Arc::new(sources))
 }
 
-async fn scrape(State(sources): State<Arc<Sources>>) -> axum::response::Response {
-    match exposition(&sources) {
-        Ok(body) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], body).into_response(),
+async fn scrape(
+    State(sources): State<Arc<Sources>>,
+    headers: axum::http::HeaderMap,
+) -> axum::response::Response {
+    let accept = headers.get(header::ACCEPT).and_then(|v| v.to_str().ok());
+    let format = Format::negotiate(accept);
+    match exposition(&sources, format) {
+        Ok(body) => ([(header::CONTENT_TYPE, format.content_type())], body).into_response(),
         Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, format!("{e}\n")).into_response(),
     }
 }
 
-/// The whole exposition of the agent's metrics.
-pub fn exposition(sources: &Sources) -> Result<String, std::fmt::Error> {
+/// The whole exposition of the agent's metrics in `format`.
+pub fn exposition(sources: &Sources, format: Format) -> Result<String, std::fmt::Error> {
     let snapshot = Snapshot {
         stats: sources.counters.snapshot(sources.buffer.len()),
         buffer_capacity: sources.buffer_capacity,
     };
     let mut registry = Registry::default();
+    registry.register_collector(Box::new(ProcessCollector));
     registry.register_collector(Box::new(snapshot));
-    let mut body = String::new();
-    text::encode(&mut body, &registry)?;
-    Ok(body)
+    exposition::encode(&[&registry], format)
 }
 
 #[derive(Debug)]

@@ -142,6 +142,21 @@ fn metrics_listener_serves_the_agents_counters() {
         "{head}"
     );
     assert!(body.ends_with("# EOF\n"));
+    // A scraper asking for the classic text format gets it.
+    let (status, head, classic) = exchange(
+        addr,
+        "GET /metrics HTTP/1.1\r\nHost: x\r\nAccept: text/plain;version=0.0.4;q=1,*/*;q=0.1\r\n\r\n",
+    );
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    assert!(
+        head.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8"),
+        "{head}"
+    );
+    assert!(
+        classic.contains("# TYPE rocemesh_agent_probes_sent_total counter\n")
+            && !classic.contains("# EOF"),
+        "{classic}"
+    );
     let m = samples(&body);
     let within = |name: &str, lo: u64, hi: u64| {
         let v = m
@@ -202,6 +217,15 @@ fn metrics_listener_serves_the_agents_counters() {
         1,
     );
     within("rocemesh_agent_service_tracing_info{route=\"off\"}", 1, 1);
+    within(
+        &format!(
+            "rocemesh_build_info{{version=\"{}\"}}",
+            env!("CARGO_PKG_VERSION")
+        ),
+        1,
+        1,
+    );
+    within("process_open_fds", 3, 1 << 20);
 
     // Anything else is refused without disturbing the listener.
     assert_eq!(

@@ -61,7 +61,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
 }
 
 /// Every receiver (config-file and API ones); secrets are never shown.
-#[utoipa::path(get, path = "/api/v1/alerts/receivers", tag = "alerts",
+#[utoipa::path(get, path = "/api/v1/alerts/receivers", operation_id = "listAlertReceivers", tag = "alerts",
     responses((status = 200, description = "Receivers in force", body = [ReceiverView]),
               (status = 503, description = "Database unavailable", body = ErrorBody)))]
 async fn get_receivers(State(a): State<Arc<Alerts>>) -> Result<Json<Vec<ReceiverView>>, ApiError> {
@@ -73,7 +73,7 @@ async fn get_receivers(State(a): State<Arc<Alerts>>) -> Result<Json<Vec<Receiver
 }
 
 /// Adds a receiver (admin). Names are unique across config and API receivers.
-#[utoipa::path(post, path = "/api/v1/alerts/receivers", tag = "alerts", request_body = ReceiverSpec,
+#[utoipa::path(post, path = "/api/v1/alerts/receivers", operation_id = "createAlertReceiver", tag = "alerts", request_body = ReceiverSpec,
     responses((status = 201, description = "Added", body = ReceiverView),
               (status = 400, description = "Invalid body", body = ErrorBody),
               (status = 409, description = "Name taken (or a config receiver)", body = ErrorBody)))]
@@ -93,7 +93,7 @@ async fn post_receiver(
 }
 
 /// Removes an API receiver (admin); its undelivered notifications are given up.
-#[utoipa::path(delete, path = "/api/v1/alerts/receivers/{name}", tag = "alerts",
+#[utoipa::path(delete, path = "/api/v1/alerts/receivers/{name}", operation_id = "deleteAlertReceiver", tag = "alerts",
     params(("name" = String, Path, description = "Receiver name")),
     responses((status = 204, description = "Removed"),
               (status = 404, description = "No such receiver", body = ErrorBody),
@@ -110,7 +110,7 @@ async fn delete_receiver(
 }
 
 /// Outbox rows, newest first: what was sent to whom, what is pending and why.
-#[utoipa::path(get, path = "/api/v1/alerts/outbox", tag = "alerts", params(ListQuery),
+#[utoipa::path(get, path = "/api/v1/alerts/outbox", operation_id = "listAlertOutbox", tag = "alerts", params(ListQuery),
     responses((status = 200, description = "Outbox rows", body = [OutboxEntry]),
               (status = 400, description = "Bad filter", body = ErrorBody)))]
 async fn get_outbox(

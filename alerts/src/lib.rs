@@ -31,8 +31,11 @@ pub use payload::{Alert, Notification, Status};
 pub use receiver::{Receiver, ReceiverSpec, ReceiverView};
 
 use anyhow::Context;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use rocemesh_store::Db;
-use sender::Policy;
+use sender::{Deliveries, Policy};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -49,6 +52,7 @@ pub struct Alerts {
     config_receivers: Vec<Receiver>,
     agent: ureq::Agent,
     policy: Arc<Policy>,
+    deliveries: Arc<Deliveries>,
 }
 
 impl std::fmt::Debug for Alerts {
@@ -80,6 +84,7 @@ impl Alerts {
             db,
             config_receivers,
             policy,
+            deliveries: Arc::default(),
             cfg,
         }))
     }
@@ -131,11 +136,36 @@ impl Alerts {
             &self.db,
             &self.agent,
             &self.policy,
+            &self.deliveries,
             &receivers,
             self.lease_ms(),
         )
         .await
         .context("alerts sender")?;
+        Ok(())
+    }
+}
+
+/// Webhook deliveries for the server's `/metrics` route.
+pub fn collector(alerts: &Alerts) -> Box<dyn Collector> {
+    Box::new(DeliveryMetrics(alerts.deliveries.clone()))
+}
+
+#[derive(Debug)]
+struct DeliveryMetrics(Arc<Deliveries>);
+
+impl Collector for DeliveryMetrics {
+    fn encode(&self, mut enc: DescriptorEncoder) -> std::fmt::Result {
+        let mut m = enc.encode_descriptor(
+            "rocemesh_alert_deliveries",
+            "Alerts sent to webhook receivers by outcome: delivered (2xx), retried (attempt failed, tried again later), failed (given up).",
+            None,
+            MetricType::Counter,
+        )?;
+        for (outcome, n) in self.0.totals() {
+            m.encode_family(&[("outcome", outcome)])?
+                .encode_counter::<NoLabelSet, _, u64>(&n, None)?;
+        }
         Ok(())
     }
 }

@@ -10,6 +10,39 @@ use rocemesh_proto::now_unix_ms;
 use rocemesh_store::Db;
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Alerts by delivery outcome since this process started (`rocemesh_alert_deliveries`).
+#[derive(Debug, Default)]
+pub struct Deliveries {
+    delivered: AtomicU64,
+    retried: AtomicU64,
+    failed: AtomicU64,
+}
+
+impl Deliveries {
+    /// Counts the alerts of one group by the outcome of its attempt (a group released
+    /// untried is not counted).
+    fn count(&self, outcome: &Outcome, alerts: usize) {
+        let counter = match outcome {
+            Outcome::Delivered => &self.delivered,
+            Outcome::Retry { .. } => &self.retried,
+            Outcome::Failed { .. } => &self.failed,
+            Outcome::Released { .. } => return,
+        };
+        counter.fetch_add(alerts as u64, Ordering::Relaxed);
+    }
+
+    /// (outcome label, alerts): delivered (2xx), retried (a failed attempt to be
+    /// retried), failed (given up).
+    pub fn totals(&self) -> [(&'static str, u64); 3] {
+        [
+            ("delivered", self.delivered.load(Ordering::Relaxed)),
+            ("retried", self.retried.load(Ordering::Relaxed)),
+            ("failed", self.failed.load(Ordering::Relaxed)),
+        ]
+    }
+}
 
 /// Delivery settings (from the config).
 #[derive(Debug, Clone)]
@@ -130,6 +163,7 @@ async fn deliver_to(
     db: Db,
     agent: ureq::Agent,
     policy: Arc<Policy>,
+    deliveries: Arc<Deliveries>,
     receiver: Receiver,
     rows: Vec<Claimed>,
 ) {
@@ -148,6 +182,7 @@ async fn deliver_to(
                 },
             },
         };
+        deliveries.count(&outcome, ids.len());
         match &outcome {
             Outcome::Delivered => {
                 tracing::info!(receiver = %receiver.name, alerts = ids.len(), priority = %key.0, kind = %key.1, "alerts delivered");
@@ -174,6 +209,7 @@ pub async fn send_due(
     db: &Db,
     agent: &ureq::Agent,
     policy: &Arc<Policy>,
+    deliveries: &Arc<Deliveries>,
     receivers: &[Receiver],
     lease_ms: i64,
 ) -> anyhow::Result<usize> {
@@ -192,6 +228,7 @@ pub async fn send_due(
                     db.clone(),
                     agent.clone(),
                     policy.clone(),
+                    deliveries.clone(),
                     r.clone(),
                     rows,
                 ));
@@ -202,6 +239,7 @@ pub async fn send_due(
                     error: "receiver removed".to_string(),
                 };
                 outbox::finish(db, &ids, &gone, now).await?;
+                deliveries.count(&gone, ids.len());
             }
         }
     }

@@ -50,6 +50,7 @@ fn fast_config(receivers: Vec<ReceiverConfig>) -> AlertsConfig {
 
 /// A running alerts service.
 struct Service {
+    alerts: Arc<Alerts>,
     cancel: CancellationToken,
     task: JoinHandle<()>,
 }
@@ -58,8 +59,27 @@ impl Service {
     fn start(db: &Db, cfg: AlertsConfig) -> Service {
         let alerts: Arc<Alerts> = Alerts::new(db.clone(), cfg).expect("valid config");
         let cancel = CancellationToken::new();
-        let task = tokio::spawn(run(alerts, cancel.clone()));
-        Service { cancel, task }
+        let task = tokio::spawn(run(alerts.clone(), cancel.clone()));
+        Service {
+            alerts,
+            cancel,
+            task,
+        }
+    }
+
+    /// `rocemesh_alert_deliveries_total` by outcome, as `/metrics` shows it.
+    fn deliveries(&self) -> HashMap<String, u64> {
+        let mut registry = prometheus_client::registry::Registry::default();
+        registry.register_collector(rocemesh_alerts::collector(&self.alerts));
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &registry).unwrap();
+        text.lines()
+            .filter_map(|l| l.strip_prefix("rocemesh_alert_deliveries_total{outcome=\""))
+            .map(|l| {
+                let (outcome, n) = l.split_once("\"} ").unwrap();
+                (outcome.to_string(), n.parse().unwrap())
+            })
+            .collect()
     }
 
     /// Graceful stop: the round in progress finishes and is recorded.
@@ -281,6 +301,10 @@ async fn failing_receiver_gets_every_alert_exactly_once_after_recovery() {
             outbox.iter().any(|(_, a)| *a > 1),
             "{backend}: retried: {outbox:?}"
         );
+        // Every failed request retried at least one alert; all six got through.
+        let d = svc.deliveries();
+        assert_eq!((d["delivered"], d["failed"]), (6, 0), "{backend}: {d:?}");
+        assert!(d["retried"] >= 4, "{backend}: {d:?}");
         svc.stop().await;
     }
 }
@@ -312,6 +336,12 @@ async fn permanent_client_errors_give_up_after_a_few_tries() {
                 .unwrap();
         assert_eq!((state.as_str(), attempts), ("failed", 3), "{backend}");
         assert!(err.unwrap_or_default().contains("HTTP 400"));
+        let d = svc.deliveries();
+        assert_eq!(
+            (d["delivered"], d["retried"], d["failed"]),
+            (0, 2, 1),
+            "{backend}: two retried attempts, then given up"
+        );
         svc.stop().await;
     }
 }

@@ -79,7 +79,7 @@ fn is_batch_content_type(headers: &HeaderMap) -> bool {
 }
 
 /// Result batch upload from an agent (`proto::batch` binary body).
-#[utoipa::path(post, path = "/api/v1/results", tag = "results",
+#[utoipa::path(post, path = "/api/v1/results", operation_id = "uploadProbeResults", tag = "results",
     request_body(content = String, content_type = "application/vnd.rocemesh.results.v1",
         description = "A `proto::batch` encoded batch (application/octet-stream also accepted)"),
     responses((status = 200, body = UploadAck), (status = 400, body = ErrorBody),
@@ -121,7 +121,7 @@ async fn post_results(
 }
 
 /// Stored SLA rows of one scope, newest period first.
-#[utoipa::path(get, path = "/api/v1/sla", tag = "sla",
+#[utoipa::path(get, path = "/api/v1/sla", operation_id = "listSlaRows", tag = "sla",
     params(("scope" = SlaScope, Query, description = "cluster, tor_pair or rnic"),
         ("key" = Option<String>, Query, description = "Only this key (`tor-a->tor-b`, an RNIC id)"),
         ("from_ms" = Option<i64>, Query, description = "Periods starting at or after (ms since the Unix epoch)"),
@@ -150,7 +150,7 @@ struct LatestQuery {
 }
 
 /// SLA rows of the latest closed period.
-#[utoipa::path(get, path = "/api/v1/sla/latest", tag = "sla", params(LatestQuery),
+#[utoipa::path(get, path = "/api/v1/sla/latest", operation_id = "getLatestSla", tag = "sla", params(LatestQuery),
     responses((status = 200, body = Vec<SlaRow>), (status = 400, body = ErrorBody)))]
 async fn get_latest(
     State(a): State<Arc<Analyzer>>,
@@ -167,7 +167,7 @@ async fn get_latest(
 }
 
 /// Ingest counters: what came in and what was thrown away, and why.
-#[utoipa::path(get, path = "/api/v1/ingest/stats", tag = "results",
+#[utoipa::path(get, path = "/api/v1/ingest/stats", operation_id = "getIngestStats", tag = "results",
     responses((status = 200, description = "Ingest counters (JSON object)", content_type = "application/json")))]
 async fn get_stats(State(a): State<Arc<Analyzer>>) -> Json<IngestStats> {
     Json(a.stats())
@@ -207,7 +207,7 @@ fn internal(e: anyhow::Error) -> ApiError {
 }
 
 /// Problems, most recently seen first; active ones as diagnosed this very tick.
-#[utoipa::path(get, path = "/api/v1/problems", tag = "problems", params(ProblemsQuery),
+#[utoipa::path(get, path = "/api/v1/problems", operation_id = "listProblems", tag = "problems", params(ProblemsQuery),
     responses((status = 200, body = Vec<Problem>), (status = 400, body = ErrorBody)))]
 async fn get_problems(
     State(a): State<Arc<Analyzer>>,
@@ -254,7 +254,7 @@ async fn get_problems(
 }
 
 /// One problem, active (live) or stored.
-#[utoipa::path(get, path = "/api/v1/problems/{id}", tag = "problems",
+#[utoipa::path(get, path = "/api/v1/problems/{id}", operation_id = "getProblem", tag = "problems",
     params(("id" = i64, Path, description = "Problem id")),
     responses((status = 200, body = Problem), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn get_problem(
@@ -281,7 +281,7 @@ async fn get_problem(
 }
 
 /// The Algorithm 1 baseline's votes (R-Pingmesh), for comparison with the diagnosis.
-#[utoipa::path(get, path = "/api/v1/diagnosis/baseline", tag = "problems",
+#[utoipa::path(get, path = "/api/v1/diagnosis/baseline", operation_id = "getDiagnosisBaseline", tag = "problems",
     responses((status = 200, description = "Baseline votes (JSON array)", content_type = "application/json")))]
 async fn get_baseline(State(a): State<Arc<Analyzer>>) -> Json<Vec<BaselineVote>> {
     Json(a.baseline_votes().as_ref().clone())
@@ -419,7 +419,7 @@ fn path_info(map: &FabricMap, registry: &Registry, p: &TracedPath) -> PathInfo {
 }
 
 /// The latest traced paths the diagnosis holds, filtered by their ends.
-#[utoipa::path(get, path = "/api/v1/paths", tag = "problems",
+#[utoipa::path(get, path = "/api/v1/paths", operation_id = "listTracedPaths", tag = "problems",
     params(("src_rnic" = Option<String>, Query, description = "Source RNIC: id or `host/ifname`"),
         ("dst_rnic" = Option<String>, Query, description = "Destination RNIC: id or `host/ifname`"),
         ("src_tor" = Option<String>, Query, description = "Source ToR (instead of src_rnic)"),

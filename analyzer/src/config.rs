@@ -29,6 +29,9 @@ pub struct AnalyzerConfig {
     pub latency: LatencyConfig,
     /// Several analyzer instances over one PostgreSQL (`[analyzer.scaleout]`).
     pub scaleout: crate::shard::ScaleoutConfig,
+    /// Most ToR pairs with their own `/metrics` series (about 230 series and 2 KiB each);
+    /// further pairs are counted in `rocemesh_tor_pairs_unexported`.
+    pub max_tor_pair_series: usize,
 }
 
 /// Per RNIC-pair latency anomaly detection (SkeletonHunter §5.2): short windows scored
@@ -332,6 +335,7 @@ impl Default for AnalyzerConfig {
             diagnosis: DiagnosisConfig::default(),
             latency: LatencyConfig::default(),
             scaleout: crate::shard::ScaleoutConfig::default(),
+            max_tor_pair_series: crate::metrics::DEFAULT_MAX_TOR_PAIRS,
         }
     }
 }
@@ -369,6 +373,12 @@ impl AnalyzerConfig {
         self.diagnosis.validate()?;
         self.latency.validate()?;
         self.scaleout.validate()?;
+        ensure!(
+            (1..=crate::metrics::MAX_TOR_PAIRS).contains(&self.max_tor_pair_series),
+            "analyzer.max_tor_pair_series must be between 1 and {}, got {}",
+            crate::metrics::MAX_TOR_PAIRS,
+            self.max_tor_pair_series
+        );
         ensure!(
             self.latency.short_window_ms >= self.diagnosis.tick_ms,
             "analyzer.latency.short_window_ms ({}) must be at least diagnosis.tick_ms ({})",

@@ -134,8 +134,9 @@ pub struct Applied {
 }
 
 impl IngestState {
-    /// Fresh counters around a window.
-    pub fn new(window: Window) -> Self {
+    /// Fresh counters around a window, with per-ToR-pair series for at most
+    /// `max_tor_pairs` pairs.
+    pub fn new(window: Window, max_tor_pairs: usize) -> Self {
         Self {
             window,
             hosts: HashMap::new(),
@@ -144,7 +145,7 @@ impl IngestState {
             rejected: RejectedBatches::default(),
             duplicates: 0,
             dropped: DroppedRecords::default(),
-            tor_pairs: TorPairMetrics::default(),
+            tor_pairs: TorPairMetrics::new(max_tor_pairs),
         }
     }
 

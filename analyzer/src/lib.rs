@@ -101,11 +101,10 @@ impl Analyzer {
             instance: rand::random::<u64>().max(1),
             diagnosis,
             tick_metrics: metrics::TickMetrics::default(),
-            state: Mutex::new(IngestState::new(Window::new(
-                cfg.period_ms,
-                cfg.grace_ms,
-                newest,
-            ))),
+            state: Mutex::new(IngestState::new(
+                Window::new(cfg.period_ms, cfg.grace_ms, newest),
+                cfg.max_tor_pair_series,
+            )),
             registry: RwLock::new(Arc::new(registry)),
             loader: tokio::sync::Mutex::new(loader),
             refresh_wanted: AtomicBool::new(false),

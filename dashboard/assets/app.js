@@ -5,19 +5,21 @@ import { getJson, onUnauthorized, setToken, token } from './api.js';
 import { renderDrilldown } from './drilldown.js';
 import { el, fmtNs, fmtPct, fmtTime, setPanelState } from './format.js';
 import { renderHeatmap } from './heatmap.js';
-import { renderProblems } from './problems.js';
+import { openProblem, renderProblems } from './problems.js';
 import { renderRnics } from './rnics.js';
 
 const REFRESH_MS = 5000;
 
 const $ = (id) => document.getElementById(id);
-const view = { metric: 'rtt', selected: pairFromHash() };
+/** The page's link parameters: `#pair=t0->t1&problem=42` (links can be shared). */
+const linked = new URLSearchParams(location.hash.slice(1));
+
+const view = { metric: 'rtt', selected: pairFromHash(), rangeMs: 3600_000 };
 let last = null;
 
-/** `#pair=t0->t1` opens that pair's drill-down (links to a pair can be shared). */
+/** `pair=t0->t1` opens that pair's drill-down. */
 function pairFromHash() {
-  const m = /^#pair=(.+)$/.exec(location.hash);
-  const parts = m ? decodeURIComponent(m[1]).split('->') : [];
+  const parts = (linked.get('pair') || '').split('->');
   return parts.length === 2 ? parts : null;
 }
 
@@ -68,7 +70,12 @@ async function drillDown() {
   panel.hidden = false;
   $('drilldown-title').textContent = `${src} → ${dst}`;
   panel.dataset.pair = `${src}->${dst}`;
-  await renderDrilldown($('drilldown'), src, dst, getJson);
+  await renderDrilldown($('drilldown'), { src, dst, rangeMs: view.rangeMs, names: rnicNames() }, getJson);
+}
+
+/** RNIC address -> `host/ifname`, from the last registry read. */
+function rnicNames() {
+  return new Map((last?.rnics[0] || []).map((r) => [r.ip, `${r.host}/${r.ifname}`]));
 }
 
 async function refresh() {
@@ -86,7 +93,7 @@ async function refresh() {
   drawHeatmap();
 
   setPanelState($('problems-panel'), problems[1]);
-  if (problems[0]) renderProblems($('problems'), problems[0]);
+  if (problems[0]) renderProblems($('problems'), problems[0], rnicNames());
   else $('problems').replaceChildren();
 
   const rnicPanel = $('rnics-panel');
@@ -118,6 +125,10 @@ function setupControls() {
       if (last) drawHeatmap();
     });
   }
+  $('drilldown-range').addEventListener('change', (e) => {
+    view.rangeMs = Number(e.target.value);
+    drillDown();
+  });
   $('drilldown-close').addEventListener('click', () => {
     view.selected = null;
     history.replaceState(null, '', location.pathname);
@@ -145,5 +156,7 @@ async function loop() {
   }
 }
 
+// `problem=42` opens that problem's evidence.
+if (linked.get('problem')) openProblem(linked.get('problem'));
 setupControls();
 loop();

@@ -60,28 +60,35 @@ function seriesView(rows) {
     el('div', { class: 'series-keys' }, keyItem('p99', 'p99 RTT'), keyItem('p50', 'p50 RTT'), keyItem('loss', 'loss (right axis)')));
 }
 
-function pathsView(paths) {
+function pathsView(paths, names) {
+  const end = (ip, port) => (names.has(ip) ? `${names.get(ip)} (${ip}:${port})` : `${ip}:${port}`);
   if (!paths.length) return el('p', { class: 'empty' }, 'No traced path between these ToRs yet.');
   return el('ul', { class: 'paths' }, paths.map((p) => el('li', {
     class: `path ${p.reached ? 'reached' : 'broken'}`,
     'data-direction': p.direction,
     'data-hops': p.hop_names.join(' '),
   },
-  el('span', { class: 'tuple' }, `${p.src}:${p.src_port} → ${p.dst}:${p.dst_port}`, p.direction === 'ack' ? el('span', { class: 'tag' }, 'ack') : null),
+  el('span', { class: 'tuple' }, `${end(p.src, p.src_port)} → ${end(p.dst, p.dst_port)}`, p.direction === 'ack' ? el('span', { class: 'tag' }, 'ack') : null),
   el('span', { class: 'hops' }, p.hop_names.flatMap((h, i) => [i ? el('span', { class: 'arrow' }, '→') : null, el('span', { class: h === '*' ? 'hop silent' : 'hop' }, h)])),
   el('span', { class: `tag ${p.reached ? 'ok' : 'bad'}` }, p.reached ? 'reached' : 'broke off'),
   el('span', { class: 'when' }, fmtTime(p.traced_at_ms)))));
 }
 
+/** Most periods a drill-down reads (a week of 20 s periods would be 30,240). */
+const MAX_PERIODS = 10000;
+
 /**
- * Fills `container` with the pair's series and paths; each half says on its own
- * when its endpoint fails. `getJson` is the API client.
+ * Fills `container` with the periods of the ToR pair `src` -> `dst` started in the last
+ * `rangeMs`, and its latest traced paths (RNIC addresses named by `names`); each half
+ * says on its own when its endpoint fails. `getJson` is the API client.
  */
-export async function renderDrilldown(container, src, dst, getJson) {
+export async function renderDrilldown(container, { src, dst, rangeMs, names }, getJson) {
   const key = `${src}->${dst}`;
   const q = (o) => new URLSearchParams(o).toString();
+  const fromMs = Date.now() - rangeMs;
+  container.dataset.fromMs = String(fromMs);
   const [series, paths] = await Promise.allSettled([
-    getJson(`/api/v1/sla?${q({ scope: 'tor_pair', key, limit: 60 })}`),
+    getJson(`/api/v1/sla?${q({ scope: 'tor_pair', key, from_ms: fromMs, limit: MAX_PERIODS })}`),
     getJson(`/api/v1/paths?${q({ src_tor: src, dst_tor: dst, limit: 8 })}`),
   ]);
   const part = (title, result, view, cls) => el('div', { class: `drill-part ${cls}` }, el('h3', {}, title),
@@ -90,5 +97,5 @@ export async function renderDrilldown(container, src, dst, getJson) {
       : el('p', { class: 'part-unavailable' }, `unavailable — ${result.reason.path} ${result.reason.message}`));
   container.replaceChildren(
     part('Recent periods', series, seriesView, 'drill-series'),
-    part('Traced paths', paths, (v) => pathsView(v.paths), 'drill-paths'));
+    part('Traced paths', paths, (v) => pathsView(v.paths, names), 'drill-paths'));
 }

@@ -1,5 +1,6 @@
 // The Pingmesh-style ToR × ToR matrix: one cell per (source ToR, destination ToR)
-// of the latest SLA period, coloured by p99 network RTT or by loss (timeout rate).
+// of the latest SLA period, coloured by p99 network RTT or by loss (timeout rate) on a
+// colour-blind-safe scale (cividis: dark blue is good, yellow is bad).
 
 import { byName, el, fmtNs, fmtPct, fmtTime } from './format.js';
 
@@ -8,29 +9,43 @@ const RTT_RED_FACTOR = 4;
 /** Loss colour: 0.01 % is almost green, 10 % and above is red (log scale). */
 const LOSS_GREEN = 1e-4;
 const LOSS_RED = 1e-1;
+/** In the RTT view a pair with any loss is at least this bad: never drawn healthy. */
+export const LOSSY_FLOOR = 0.5;
+/** Cividis at 0, ¼, ½, ¾, 1 (perceptually uniform, readable with colour-vision deficiency). */
+const PALETTE = [[0, 34, 78], [65, 77, 107], [124, 123, 120], [188, 175, 111], [254, 232, 56]];
 
 function median(values) {
   const v = [...values].sort((a, b) => a - b);
   return v.length ? v[Math.floor(v.length / 2)] : null;
 }
 
-/** 0 (good) .. 1 (bad) for a cell. */
-function badness(row, metric, rttMedian) {
-  if (metric === 'loss') {
-    if (!row.timeout_rate) return 0;
-    const t = Math.log10(row.timeout_rate / LOSS_GREEN) / Math.log10(LOSS_RED / LOSS_GREEN);
-    return Math.min(1, Math.max(0.08, t));
-  }
+/** 0 (no loss) .. 1 (≥ LOSS_RED) on a log scale; any loss is at least 0.08. */
+function lossBadness(row) {
+  if (!row.timeouts) return 0;
+  const t = Math.log10(row.timeout_rate / LOSS_GREEN) / Math.log10(LOSS_RED / LOSS_GREEN);
+  return Math.min(1, Math.max(0.08, t));
+}
+
+/** 0 (good) .. 1 (bad) for a cell; in the RTT view loss raises it to LOSSY_FLOOR or more. */
+export function badness(row, metric, rttMedian) {
+  if (metric === 'loss') return lossBadness(row);
   const p99 = row.network_rtt_ns.p99;
   // Every probe lost: no RTT at all is the worst RTT.
   if (p99 === null) return row.probes > 0 ? 1 : null;
-  if (!rttMedian) return null;
-  return Math.min(1, Math.max(0, Math.log(p99 / rttMedian) / Math.log(RTT_RED_FACTOR)));
+  const rtt = rttMedian
+    ? Math.min(1, Math.max(0, Math.log(p99 / rttMedian) / Math.log(RTT_RED_FACTOR)))
+    : 0;
+  return row.timeouts > 0 ? Math.max(rtt, LOSSY_FLOOR, lossBadness(row)) : rtt;
 }
 
-function colour(t) {
+/** The palette colour at `t` in [0, 1] as `rgb(r, g, b)` (linear between stops). */
+export function colour(t) {
   if (t === null) return '';
-  return `hsl(${Math.round(120 * (1 - t))}, 62%, ${34 + Math.round(6 * t)}%)`;
+  const x = Math.min(1, Math.max(0, t)) * (PALETTE.length - 1);
+  const i = Math.min(PALETTE.length - 2, Math.floor(x));
+  const f = x - i;
+  const c = PALETTE[i].map((v, k) => Math.round(v + (PALETTE[i + 1][k] - v) * f));
+  return `rgb(${c.join(', ')})`;
 }
 
 /** ToR names: the topology's, plus any an SLA row names (the topology may be unavailable). */
@@ -93,7 +108,11 @@ export function renderHeatmap(container, legendBox, { topology, rows, metric, se
       }, el('span', { class: 'value' }, metric === 'loss' ? loss : rtt),
       // Loss matters in either view: the RTT view names it under the value.
       metric === 'rtt' && row.timeouts > 0 ? el('span', { class: 'sub' }, `${loss} loss`) : null);
-      td.style.background = colour(badness(row, metric, rttMedian));
+      const bad = badness(row, metric, rttMedian);
+      td.style.background = colour(bad);
+      td.dataset.badness = bad === null ? '' : bad.toFixed(3);
+      // Dark text on the light (bad) end of the scale.
+      if (bad !== null && bad > 0.6) td.classList.add('light');
       const open = () => onSelect(src, dst);
       td.addEventListener('click', open);
       td.addEventListener('keydown', (e) => { if (e.key === 'Enter') open(); });

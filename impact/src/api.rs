@@ -68,6 +68,7 @@ pub fn router(impact: Arc<Impact>) -> Router {
 #[utoipa::path(
     post,
     path = "/api/v1/tasks/{id}/metrics",
+    operation_id = "recordTaskMetric",
     tag = "impact",
     params(("id" = u32, Path, description = "Task id")),
     request_body = MetricSample,
@@ -123,6 +124,7 @@ struct MetricsQuery {
 #[utoipa::path(
     get,
     path = "/api/v1/tasks/{id}/metrics",
+    operation_id = "listTaskMetrics",
     tag = "impact",
     params(("id" = u32, Path, description = "Task id"), MetricsQuery),
     responses(
@@ -172,6 +174,7 @@ async fn get_metrics(
 #[utoipa::path(
     put,
     path = "/api/v1/tasks/{id}/objective",
+    operation_id = "setTaskObjective",
     tag = "impact",
     params(("id" = u32, Path, description = "Task id")),
     request_body = ObjectiveSpec,
@@ -199,6 +202,7 @@ async fn put_objective(
 #[utoipa::path(
     get,
     path = "/api/v1/tasks/{id}/objective",
+    operation_id = "getTaskObjective",
     tag = "impact",
     params(("id" = u32, Path, description = "Task id")),
     responses(
@@ -238,6 +242,7 @@ struct VerdictQuery {
 #[utoipa::path(
     get,
     path = "/api/v1/tasks/{id}/verdict",
+    operation_id = "getTaskVerdict",
     tag = "impact",
     params(("id" = u32, Path, description = "Task id"), VerdictQuery),
     responses(

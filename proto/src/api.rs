@@ -675,6 +675,20 @@ pub struct TaskEndpoint {
     pub ready: bool,
 }
 
+impl TaskEndpoint {
+    /// The endpoint `rnic` on `host`, without rail, pod or readiness.
+    pub fn new(host: &str, rnic: &str) -> Self {
+        Self {
+            host: host.into(),
+            rnic: rnic.into(),
+            rail: None,
+            namespace: None,
+            pod: None,
+            ready: false,
+        }
+    }
+}
+
 /// `POST /api/v1/tasks` / `PUT /api/v1/tasks/{id}`: a training task and its endpoints.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]

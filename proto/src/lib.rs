@@ -6,11 +6,14 @@
 //! - [`path`]: traced paths, uploaded in a batch's optional path section;
 //! - [`api`]: JSON types of the REST API;
 //! - `http_client` (feature `http-client`): the HTTP(S) client every component builds;
+//! - `exposition` (feature `exposition`): the `/metrics` text every process serves;
 //! - [`utc`]: timestamps as RFC 3339 text.
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod batch;
+#[cfg(feature = "exposition")]
+pub mod exposition;
 #[cfg(feature = "http-client")]
 pub mod http_client;
 pub mod packet;

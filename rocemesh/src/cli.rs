@@ -37,10 +37,11 @@ pub enum Command {
     Testbed(crate::testbed_cmd::TestbedCmd),
     /// Localization suite: scenarios on fresh fabrics, scored against the ground truth.
     Eval(crate::eval::EvalArgs),
-    /// Operator CLI over the REST API: status, problems, rnic, path, verdict.
+    /// Operator CLI over the REST API: status, problems, rnic, path, verdict, tasks.
     Ctl(crate::ctl::CtlArgs),
-    /// Simulated fabric (leaf-spine, fat-tree, rail) driving the real controller and
-    /// analyzer; scores what was found against the injected faults.
+    /// Simulated fabric (leaf-spine, fat-tree, rail) driving the real controller and analyzer.
+    ///
+    /// Scores what was found against the injected faults.
     Sim(crate::sim_cmd::SimArgs),
 }
 

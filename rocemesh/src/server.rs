@@ -144,6 +144,7 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
         // Alert webhooks follow the problems the analyzer stores.
         let alerts = rocemesh_alerts::Alerts::new(db.clone(), cfg.alerts.clone())
             .context("starting alerts")?;
+        metrics.push(rocemesh_alerts::collector(&alerts));
         app = app.merge(rocemesh_alerts::router(alerts.clone()));
         background.push(tokio::spawn(rocemesh_alerts::run(
             alerts,

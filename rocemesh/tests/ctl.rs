@@ -11,6 +11,7 @@ use support::{Proc, bin, loopback_agent, scratch_dir, start_sqlite_server, wait_
 
 const READ: &str = "ctl-read-token-7f3a91c2d5e8";
 const AGENT: &str = "ctl-agent-token-2b6e04f9a1c7";
+const ADMIN: &str = "ctl-admin-token-90c4e1d7b3a5";
 
 fn ctl(url: &str, token: Option<&str>, args: &[&str]) -> Output {
     let mut cmd = bin();
@@ -39,7 +40,7 @@ fn ctl_against_a_live_server() {
         &dir,
         &format!(
             "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n[analyzer]\nperiod_ms = 1000\ngrace_ms = 500\n\
-             [auth]\ntokens = [{{ role = \"read\", token = \"{READ}\" }}, {{ role = \"agent\", token = \"{AGENT}\" }}]\n"
+             [auth]\ntokens = [{{ role = \"read\", token = \"{READ}\" }}, {{ role = \"agent\", token = \"{AGENT}\" }}, {{ role = \"admin\", token = \"{ADMIN}\" }}]\n"
         ),
     );
     let mut agents = Vec::new();
@@ -115,6 +116,144 @@ fn ctl_against_a_live_server() {
     );
     assert!(path.contains("tor pair ctl-t0->ctl-t1"), "{path}");
 
+    // Tasks: created by an admin from flags, listed and shown with a read token, an
+    // endpoint marked ready with the agent token.
+    let created = stdout(&ctl(
+        &url,
+        Some(ADMIN),
+        &[
+            "tasks",
+            "create",
+            "--name",
+            "job-1",
+            "--endpoint",
+            "ctl-host-1/r1",
+            "--endpoint",
+            "ctl-host-2/r1",
+        ],
+    ));
+    assert!(created.starts_with("created: task job-1 (id "), "{created}");
+    let list = stdout(&ctl(&url, Some(READ), &["tasks", "list"]));
+    let row = list
+        .lines()
+        .find(|l| l.contains("job-1"))
+        .unwrap_or_else(|| panic!("{list}"));
+    assert!(row.contains("preload") && row.contains("0/2"), "{list}");
+    let id = created
+        .split("(id ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .unwrap()
+        .to_string();
+    // An agent names the task by id (it may not list tasks); an admin may use the name.
+    let ready = stdout(&ctl(
+        &url,
+        Some(AGENT),
+        &["tasks", "ready", &id, "ctl-host-1/r1"],
+    ));
+    assert!(ready.starts_with("endpoint ready: task job-1"), "{ready}");
+    let o = ctl(
+        &url,
+        Some(AGENT),
+        &["tasks", "ready", "job-1", "ctl-host-2/r1"],
+    );
+    assert!(
+        !o.status.success(),
+        "an agent token may not look tasks up by name"
+    );
+    let shown: serde_json::Value = serde_json::from_str(&stdout(&ctl(
+        &url,
+        Some(READ),
+        &["--json", "tasks", "show", "job-1"],
+    )))
+    .unwrap();
+    let flags: Vec<(String, bool)> = shown["endpoints"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e[0]["host"].as_str().unwrap().to_string(),
+                e[0]["ready"].as_bool().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        flags,
+        [
+            ("ctl-host-1".to_string(), true),
+            ("ctl-host-2".to_string(), false)
+        ]
+    );
+    let show = stdout(&ctl(&url, Some(READ), &["tasks", "show", "job-1"]));
+    assert!(
+        show.contains("ready     1/2 endpoints") && show.contains("ctl-host-2/r1"),
+        "{show}"
+    );
+    let o = ctl(
+        &url,
+        Some(READ),
+        &[
+            "tasks",
+            "create",
+            "--name",
+            "job-2",
+            "--endpoint",
+            "ctl-host-1/r2",
+        ],
+    );
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("may not POST /tasks") && err.contains("admin token"),
+        "{err}"
+    );
+
+    // Human times: a span ago and RFC 3339; nonsense is refused before any request.
+    let recent = stdout(&ctl(
+        &url,
+        Some(READ),
+        &["--json", "problems", "--state", "all", "--since", "1h"],
+    ));
+    assert!(
+        serde_json::from_str::<Vec<serde_json::Value>>(&recent).is_ok(),
+        "{recent}"
+    );
+    let verdict = stdout(&ctl(
+        &url,
+        Some(READ),
+        &["--json", "verdict", "job-1", "--since", "2h", "--to", "now"],
+    ));
+    let v: serde_json::Value = serde_json::from_str(&verdict).unwrap();
+    let (from, to) = (v["from"].as_i64().unwrap(), v["to"].as_i64().unwrap());
+    assert!((to - from - 7_200_000).abs() < 5_000, "{verdict}");
+    let at = "2026-01-02T03:04:05Z";
+    let v: serde_json::Value = serde_json::from_str(&stdout(&ctl(
+        &url,
+        Some(READ),
+        &[
+            "--json",
+            "verdict",
+            "job-1",
+            "--from",
+            at,
+            "--to",
+            "2026-01-02T06:04:05+02:00",
+        ],
+    )))
+    .unwrap();
+    assert_eq!(
+        (v["from"].as_i64(), v["to"].as_i64()),
+        (Some(1_767_323_045_000), Some(1_767_326_645_000))
+    );
+    let o = ctl(&url, Some(READ), &["problems", "--since", "yesterday"]);
+    assert!(!o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("\"yesterday\" is not a time") && err.contains("RFC 3339"),
+        "{err}"
+    );
+
     // Errors: non-zero exit and a message naming what is wrong.
     let o = ctl(&url, None, &["status"]);
     assert!(!o.status.success());
@@ -140,4 +279,59 @@ fn ctl_against_a_live_server() {
         "{err}"
     );
     std::fs::remove_dir_all(&dir).ok();
+}
+
+/// `rocemesh --help` lists every subcommand with a one-line description, and `ctl --help`
+/// every ctl subcommand.
+#[test]
+fn help_lists_every_subcommand_on_one_line() {
+    for (args, names) in [
+        (
+            &["--help"][..],
+            &[
+                "agent",
+                "controller",
+                "analyzer",
+                "server",
+                "demo",
+                "testbed",
+                "eval",
+                "ctl",
+                "sim",
+            ][..],
+        ),
+        (
+            &["ctl", "--help"][..],
+            &["status", "problems", "rnic", "path", "verdict", "tasks"][..],
+        ),
+        (
+            &["ctl", "tasks", "--help"][..],
+            &["list", "show", "create", "ready"][..],
+        ),
+    ] {
+        let o = bin().args(args).output().expect("run rocemesh --help");
+        let help = stdout(&o);
+        let section = help
+            .split("Commands:\n")
+            .nth(1)
+            .and_then(|s| s.split("\n\n").next())
+            .unwrap_or_else(|| panic!("no Commands section in {help}"));
+        let listed: Vec<&str> = section
+            .lines()
+            .map(|l| {
+                assert!(
+                    l.starts_with("  ") && !l.starts_with("   "),
+                    "continued description: {l:?}"
+                );
+                let (name, about) = l.trim().split_once(' ').unwrap_or((l.trim(), ""));
+                assert!(
+                    name == "help" || about.trim().len() >= 10,
+                    "{name} has no description"
+                );
+                name
+            })
+            .filter(|n| *n != "help")
+            .collect();
+        assert_eq!(listed, names, "{args:?}:\n{help}");
+    }
 }

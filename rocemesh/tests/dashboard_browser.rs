@@ -214,6 +214,17 @@ fn dump_dom(browser: &Path, url: &str) -> String {
     dom
 }
 
+/// `target/test-artifacts/<name>` (created), where screenshots are kept for people.
+fn artifact(name: &str) -> PathBuf {
+    let target = std::env::current_exe()
+        .ok()
+        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("target"));
+    let dir = target.join("test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
 fn screenshot(browser: &Path, url: &str, png: &Path) {
     let _ = std::fs::remove_file(png);
     run_chromium(
@@ -721,14 +732,296 @@ fn lab_fault_is_shown_and_screenshotted() {
             .collect::<Vec<_>>()
     );
 
-    let target = std::env::current_exe()
-        .ok()
-        .and_then(|exe| exe.ancestors().nth(3).map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("target"));
-    let dir = target.join("test-artifacts");
-    std::fs::create_dir_all(&dir).unwrap();
-    let png = dir.join("dashboard-fault.png");
+    let png = artifact("dashboard-fault.png");
     screenshot(&browser, &page, &png);
     println!("dashboard screenshot during the fault: {}", png.display());
     drop(lab);
+}
+
+// ---------------------------------------------------------------------------------
+// A lossy pair whose RTT is the fabric's median, in the RTT view.
+
+/// Registers `host` with RNICs `(ifname, ip)` under `tor`; returns (host id, RNIC ids).
+fn register(url: &str, host: &str, tor: &str, rnics: &[(&str, &str)]) -> (u32, Vec<u32>) {
+    use rocemesh_proto::api::{RegisterRequest, RegisterResponse, RnicRegistration};
+    let req = RegisterRequest {
+        host: host.into(),
+        epoch: 1,
+        rnics: rnics
+            .iter()
+            .map(|(ifname, ip)| RnicRegistration {
+                ifname: ifname.to_string(),
+                ip: ip.parse().unwrap(),
+                gid: None,
+                qpn: 7,
+                port: 4791,
+                tor: Some(tor.into()),
+                rail: None,
+                gateway: None,
+            })
+            .collect(),
+    };
+    let resp: RegisterResponse = ureq::post(&format!("{url}/api/v1/agents/register"))
+        .send_json(&req)
+        .expect("register")
+        .body_mut()
+        .read_json()
+        .expect("register answer");
+    (resp.host_id, resp.rnics.iter().map(|r| r.id).collect())
+}
+
+/// The `rgb(r, g, b)` of a cell's inline background.
+fn background(cell: &Node) -> [u8; 3] {
+    let style = cell.attr("style");
+    let inner = style
+        .split("rgb(")
+        .nth(1)
+        .and_then(|s| s.split(')').next())
+        .unwrap_or_else(|| panic!("no rgb background in {style:?}"));
+    let v: Vec<u8> = inner
+        .split(',')
+        .map(|c| c.trim().parse().unwrap())
+        .collect();
+    [v[0], v[1], v[2]]
+}
+
+/// Real uploads through a real server: every ToR pair at the same 5 µs RTT, tor-a ->
+/// tor-b losing 2 % of its probes. In the RTT view (the default) that pair must not
+/// look like the healthy ones: its cell is marked lossy, rated at least half-way up the
+/// colour scale and painted from the bad half of the palette, while the loss-free pairs
+/// get the scale's good end. The screenshot is kept in target/test-artifacts.
+#[test]
+fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
+    use rocemesh_proto::batch::{BatchHeader, CONTENT_TYPE, encode_batch};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let Some(browser) = chromium("lossy_pair_is_never_drawn_healthy_in_the_rtt_view") else {
+        return;
+    };
+    let dir = scratch_dir("dash-lossy");
+    // Periods long enough that a page rendered on a loaded machine shows the period the
+    // API served around it.
+    let (_server, url) =
+        start_sqlite_server(&dir, "[analyzer]\nperiod_ms = 10000\ngrace_ms = 500\n");
+    let a = register(
+        &url,
+        "lossy-host-a",
+        "tor-a",
+        &[("r0", "10.77.0.1"), ("r1", "10.77.0.2")],
+    );
+    let b = register(
+        &url,
+        "lossy-host-b",
+        "tor-b",
+        &[("r0", "10.77.1.1"), ("r1", "10.77.1.2")],
+    );
+    let stop = Arc::new(AtomicBool::new(false));
+    let uploader = {
+        let (stop, url) = (stop.clone(), url.clone());
+        std::thread::spawn(move || {
+            let mut seq = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                seq += 1;
+                let now = rocemesh_proto::now_unix_ms();
+                for (host, own, other, lossy_side) in
+                    [(a.0, &a.1, &b.1, true), (b.0, &b.1, &a.1, false)]
+                {
+                    let mut records = Vec::new();
+                    for i in 0..50u32 {
+                        // Same ToR, then the other ToR; tor-a -> tor-b loses one in 50.
+                        let local =
+                            rocemesh_proto::testing::probe_result(own[0], own[1], now, true, 5_000);
+                        let lossy = lossy_side && i == 0;
+                        let remote = rocemesh_proto::testing::probe_result(
+                            own[1], other[0], now, !lossy, 5_000,
+                        );
+                        records.extend([local, remote].map(|mut r| {
+                            r.seq = i;
+                            r
+                        }));
+                    }
+                    let body = encode_batch(
+                        BatchHeader {
+                            host_id: host,
+                            epoch: 1,
+                            batch_seq: seq,
+                            dropped: 0,
+                        },
+                        &records,
+                    );
+                    let _ = ureq::post(&format!("{url}/api/v1/results"))
+                        .header("Content-Type", CONTENT_TYPE)
+                        .send(&body[..]);
+                }
+                std::thread::sleep(Duration::from_millis(250));
+            }
+        })
+    };
+    wait_for(
+        "a finalized period with every ToR pair, tor-a -> tor-b lossy",
+        Duration::from_secs(40),
+        || {
+            let rows: Vec<SlaRow> = get_json(&format!("{url}/api/v1/sla/latest?scope=tor_pair"));
+            (rows.len() == 4
+                && rows
+                    .iter()
+                    .all(|r| r.probes > 0 && (r.timeouts > 0) == (r.key == "tor-a->tor-b")))
+            .then_some(())
+        },
+    );
+    let page = format!("{url}/");
+    let (rows, dom) = render_consistent(&browser, &url, &page);
+    assert_heatmap_matches(&dom, &rows, &LOOPBACK_TORS);
+    assert_eq!(
+        nodes(&dom, "table", "heatmap")[0].attr("data-metric"),
+        "rtt",
+        "the RTT view is the default"
+    );
+    let cells = nodes(&dom, "td", "cell");
+    let lossy_key = rows.iter().find(|r| r.timeouts > 0).map(|r| r.key.clone());
+    for cell in &cells {
+        let key = format!("{}->{}", cell.attr("data-src"), cell.attr("data-dst"));
+        let badness: f64 = cell.attr("data-badness").parse().unwrap();
+        let [r, g, bl] = background(cell);
+        if Some(&key) == lossy_key.as_ref() {
+            assert!(cell.has_class("lossy"), "{key}");
+            assert!(badness >= 0.5, "{key}: lossy pair rated {badness}");
+            // Cividis: the good end is dark blue (0, 34, 78); the bad half is grey to yellow.
+            assert!(
+                r >= 120 && g >= 120 && bl <= 125,
+                "{key}: lossy pair painted rgb({r}, {g}, {bl})"
+            );
+        } else {
+            assert_eq!(badness, 0.0, "{key}: loss-free pair at the median RTT");
+            assert_eq!([r, g, bl], [0, 34, 78], "{key}: the scale's good end");
+        }
+    }
+
+    // Problems as the localization core stores them: a flow no single component explains
+    // (with its suspects) and a link faulty in one direction. The flow's evidence opens
+    // from the page link, with the RNIC addresses named host/ifname.
+    let (flow, link) = insert_problems(&dir.join("rocemesh.db"));
+    let page = format!("{url}/#pair=tor-a-%3Etor-b&problem={flow}");
+    let opened_at = rocemesh_proto::now_unix_ms();
+    let dom = dump_dom(&browser, &page);
+    let rows = nodes(&dom, "tr", "problem");
+    let row = |id: i64| {
+        rows.iter()
+            .find(|r| r.attr("data-id") == id.to_string())
+            .unwrap_or_else(|| panic!("no row for problem {id}"))
+    };
+    assert_eq!(row(flow).attr("data-component-kind"), "flow");
+    assert!(
+        row(flow).text.contains("suspect t0-s1 60 %"),
+        "{}",
+        row(flow).text
+    );
+    assert!(row(flow).has_class("open"));
+    let direction = nodes(&row(link).inner, "span", "direction");
+    assert_eq!(direction.len(), 1, "{}", row(link).inner);
+    assert_eq!(direction[0].attr("data-direction"), "s0 → t1");
+    let evidence = nodes(&dom, "tr", "problem-evidence");
+    let opened = |id: i64| {
+        evidence
+            .iter()
+            .find(|e| e.attr("data-id") == id.to_string())
+            .unwrap_or_else(|| panic!("no evidence row for {id}"))
+    };
+    assert!(
+        !opened(flow).attrs.contains_key("hidden"),
+        "the linked problem is open"
+    );
+    assert!(
+        opened(link).attrs.contains_key("hidden"),
+        "the others stay closed"
+    );
+    let suspects: Vec<(String, String)> = nodes(&opened(flow).inner, "li", "")
+        .iter()
+        .filter(|l| l.attrs.contains_key("data-component"))
+        .map(|l| (l.attr("data-component").to_string(), l.text.clone()))
+        .collect();
+    assert_eq!(
+        suspects,
+        [
+            (
+                "t0-s1".to_string(),
+                "link t0-s1 (t0 → s1) — 60 %".to_string()
+            ),
+            ("s1".to_string(), "switch s1 — 30 %".to_string())
+        ]
+    );
+    let paths = nodes(&opened(flow).inner, "li", "ev-path");
+    assert_eq!(paths.len(), 1);
+    assert_eq!(
+        paths[0].text, "lossy-host-a/r1 -> t0 -> s1 -> t1 -> lossy-host-b/r0",
+        "addresses named host/ifname"
+    );
+    // The drill-down covers the default time range, the last hour.
+    let drill = by_id(&dom, "div", "drilldown");
+    let from: i64 = drill.attr("data-from-ms").parse().unwrap();
+    assert!(
+        (opened_at - 3_600_000 - 60_000..=rocemesh_proto::now_unix_ms() - 3_600_000)
+            .contains(&from),
+        "drill-down from {from}"
+    );
+    assert!(
+        by_id(&dom, "select", "drilldown-range")
+            .inner
+            .contains("value=\"86400000\"")
+    );
+
+    let png = artifact("dashboard-lossy-rtt.png");
+    screenshot(&browser, &page, &png);
+    println!(
+        "dashboard screenshot, lossy pair in the RTT view: {}",
+        png.display()
+    );
+    stop.store(true, Ordering::Relaxed);
+    uploader.join().unwrap();
+}
+
+/// Stores a flow problem with two suspects and a one-direction link problem in the
+/// server's database; returns their ids.
+fn insert_problems(db: &Path) -> (i64, i64) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let db = rocemesh_store::Db::connect(&format!("sqlite://{}", db.display()))
+            .await
+            .expect("open the server's database");
+        let now = rocemesh_proto::now_unix_ms();
+        let flow = serde_json::json!({
+            "probes": 40, "timeouts": 12, "votes": 0, "ok_paths": 0,
+            "example_paths": ["10.77.0.2 -> t0 -> s1 -> t1 -> 10.77.1.1"],
+            "detail": "flow 10.77.0.2:50000 -> 10.77.1.1:4791 fails; no single component explains it",
+            "candidates": [
+                {"component_kind": "link", "component": "t0-s1", "direction": {"from": "t0", "to": "s1"}, "confidence": 0.6},
+                {"component_kind": "switch", "component": "s1", "confidence": 0.3}
+            ]
+        });
+        let link = serde_json::json!({
+            "probes": 90, "timeouts": 30, "votes": 7, "ok_paths": 0, "example_paths": [],
+            "detail": "lossy in one direction", "direction": {"from": "s0", "to": "t1"}
+        });
+        let mut ids = Vec::new();
+        for (kind, component_kind, component, evidence) in [
+            ("flow_fault", "flow", "lossy-host-a/r1 -> lossy-host-b/r0 sport 50000", flow),
+            ("link_fault", "link", "t1-s0", link),
+        ] {
+            let (id,): (i64,) = sqlx::query_as(
+                "INSERT INTO problems (kind, component_kind, component, state, confidence, network, \
+                 first_seen_ms, last_seen_ms, evidence) \
+                 VALUES ($1, $2, $3, 'active', 0.8, 1, $4, $4, $5) RETURNING id",
+            )
+            .bind(kind)
+            .bind(component_kind)
+            .bind(component)
+            .bind(now)
+            .bind(evidence.to_string())
+            .fetch_one(db.pool())
+            .await
+            .expect("insert a problem");
+            ids.push(id);
+        }
+        (ids[0], ids[1])
+    })
 }

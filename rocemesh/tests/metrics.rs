@@ -35,8 +35,13 @@ impl Exposition {
     fn parse(text: &str) -> Self {
         let mut e = Self::default();
         assert!(text.ends_with("# EOF\n"), "exposition must end with # EOF");
+        let mut helped = BTreeSet::new();
         for line in text.lines() {
-            if let Some(rest) = line.strip_prefix("# TYPE ") {
+            if let Some(rest) = line.strip_prefix("# HELP ") {
+                let (name, help) = rest.split_once(' ').expect("HELP line");
+                assert!(!help.trim().is_empty(), "empty HELP of {name}");
+                helped.insert(name.to_string());
+            } else if let Some(rest) = line.strip_prefix("# TYPE ") {
                 let (name, kind) = rest.split_once(' ').expect("TYPE line");
                 assert!(
                     e.types.insert(name.into(), kind.into()).is_none(),
@@ -51,6 +56,8 @@ impl Exposition {
                 e.samples.push(parse_sample(line));
             }
         }
+        let unhelped: Vec<_> = e.types.keys().filter(|n| !helped.contains(*n)).collect();
+        assert!(unhelped.is_empty(), "families without HELP: {unhelped:?}");
         e
     }
 
@@ -122,6 +129,15 @@ fn rec(prober: u32, target: u32, send_ms: i64, ok: bool, rtt_ns: u32) -> ProbeRe
     }
 }
 
+/// The `Content-Type` of an answer ("" without one).
+fn content_type(resp: &ureq::http::Response<ureq::Body>) -> String {
+    resp.headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or_default()
+        .to_string()
+}
+
 /// (status, content type, body) of one request.
 async fn http(
     method: &str,
@@ -146,12 +162,7 @@ async fn http(
             }
         }
         .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
-        let ct = resp
-            .headers()
-            .get("content-type")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_string();
+        let ct = content_type(&resp);
         (
             resp.status().as_u16(),
             ct,
@@ -233,10 +244,12 @@ async fn loaded_server(dir: &Path) -> RunningServer {
     let analyzer = srv.analyzer.clone().unwrap();
     analyzer.refresh_registry().await.unwrap();
     let now = rocemesh_proto::now_unix_ms();
-    // tor-a -> tor-b: 30 ok at 9 µs, 3 timeouts; tor-a -> tor-a: 10 ok at 1.5 µs.
+    // tor-a -> tor-b: 30 ok at 9 µs, 3 timeouts; tor-a -> tor-a: 5 ok at 2 µs, 5 at 4 µs.
     let mut cross: Vec<ProbeResult> = (0..30).map(|_| rec(a1, b1, now, true, 9_000)).collect();
     cross.extend((0..3).map(|_| rec(a2, b1, now, false, 0)));
-    let local: Vec<ProbeResult> = (0..10).map(|_| rec(a1, a2, now, true, 1_500)).collect();
+    let local: Vec<ProbeResult> = (0..10)
+        .map(|i| rec(a1, a2, now, true, if i % 2 == 0 { 2_000 } else { 4_000 }))
+        .collect();
     let post = |seq: u64, records: Vec<ProbeResult>| {
         let body = encode_batch(
             BatchHeader {
@@ -317,19 +330,22 @@ async fn server_exports_tor_pair_histograms_ingest_registry_and_problems() {
     };
     assert_eq!(m.get("rocemesh_network_rtt_seconds_count", &ab), 30.0);
     assert_eq!(bucket(&ab, "+Inf"), 30.0);
-    assert_eq!(bucket(&ab, "0.000005"), 0.0, "9 µs is above 5 µs");
+    assert_eq!(bucket(&ab, "0.0000082"), 0.0, "9 µs is above 8.2 µs");
     assert_eq!(bucket(&ab, "0.00001"), 30.0, "9 µs is at most 10 µs");
     assert!((m.get("rocemesh_network_rtt_seconds_sum", &ab) - 30.0 * 9e-6).abs() < 1e-9);
-    assert_eq!(bucket(&aa, "0.000001"), 0.0);
-    assert_eq!(bucket(&aa, "0.000002"), 10.0);
+    // RoCE resolution: the 2 µs and the 4 µs RTTs of one pair are in different buckets.
+    assert_eq!(bucket(&aa, "0.0000018"), 0.0);
+    assert_eq!(bucket(&aa, "0.0000022"), 5.0, "the 2 µs RTTs");
+    assert_eq!(bucket(&aa, "0.0000039"), 5.0, "4 µs is above 3.9 µs");
+    assert_eq!(bucket(&aa, "0.0000047"), 10.0, "4 µs is at most 4.7 µs");
     assert_eq!(m.get("rocemesh_responder_delay_seconds_count", &ab), 30.0);
-    assert_eq!(
+    let prober = |le| {
         m.get(
             "rocemesh_prober_delay_seconds_bucket",
-            &[ab[0], ab[1], ("le", "0.000005")]
-        ),
-        30.0
-    );
+            &[ab[0], ab[1], ("le", le)],
+        )
+    };
+    assert_eq!((prober("0.0000027"), prober("0.0000033")), (0.0, 30.0));
     let buckets: Vec<f64> = m
         .samples
         .iter()
@@ -338,7 +354,26 @@ async fn server_exports_tor_pair_histograms_ingest_registry_and_problems() {
         })
         .map(|s| s.value)
         .collect();
-    assert_eq!(buckets.len(), 17, "1 µs … 100 ms plus +Inf");
+    assert_eq!(
+        buckets.len(),
+        74,
+        "E12 series from 100 ns to 100 ms, plus +Inf"
+    );
+    let bounds: Vec<f64> = m
+        .samples
+        .iter()
+        .filter(|s| {
+            s.name == "rocemesh_network_rtt_seconds_bucket" && s.labels["dst_tor"] == "tor-b"
+        })
+        .map(|s| s.labels["le"].parse::<f64>().unwrap())
+        .collect();
+    assert_eq!((bounds[0], bounds[72]), (1e-7, 0.1));
+    assert!(
+        bounds
+            .windows(2)
+            .all(|w| w[1] > w[0] && w[1] <= w[0] * 1.25 + 1e-15 || w[1].is_infinite()),
+        "every bucket at most 25 % wide: {bounds:?}"
+    );
     assert!(
         buckets.windows(2).all(|w| w[0] <= w[1]),
         "cumulative: {buckets:?}"
@@ -378,6 +413,31 @@ async fn server_exports_tor_pair_histograms_ingest_registry_and_problems() {
         0.0
     );
     assert_eq!(m.get("rocemesh_tor_pair_overflow_results_total", &[]), 0.0);
+    assert_eq!(m.get("rocemesh_tor_pairs_exported", &[]), 2.0);
+    assert_eq!(m.get("rocemesh_tor_pairs_unexported", &[]), 0.0);
+    assert_eq!(m.get("rocemesh_tor_pair_series_limit", &[]), 1024.0);
+
+    // Build, process and webhook delivery families.
+    assert_eq!(
+        m.get(
+            "rocemesh_build_info",
+            &[("version", env!("CARGO_PKG_VERSION"))]
+        ),
+        1.0
+    );
+    assert!(m.get("process_resident_memory_bytes", &[]) > 1e6);
+    assert!(m.get("process_open_fds", &[]) >= 3.0);
+    assert!(m.get("process_cpu_seconds_total", &[]) > 0.0);
+    let started = m.get("process_start_time_seconds", &[]);
+    let now_s = rocemesh_proto::now_unix_ms() as f64 / 1e3;
+    assert!(started <= now_s && started > now_s - 86_400.0, "{started}");
+    for outcome in ["delivered", "retried", "failed"] {
+        assert_eq!(
+            m.get("rocemesh_alert_deliveries_total", &[("outcome", outcome)]),
+            0.0,
+            "no receivers configured"
+        );
+    }
 
     // Controller.
     assert_eq!(m.get("rocemesh_registered_hosts", &[]), 2.0);
@@ -426,7 +486,9 @@ async fn server_exports_tor_pair_histograms_ingest_registry_and_problems() {
                     "kind",
                     "component_kind",
                     "priority",
-                    "stage"
+                    "stage",
+                    "version",
+                    "outcome"
                 ]
                 .contains(&k.as_str()),
                 "unexpected label {k} on {}",
@@ -434,6 +496,95 @@ async fn server_exports_tor_pair_histograms_ingest_registry_and_problems() {
             );
         }
     }
+    srv.shutdown().await.unwrap();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// (content type, body) of `GET url` with this `Accept` header.
+async fn scrape(url: String, accept: &'static str) -> (String, String) {
+    tokio::task::spawn_blocking(move || {
+        let mut resp = ureq::get(&url)
+            .header("Accept", accept)
+            .call()
+            .unwrap_or_else(|e| panic!("GET {url}: {e}"));
+        let ct = content_type(&resp);
+        (ct, resp.body_mut().read_to_string().unwrap())
+    })
+    .await
+    .unwrap()
+}
+
+/// `promtool check metrics` on `text`; panics with its findings.
+fn promtool_check(what: &str, text: &str) {
+    use std::io::Write;
+    use std::process::{Command, Stdio};
+    let mut child = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| {
+            panic!("cannot run promtool ({e}): install it (Debian package `prometheus`)")
+        });
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics refuses the {what} exposition:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Prometheus' `Accept` header by default and with OpenMetrics scraping turned off.
+const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
+const CLASSIC_ACCEPT: &str = "text/plain;version=0.0.4;q=1,*/*;q=0.1";
+
+/// The server's and the agent's `/metrics`, scraped over HTTP: OpenMetrics for
+/// Prometheus' default `Accept`, the classic format when asked, which promtool accepts
+/// (lint included: HELP, counter suffixes, units), with the same samples in both.
+#[tokio::test(flavor = "multi_thread")]
+async fn promtool_accepts_server_and_agent_metrics() {
+    let dir =
+        std::env::temp_dir().join(format!("rocemesh-metrics-promtool-{}", std::process::id()));
+    let srv = loaded_server(&dir).await;
+    let server_url = format!("{}/metrics", srv.url());
+
+    let agent = rocemesh_agent::metrics::MetricsServer::spawn(
+        "127.0.0.1:0".parse().unwrap(),
+        agent_sources(),
+    )
+    .unwrap();
+    let agent_url = format!("http://{}/metrics", agent.local_addr());
+
+    for (what, url) in [("server", &server_url), ("agent", &agent_url)] {
+        let (ct, om) = scrape(url.clone(), PROMETHEUS_ACCEPT).await;
+        assert!(
+            ct.starts_with("application/openmetrics-text; version=1.0.0"),
+            "{what}: {ct}"
+        );
+        let om = Exposition::parse(&om);
+        let (ct, text) = scrape(url.clone(), CLASSIC_ACCEPT).await;
+        assert_eq!(ct, "text/plain; version=0.0.4; charset=utf-8", "{what}");
+        assert!(!text.contains("# EOF"), "{what}");
+        promtool_check(what, &text);
+        // The same sample names in both formats (values of live counters may move).
+        let classic: BTreeSet<String> = text
+            .lines()
+            .filter(|l| !l.starts_with('#') && !l.is_empty())
+            .map(|l| parse_sample(l).name)
+            .collect();
+        assert_eq!(classic, om.names(), "{what}");
+        assert!(classic.contains("rocemesh_build_info"), "{what}");
+        assert!(classic.contains("process_cpu_seconds_total"), "{what}");
+    }
+    agent.stop().unwrap();
     srv.shutdown().await.unwrap();
     let _ = std::fs::remove_dir_all(&dir);
 }
@@ -446,6 +597,45 @@ async fn grafana_dashboard_queries_name_exported_metrics() {
     let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     let dashboard: serde_json::Value = serde_json::from_str(&text).expect("dashboard is JSON");
     assert!(dashboard["title"].is_string() && dashboard["panels"].is_array());
+    // The ToR × ToR panels are matrices: an instant table query per (src_tor, dst_tor)
+    // turned into rows of source ToRs and columns of destination ToRs.
+    let matrices: Vec<&serde_json::Value> = dashboard["panels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|p| {
+            p["title"]
+                .as_str()
+                .is_some_and(|t| t.starts_with("ToR × ToR"))
+        })
+        .collect();
+    assert_eq!(matrices.len(), 2, "RTT and loss matrices");
+    for p in matrices {
+        assert_eq!(p["type"], "table", "{}", p["title"]);
+        let target = &p["targets"][0];
+        assert_eq!(
+            (&target["instant"], &target["format"]),
+            (&serde_json::json!(true), &serde_json::json!("table"))
+        );
+        assert!(
+            target["expr"]
+                .as_str()
+                .unwrap()
+                .contains("by (src_tor, dst_tor"),
+            "{}",
+            p["title"]
+        );
+        let t = &p["transformations"][0];
+        assert_eq!(t["id"], "groupingToMatrix");
+        assert_eq!(
+            (&t["options"]["rowField"], &t["options"]["columnField"]),
+            (&serde_json::json!("src_tor"), &serde_json::json!("dst_tor"))
+        );
+        assert_eq!(
+            p["fieldConfig"]["defaults"]["color"]["mode"],
+            "continuous-viridis"
+        );
+    }
     let mut exprs = Vec::new();
     collect_exprs(&dashboard, &mut exprs);
     assert!(exprs.len() >= 8, "only {} queries", exprs.len());
@@ -470,9 +660,8 @@ async fn grafana_dashboard_queries_name_exported_metrics() {
     }
 }
 
-/// What a fresh agent exports, from its own encoder.
-fn agent_exposition() -> String {
-    use rocemesh_agent::metrics::{Sources, exposition};
+/// The sources of a fresh agent with one RNIC.
+fn agent_sources() -> rocemesh_agent::metrics::Sources {
     use rocemesh_agent::stats::Counters;
     use rocemesh_agent::upload::buffer::ResultBuffer;
     use std::sync::Arc;
@@ -484,11 +673,19 @@ fn agent_exposition() -> String {
         .insert("r0".into(), "udp");
     *counters.service_route.lock().unwrap() = "off";
     let buffer = Arc::new(ResultBuffer::new(10, counters.clone()));
-    exposition(&Sources {
+    rocemesh_agent::metrics::Sources {
         counters,
         buffer,
         buffer_capacity: 10,
-    })
+    }
+}
+
+/// What a fresh agent exports, from its own encoder.
+fn agent_exposition() -> String {
+    rocemesh_agent::metrics::exposition(
+        &agent_sources(),
+        rocemesh_proto::exposition::Format::OpenMetrics,
+    )
     .unwrap()
 }
 

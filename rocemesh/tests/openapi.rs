@@ -149,3 +149,93 @@ fn served_document_lists_every_api_route_and_validates() {
     );
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// Names of the handler functions behind `#[utoipa::path]` annotations in `dir` (the
+/// default operationIds utoipa would give).
+fn handler_names(dir: &std::path::Path, out: &mut BTreeSet<String>) {
+    for entry in std::fs::read_dir(dir).unwrap().map(Result::unwrap) {
+        let path = entry.path();
+        if path.is_dir() {
+            handler_names(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            let text = std::fs::read_to_string(&path).unwrap();
+            for annotated in text.split("#[utoipa::path(").skip(1) {
+                let after = annotated.split_once("async fn ").map(|(_, r)| r);
+                if let Some(name) = after.and_then(|r| r.split('(').next()) {
+                    out.insert(name.trim().to_string());
+                }
+            }
+        }
+    }
+}
+
+/// Every operation has a unique, descriptive operationId (camelCase, not the handler
+/// function's name), and every protected one documents the 401 and 403 answers.
+#[test]
+fn operation_ids_are_unique_and_descriptive_and_auth_answers_documented() {
+    let doc = serde_json::to_value(rocemesh::openapi::document(Roles::Both)).unwrap();
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut handlers = BTreeSet::new();
+    for krate in ["controller", "analyzer", "alerts", "impact", "rocemesh"] {
+        handler_names(&root.join(krate).join("src"), &mut handlers);
+    }
+    assert!(
+        handlers.len() >= 30 && handlers.contains("get_verdict"),
+        "handler scan broken: {handlers:?}"
+    );
+    let mut ids = BTreeSet::new();
+    let mut operations = 0;
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for m in METHODS {
+            let Some(op) = item.get(m) else { continue };
+            operations += 1;
+            let id = op["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{m} {path}: no operationId"));
+            assert!(ids.insert(id.to_string()), "operationId {id} used twice");
+            assert!(
+                !handlers.contains(id),
+                "{m} {path}: operationId {id} is a bare handler name"
+            );
+            assert!(
+                id.len() >= 6
+                    && id.starts_with(|c: char| c.is_ascii_lowercase())
+                    && id.chars().all(|c| c.is_ascii_alphanumeric())
+                    && id.chars().any(|c| c.is_ascii_uppercase()),
+                "{m} {path}: operationId {id} is not a descriptive camelCase verb+noun"
+            );
+            let responses = &op["responses"];
+            if path.as_str() == rocemesh::auth::OPENAPI_PATH {
+                assert!(responses.get("401").is_none(), "the document is open");
+                continue;
+            }
+            for code in ["401", "403"] {
+                let r = &responses[code];
+                assert!(
+                    r["description"].as_str().is_some_and(|d| !d.is_empty())
+                        && r["content"]["application/json"]["schema"]["$ref"]
+                            == "#/components/schemas/ErrorBody",
+                    "{m} {path}: {code} not documented: {r}"
+                );
+            }
+        }
+    }
+    assert_eq!(operations, ids.len());
+    // The 403 names the roles the auth layer lets through.
+    let forbidden = |m: &str, p: &str| {
+        doc["paths"][p][m]["responses"]["403"]["description"]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert!(forbidden("get", "/api/v1/problems").ends_with("roles that may: read, admin."));
+    assert!(
+        forbidden("post", "/api/v1/tasks/{id}/ready").ends_with("roles that may: agent, admin.")
+    );
+    assert!(
+        forbidden("get", "/api/v1/pinglists/{host_id}").ends_with("roles that may: agent, admin.")
+    );
+    let mut bad = Vec::new();
+    check_refs(&doc, &doc, &mut bad);
+    assert!(bad.is_empty(), "dangling $refs: {bad:?}");
+}

@@ -11,7 +11,7 @@ use rocemesh_proto::api::{API_PREFIX, ErrorBody, Pinglist, RegisterRequest, Regi
 use serde::Deserialize;
 
 /// `POST /agents/register`.
-#[utoipa::path(post, path = "/api/v1/agents/register", tag = "agents", request_body = RegisterRequest,
+#[utoipa::path(post, path = "/api/v1/agents/register", operation_id = "registerAgent", tag = "agents", request_body = RegisterRequest,
     responses((status = 200, body = RegisterResponse), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub(super) async fn register(
     State(state): State<ControllerState>,
@@ -36,7 +36,7 @@ pub(super) struct PinglistQuery {
 }
 
 /// `GET /pinglists/{host_id}[?epoch=N]`; every answer is counted for `/metrics`.
-#[utoipa::path(get, path = "/api/v1/pinglists/{host_id}", tag = "agents",
+#[utoipa::path(get, path = "/api/v1/pinglists/{host_id}", operation_id = "getPinglist", tag = "agents",
     params(("host_id" = u32, Path, description = "Host id from registration"), PinglistQuery,
         ("If-None-Match" = Option<String>, Header, description = "ETag of the pinglist the agent has")),
     responses(

@@ -11,13 +11,13 @@ use rocemesh_proto::api::{ErrorBody, HostInfo, RnicInfo, TopologyInfo};
 use std::net::IpAddr;
 
 /// `GET /rnics`.
-#[utoipa::path(get, path = "/api/v1/rnics", tag = "inventory", responses((status = 200, body = Vec<RnicInfo>)))]
+#[utoipa::path(get, path = "/api/v1/rnics", operation_id = "listRnics", tag = "inventory", responses((status = 200, body = Vec<RnicInfo>)))]
 pub(super) async fn rnics(State(state): State<ControllerState>) -> Json<Vec<RnicInfo>> {
     Json(state.rnics())
 }
 
 /// `GET /rnics/{id}`.
-#[utoipa::path(get, path = "/api/v1/rnics/{id}", tag = "inventory", params(("id" = u32, Path, description = "RNIC id")),
+#[utoipa::path(get, path = "/api/v1/rnics/{id}", operation_id = "getRnic", tag = "inventory", params(("id" = u32, Path, description = "RNIC id")),
     responses((status = 200, body = RnicInfo), (status = 404, body = ErrorBody)))]
 pub(super) async fn rnic(
     State(state): State<ControllerState>,
@@ -30,7 +30,7 @@ pub(super) async fn rnic(
 }
 
 /// `GET /rnics/by-ip/{ip}`: the current comm info (QPN, port) of the RNIC owning an IP.
-#[utoipa::path(get, path = "/api/v1/rnics/by-ip/{ip}", tag = "inventory", params(("ip" = String, Path, description = "IP address")),
+#[utoipa::path(get, path = "/api/v1/rnics/by-ip/{ip}", operation_id = "getRnicByIp", tag = "inventory", params(("ip" = String, Path, description = "IP address")),
     responses((status = 200, body = RnicInfo), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn rnic_by_ip(
     State(state): State<ControllerState>,
@@ -46,13 +46,13 @@ pub(super) async fn rnic_by_ip(
 }
 
 /// `GET /hosts`.
-#[utoipa::path(get, path = "/api/v1/hosts", tag = "inventory", responses((status = 200, body = Vec<HostInfo>)))]
+#[utoipa::path(get, path = "/api/v1/hosts", operation_id = "listHosts", tag = "inventory", responses((status = 200, body = Vec<HostInfo>)))]
 pub(super) async fn hosts(State(state): State<ControllerState>) -> Json<Vec<HostInfo>> {
     Json(state.hosts())
 }
 
 /// `GET /hosts/{id}`.
-#[utoipa::path(get, path = "/api/v1/hosts/{id}", tag = "inventory", params(("id" = u32, Path, description = "Host id")),
+#[utoipa::path(get, path = "/api/v1/hosts/{id}", operation_id = "getHost", tag = "inventory", params(("id" = u32, Path, description = "Host id")),
     responses((status = 200, body = HostInfo), (status = 404, body = ErrorBody)))]
 pub(super) async fn host(
     State(state): State<ControllerState>,
@@ -65,7 +65,7 @@ pub(super) async fn host(
 }
 
 /// `DELETE /hosts/{id}`: decommission; 204 when done.
-#[utoipa::path(delete, path = "/api/v1/hosts/{id}", tag = "inventory", params(("id" = u32, Path, description = "Host id")),
+#[utoipa::path(delete, path = "/api/v1/hosts/{id}", operation_id = "deleteHost", tag = "inventory", params(("id" = u32, Path, description = "Host id")),
     responses((status = 204, description = "Decommissioned"), (status = 404, body = ErrorBody)))]
 pub(super) async fn delete_host(
     State(state): State<ControllerState>,
@@ -79,7 +79,7 @@ pub(super) async fn delete_host(
 }
 
 /// `GET /topology`.
-#[utoipa::path(get, path = "/api/v1/topology", tag = "inventory", responses((status = 200, body = TopologyInfo)))]
+#[utoipa::path(get, path = "/api/v1/topology", operation_id = "getTopology", tag = "inventory", responses((status = 200, body = TopologyInfo)))]
 pub(super) async fn topology(State(state): State<ControllerState>) -> Json<TopologyInfo> {
     Json(state.topology())
 }

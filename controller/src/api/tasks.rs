@@ -11,7 +11,7 @@ use rocemesh_proto::api::{ErrorBody, TaskInfo, TaskSpec, ThroughputUpload, Uploa
 use serde::Deserialize;
 
 /// `POST /tasks`: 201 with the new task.
-#[utoipa::path(post, path = "/api/v1/tasks", tag = "tasks", request_body = TaskSpec,
+#[utoipa::path(post, path = "/api/v1/tasks", operation_id = "createTask", tag = "tasks", request_body = TaskSpec,
     responses((status = 201, body = TaskInfo), (status = 400, body = ErrorBody), (status = 409, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub(super) async fn create(
     State(state): State<ControllerState>,
@@ -21,13 +21,13 @@ pub(super) async fn create(
 }
 
 /// `GET /tasks`.
-#[utoipa::path(get, path = "/api/v1/tasks", tag = "tasks", responses((status = 200, body = Vec<TaskInfo>)))]
+#[utoipa::path(get, path = "/api/v1/tasks", operation_id = "listTasks", tag = "tasks", responses((status = 200, body = Vec<TaskInfo>)))]
 pub(super) async fn list(State(state): State<ControllerState>) -> Json<Vec<TaskInfo>> {
     Json(state.tasks())
 }
 
 /// `GET /tasks/{id}`.
-#[utoipa::path(get, path = "/api/v1/tasks/{id}", tag = "tasks", params(("id" = u32, Path, description = "Task id")),
+#[utoipa::path(get, path = "/api/v1/tasks/{id}", operation_id = "getTask", tag = "tasks", params(("id" = u32, Path, description = "Task id")),
     responses((status = 200, body = TaskInfo), (status = 404, body = ErrorBody)))]
 pub(super) async fn get(
     State(state): State<ControllerState>,
@@ -40,7 +40,7 @@ pub(super) async fn get(
 }
 
 /// `PUT /tasks/{id}`: replace name and endpoints (back to preload).
-#[utoipa::path(put, path = "/api/v1/tasks/{id}", tag = "tasks", params(("id" = u32, Path, description = "Task id")), request_body = TaskSpec,
+#[utoipa::path(put, path = "/api/v1/tasks/{id}", operation_id = "replaceTask", tag = "tasks", params(("id" = u32, Path, description = "Task id")), request_body = TaskSpec,
     responses((status = 200, body = TaskInfo), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub(super) async fn replace(
     State(state): State<ControllerState>,
@@ -51,7 +51,7 @@ pub(super) async fn replace(
 }
 
 /// `DELETE /tasks/{id}`: 204 when done.
-#[utoipa::path(delete, path = "/api/v1/tasks/{id}", tag = "tasks", params(("id" = u32, Path, description = "Task id")),
+#[utoipa::path(delete, path = "/api/v1/tasks/{id}", operation_id = "deleteTask", tag = "tasks", params(("id" = u32, Path, description = "Task id")),
     responses((status = 204, description = "Deleted"), (status = 404, body = ErrorBody)))]
 pub(super) async fn delete(
     State(state): State<ControllerState>,
@@ -75,7 +75,7 @@ pub(super) struct ReadyRequest {
 }
 
 /// `POST /tasks/{id}/ready`: incremental activation of one endpoint.
-#[utoipa::path(post, path = "/api/v1/tasks/{id}/ready", tag = "tasks", params(("id" = u32, Path, description = "Task id")), request_body = ReadyRequest,
+#[utoipa::path(post, path = "/api/v1/tasks/{id}/ready", operation_id = "markTaskEndpointReady", tag = "tasks", params(("id" = u32, Path, description = "Task id")), request_body = ReadyRequest,
     responses((status = 200, body = TaskInfo), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 pub(super) async fn ready(
     State(state): State<ControllerState>,
@@ -86,7 +86,7 @@ pub(super) async fn ready(
 }
 
 /// `POST /throughput`: per-RNIC byte counters from an agent.
-#[utoipa::path(post, path = "/api/v1/throughput", tag = "tasks", request_body = ThroughputUpload,
+#[utoipa::path(post, path = "/api/v1/throughput", operation_id = "uploadThroughput", tag = "tasks", request_body = ThroughputUpload,
     responses((status = 200, body = UploadAck), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub(super) async fn throughput(
     State(state): State<ControllerState>,

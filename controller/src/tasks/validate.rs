@@ -54,14 +54,7 @@ mod tests {
     use super::*;
 
     fn ep(host: &str, rnic: &str) -> TaskEndpoint {
-        TaskEndpoint {
-            host: host.into(),
-            rnic: rnic.into(),
-            rail: None,
-            namespace: None,
-            pod: None,
-            ready: false,
-        }
+        TaskEndpoint::new(host, rnic)
     }
 
     #[test]

@@ -1,5 +1,6 @@
-//! The HTTP side of `ctl`: GETs with the bearer token, and every failure turned into a
-//! message an operator can act on (which URL is unreachable, which token is missing).
+//! The HTTP side of `ctl`: GETs and JSON POSTs with the bearer token, and every failure
+//! turned into a message an operator can act on (which URL is unreachable, which token
+//! is missing).
 
 use anyhow::{Result, anyhow, bail};
 use rocemesh_proto::api::{API_PREFIX, ErrorBody};
@@ -36,7 +37,28 @@ impl Client {
         if let Some(t) = &self.token {
             req = req.header("Authorization", format!("Bearer {t}"));
         }
-        let mut resp = req.call().map_err(|e| {
+        self.answer("GET", path, &url, req.call())
+    }
+
+    /// `POST /api/v1{path}` with `body` as JSON, the answer decoded as `T`.
+    pub fn post<T: DeserializeOwned>(&self, path: &str, body: &impl serde::Serialize) -> Result<T> {
+        let url = format!("{}{API_PREFIX}{path}", self.base);
+        let mut req = self.http.post(&url);
+        if let Some(t) = &self.token {
+            req = req.header("Authorization", format!("Bearer {t}"));
+        }
+        self.answer("POST", path, &url, req.send_json(body))
+    }
+
+    /// The decoded answer of a request, or an operator's error message.
+    fn answer<T: DeserializeOwned>(
+        &self,
+        method: &str,
+        path: &str,
+        url: &str,
+        sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+    ) -> Result<T> {
+        let mut resp = sent.map_err(|e| {
             anyhow!(
                 "cannot reach the rocemesh server at {}: {} (set --server or ROCEMESH_SERVER)",
                 self.base,
@@ -49,10 +71,10 @@ impl Client {
             .with_config()
             .limit(MAX_BODY)
             .read_to_string()
-            .map_err(|e| anyhow!("GET {url}: reading the answer: {e}"))?;
+            .map_err(|e| anyhow!("{method} {url}: reading the answer: {e}"))?;
         if (200..300).contains(&status) {
             return serde_json::from_str(&body)
-                .map_err(|e| anyhow!("GET {url}: unexpected answer: {e}"));
+                .map_err(|e| anyhow!("{method} {url}: unexpected answer: {e}"));
         }
         let reason = serde_json::from_str::<ErrorBody>(&body)
             .map_or_else(|_| body.trim().chars().take(200).collect(), |b| b.error);
@@ -63,11 +85,14 @@ impl Client {
             (401, Some(_)) => bail!(
                 "the server does not accept this token ({reason}): check --token / ROCEMESH_TOKEN"
             ),
-            (403, _) => {
+            (403, _) if method == "GET" => {
                 bail!("this token's role may not read {path} ({reason}): use a read or admin token")
             }
+            (403, _) => {
+                bail!("this token's role may not {method} {path} ({reason}): use an admin token")
+            }
             (404, _) => bail!("not found: {reason}"),
-            _ => bail!("GET {url}: HTTP {status}: {reason}"),
+            _ => bail!("{method} {url}: HTTP {status}: {reason}"),
         }
     }
 }

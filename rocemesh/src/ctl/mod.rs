@@ -3,7 +3,8 @@
 //! a non-zero exit.
 //!
 //! One module per subcommand; [`client`] talks HTTP and turns failures into operator
-//! messages, [`table`] aligns columns, [`resolve`] finds RNICs and tasks by name.
+//! messages, [`table`] aligns columns, [`resolve`] finds RNICs and tasks by name,
+//! [`when`] reads the times of time options (`1h`, RFC 3339).
 
 mod client;
 mod path;
@@ -12,7 +13,9 @@ mod resolve;
 mod rnic;
 mod status;
 mod table;
+mod tasks;
 mod verdict;
+mod when;
 
 use anyhow::Result;
 use clap::{Args, Subcommand};
@@ -55,6 +58,9 @@ pub enum CtlCommand {
     Path(path::PathArgs),
     /// Is the network to blame for a task's performance?
     Verdict(verdict::VerdictArgs),
+    /// Training tasks: list, show, create, ready.
+    #[command(subcommand)]
+    Tasks(tasks::TasksCommand),
 }
 
 /// Runs one `ctl` command, printing to stdout.
@@ -67,6 +73,7 @@ pub fn run(args: CtlArgs) -> Result<()> {
         CtlCommand::Rnic(a) => rnic::run(&client, a, args.json)?,
         CtlCommand::Path(a) => path::run(&client, a, args.json)?,
         CtlCommand::Verdict(a) => verdict::run(&client, a, args.json)?,
+        CtlCommand::Tasks(c) => tasks::run(&client, c, args.json)?,
     };
     print!("{out}");
     Ok(())

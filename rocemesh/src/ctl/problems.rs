@@ -19,6 +19,9 @@ pub struct ProblemsArgs {
     /// Most problems to list.
     #[arg(long, default_value_t = 100)]
     pub limit: u32,
+    /// Only problems last seen since then: `now`, a span ago (`1h`, `30m`) or RFC 3339.
+    #[arg(long, value_parser = super::when::parse)]
+    pub since: Option<i64>,
 }
 
 fn parse_priority(s: &str) -> Result<Priority, String> {
@@ -34,6 +37,9 @@ pub fn run(client: &Client, args: &ProblemsArgs, json: bool) -> Result<String> {
     );
     if let Some(p) = args.priority {
         query.push_str(&format!("&priority={}", p.as_str()));
+    }
+    if let Some(ms) = args.since {
+        query.push_str(&format!("&since_ms={ms}"));
     }
     let list: Vec<Problem> = client.get(&query)?;
     if json {

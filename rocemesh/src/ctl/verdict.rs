@@ -12,11 +12,12 @@ use serde_json::Value;
 pub struct VerdictArgs {
     /// Task id or name.
     pub task: String,
-    /// Start of the interval, ms since the Unix epoch (server default: an hour before `to`).
-    #[arg(long)]
+    /// Start of the interval: `now`, a span ago (`1h`, `30m`) or RFC 3339 (server
+    /// default: an hour before `--to`).
+    #[arg(long, visible_alias = "since", value_parser = super::when::parse)]
     pub from: Option<i64>,
-    /// End of the interval, ms since the Unix epoch (server default: now).
-    #[arg(long)]
+    /// End of the interval, as `--from` (server default: now).
+    #[arg(long, value_parser = super::when::parse)]
     pub to: Option<i64>,
 }
 
