@@ -14,6 +14,7 @@ pub mod fabric;
 pub mod flows;
 pub mod intake;
 pub mod paths;
+pub mod policy;
 pub mod store;
 pub mod tomography;
 pub mod tracker;
@@ -31,9 +32,14 @@ use rocemesh_proto::api::{Problem, ProblemState};
 use rocemesh_proto::batch::Batch;
 use rocemesh_proto::path::TracedPath;
 use rocemesh_store::Db;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use tomography::FlowObs;
 use tracker::Tracker;
+
+/// How far a host's latest upload moves on before it is saved again: a restarted analyzer
+/// knows each host's last upload to within this (and the host-down timeout is longer).
+const SAVE_LIVENESS_EVERY_MS: i64 = 5_000;
 
 /// What a shard of a scale-out deployment adds to a diagnosis ([`Diagnosis::analyze_in`]).
 pub struct Shared<'a> {
@@ -61,8 +67,10 @@ pub struct Diagnosis {
     /// Per RNIC-pair latency detectors: fed by ingest, closed by the tick.
     latency: Mutex<PairLatency>,
     baseline: RwLock<Arc<Vec<BaselineVote>>>,
-    /// Serializes database writes of problems.
+    /// Serializes database writes of problems and liveness.
     writing: tokio::sync::Mutex<()>,
+    /// Latest upload time saved per host ([`store::save_liveness`]).
+    liveness_saved: Mutex<HashMap<u32, i64>>,
 }
 
 impl Diagnosis {
@@ -74,15 +82,20 @@ impl Diagnosis {
         };
         let d = &cfg.diagnosis;
         let mut tracker = Tracker::new(d.resolve_after_ms);
-        // A fresh analyzer has less than one window of evidence: restored problems are
-        // not resolved for lack of it before a window has been gathered.
-        tracker.restore(store::load_active(db).await?, now_ms, d.window_ms as i64);
+        // A fresh analyzer has less than one window of evidence, and judges hosts silent
+        // since before it started only after `host_silent_ms`: restored problems are not
+        // resolved for lack of evidence before then.
+        let hold = d.window_ms.max(d.host_silent_ms) as i64;
+        tracker.restore(store::load_active(db).await?, now_ms, hold);
         let mut engine = Engine::new(d.clone());
         engine.await_paths(now_ms);
+        let mut intake = Intake::new(d.max_paths);
+        intake.restore(store::load_liveness(db).await?);
         Ok(Self {
             map,
             started_ms: now_ms,
-            intake: Mutex::new(Intake::new(d.max_paths)),
+            intake: Mutex::new(intake),
+            liveness_saved: Mutex::new(HashMap::new()),
             paths: RwLock::new(PathStore::new(d.max_paths)),
             engine: Mutex::new(engine),
             tracker: Mutex::new(tracker),
@@ -206,7 +219,8 @@ impl Diagnosis {
         lock(&self.tracker).rescope(keep, stored, now_ms, hold_ms);
     }
 
-    /// Writes every new, changed or resolved problem; what fails is retried next time.
+    /// Writes every new, changed or resolved problem, and the hosts' upload liveness
+    /// when it moved on by [`SAVE_LIVENESS_EVERY_MS`]; what fails is retried next time.
     pub async fn persist(&self, db: &Db, now_ms: i64) -> anyhow::Result<()> {
         let _writing = self.writing.lock().await;
         let unsaved = lock(&self.tracker).unsaved();
@@ -218,6 +232,17 @@ impl Diagnosis {
                 p.id
             };
             lock(&self.tracker).mark_saved(serial, id, now_ms);
+        }
+        let rows = {
+            let saved = lock(&self.liveness_saved);
+            lock(&self.intake).unsaved(&saved, SAVE_LIVENESS_EVERY_MS)
+        };
+        if !rows.is_empty() {
+            store::save_liveness(db, &rows).await?;
+            let mut saved = lock(&self.liveness_saved);
+            for (host, _, at) in rows {
+                saved.insert(host, at);
+            }
         }
         Ok(())
     }

@@ -8,6 +8,7 @@
 //! successful probes elsewhere) are not. [`alg1_votes`] is R-Pingmesh's plain
 //! Algorithm 1 (votes of failed paths), kept as a baseline.
 
+use super::flows::table::FlowKey;
 use super::paths::Element;
 use std::collections::HashMap;
 
@@ -32,6 +33,9 @@ pub struct FlowObs {
     /// No direction of the flow was traced: `fail_elems` are ECMP alternatives only.
     #[serde(default)]
     pub untraced: bool,
+    /// The flow whose probes these are (`None`: healthy flows added up).
+    #[serde(default)]
+    pub flow: Option<FlowKey>,
 }
 
 /// Thresholds of one tomography run.
@@ -67,6 +71,9 @@ pub struct Finding {
     pub background: f64,
     /// Failed paths it explains (up to a few, for evidence).
     pub examples: Vec<String>,
+    /// The one flow all the failures it explains belong to, if they do: then nothing
+    /// singles the component out from the rest of that flow's paths.
+    pub flow: Option<FlowKey>,
 }
 
 /// Binomial upper-tail exponent: `n * KL(q || p)` for `q = f / n > p`, else 0.
@@ -231,6 +238,8 @@ pub fn explain_away(
             break;
         };
         let mut examples = Vec::new();
+        // Flows of the failures explained: `Some(Some(k))` while all are flow `k`.
+        let mut flow: Option<Option<FlowKey>> = None;
         for (i, o) in obs.iter().enumerate() {
             if !live[i] || o.fail <= 0.0 {
                 continue;
@@ -239,6 +248,11 @@ pub fn explain_away(
                 if examples.len() < 3 && !examples.contains(&o.text) {
                     examples.push(o.text.clone());
                 }
+                flow = match flow {
+                    None => Some(o.flow),
+                    Some(k) if k == o.flow => Some(k),
+                    Some(_) => Some(None),
+                };
                 live[i] = false;
             }
         }
@@ -251,6 +265,7 @@ pub fn explain_away(
             score,
             background: p0,
             examples,
+            flow: flow.flatten(),
         });
     }
     let significant = |x: &Tally, background: f64| {

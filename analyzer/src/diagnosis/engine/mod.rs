@@ -14,7 +14,9 @@ mod mesh;
 mod observe;
 
 use super::fabric::FabricMap;
+use super::flows::table::FlowKey;
 use super::flows::{Window, WindowStats};
+use super::policy::Onset;
 use super::intake::Liveness;
 use super::paths::PathStore;
 use super::tomography::FlowObs;
@@ -95,6 +97,9 @@ pub struct Engine {
     answered: HashMap<String, i64>,
     /// Link findings held back until confirmed, and the recently reported ones.
     link_holds: localize::LinkHolds,
+    /// Flow findings held back until confirmed (a fault's first failures may all be
+    /// one flow's).
+    flow_holds: Onset<FlowKey>,
     /// When each sticky RNIC verdict was first made (for `strained_rnic_hold_ms`).
     rnic_found: HashMap<u32, i64>,
     /// The window's results, aggregated per flow as they arrive.
@@ -133,6 +138,7 @@ impl Engine {
             down_switches: HashMap::new(),
             answered: HashMap::new(),
             link_holds: localize::LinkHolds::default(),
+            flow_holds: Onset::default(),
             rnic_found: HashMap::new(),
             window: Window::new(&cfg),
             cfg,
@@ -199,7 +205,13 @@ impl Engine {
     fn last_upload(&self, inp: &Inputs, host: u32) -> i64 {
         inp.hosts
             .get(&host)
-            .map_or(inp.started_ms, |l| l.last_upload_ms.max(inp.started_ms))
+            .map_or(inp.started_ms, |l| {
+                if l.restored {
+                    l.last_upload_ms
+                } else {
+                    l.last_upload_ms.max(inp.started_ms)
+                }
+            })
     }
 }
 
