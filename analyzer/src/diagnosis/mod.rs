@@ -28,7 +28,7 @@ use fabric::FabricMap;
 use flows::WindowStats;
 use intake::{Intake, Liveness};
 use paths::{PathStore, Traces};
-use rocemesh_proto::api::{Problem, ProblemState};
+use rocemesh_proto::api::{Problem, ProblemKind, ProblemState};
 use rocemesh_proto::batch::Batch;
 use rocemesh_proto::path::TracedPath;
 use rocemesh_store::Db;
@@ -82,11 +82,16 @@ impl Diagnosis {
         };
         let d = &cfg.diagnosis;
         let mut tracker = Tracker::new(d.resolve_after_ms);
-        // A fresh analyzer has less than one window of evidence, and judges hosts silent
-        // since before it started only after `host_silent_ms`: restored problems are not
-        // resolved for lack of evidence before then.
-        let hold = d.window_ms.max(d.host_silent_ms) as i64;
-        tracker.restore(store::load_active(db).await?, now_ms, hold);
+        let (hosts_down, others): (Vec<Problem>, Vec<Problem>) = store::load_active(db)
+            .await?
+            .into_iter()
+            .partition(|p| p.kind == ProblemKind::HostDown);
+        for (kind, problems) in [
+            (ProblemKind::HostDown, hosts_down),
+            (ProblemKind::LinkFault, others),
+        ] {
+            tracker.restore(problems, now_ms, policy::restore_hold_ms(kind, d));
+        }
         let mut engine = Engine::new(d.clone());
         engine.await_paths(now_ms);
         let mut intake = Intake::new(d.max_paths);
@@ -289,5 +294,112 @@ fn label_rnic_problems(registry: &Registry, candidates: &mut [Candidate]) {
         .filter(|c| c.component_kind == rocemesh_proto::api::ComponentKind::Rnic)
     {
         c.evidence.labels = registry.labels_by_name(&c.component).to_vec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{RnicEntry, RnicMeta};
+    use rocemesh_proto::api::ProblemKind;
+    use rocemesh_proto::batch::{BatchHeader, decode_batch, encode_batch};
+
+    const T0: i64 = 1_700_000_000_000;
+
+    /// Hosts 1..=3 with one RNIC each, under one ToR.
+    fn registry() -> Registry {
+        let mut reg = Registry::new(
+            (1..=3).map(|r| (r, RnicEntry { host_id: r, tor: 0 })),
+            vec!["t0".to_string()].into(),
+        );
+        for r in 1..=3u32 {
+            reg.set_meta(
+                r,
+                RnicMeta {
+                    name: format!("h{r}/r0"),
+                    host: format!("h{r}"),
+                    ip: format!("198.18.0.{r}").parse().unwrap(),
+                    qpn: 100 + r,
+                    epoch: 1,
+                    registered_at_ms: T0 - 60_000,
+                },
+            );
+        }
+        reg
+    }
+
+    fn heartbeat(d: &Diagnosis, reg: &Registry, host: u32, seq: u64, now_ms: i64) {
+        let header = BatchHeader {
+            host_id: host,
+            epoch: 1,
+            batch_seq: seq,
+            dropped: 0,
+        };
+        let body = encode_batch(header, &[]);
+        d.take(decode_batch(&body).unwrap(), false, reg, now_ms);
+    }
+
+    fn down(d: &Diagnosis, state: ProblemState) -> Vec<String> {
+        let mut v: Vec<String> = d
+            .problems(state)
+            .into_iter()
+            .filter(|p| p.kind == ProblemKind::HostDown)
+            .map(|p| p.component)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// h2 went silent long before an analyzer restart (reported down), h3 shortly before
+    /// it (not yet): after the restart h2 stays down without ever being resolved, and h3
+    /// is reported once its silence is long enough, while h1 keeps uploading.
+    #[tokio::test]
+    async fn hosts_silent_before_a_restart_are_reported_after_it() {
+        for (name, db) in rocemesh_store::test_databases().await {
+            let cfg = AnalyzerConfig::default();
+            let d = &cfg.diagnosis;
+            let reg = registry();
+            let a = Diagnosis::new(&db, &cfg, T0).await.unwrap();
+            let restart = T0 + 30_000;
+            let mut seq = 0;
+            for t in (T0..restart).step_by(1_000) {
+                for (host, until) in [(1, restart), (2, T0 + 5_000), (3, restart - 4_000)] {
+                    if t < until {
+                        seq += 1;
+                        heartbeat(&a, &reg, host, seq, t);
+                    }
+                }
+                a.analyze(&reg, t);
+                a.persist(&db, t).await.unwrap();
+            }
+            assert_eq!(down(&a, ProblemState::Active), ["h2"], "{name}");
+            let b = Diagnosis::new(&db, &cfg, restart).await.unwrap();
+            let h3_due = restart - 4_000 + d.host_down_after_ms as i64;
+            let judged_from = restart + d.host_silent_ms as i64;
+            let mut h3_seen = None;
+            for t in (restart..restart + 40_000).step_by(1_000) {
+                seq += 1;
+                heartbeat(&b, &reg, 1, seq, t);
+                b.analyze(&reg, t);
+                b.persist(&db, t).await.unwrap();
+                let active = down(&b, ProblemState::Active);
+                assert!(
+                    active.contains(&"h2".to_string()),
+                    "{name} at +{}: {active:?}",
+                    t - restart
+                );
+                assert!(!active.contains(&"h1".to_string()), "{name}: {active:?}");
+                if active.contains(&"h3".to_string()) {
+                    h3_seen.get_or_insert(t);
+                }
+            }
+            assert!(down(&b, ProblemState::Resolved).is_empty(), "{name}");
+            let h3 = h3_seen.unwrap_or_else(|| panic!("{name}: h3 never reported down"));
+            assert!(
+                h3 >= h3_due && h3 <= h3_due.max(judged_from) + 1_000,
+                "{name}: h3 down at +{} ms",
+                h3 - restart
+            );
+        }
     }
 }

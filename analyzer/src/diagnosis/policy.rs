@@ -8,6 +8,8 @@
 //! window + `resolve_after` after the symptom stops, and a flap (failures again before
 //! that) stays one problem.
 
+use crate::config::DiagnosisConfig;
+use rocemesh_proto::api::ProblemKind;
 use std::collections::HashMap;
 use std::hash::Hash;
 
@@ -50,6 +52,18 @@ pub fn hold_gap_ms(tick_ms: u64) -> i64 {
     2 * tick_ms as i64
 }
 
+/// How long after an analyzer start a restored problem of `kind` is not resolved for lack
+/// of evidence: a fresh analyzer has less than one window of it, and judges a host silent
+/// since before it started only after `host_silent_ms` (every live agent has uploaded by
+/// then), so a restored host-down problem waits for that too.
+pub fn restore_hold_ms(kind: ProblemKind, c: &DiagnosisConfig) -> i64 {
+    let hold = match kind {
+        ProblemKind::HostDown => c.window_ms.max(c.host_silent_ms),
+        _ => c.window_ms,
+    };
+    hold as i64
+}
+
 /// True when a problem whose latest evidence was at `evidence_ms` is resolved at `now_ms`.
 pub fn resolved(now_ms: i64, evidence_ms: i64, resolve_after_ms: i64) -> bool {
     now_ms - evidence_ms >= resolve_after_ms
@@ -71,10 +85,18 @@ mod tests {
     fn onset_holds_confirm_after_the_hold_and_restart_after_a_gap() {
         // (time found, hold, expected confirm); the gap of 2 ticks (2 s) drops a hold.
         let table: &[(&[i64], i64, &[bool])] = &[
-            (&[0, 1_000, 2_000, 3_000], 2_000, &[false, false, true, true]),
+            (
+                &[0, 1_000, 2_000, 3_000],
+                2_000,
+                &[false, false, true, true],
+            ),
             (&[0], 0, &[true]),
             // Missing at 1 s and 2 s, back at 4 s: older than the gap, so a new hold.
-            (&[0, 4_000, 5_000, 6_000], 2_000, &[false, false, false, true]),
+            (
+                &[0, 4_000, 5_000, 6_000],
+                2_000,
+                &[false, false, false, true],
+            ),
             // A one-tick gap keeps the hold running.
             (&[0, 2_000, 3_000], 3_000, &[false, false, true]),
         ];
@@ -101,7 +123,11 @@ mod tests {
             (15_000, 10_000, 0, true),
         ];
         for (now, evidence, after, want) in table {
-            assert_eq!(resolved(now, evidence, after), want, "{now} {evidence} {after}");
+            assert_eq!(
+                resolved(now, evidence, after),
+                want,
+                "{now} {evidence} {after}"
+            );
         }
         // (verdict made, now, its probes failing, reported)
         let table = [
@@ -110,7 +136,11 @@ mod tests {
             (5_000, 6_000, false, false),
         ];
         for (made, now, failing, want) in table {
-            assert_eq!(rnic_reported(made, now, failing), want, "{made} {now} {failing}");
+            assert_eq!(
+                rnic_reported(made, now, failing),
+                want,
+                "{made} {now} {failing}"
+            );
         }
     }
 }

@@ -225,9 +225,7 @@ pub async fn save_liveness(db: &Db, rows: &[(u32, u32, i64)]) -> anyhow::Result<
         for &(host, epoch, at) in chunk {
             q = q.bind(i64::from(host)).bind(i64::from(epoch)).bind(at);
         }
-        q.execute(db.pool())
-            .await
-            .context("saving host liveness")?;
+        q.execute(db.pool()).await.context("saving host liveness")?;
     }
     Ok(())
 }

@@ -162,7 +162,9 @@ impl Tracker {
         let gone: Vec<Key> = self
             .active
             .iter()
-            .filter(|(k, t)| !seen.contains(k) && policy::resolved(now_ms, t.evidence_ms, self.resolve_after_ms))
+            .filter(|(k, t)| {
+                !seen.contains(k) && policy::resolved(now_ms, t.evidence_ms, self.resolve_after_ms)
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for k in gone {

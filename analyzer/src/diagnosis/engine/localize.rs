@@ -2,13 +2,13 @@
 //! explains, over the traced paths; findings become link, RNIC and switch problems.
 
 use super::observe::{MIN_SLOW, Observations, observations};
-use crate::diagnosis::flows::table::FlowKey;
-use crate::diagnosis::policy::{self, Onset};
-use crate::diagnosis::tomography::FlowObs;
 use super::{BaselineVote, Candidate, Engine, Fails, Inputs, Outcome, Tallies, rnic_name};
 use crate::config::DiagnosisConfig;
 use crate::diagnosis::fabric::FabricMap;
+use crate::diagnosis::flows::table::FlowKey;
 use crate::diagnosis::paths::Element;
+use crate::diagnosis::policy::{self, Onset};
+use crate::diagnosis::tomography::FlowObs;
 use crate::diagnosis::tomography::{Finding, Params, alg1_votes, explain_away, located_suspects};
 use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind, SuspectComponent};
 use std::collections::{HashMap, HashSet};
@@ -245,7 +245,9 @@ pub(super) fn confirm_links(
     groups: Vec<Group>,
     alive: &HashSet<&str>,
 ) -> Vec<Group> {
-    holds.pending.forget_before(now - policy::hold_gap_ms(c.tick_ms));
+    holds
+        .pending
+        .forget_before(now - policy::hold_gap_ms(c.tick_ms));
     let open_after = now - c.resolve_after_ms as i64;
     holds.reported.retain(|_, at| *at >= open_after);
     // Switches of the links open before this tick (two links found in the same tick do

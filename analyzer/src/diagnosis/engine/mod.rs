@@ -16,9 +16,9 @@ mod observe;
 use super::fabric::FabricMap;
 use super::flows::table::FlowKey;
 use super::flows::{Window, WindowStats};
-use super::policy::Onset;
 use super::intake::Liveness;
 use super::paths::PathStore;
+use super::policy::Onset;
 use super::tomography::FlowObs;
 use crate::config::DiagnosisConfig;
 use crate::latency::Verdicts;
@@ -203,15 +203,13 @@ impl Engine {
     }
 
     fn last_upload(&self, inp: &Inputs, host: u32) -> i64 {
-        inp.hosts
-            .get(&host)
-            .map_or(inp.started_ms, |l| {
-                if l.restored {
-                    l.last_upload_ms
-                } else {
-                    l.last_upload_ms.max(inp.started_ms)
-                }
-            })
+        inp.hosts.get(&host).map_or(inp.started_ms, |l| {
+            if l.restored {
+                l.last_upload_ms
+            } else {
+                l.last_upload_ms.max(inp.started_ms)
+            }
+        })
     }
 }
 

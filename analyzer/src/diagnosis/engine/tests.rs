@@ -1067,3 +1067,80 @@ fn added_up_flows_keep_the_number_of_components_tested() {
     assert_eq!(total(&compact.loss), total(&full.loss));
     assert_eq!(total(&compact.slow), total(&full.slow));
 }
+
+#[test]
+fn one_dropped_5_tuple_is_a_flow_problem_naming_the_components_of_both_paths() {
+    use rand::{Rng, SeedableRng, rngs::StdRng};
+    let seed: u64 = rand::random();
+    println!("seed {seed}");
+    let mut rng = StdRng::seed_from_u64(seed);
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    for _ in 0..6 {
+        let p = rng.random_range(1..=HOSTS * 2);
+        let t = loop {
+            let t = rng.random_range(1..=HOSTS * 2);
+            if tor_of(t) != tor_of(p) {
+                break t;
+            }
+        };
+        let sport = if rng.random_bool(0.5) { 50_001 } else { 50_002 };
+        // Dropped on the probe's way or on its ACK's way, at either end's uplink.
+        let ack = rng.random_bool(0.5);
+        let (src, dst) = if ack { (t, p) } else { (p, t) };
+        let s = spine(src, dst, sport);
+        let tor = if rng.random_bool(0.5) {
+            tor_of(src)
+        } else {
+            tor_of(dst)
+        };
+        let link = format!("t{tor}-s{s}");
+        let mut sim = Sim::new();
+        // `run` asks for each probe's fate, then its ACK's: only this flow's direction
+        // drops (the reverse flow's ACK has the same addresses and port).
+        let mut call = 0u64;
+        sim.run(&mut |a, b, _, port| {
+            call += 1;
+            let is_ack = call % 2 == 0;
+            (is_ack == ack && a == src && b == dst && port == sport, 0)
+        });
+        let out = sim.diagnose_confirmed(&map);
+        let name = |r: u32| format!("h{}/r{}", host_of(r), (r - 1) % 2);
+        let what = format!(
+            "seed {seed}: {} -> {} sport {sport} dropped on {link} (ack {ack})",
+            name(p),
+            name(t)
+        );
+        assert_eq!(
+            found(&out),
+            [(
+                ProblemKind::FlowFault,
+                format!("{} -> {} sport {sport}", name(p), name(t))
+            )],
+            "{what}"
+        );
+        let c = &out.candidates[0];
+        assert_eq!(c.component_kind, ComponentKind::Flow);
+        let suspects = &c.evidence.candidates;
+        assert!(
+            suspects.iter().any(|x| x.component == link),
+            "{what}: {suspects:?}"
+        );
+        // Both directions' links are suspects, and none stands out.
+        for (a, b) in [(p, t), (t, p)] {
+            let s = spine(a, b, sport);
+            for tor in [tor_of(a), tor_of(b)] {
+                let l = format!("t{tor}-s{s}");
+                assert!(
+                    suspects.iter().any(|x| x.component == l),
+                    "{what}: {l} missing"
+                );
+            }
+        }
+        let total: f64 = suspects.iter().map(|x| x.confidence).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{what}: {suspects:?}");
+        assert!(
+            suspects.iter().all(|x| x.confidence < 0.5),
+            "{what}: {suspects:?}"
+        );
+    }
+}
