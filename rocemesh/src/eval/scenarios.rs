@@ -4,7 +4,7 @@
 use crate::lab::Lab;
 use anyhow::{Context, Result};
 use rocemesh_proto::ProbeClass;
-use rocemesh_proto::api::{ComponentKind, Pinglist, ProblemKind};
+use rocemesh_proto::api::{ComponentKind, Pinglist, Problem, ProblemKind};
 use rocemesh_testbed::{Direction, Fault, FiveTuple};
 
 /// A faulty component rocemesh must report. The first alternative is the truth; the
@@ -14,12 +14,29 @@ use rocemesh_testbed::{Direction, Fault, FiveTuple};
 pub struct Expect {
     /// Acceptable (kind, name) answers.
     pub alternatives: Vec<(ComponentKind, String)>,
+    /// Only a flow problem listing an alternative among its suspects is right (no probe
+    /// can single out the component that drops one 5-tuple).
+    pub flow: bool,
 }
 
 impl Expect {
     fn one(kind: ComponentKind, name: &str) -> Self {
         Self {
             alternatives: vec![(kind, name.to_string())],
+            flow: false,
+        }
+    }
+
+    /// True when a reported problem is this answer.
+    pub fn matches_problem(&self, p: &Problem) -> bool {
+        if self.flow {
+            p.kind == ProblemKind::FlowFault
+                && p.evidence
+                    .candidates
+                    .iter()
+                    .any(|c| self.matches(c.component_kind, &c.component))
+        } else {
+            self.matches(p.component_kind, &p.component)
         }
     }
 
@@ -212,6 +229,7 @@ pub fn all() -> Vec<Scenario> {
                         (ComponentKind::Link, format!("t0-{spine}")),
                         (ComponentKind::Link, format!("t{dst_tor}-{spine}")),
                     ],
+                    flow: true,
                 };
                 fault(
                     l,

@@ -131,9 +131,7 @@ fn score(
     cleared: i64,
     alg1: &[Voted],
 ) -> Outcome {
-    let matches = |p: &Problem, e: &Expect| {
-        p.first_seen_ms >= onset && e.matches(p.component_kind, &p.component)
-    };
+    let matches = |p: &Problem, e: &Expect| p.first_seen_ms >= onset && e.matches_problem(p);
     let benign = |p: &Problem| {
         p.first_seen_ms >= onset && !p.kind.is_network() && inj.benign.contains(&p.kind)
     };
@@ -414,7 +412,50 @@ mod tests {
     fn link(name: &str) -> Expect {
         Expect {
             alternatives: vec![(ComponentKind::Link, name.into())],
+            flow: false,
         }
+    }
+
+    #[test]
+    fn a_dropped_5_tuple_counts_only_as_a_flow_problem_listing_the_truth() {
+        let inj = Injected {
+            expected: vec![Expect {
+                flow: true,
+                ..link("t0-s1")
+            }],
+            ..Injected::default()
+        };
+        let suspect = |name: &str| rocemesh_proto::api::SuspectComponent {
+            component_kind: ComponentKind::Link,
+            component: name.into(),
+            direction: None,
+            confidence: 0.5,
+        };
+        let flow = |suspects: &[&str]| {
+            let mut p = problem(
+                ProblemKind::FlowFault,
+                ComponentKind::Flow,
+                "h0/r0 -> h4/r0 sport 50001",
+                3_000,
+                0.9,
+            );
+            p.evidence.candidates = suspects.iter().map(|s| suspect(s)).collect();
+            p
+        };
+        let s = scenario("five_tuple_silent_drop");
+        let right = score(&s, &inj, &[flow(&["t0-s1", "t2-s1"])], 1_000, 20_000, &[]);
+        assert!(right.correct && right.top1_correct == Some(true));
+        let elsewhere = score(&s, &inj, &[flow(&["t0-s0", "t2-s0"])], 1_000, 20_000, &[]);
+        assert!(!elsewhere.correct && elsewhere.false_positives == 1);
+        let guessed = problem(
+            ProblemKind::LinkFault,
+            ComponentKind::Link,
+            "t0-s1",
+            3_000,
+            0.8,
+        );
+        let guess = score(&s, &inj, &[guessed], 1_000, 20_000, &[]);
+        assert!(!guess.correct && guess.false_positives == 1);
     }
 
     #[test]

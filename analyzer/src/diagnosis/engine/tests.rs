@@ -1100,7 +1100,7 @@ fn one_dropped_5_tuple_is_a_flow_problem_naming_the_components_of_both_paths() {
         let mut call = 0u64;
         sim.run(&mut |a, b, _, port| {
             call += 1;
-            let is_ack = call % 2 == 0;
+            let is_ack = call.is_multiple_of(2);
             (is_ack == ack && a == src && b == dst && port == sport, 0)
         });
         let out = sim.diagnose_confirmed(&map);
