@@ -2,7 +2,7 @@
 //! explains, over the traced paths; findings become link, RNIC and switch problems.
 
 use super::observe::{MIN_SLOW, Observations, observations};
-use super::{BaselineVote, Candidate, Engine, Fails, Inputs, Outcome, Tallies, rnic_name};
+use super::{BaselineVote, Candidate, Engine, Facts, Inputs, Outcome, rnic_name};
 use crate::config::DiagnosisConfig;
 use crate::diagnosis::fabric::FabricMap;
 use crate::diagnosis::flows::table::FlowKey;
@@ -30,14 +30,15 @@ fn confidence(score: f64, min_score: f64) -> f64 {
 impl Engine {
     /// Step 5: tomography of the timeouts and slow probes nothing else explains.
     /// RNICs `vouched` for by their own ToR-mesh probes are never blamed for loss.
-    pub(super) fn tomography(
-        &mut self,
-        inp: &Inputs,
-        (hosts, noisy_hosts): (&Tallies, &HashSet<u32>),
-        (anomalous, vouched): (&HashSet<u32>, &HashSet<u32>),
-        tick: (&Fails, &foldhash::HashMap<u32, u32>),
-        out: &mut Outcome,
-    ) {
+    pub(super) fn tomography(&mut self, inp: &Inputs, facts: &Facts, out: &mut Outcome) {
+        let Facts {
+            hosts,
+            noisy: noisy_hosts,
+            anomalous,
+            vouched,
+            ..
+        } = facts;
+        let tick = (&facts.fails, &facts.slow);
         let excluded = |r: u32| {
             anomalous.contains(&r)
                 || inp
