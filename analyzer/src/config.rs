@@ -267,7 +267,7 @@ impl Default for DiagnosisConfig {
             latency_factor: 5,
             latency_min_ns: 1_000_000,
             latency_percent: 50,
-            resolve_after_ms: 5_000,
+            resolve_after_ms: 10_000,
             link_confirm_ms: 5_000,
             paths_settle_ms: 7_000,
             strained_rnic_hold_ms: 10_000,

@@ -4,9 +4,9 @@
 //!
 //! The resolution rule: a problem's evidence is the failures in the diagnosis window, so
 //! its last evidence is at most one window after its symptom stops; it resolves once it
-//! has had no evidence for `resolve_after` (default 5 s). A problem thus ends within one
-//! window + `resolve_after` after the symptom stops, and a flap (failures again before
-//! that) stays one problem.
+//! has had no evidence for `resolve_after_ms`. A problem thus ends within one window +
+//! `resolve_after_ms` after the symptom stops, and a flap (failures again before that)
+//! stays one problem.
 
 use crate::config::DiagnosisConfig;
 use rocemesh_proto::api::ProblemKind;
