@@ -20,6 +20,9 @@ pub struct Liveness {
     pub first_upload_ms: i64,
     /// Agent restarts seen: (last upload of the old epoch, first of the new one).
     pub restarts: VecDeque<(i64, i64)>,
+    /// Known only from what a previous run saved: no upload since this analyzer started.
+    #[serde(default)]
+    pub restored: bool,
 }
 
 /// Unfiled paths and host liveness, appended by ingest.
@@ -81,7 +84,9 @@ impl Intake {
             last_upload_ms: now_ms,
             first_upload_ms: now_ms,
             restarts: VecDeque::new(),
+            restored: false,
         });
+        h.restored = false;
         if h.epoch != epoch {
             if h.restarts.len() == MAX_RESTARTS {
                 h.restarts.pop_front();
@@ -90,6 +95,38 @@ impl Intake {
             h.epoch = epoch;
         }
         h.last_upload_ms = h.last_upload_ms.max(now_ms);
+    }
+
+    /// Takes the (host id, epoch, last upload ms) a previous run saved, for hosts not
+    /// heard from yet: a host that went silent before a restart is still known.
+    pub fn restore(&mut self, saved: Vec<(u32, u32, i64)>) {
+        for (host, epoch, at) in saved {
+            if self.hosts.len() >= MAX_HOSTS {
+                return;
+            }
+            self.hosts.entry(host).or_insert(Liveness {
+                epoch,
+                last_upload_ms: at,
+                first_upload_ms: at,
+                restarts: VecDeque::new(),
+                restored: true,
+            });
+        }
+    }
+
+    /// Hosts whose latest upload is newer than in `saved` by `every_ms` or more (or not
+    /// in it), as (host id, epoch, last upload ms).
+    pub fn unsaved(&self, saved: &HashMap<u32, i64>, every_ms: i64) -> Vec<(u32, u32, i64)> {
+        self.hosts
+            .iter()
+            .filter(|(id, l)| {
+                !l.restored
+                    && saved
+                        .get(id)
+                        .is_none_or(|&at| l.last_upload_ms - at >= every_ms)
+            })
+            .map(|(&id, l)| (id, l.epoch, l.last_upload_ms))
+            .collect()
     }
 
     /// Liveness of every host that uploaded.

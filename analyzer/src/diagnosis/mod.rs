@@ -14,6 +14,7 @@ pub mod fabric;
 pub mod flows;
 pub mod intake;
 pub mod paths;
+pub mod policy;
 pub mod store;
 pub mod tomography;
 pub mod tracker;
@@ -27,13 +28,18 @@ use fabric::FabricMap;
 use flows::WindowStats;
 use intake::{Intake, Liveness};
 use paths::{PathStore, Traces};
-use rocemesh_proto::api::{Problem, ProblemState};
+use rocemesh_proto::api::{Problem, ProblemKind, ProblemState};
 use rocemesh_proto::batch::Batch;
 use rocemesh_proto::path::TracedPath;
 use rocemesh_store::Db;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use tomography::FlowObs;
 use tracker::Tracker;
+
+/// How far a host's latest upload moves on before it is saved again: a restarted analyzer
+/// knows each host's last upload to within this (and the host-down timeout is longer).
+const SAVE_LIVENESS_EVERY_MS: i64 = 5_000;
 
 /// What a shard of a scale-out deployment adds to a diagnosis ([`Diagnosis::analyze_in`]).
 pub struct Shared<'a> {
@@ -61,8 +67,10 @@ pub struct Diagnosis {
     /// Per RNIC-pair latency detectors: fed by ingest, closed by the tick.
     latency: Mutex<PairLatency>,
     baseline: RwLock<Arc<Vec<BaselineVote>>>,
-    /// Serializes database writes of problems.
+    /// Serializes database writes of problems and liveness.
     writing: tokio::sync::Mutex<()>,
+    /// Latest upload time saved per host ([`store::save_liveness`]).
+    liveness_saved: Mutex<HashMap<u32, i64>>,
 }
 
 impl Diagnosis {
@@ -74,15 +82,25 @@ impl Diagnosis {
         };
         let d = &cfg.diagnosis;
         let mut tracker = Tracker::new(d.resolve_after_ms);
-        // A fresh analyzer has less than one window of evidence: restored problems are
-        // not resolved for lack of it before a window has been gathered.
-        tracker.restore(store::load_active(db).await?, now_ms, d.window_ms as i64);
+        let (hosts_down, others): (Vec<Problem>, Vec<Problem>) = store::load_active(db)
+            .await?
+            .into_iter()
+            .partition(|p| p.kind == ProblemKind::HostDown);
+        for (kind, problems) in [
+            (ProblemKind::HostDown, hosts_down),
+            (ProblemKind::LinkFault, others),
+        ] {
+            tracker.restore(problems, now_ms, policy::restore_hold_ms(kind, d));
+        }
         let mut engine = Engine::new(d.clone());
         engine.await_paths(now_ms);
+        let mut intake = Intake::new(d.max_paths);
+        intake.restore(store::load_liveness(db).await?);
         Ok(Self {
             map,
             started_ms: now_ms,
-            intake: Mutex::new(Intake::new(d.max_paths)),
+            intake: Mutex::new(intake),
+            liveness_saved: Mutex::new(HashMap::new()),
             paths: RwLock::new(PathStore::new(d.max_paths)),
             engine: Mutex::new(engine),
             tracker: Mutex::new(tracker),
@@ -206,7 +224,8 @@ impl Diagnosis {
         lock(&self.tracker).rescope(keep, stored, now_ms, hold_ms);
     }
 
-    /// Writes every new, changed or resolved problem; what fails is retried next time.
+    /// Writes every new, changed or resolved problem, and the hosts' upload liveness
+    /// when it moved on by [`SAVE_LIVENESS_EVERY_MS`]; what fails is retried next time.
     pub async fn persist(&self, db: &Db, now_ms: i64) -> anyhow::Result<()> {
         let _writing = self.writing.lock().await;
         let unsaved = lock(&self.tracker).unsaved();
@@ -218,6 +237,17 @@ impl Diagnosis {
                 p.id
             };
             lock(&self.tracker).mark_saved(serial, id, now_ms);
+        }
+        let rows = {
+            let saved = lock(&self.liveness_saved);
+            lock(&self.intake).unsaved(&saved, SAVE_LIVENESS_EVERY_MS)
+        };
+        if !rows.is_empty() {
+            store::save_liveness(db, &rows).await?;
+            let mut saved = lock(&self.liveness_saved);
+            for (host, _, at) in rows {
+                saved.insert(host, at);
+            }
         }
         Ok(())
     }
@@ -264,5 +294,112 @@ fn label_rnic_problems(registry: &Registry, candidates: &mut [Candidate]) {
         .filter(|c| c.component_kind == rocemesh_proto::api::ComponentKind::Rnic)
     {
         c.evidence.labels = registry.labels_by_name(&c.component).to_vec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{RnicEntry, RnicMeta};
+    use rocemesh_proto::api::ProblemKind;
+    use rocemesh_proto::batch::{BatchHeader, decode_batch, encode_batch};
+
+    const T0: i64 = 1_700_000_000_000;
+
+    /// Hosts 1..=3 with one RNIC each, under one ToR.
+    fn registry() -> Registry {
+        let mut reg = Registry::new(
+            (1..=3).map(|r| (r, RnicEntry { host_id: r, tor: 0 })),
+            vec!["t0".to_string()].into(),
+        );
+        for r in 1..=3u32 {
+            reg.set_meta(
+                r,
+                RnicMeta {
+                    name: format!("h{r}/r0"),
+                    host: format!("h{r}"),
+                    ip: format!("198.18.0.{r}").parse().unwrap(),
+                    qpn: 100 + r,
+                    epoch: 1,
+                    registered_at_ms: T0 - 60_000,
+                },
+            );
+        }
+        reg
+    }
+
+    fn heartbeat(d: &Diagnosis, reg: &Registry, host: u32, seq: u64, now_ms: i64) {
+        let header = BatchHeader {
+            host_id: host,
+            epoch: 1,
+            batch_seq: seq,
+            dropped: 0,
+        };
+        let body = encode_batch(header, &[]);
+        d.take(decode_batch(&body).unwrap(), false, reg, now_ms);
+    }
+
+    fn down(d: &Diagnosis, state: ProblemState) -> Vec<String> {
+        let mut v: Vec<String> = d
+            .problems(state)
+            .into_iter()
+            .filter(|p| p.kind == ProblemKind::HostDown)
+            .map(|p| p.component)
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// h2 went silent long before an analyzer restart (reported down), h3 shortly before
+    /// it (not yet): after the restart h2 stays down without ever being resolved, and h3
+    /// is reported once its silence is long enough, while h1 keeps uploading.
+    #[tokio::test]
+    async fn hosts_silent_before_a_restart_are_reported_after_it() {
+        for (name, db) in rocemesh_store::test_databases().await {
+            let cfg = AnalyzerConfig::default();
+            let d = &cfg.diagnosis;
+            let reg = registry();
+            let a = Diagnosis::new(&db, &cfg, T0).await.unwrap();
+            let restart = T0 + 30_000;
+            let mut seq = 0;
+            for t in (T0..restart).step_by(1_000) {
+                for (host, until) in [(1, restart), (2, T0 + 5_000), (3, restart - 4_000)] {
+                    if t < until {
+                        seq += 1;
+                        heartbeat(&a, &reg, host, seq, t);
+                    }
+                }
+                a.analyze(&reg, t);
+                a.persist(&db, t).await.unwrap();
+            }
+            assert_eq!(down(&a, ProblemState::Active), ["h2"], "{name}");
+            let b = Diagnosis::new(&db, &cfg, restart).await.unwrap();
+            let h3_due = restart - 4_000 + d.host_down_after_ms as i64;
+            let judged_from = restart + d.host_silent_ms as i64;
+            let mut h3_seen = None;
+            for t in (restart..restart + 40_000).step_by(1_000) {
+                seq += 1;
+                heartbeat(&b, &reg, 1, seq, t);
+                b.analyze(&reg, t);
+                b.persist(&db, t).await.unwrap();
+                let active = down(&b, ProblemState::Active);
+                assert!(
+                    active.contains(&"h2".to_string()),
+                    "{name} at +{}: {active:?}",
+                    t - restart
+                );
+                assert!(!active.contains(&"h1".to_string()), "{name}: {active:?}");
+                if active.contains(&"h3".to_string()) {
+                    h3_seen.get_or_insert(t);
+                }
+            }
+            assert!(down(&b, ProblemState::Resolved).is_empty(), "{name}");
+            let h3 = h3_seen.unwrap_or_else(|| panic!("{name}: h3 never reported down"));
+            assert!(
+                h3 >= h3_due && h3 <= h3_due.max(judged_from) + 1_000,
+                "{name}: h3 down at +{} ms",
+                h3 - restart
+            );
+        }
     }
 }

@@ -3,6 +3,7 @@
 //! what changed enough to be written to the database.
 
 use super::engine::Candidate;
+use super::policy;
 use rocemesh_proto::api::{ComponentKind, Problem, ProblemKind, ProblemState};
 use std::collections::{HashMap, VecDeque};
 
@@ -161,7 +162,9 @@ impl Tracker {
         let gone: Vec<Key> = self
             .active
             .iter()
-            .filter(|(k, t)| !seen.contains(k) && now_ms - t.evidence_ms >= self.resolve_after_ms)
+            .filter(|(k, t)| {
+                !seen.contains(k) && policy::resolved(now_ms, t.evidence_ms, self.resolve_after_ms)
+            })
             .map(|(k, _)| k.clone())
             .collect();
         for k in gone {

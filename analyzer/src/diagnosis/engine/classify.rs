@@ -3,6 +3,7 @@
 
 use super::mesh::{Mesh, mesh_flow_of};
 use super::{Candidate, Engine, Fails, Inputs, Outcome, Tallies, rnic_name};
+use crate::diagnosis::policy;
 use crate::diagnosis::tomography::chernoff_score;
 use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind};
 use std::collections::{HashMap, HashSet};
@@ -25,10 +26,15 @@ impl Engine {
         for h in ids {
             let silent_ms = inp.now_ms - self.last_upload(inp, h);
             let tally = hosts.get(&h);
-            // Only a host this analyzer has heard from can be declared down: a
-            // registry entry that never uploaded may be stale (its timeouts are
-            // still set aside as a silent host's).
-            if silent_ms > self.cfg.host_down_after_ms as i64 && inp.hosts.contains_key(&h) {
+            // Only a host this analyzer (or, saved, a previous run) has heard from can be
+            // declared down: a registry entry that never uploaded may be stale (its
+            // timeouts are still set aside as a silent host's). One known only from the
+            // previous run is judged by its saved last upload once every live agent has
+            // had `host_silent_ms` to upload here.
+            let known = inp.hosts.get(&h).is_some_and(|l| {
+                !l.restored || inp.now_ms - inp.started_ms >= self.cfg.host_silent_ms as i64
+            });
+            if silent_ms > self.cfg.host_down_after_ms as i64 && known {
                 out.candidates.push(Candidate {
                     kind: ProblemKind::HostDown,
                     component_kind: ComponentKind::Host,
@@ -250,8 +256,14 @@ impl Engine {
         }
         let mut sticky: Vec<_> = self.sticky.iter().collect();
         sticky.sort_by_key(|(r, _)| **r);
-        for (&r, (_, evidence)) in sticky {
-            if self.held(inp, hosts, r) {
+        for (&r, (until, evidence)) in sticky {
+            let made = until - self.cfg.rnic_sticky_ms as i64;
+            let failing = self
+                .window
+                .flows()
+                .touching(r)
+                .any(|i| fails.contains_key(&i));
+            if !policy::rnic_reported(made, inp.now_ms, failing) || self.held(inp, hosts, r) {
                 continue;
             }
             out.candidates.push(Candidate {

@@ -2,12 +2,15 @@
 //! explains, over the traced paths; findings become link, RNIC and switch problems.
 
 use super::observe::{MIN_SLOW, Observations, observations};
-use super::{BaselineVote, Candidate, Engine, Fails, Inputs, Outcome, Tallies, rnic_name};
+use super::{BaselineVote, Candidate, Engine, Facts, Inputs, Outcome, rnic_name};
 use crate::config::DiagnosisConfig;
 use crate::diagnosis::fabric::FabricMap;
+use crate::diagnosis::flows::table::FlowKey;
 use crate::diagnosis::paths::Element;
+use crate::diagnosis::policy::{self, Onset};
+use crate::diagnosis::tomography::FlowObs;
 use crate::diagnosis::tomography::{Finding, Params, alg1_votes, explain_away, located_suspects};
-use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind};
+use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind, SuspectComponent};
 use std::collections::{HashMap, HashSet};
 
 /// Background share of slow probes assumed at least.
@@ -27,14 +30,15 @@ fn confidence(score: f64, min_score: f64) -> f64 {
 impl Engine {
     /// Step 5: tomography of the timeouts and slow probes nothing else explains.
     /// RNICs `vouched` for by their own ToR-mesh probes are never blamed for loss.
-    pub(super) fn tomography(
-        &mut self,
-        inp: &Inputs,
-        (hosts, noisy_hosts): (&Tallies, &HashSet<u32>),
-        (anomalous, vouched): (&HashSet<u32>, &HashSet<u32>),
-        tick: (&Fails, &foldhash::HashMap<u32, u32>),
-        out: &mut Outcome,
-    ) {
+    pub(super) fn tomography(&mut self, inp: &Inputs, facts: &Facts, out: &mut Outcome) {
+        let Facts {
+            hosts,
+            noisy: noisy_hosts,
+            anomalous,
+            vouched,
+            ..
+        } = facts;
+        let tick = (&facts.fails, &facts.slow);
         let excluded = |r: u32| {
             anomalous.contains(&r)
                 || inp
@@ -83,7 +87,20 @@ impl Engine {
         };
         let mut found = Vec::new();
         let blamable = |e: &Element| !matches!(e, Element::Rnic(r) if vouched.contains(r));
+        let gap = policy::hold_gap_ms(c.tick_ms);
+        self.flow_holds.forget_before(inp.now_ms - gap);
         for f in explain_away(&loss, &loss_params, blamable) {
+            if let Some(k) = f.flow {
+                // One flow's failures single out none of its components: a flow problem,
+                // once it has lasted (a fault's first failures may come from one flow).
+                if self
+                    .flow_holds
+                    .confirm(k, inp.now_ms, c.link_confirm_ms as i64)
+                {
+                    out.candidates.push(flow_problem(inp, &loss, &f, k, &c));
+                }
+                continue;
+            }
             let (kind, ck, name) = match &f.element {
                 Element::Rnic(r) => {
                     self.stick(*r, inp.now_ms, evidence(&f, "RNIC"));
@@ -195,8 +212,8 @@ impl Engine {
 /// Link findings held back until confirmed, and when each link finding was last reported.
 #[derive(Debug, Default)]
 pub(super) struct LinkHolds {
-    /// First and latest time each held link was found.
-    pending: HashMap<String, (i64, i64)>,
+    /// Held links.
+    pending: Onset<String>,
     /// Latest time each link finding was reported.
     reported: HashMap<String, i64>,
 }
@@ -229,8 +246,9 @@ pub(super) fn confirm_links(
     groups: Vec<Group>,
     alive: &HashSet<&str>,
 ) -> Vec<Group> {
-    let stale_before = now - 2 * c.tick_ms as i64;
-    holds.pending.retain(|_, (_, last)| *last >= stale_before);
+    holds
+        .pending
+        .forget_before(now - policy::hold_gap_ms(c.tick_ms));
     let open_after = now - c.resolve_after_ms as i64;
     holds.reported.retain(|_, at| *at >= open_after);
     // Switches of the links open before this tick (two links found in the same tick do
@@ -253,9 +271,9 @@ pub(super) fn confirm_links(
             let beside_open = devices.iter().any(|d| open_switches.contains(d));
             let report =
                 holds.reported.contains_key(name) || !(located && silent_end || beside_open) || {
-                    let (first, last) = holds.pending.entry(name.clone()).or_insert((now, now));
-                    *last = now;
-                    now - *first >= c.link_confirm_ms as i64
+                    holds
+                        .pending
+                        .confirm(name.clone(), now, c.link_confirm_ms as i64)
                 };
             if report {
                 holds.reported.insert(name.clone(), now);
@@ -366,4 +384,71 @@ fn group_by_switch(
         }
     }
     groups
+}
+
+/// Confidence of each suspect of a flow problem: every component on the flow's paths
+/// (both directions) can drop its 5-tuple alone, so each gets one share, and a component
+/// a fresh trace located the break at gets two more per located failure share.
+fn flow_suspects(loss: &[FlowObs], k: FlowKey) -> Vec<(Element, f64)> {
+    let mut weight: Vec<(Element, f64)> = Vec::new();
+    let mut add = |e: &Element, w: f64| match weight.iter_mut().find(|(x, _)| x == e) {
+        Some((_, old)) => *old += w,
+        None => weight.push((e.clone(), w)),
+    };
+    for o in loss.iter().filter(|o| o.flow == Some(k)) {
+        for (e, _) in o.ok_elems.iter().chain(&o.fail_elems) {
+            add(e, 0.0);
+        }
+        let fails: f64 = o.fail_elems.iter().map(|(_, w)| w).sum();
+        if o.located && o.fail > 0.0 && fails > 0.0 {
+            for (e, w) in &o.fail_elems {
+                add(e, 2.0 * w / fails);
+            }
+        }
+    }
+    for (_, w) in &mut weight {
+        *w += 1.0;
+    }
+    let total: f64 = weight.iter().map(|(_, w)| w).sum();
+    for (_, w) in &mut weight {
+        *w /= total;
+    }
+    weight.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    weight
+}
+
+/// A flow problem: the 5-tuple `k` fails, and its failures single out none of the
+/// components on its paths (`f` is the component explain-away picked for them).
+fn flow_problem(
+    inp: &Inputs,
+    loss: &[FlowObs],
+    f: &Finding,
+    k: FlowKey,
+    c: &DiagnosisConfig,
+) -> Candidate {
+    let (prober, target) = (rnic_name(inp, k.prober), rnic_name(inp, k.target));
+    let candidates = flow_suspects(loss, k)
+        .into_iter()
+        .map(|(e, confidence)| {
+            let (component_kind, component) = match e {
+                Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, r)),
+                Element::Link(l) => (ComponentKind::Link, l),
+            };
+            SuspectComponent {
+                component_kind,
+                component,
+                direction: None,
+                confidence,
+            }
+        })
+        .collect();
+    let mut evidence = evidence(f, "flow problem: only this 5-tuple fails");
+    evidence.candidates = candidates;
+    Candidate {
+        kind: ProblemKind::FlowFault,
+        component_kind: ComponentKind::Flow,
+        component: format!("{prober} -> {target} sport {}", k.sport),
+        confidence: confidence(f.score, f64::from(c.min_score)),
+        evidence,
+    }
 }

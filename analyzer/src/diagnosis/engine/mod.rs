@@ -14,9 +14,11 @@ mod mesh;
 mod observe;
 
 use super::fabric::FabricMap;
+use super::flows::table::FlowKey;
 use super::flows::{Window, WindowStats};
 use super::intake::Liveness;
 use super::paths::PathStore;
+use super::policy::Onset;
 use super::tomography::FlowObs;
 use crate::config::DiagnosisConfig;
 use crate::latency::Verdicts;
@@ -24,7 +26,7 @@ use crate::registry::Registry;
 use rocemesh_proto::ProbeResult;
 use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind};
 use serde::{Deserialize, Serialize};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 /// What one tick finds about one component.
@@ -95,6 +97,9 @@ pub struct Engine {
     answered: HashMap<String, i64>,
     /// Link findings held back until confirmed, and the recently reported ones.
     link_holds: localize::LinkHolds,
+    /// Flow findings held back until confirmed (a fault's first failures may all be
+    /// one flow's).
+    flow_holds: Onset<FlowKey>,
     /// When each sticky RNIC verdict was first made (for `strained_rnic_hold_ms`).
     rnic_found: HashMap<u32, i64>,
     /// The window's results, aggregated per flow as they arrive.
@@ -110,6 +115,22 @@ type Tallies = foldhash::HashMap<u32, HostTally>;
 
 /// Timeouts and ACK2 losses left for the network this tick, per flow index.
 type Fails = foldhash::HashMap<u32, (u32, u32)>;
+
+/// What a tick's stages established before tomography, stage by stage.
+struct Facts {
+    /// Stage 1: per-host tallies.
+    hosts: Tallies,
+    /// Stage 1: timeouts and ACK2 losses left for the network, per flow.
+    fails: Fails,
+    /// Stage 4: hosts whose noise (CPU) explains their probes' failures and delays.
+    noisy: HashSet<u32>,
+    /// Stage 4: RNICs found anomalous (their flows are theirs, not the network's).
+    anomalous: HashSet<u32>,
+    /// Stage 4: RNICs whose own ToR-mesh probes vouch for them.
+    vouched: HashSet<u32>,
+    /// Stage 3: slow probes per flow index.
+    slow: foldhash::HashMap<u32, u32>,
+}
 
 #[derive(Default)]
 struct HostTally {
@@ -133,6 +154,7 @@ impl Engine {
             down_switches: HashMap::new(),
             answered: HashMap::new(),
             link_holds: localize::LinkHolds::default(),
+            flow_holds: Onset::default(),
             rnic_found: HashMap::new(),
             window: Window::new(&cfg),
             cfg,
@@ -178,28 +200,39 @@ impl Engine {
     pub fn run(&mut self, inp: &Inputs) -> Outcome {
         let mut out = Outcome::default();
         let expired = self.window.advance(inp.now_ms);
+        // Stage 1: timeouts judged against host liveness and agent restarts.
         let (hosts, fails) = self.judge(inp);
+        // Stage 2: host down and agent restarts (not the network).
         self.host_verdicts(inp, &hosts, &mut out);
+        // Stage 3: one pass over the flows (ToR-mesh counts, slow candidates).
         let noisy = self.noisy_hosts(&hosts);
         let (mesh, slow) = self.sweep(inp, &expired, &fails, &noisy);
+        // Stage 4: anomalous RNICs and host noise.
         let (anomalous, noisy, vouched) =
             self.rnic_verdicts(inp, &hosts, noisy, (mesh, &fails), &mut out);
         let slow = self.slow_flows(inp, slow);
-        self.tomography(
-            inp,
-            (&hosts, &noisy),
-            (&anomalous, &vouched),
-            (&fails, &slow),
-            &mut out,
-        );
+        let facts = Facts {
+            hosts,
+            fails,
+            noisy,
+            anomalous,
+            vouched,
+            slow,
+        };
+        // Stage 5: tomography of what the facts leave to the network.
+        self.tomography(inp, &facts, &mut out);
         self.window.judge_with(Arc::clone(inp.latency));
         out
     }
 
     fn last_upload(&self, inp: &Inputs, host: u32) -> i64 {
-        inp.hosts
-            .get(&host)
-            .map_or(inp.started_ms, |l| l.last_upload_ms.max(inp.started_ms))
+        inp.hosts.get(&host).map_or(inp.started_ms, |l| {
+            if l.restored {
+                l.last_upload_ms
+            } else {
+                l.last_upload_ms.max(inp.started_ms)
+            }
+        })
     }
 }
 

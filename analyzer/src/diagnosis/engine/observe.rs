@@ -227,6 +227,7 @@ fn observe(
                 .or_else(|| ack.break_device.clone()),
             text: fwd.text.clone(),
             untraced: fwd.untraced && ack.untraced,
+            flow: Some(*k),
         });
         if f.ack2 > 0 {
             out.loss.push(FlowObs {
@@ -239,6 +240,7 @@ fn observe(
                 break_device: ack.break_device.clone(),
                 text: ack.text.clone(),
                 untraced: ack.untraced,
+                flow: Some(*k),
             });
         }
     }
@@ -252,6 +254,7 @@ fn observe(
             break_device: None,
             text: fwd.text,
             untraced: fwd.untraced && ack.untraced,
+            flow: Some(*k),
         });
         out.slow_pairs.push((k.prober, k.target));
     }

@@ -10,7 +10,9 @@
 use rocemesh_proto::ProbeClass;
 
 /// A flow: prober RNIC, target RNIC and the probe's UDP ports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
+)]
 pub struct FlowKey {
     /// Probing RNIC id.
     pub prober: u32,
