@@ -58,7 +58,7 @@ impl Default for KubernetesConfig {
             condition_type: "RocemeshRnicProblem".into(),
             taint: false,
             taint_key: "rocemesh.io/rnic-problem".into(),
-            verdict_poll: Duration::from_secs(1),
+            verdict_poll: Duration::from_millis(500),
             heartbeat: Duration::from_secs(60),
         }
     }

@@ -176,7 +176,8 @@ impl ControllerState {
     /// (back to preload) when endpoints came or went. For callers that own a task's whole
     /// spec, such as Kubernetes task discovery.
     pub async fn sync_task(&self, spec: TaskSpec) -> Result<TaskInfo, ApiError> {
-        let Some(id) = self.tasks_read().id_by_name(&spec.name) else {
+        let existing = self.tasks_read().id_by_name(&spec.name);
+        let Some(id) = existing else {
             return self.create_task(spec).await;
         };
         let _writer = self.inner.writer.lock().await;
@@ -218,7 +219,8 @@ impl ControllerState {
 
     /// Deletes the task with this name; `false` if there is none.
     pub async fn delete_task_named(&self, name: &str) -> Result<bool, ApiError> {
-        match self.tasks_read().id_by_name(name) {
+        let id = self.tasks_read().id_by_name(name);
+        match id {
             Some(id) => self.delete_task(id).await,
             None => Ok(false),
         }
