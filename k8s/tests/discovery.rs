@@ -14,7 +14,7 @@ use kube::api::ObjectMeta;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 use rocemesh_controller::{ControllerConfig, ControllerState};
-use rocemesh_k8s::{KubernetesConfig, rbac};
+use rocemesh_k8s::KubernetesConfig;
 use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{Pinglist, RegisterResponse, TaskInfo, TopologyInfo};
 use rocemesh_store::test_databases;
@@ -144,23 +144,6 @@ fn all_pairs(ids: &[u32]) -> BTreeSet<(u32, u32)> {
     out
 }
 
-/// Every request the watcher made is one the exported RBAC list names.
-fn assert_requests_are_listed(api: &ApiServer) {
-    let listed: BTreeSet<(String, &str)> = rbac::REQUESTS
-        .iter()
-        .map(|r| (r.resource.to_string(), r.verb))
-        .collect();
-    for r in api.requests() {
-        assert!(
-            listed.contains(&r.rbac()),
-            "request {} {} ({:?}) is not in rbac::REQUESTS",
-            r.method,
-            r.path,
-            r.rbac()
-        );
-    }
-}
-
 struct Harness {
     srv: http::Server,
     cancel: CancellationToken,
@@ -288,7 +271,7 @@ async fn a_sixteen_rank_job_activates_rank_by_rank_and_ends_with_its_pods() {
         .await;
         assert!(served_pairs(h.srv.addr, &hosts).await.is_empty());
         assert!(tasks(h.srv.addr).await.is_empty(), "{backend}");
-        assert_requests_are_listed(&api);
+        api.assert_requests_are_listed();
         h.stop().await;
     }
 }
@@ -386,7 +369,7 @@ async fn an_expired_watch_relists_without_losing_or_doubling_tasks() {
         .map(|t| (t.id, t.name, t.endpoints.len()))
         .collect();
     assert_eq!(again, before);
-    assert_requests_are_listed(&api);
+    api.assert_requests_are_listed();
     h.stop().await;
 }
 
@@ -442,6 +425,6 @@ async fn a_node_label_places_its_rnics_and_a_change_moves_them() {
         (tor_of(h.srv.addr, r1).await.as_deref() == Some("unknown")).then_some(())
     })
     .await;
-    assert_requests_are_listed(&api);
+    api.assert_requests_are_listed();
     h.stop().await;
 }

@@ -214,6 +214,23 @@ impl ApiServer {
         let _ = self.end.send(());
     }
 
+    /// Asserts that every request so far is one `rocemesh_k8s::rbac::REQUESTS` names.
+    pub fn assert_requests_are_listed(&self) {
+        let listed: std::collections::BTreeSet<(String, &str)> = rocemesh_k8s::rbac::REQUESTS
+            .iter()
+            .map(|r| (r.resource.to_string(), r.verb))
+            .collect();
+        for r in self.requests() {
+            assert!(
+                listed.contains(&r.rbac()),
+                "request {} {} ({:?}) is not in rbac::REQUESTS",
+                r.method,
+                r.path,
+                r.rbac()
+            );
+        }
+    }
+
     /// Every request so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.lock().requests.clone()
