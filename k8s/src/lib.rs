@@ -18,4 +18,5 @@ mod verdicts;
 
 pub use config::{DEFAULT_TASK_LABEL, DEFAULT_TOR_LABEL, KubernetesConfig};
 pub use pods::TASK_PREFIX;
-pub use run::{ProblemSource, run};
+pub use kube::Client;
+pub use run::{ProblemSource, connect, run};

@@ -22,6 +22,14 @@ use tokio_util::sync::CancellationToken;
 /// Where node verdicts come from: the active problems (the analyzer's, in process).
 pub type ProblemSource = Arc<dyn Fn() -> Vec<Problem> + Send + Sync>;
 
+/// A client of the cluster this process runs in (its service account), else of the
+/// current kubeconfig context.
+pub async fn connect() -> anyhow::Result<Client> {
+    Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!("no Kubernetes API (in-cluster service account or kubeconfig): {e}")
+    })
+}
+
 /// How long pod events gather before tasks are re-derived (a list arrives as a burst).
 const SETTLE: Duration = Duration::from_millis(20);
 
