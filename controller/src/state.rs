@@ -249,11 +249,7 @@ impl ControllerState {
         let _writer = self.inner.writer.lock().await;
         let plan = self
             .read()
-            .plan_registration(
-                &req,
-                &self.topology_read(),
-                rocemesh_proto::now_unix_ms(),
-            )
+            .plan_registration(&req, &self.topology_read(), rocemesh_proto::now_unix_ms())
             .map_err(ApiError::bad_request)?;
         let (host_id, rnic_ids) = registry::save_registration(&self.inner.db, &plan)
             .await

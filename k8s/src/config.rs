@@ -81,7 +81,10 @@ impl KubernetesConfig {
         anyhow::ensure!(
             !self.condition_type.is_empty()
                 && self.condition_type.len() <= 316
-                && self.condition_type.chars().all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c)),
+                && self
+                    .condition_type
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || "._-/".contains(c)),
             "kubernetes.condition_type {:?} is not a condition type",
             self.condition_type
         );
@@ -111,7 +114,8 @@ fn qualified_name(key: &str) -> bool {
             && p.len() <= 253
             && p.split('.').all(|l| {
                 !l.is_empty()
-                    && l.chars().all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
+                    && l.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-')
             })
     });
     let alnum = |c: Option<char>| c.is_some_and(|c| c.is_ascii_alphanumeric());
@@ -120,7 +124,9 @@ fn qualified_name(key: &str) -> bool {
         && name.len() <= 63
         && alnum(name.chars().next())
         && alnum(name.chars().last())
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
 }
 
 #[cfg(test)]

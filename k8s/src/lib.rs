@@ -17,6 +17,6 @@ mod tasks;
 mod verdicts;
 
 pub use config::{DEFAULT_TASK_LABEL, DEFAULT_TOR_LABEL, KubernetesConfig};
-pub use pods::TASK_PREFIX;
 pub use kube::Client;
+pub use pods::TASK_PREFIX;
 pub use run::{ProblemSource, connect, run};

@@ -119,7 +119,11 @@ mod tests {
         // Re-list after an expired watch: "a" was deleted meanwhile, "c" created.
         m.apply(Event::Init, name);
         m.apply(Event::InitApply(cm("b")), name);
-        assert_eq!(m.live().len(), 2, "the old set stays until the list completes");
+        assert_eq!(
+            m.live().len(),
+            2,
+            "the old set stays until the list completes"
+        );
         m.apply(Event::InitApply(cm("c")), name);
         m.apply(Event::InitDone, name);
         assert_eq!(m.live().keys().collect::<Vec<_>>(), ["ns/b", "ns/c"]);

@@ -167,9 +167,9 @@ fn rdma_ips(text: &str, networks: &[String]) -> Vec<IpAddr> {
         }
     };
     let wanted = |name: &str| {
-        networks.iter().any(|n| {
-            n == name || name.rsplit_once('/').is_some_and(|(_, bare)| bare == n)
-        })
+        networks
+            .iter()
+            .any(|n| n == name || name.rsplit_once('/').is_some_and(|(_, bare)| bare == n))
     };
     entries
         .iter()
@@ -192,7 +192,11 @@ mod tests {
 
     fn pod(labels: &[(&str, &str)], annotations: &[(&str, &str)]) -> Pod {
         let map = |kv: &[(&str, &str)]| {
-            Some(kv.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            Some(
+                kv.iter()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            )
         };
         Pod {
             metadata: ObjectMeta {
@@ -243,7 +247,10 @@ mod tests {
                 ("workers".to_string(), vec![1, 3]),
             ),
             (
-                vec![("volcano.sh/job-name", "vj"), ("volcano.sh/task-spec", "worker")],
+                vec![
+                    ("volcano.sh/job-name", "vj"),
+                    ("volcano.sh/task-spec", "worker"),
+                ],
                 vec![("volcano.sh/task-index", "2")],
                 "k8s/ml/volcano/vj",
                 ("worker".to_string(), vec![2]),
@@ -303,8 +310,14 @@ mod tests {
             rdma_ips(status, &[]),
             vec![ip("192.168.10.5"), ip("172.16.0.9"), ip("fd00::9")]
         );
-        assert_eq!(rdma_ips(status, &["rdma-net-0".into()]), vec![ip("192.168.10.5")]);
-        assert_eq!(rdma_ips(status, &["ml/rdma-net-0".into()]), vec![ip("192.168.10.5")]);
+        assert_eq!(
+            rdma_ips(status, &["rdma-net-0".into()]),
+            vec![ip("192.168.10.5")]
+        );
+        assert_eq!(
+            rdma_ips(status, &["ml/rdma-net-0".into()]),
+            vec![ip("192.168.10.5")]
+        );
         assert!(rdma_ips("{not json", &[]).is_empty());
         let cfg = KubernetesConfig::default();
         let f = facts(

@@ -8,9 +8,9 @@ use crate::verdicts::{self, NodeFacts, Writes};
 use futures_util::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
+use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
-use kube::Client;
 use rocemesh_controller::ControllerState;
 use rocemesh_proto::api::Problem;
 use std::collections::HashMap;
@@ -56,13 +56,14 @@ pub async fn run(
     } else {
         Vec::new()
     };
-    let mut pod_events: Events<Pod> = stream::select_all(labels.iter().enumerate().map(|(i, l)| {
-        watcher(pods_api.clone(), watcher::Config::default().labels(l))
-            .default_backoff()
-            .map(move |e| (i, e))
-            .boxed()
-    }))
-    .boxed();
+    let mut pod_events: Events<Pod> =
+        stream::select_all(labels.iter().enumerate().map(|(i, l)| {
+            watcher(pods_api.clone(), watcher::Config::default().labels(l))
+                .default_backoff()
+                .map(move |e| (i, e))
+                .boxed()
+        }))
+        .boxed();
     let mut node_events = watcher(nodes_api.clone(), watcher::Config::default())
         .default_backoff()
         .boxed();
@@ -174,7 +175,12 @@ impl State<'_> {
             .nodes
             .live()
             .iter()
-            .map(|(name, f)| (name.clone(), verdicts::plan(f, verdicts.get(name), self.cfg, now)))
+            .map(|(name, f)| {
+                (
+                    name.clone(),
+                    verdicts::plan(f, verdicts.get(name), self.cfg, now),
+                )
+            })
             .filter(|(_, w)| *w != Writes::default())
             .collect();
         for (name, writes) in plans {
@@ -194,9 +200,17 @@ impl State<'_> {
         if let Some(condition) = writes.condition {
             let status = condition.status.clone();
             let patch = serde_json::json!({"status": {"conditions": [condition]}});
-            match api.patch_status(name, &params, &Patch::Strategic(patch)).await {
+            match api
+                .patch_status(name, &params, &Patch::Strategic(patch))
+                .await
+            {
                 Ok(node) => {
-                    tracing::info!(node = name, status, "node condition {} written", self.cfg.condition_type);
+                    tracing::info!(
+                        node = name,
+                        status,
+                        "node condition {} written",
+                        self.cfg.condition_type
+                    );
                     latest = Some(node);
                 }
                 Err(e) => tracing::warn!(node = name, "cannot write the node condition: {e}"),
@@ -206,7 +220,12 @@ impl State<'_> {
             let version = latest
                 .as_ref()
                 .and_then(|n: &Node| n.metadata.resource_version.clone())
-                .or_else(|| self.nodes.live().get(name).and_then(|f| f.resource_version.clone()));
+                .or_else(|| {
+                    self.nodes
+                        .live()
+                        .get(name)
+                        .and_then(|f| f.resource_version.clone())
+                });
             let patch = serde_json::json!({
                 "metadata": {"resourceVersion": version},
                 "spec": {"taints": taints},

@@ -104,8 +104,16 @@ mod tests {
     fn rnics(node: &str) -> Vec<HostRnic> {
         let n: u8 = node.trim_start_matches("n").parse().unwrap();
         vec![
-            ("mlx5_1".into(), format!("10.1.{n}.1").parse().unwrap(), Some(1)),
-            ("mlx5_0".into(), format!("10.0.{n}.1").parse().unwrap(), Some(0)),
+            (
+                "mlx5_1".into(),
+                format!("10.1.{n}.1").parse().unwrap(),
+                Some(1),
+            ),
+            (
+                "mlx5_0".into(),
+                format!("10.0.{n}.1").parse().unwrap(),
+                Some(0),
+            ),
         ]
     }
 
@@ -125,7 +133,11 @@ mod tests {
             .collect();
         assert_eq!(
             got,
-            [("n1", "mlx5_0", true), ("n1", "mlx5_1", true), ("n2", "mlx5_1", false)]
+            [
+                ("n1", "mlx5_0", true),
+                ("n1", "mlx5_1", true),
+                ("n2", "mlx5_1", false)
+            ]
         );
         assert_eq!(t.endpoints[2].pod.as_deref(), Some("w-1"));
     }

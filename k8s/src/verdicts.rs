@@ -92,7 +92,10 @@ pub(crate) fn verdicts(problems: &[Problem]) -> BTreeMap<String, Verdict> {
                     ProblemKind::HostDown => {
                         format!("host {}: agent silent (problem {})", p.component, p.id)
                     }
-                    _ => format!("RNIC {} faulty (problem {}): {}", p.component, p.id, p.evidence.detail),
+                    _ => format!(
+                        "RNIC {} faulty (problem {}): {}",
+                        p.component, p.id, p.evidence.detail
+                    ),
                 })
                 .collect();
             let mut message = format!("rocemesh: {}", parts.join("; "));
@@ -131,12 +134,19 @@ pub(crate) fn plan(
     let status = if verdict.is_some() { "True" } else { "False" };
     let (reason, message) = match verdict {
         Some(v) => (v.reason, v.message.clone()),
-        None => (REASON_CLEAR, "rocemesh: no active RNIC or host problem".to_string()),
+        None => (
+            REASON_CLEAR,
+            "rocemesh: no active RNIC or host problem".to_string(),
+        ),
     };
-    let changed = current.is_none_or(|c| c.status != status || c.message.as_deref() != Some(&message));
+    let changed =
+        current.is_none_or(|c| c.status != status || c.message.as_deref() != Some(&message));
     let heartbeat_due = current
         .and_then(|c| c.last_heartbeat_time.as_ref())
-        .is_none_or(|t| now.duration_since(t.0) >= SignedDuration::try_from(cfg.heartbeat).unwrap_or(SignedDuration::MAX));
+        .is_none_or(|t| {
+            now.duration_since(t.0)
+                >= SignedDuration::try_from(cfg.heartbeat).unwrap_or(SignedDuration::MAX)
+        });
     let wanted = cfg.conditions
         && (verdict.is_some() || current.is_some_and(|c| c.status == "True"))
         && (changed || (verdict.is_some() && heartbeat_due));
@@ -205,7 +215,12 @@ mod tests {
             problem(3, ProblemKind::LinkFault, ComponentKind::Link, "n1/x->y"),
             problem(4, ProblemKind::SwitchFault, ComponentKind::Switch, "n1"),
             problem(6, ProblemKind::HostNoise, ComponentKind::Host, "n4"),
-            problem(7, ProblemKind::HighLatency, ComponentKind::Rnic, "n5/mlx5_0"),
+            problem(
+                7,
+                ProblemKind::HighLatency,
+                ComponentKind::Rnic,
+                "n5/mlx5_0",
+            ),
             resolved,
         ];
         let v = verdicts(&ps);
@@ -241,7 +256,10 @@ mod tests {
         assert_eq!(plan(&node, None, &cfg, t0), Writes::default());
         let w = plan(&node, Some(&verdict), &cfg, t0);
         let c = w.condition.clone().unwrap();
-        assert_eq!((c.status.as_str(), c.reason.as_deref()), ("True", Some("RnicFault")));
+        assert_eq!(
+            (c.status.as_str(), c.reason.as_deref()),
+            ("True", Some("RnicFault"))
+        );
         assert_eq!(w.taints, None, "taint is opt-in");
         node.condition = Some(c);
         // Unchanged within the heartbeat: nothing; after it: heartbeat only.
@@ -253,10 +271,16 @@ mod tests {
         assert_eq!(c2.last_heartbeat_time, Some(Time(t2)));
         // Resolved: status False with a new transition time.
         let c3 = plan(&node, None, &cfg, t2).condition.unwrap();
-        assert_eq!((c3.status.as_str(), c3.reason.as_deref()), ("False", Some(REASON_CLEAR)));
+        assert_eq!(
+            (c3.status.as_str(), c3.reason.as_deref()),
+            ("False", Some(REASON_CLEAR))
+        );
         assert_eq!(c3.last_transition_time, Some(Time(t2)));
         node.condition = Some(c3);
-        assert_eq!(plan(&node, None, &cfg, t2 + SignedDuration::from_secs(600)), Writes::default());
+        assert_eq!(
+            plan(&node, None, &cfg, t2 + SignedDuration::from_secs(600)),
+            Writes::default()
+        );
     }
 
     #[test]
@@ -288,9 +312,15 @@ mod tests {
         assert_eq!(taints[1].effect, "NoSchedule");
         node.taints = taints;
         assert_eq!(plan(&node, Some(&verdict), &cfg, now).taints, None);
-        assert_eq!(plan(&node, None, &cfg, now).taints, Some(vec![other.clone()]));
+        assert_eq!(
+            plan(&node, None, &cfg, now).taints,
+            Some(vec![other.clone()])
+        );
         // Turned off while tainted: the taint goes.
         let off = KubernetesConfig::default();
-        assert_eq!(plan(&node, Some(&verdict), &off, now).taints, Some(vec![other]));
+        assert_eq!(
+            plan(&node, Some(&verdict), &off, now).taints,
+            Some(vec![other])
+        );
     }
 }

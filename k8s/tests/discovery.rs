@@ -169,11 +169,7 @@ impl Harness {
             None,
             cancel.clone(),
         ));
-        Self {
-            srv,
-            cancel,
-            run,
-        }
+        Self { srv, cancel, run }
     }
 
     async fn stop(self) {
@@ -208,7 +204,9 @@ async fn a_sixteen_rank_job_activates_rank_by_rank_and_ends_with_its_pods() {
         api.put_pod(&web);
         let name = "k8s/train/kubeflow/llm";
         let t = wait_for("the task with 16 endpoints", || async {
-            task(h.srv.addr, name).await.filter(|t| t.endpoints.len() == 16)
+            task(h.srv.addr, name)
+                .await
+                .filter(|t| t.endpoints.len() == 16)
         })
         .await;
         let order: Vec<&str> = t.endpoints.iter().map(|(e, _)| e.host.as_str()).collect();
@@ -257,7 +255,11 @@ async fn a_sixteen_rank_job_activates_rank_by_rank_and_ends_with_its_pods() {
                 .filter(|t| !t.endpoints[failed].0.ready)
         })
         .await;
-        assert_eq!((t.id, t.active_pairs), (id, 105), "{backend}: same task, 15 ready ranks");
+        assert_eq!(
+            (t.id, t.active_pairs),
+            (id, 105),
+            "{backend}: same task, 15 ready ranks"
+        );
         let ids: Vec<u32> = ranks[1..].iter().map(|r| rnic_of[*r]).collect();
         assert_eq!(served_pairs(h.srv.addr, &hosts).await, all_pairs(&ids));
 
@@ -311,7 +313,13 @@ async fn an_expired_watch_relists_without_losing_or_doubling_tasks() {
     api.put_node(&node("n11", Some("unrelated-change")));
     let marked = api.requests().len();
     tokio::time::sleep(Duration::from_millis(400)).await;
-    let rv_now: u64 = api.node("n11").metadata.resource_version.unwrap().parse().unwrap();
+    let rv_now: u64 = api
+        .node("n11")
+        .metadata
+        .resource_version
+        .unwrap()
+        .parse()
+        .unwrap();
     api.end_watches();
     let resumed = wait_for("pod watches resumed", || async {
         let r: Vec<u64> = api.requests()[marked..]
@@ -329,7 +337,10 @@ async fn an_expired_watch_relists_without_losing_or_doubling_tasks() {
     assert_eq!(lists(&api), pod_lists, "a resumed watch needs no list");
     for r in api.requests() {
         if r.rbac().1 == "watch" {
-            assert_eq!(r.query.get("allowWatchBookmarks").map(String::as_str), Some("true"));
+            assert_eq!(
+                r.query.get("allowWatchBookmarks").map(String::as_str),
+                Some("true")
+            );
         }
     }
 
@@ -345,8 +356,10 @@ async fn an_expired_watch_relists_without_losing_or_doubling_tasks() {
     }
     let ts = wait_for("tasks a (3 ranks) and c", || async {
         let ts = tasks(h.srv.addr).await;
-        let shape: BTreeMap<String, usize> =
-            ts.iter().map(|t| (t.name.clone(), t.endpoints.len())).collect();
+        let shape: BTreeMap<String, usize> = ts
+            .iter()
+            .map(|t| (t.name.clone(), t.endpoints.len()))
+            .collect();
         let want = BTreeMap::from([
             ("k8s/train/kubeflow/a".to_string(), 3),
             ("k8s/train/kubeflow/c".to_string(), 2),

@@ -110,7 +110,12 @@ async fn scenario(taint: bool) {
     *active.lock().unwrap() = vec![
         problem(1, ProblemKind::LinkFault, ComponentKind::Link, "n1"),
         problem(2, ProblemKind::SwitchFault, ComponentKind::Switch, "n1"),
-        problem(3, ProblemKind::HighLatency, ComponentKind::Rnic, "n1/mlx5_0"),
+        problem(
+            3,
+            ProblemKind::HighLatency,
+            ComponentKind::Rnic,
+            "n1/mlx5_0",
+        ),
     ];
     tokio::time::sleep(4 * Duration::from_millis(200)).await;
     assert!(
@@ -128,12 +133,18 @@ async fn scenario(taint: bool) {
             && status_of(&api, "n2").as_deref() == Some("True")
     })
     .await;
-    assert!(took < TICK, "condition set {took:?} after the problem, over one tick");
+    assert!(
+        took < TICK,
+        "condition set {took:?} after the problem, over one tick"
+    );
     let c = api.condition("n1", CONDITION).unwrap();
     assert_eq!(c.reason.as_deref(), Some("RnicFault"));
     assert!(c.message.as_deref().unwrap().contains("n1/mlx5_3"), "{c:?}");
     assert!(c.last_heartbeat_time.is_some() && c.last_transition_time.is_some());
-    assert_eq!(api.condition("n2", CONDITION).unwrap().reason.as_deref(), Some("HostDown"));
+    assert_eq!(
+        api.condition("n2", CONDITION).unwrap().reason.as_deref(),
+        Some("HostDown")
+    );
     assert_eq!(status_of(&api, "n0"), None, "a healthy node is left alone");
     let want_taints = |tainted: bool| {
         let mut t = vec!["nvidia.com/gpu:NoSchedule".to_string()];
@@ -146,19 +157,34 @@ async fn scenario(taint: bool) {
         wait_until("n1 tainted", || our_taints(&api, "n1") == want_taints(true)).await;
     }
     // A few polls later nothing was written again (the heartbeat is a minute).
-    let patches = |api: &ApiServer| api.requests().iter().filter(|r| r.method == "PATCH").count();
+    let patches = |api: &ApiServer| {
+        api.requests()
+            .iter()
+            .filter(|r| r.method == "PATCH")
+            .count()
+    };
     let before = patches(&api);
     tokio::time::sleep(Duration::from_millis(800)).await;
-    assert_eq!(patches(&api), before, "unchanged verdicts are not rewritten");
+    assert_eq!(
+        patches(&api),
+        before,
+        "unchanged verdicts are not rewritten"
+    );
 
     // Resolution clears both.
     active.lock().unwrap().retain(|p| p.id != 4);
-    wait_until("n1 cleared", || status_of(&api, "n1").as_deref() == Some("False")).await;
+    wait_until("n1 cleared", || {
+        status_of(&api, "n1").as_deref() == Some("False")
+    })
+    .await;
     let c = api.condition("n1", CONDITION).unwrap();
     assert_eq!(c.reason.as_deref(), Some("NoRnicProblem"));
     assert_eq!(status_of(&api, "n2").as_deref(), Some("True"));
     if taint {
-        wait_until("n1 untainted", || our_taints(&api, "n1") == want_taints(false)).await;
+        wait_until("n1 untainted", || {
+            our_taints(&api, "n1") == want_taints(false)
+        })
+        .await;
         assert_eq!(our_taints(&api, "n2"), want_taints(true));
     }
     cancel.cancel();
@@ -180,7 +206,10 @@ async fn scenario(taint: bool) {
             p
         })
         .collect();
-    assert_eq!(paths, expected, "taint {taint}: only n1 and n2, taints only when enabled");
+    assert_eq!(
+        paths, expected,
+        "taint {taint}: only n1 and n2, taints only when enabled"
+    );
     api.assert_requests_are_listed();
 }
 

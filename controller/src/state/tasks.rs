@@ -185,11 +185,12 @@ impl ControllerState {
             let book = self.tasks_read();
             let task = book.get(id).ok_or_else(|| unknown_task(id))?;
             let same = task.endpoints.len() == spec.endpoints.len()
-                && task
-                    .endpoints
-                    .iter()
-                    .zip(&spec.endpoints)
-                    .all(|(a, b)| TaskEndpoint { ready: b.ready, ..a.clone() } == *b);
+                && task.endpoints.iter().zip(&spec.endpoints).all(|(a, b)| {
+                    TaskEndpoint {
+                        ready: b.ready,
+                        ..a.clone()
+                    } == *b
+                });
             same.then(|| {
                 task.endpoints
                     .iter()

@@ -44,14 +44,21 @@ pub struct Recorded {
 impl Recorded {
     /// The RBAC (resource, verb) of this request.
     pub fn rbac(&self) -> (String, &'static str) {
-        let parts: Vec<&str> = self.path.trim_start_matches("/api/v1/").split('/').collect();
+        let parts: Vec<&str> = self
+            .path
+            .trim_start_matches("/api/v1/")
+            .split('/')
+            .collect();
         let resource = match parts.as_slice() {
             ["namespaces", _, r] => r.to_string(),
             ["nodes", _, sub] => format!("nodes/{sub}"),
             [r, ..] => r.to_string(),
             [] => String::new(),
         };
-        let verb = match (self.method.as_str(), self.query.get("watch").map(String::as_str)) {
+        let verb = match (
+            self.method.as_str(),
+            self.query.get("watch").map(String::as_str),
+        ) {
             ("GET", Some("true" | "1")) => "watch",
             ("GET", _) if parts.len() == 2 && parts[0] == "nodes" => "get",
             ("GET", _) => "list",
@@ -114,7 +121,10 @@ impl ApiServer {
             .route("/api/v1/namespaces/{ns}/pods", get(list_or_watch))
             .route("/api/v1/nodes", get(list_or_watch))
             .route("/api/v1/nodes/{name}", axum::routing::patch(patch_node))
-            .route("/api/v1/nodes/{name}/status", axum::routing::patch(patch_node))
+            .route(
+                "/api/v1/nodes/{name}/status",
+                axum::routing::patch(patch_node),
+            )
             .fallback(unknown)
             .with_state(server.clone());
         tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
@@ -131,7 +141,13 @@ impl ApiServer {
         self.inner.lock().unwrap()
     }
 
-    fn record_change(&self, inner: &mut Inner, resource: &'static str, kind: &'static str, object: Value) {
+    fn record_change(
+        &self,
+        inner: &mut Inner,
+        resource: &'static str,
+        kind: &'static str,
+        object: Value,
+    ) {
         let change = Change {
             rv: inner.rv,
             resource,
@@ -294,7 +310,10 @@ fn selector_matches(selector: &str, obj: &Value) -> Result<bool, String> {
             labels[k].as_str() == Some(v)
         } else if let Some(k) = term.strip_prefix('!') {
             labels.get(k).is_none()
-        } else if term.chars().all(|c| c.is_ascii_alphanumeric() || "./-_".contains(c)) {
+        } else if term
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "./-_".contains(c))
+        {
             labels.get(term).is_some()
         } else {
             return Err(format!("unsupported selector term {term:?}"));
@@ -315,9 +334,18 @@ fn error(code: StatusCode, reason: &str, message: &str) -> Response {
     (code, axum::Json(status(code.as_u16(), reason, message))).into_response()
 }
 
-async fn unknown(State(s): State<ApiServer>, method: Method, uri: Uri, headers: HeaderMap) -> Response {
+async fn unknown(
+    State(s): State<ApiServer>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     s.record(&method, &uri, &headers, Value::Null);
-    error(StatusCode::NOT_FOUND, "NotFound", &format!("no route {uri}"))
+    error(
+        StatusCode::NOT_FOUND,
+        "NotFound",
+        &format!("no route {uri}"),
+    )
 }
 
 struct Scope {
@@ -346,7 +374,11 @@ async fn list_or_watch(
     headers: HeaderMap,
 ) -> Response {
     s.record(&method, &uri, &headers, Value::Null);
-    let resource = if uri.path().ends_with("/pods") { "pods" } else { "nodes" };
+    let resource = if uri.path().ends_with("/pods") {
+        "pods"
+    } else {
+        "nodes"
+    };
     let selector = q.get("labelSelector").cloned().unwrap_or_default();
     if let Err(e) = selector_matches(&selector, &json!({})) {
         return error(StatusCode::BAD_REQUEST, "BadRequest", &e);
@@ -358,7 +390,11 @@ async fn list_or_watch(
     };
     if matches!(q.get("watch").map(String::as_str), Some("true" | "1")) {
         let Some(since) = q.get("resourceVersion").and_then(|v| v.parse::<u64>().ok()) else {
-            return error(StatusCode::BAD_REQUEST, "BadRequest", "watch needs a resourceVersion here");
+            return error(
+                StatusCode::BAD_REQUEST,
+                "BadRequest",
+                "watch needs a resourceVersion here",
+            );
         };
         let timeout = q
             .get("timeoutSeconds")
@@ -376,23 +412,36 @@ fn list(s: &ApiServer, scope: &Scope, q: &HashMap<String, String>) -> Response {
         "pods" => inner.pods.values().cloned().collect(),
         _ => inner.nodes.values().cloned().collect(),
     };
-    let items: Vec<Value> = all.into_iter().filter(|o| scope.matches(scope.resource, o)).collect();
+    let items: Vec<Value> = all
+        .into_iter()
+        .filter(|o| scope.matches(scope.resource, o))
+        .collect();
     let offset: usize = q.get("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
-    let limit: usize = q.get("limit").and_then(|l| l.parse().ok()).unwrap_or(usize::MAX);
+    let limit: usize = q
+        .get("limit")
+        .and_then(|l| l.parse().ok())
+        .unwrap_or(usize::MAX);
     let end = offset.saturating_add(limit).min(items.len());
     let mut metadata = json!({"resourceVersion": inner.rv.to_string()});
     if end < items.len() {
         metadata["continue"] = json!(end.to_string());
     }
-    let kind = if scope.resource == "pods" { "PodList" } else { "NodeList" };
-    axum::Json(json!({"kind": kind, "apiVersion": "v1", "metadata": metadata,
-                      "items": items[offset.min(end)..end]}))
+    let kind = if scope.resource == "pods" {
+        "PodList"
+    } else {
+        "NodeList"
+    };
+    axum::Json(
+        json!({"kind": kind, "apiVersion": "v1", "metadata": metadata,
+                      "items": items[offset.min(end)..end]}),
+    )
     .into_response()
 }
 
 fn watch(s: ApiServer, scope: Scope, since: u64, timeout: Duration, bookmarks: bool) -> Response {
     let (tx, rx) = mpsc::channel::<String>(256);
-    let line = |kind: &str, object: &Value| format!("{}\n", json!({"type": kind, "object": object}));
+    let line =
+        |kind: &str, object: &Value| format!("{}\n", json!({"type": kind, "object": object}));
     tokio::spawn(async move {
         let mut changes = s.changes.subscribe();
         let mut expire = s.expire.subscribe();
@@ -400,7 +449,12 @@ fn watch(s: ApiServer, scope: Scope, since: u64, timeout: Duration, bookmarks: b
         let (backlog, expired) = {
             let inner = s.lock();
             (
-                inner.log.iter().filter(|c| c.rv > since).cloned().collect::<Vec<_>>(),
+                inner
+                    .log
+                    .iter()
+                    .filter(|c| c.rv > since)
+                    .cloned()
+                    .collect::<Vec<_>>(),
                 since < inner.compacted,
             )
         };
@@ -412,7 +466,9 @@ fn watch(s: ApiServer, scope: Scope, since: u64, timeout: Duration, bookmarks: b
         let mut last = since;
         for c in backlog {
             last = c.rv;
-            if scope.matches(c.resource, &c.object) && tx.send(line(c.kind, &c.object)).await.is_err() {
+            if scope.matches(c.resource, &c.object)
+                && tx.send(line(c.kind, &c.object)).await.is_err()
+            {
                 return;
             }
         }
@@ -450,7 +506,9 @@ fn watch(s: ApiServer, scope: Scope, since: u64, timeout: Duration, bookmarks: b
         }
     });
     let body = futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|l| (Ok::<_, Infallible>(Bytes::from(l)), rx))
+        rx.recv()
+            .await
+            .map(|l| (Ok::<_, Infallible>(Bytes::from(l)), rx))
     });
     Response::builder()
         .header("content-type", "application/json")
@@ -473,23 +531,41 @@ async fn patch_node(
         return error(StatusCode::BAD_REQUEST, "BadRequest", "body is not JSON");
     };
     s.record(&method, &uri, &headers, patch.clone());
-    let content_type = headers.get("content-type").and_then(|v| v.to_str().ok()).unwrap_or("");
+    let content_type = headers
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let status_sub = uri.path().ends_with("/status");
     let mut inner = s.lock();
     let Some(mut node) = inner.nodes.get(&name).cloned() else {
-        return error(StatusCode::NOT_FOUND, "NotFound", &format!("nodes {name:?} not found"));
+        return error(
+            StatusCode::NOT_FOUND,
+            "NotFound",
+            &format!("nodes {name:?} not found"),
+        );
     };
     if status_sub {
         if content_type != "application/strategic-merge-patch+json" {
-            return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", content_type);
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                content_type,
+            );
         }
         let Some(conditions) = patch["status"]["conditions"].as_array() else {
-            return error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", "only status.conditions is patched here");
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                "only status.conditions is patched here",
+            );
         };
         if let Err(e) = serde_json::from_value::<Vec<NodeCondition>>(json!(conditions)) {
             return error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", &e.to_string());
         }
-        let current = node["status"]["conditions"].as_array().cloned().unwrap_or_default();
+        let current = node["status"]["conditions"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default();
         let mut merged = current;
         for c in conditions {
             match merged.iter_mut().find(|m| m["type"] == c["type"]) {
@@ -504,15 +580,27 @@ async fn patch_node(
         node["status"]["conditions"] = json!(merged);
     } else {
         if content_type != "application/merge-patch+json" {
-            return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "UnsupportedMediaType", content_type);
+            return error(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "UnsupportedMediaType",
+                content_type,
+            );
         }
         if let Some(rv) = patch["metadata"]["resourceVersion"].as_str()
             && Some(rv) != node["metadata"]["resourceVersion"].as_str()
         {
-            return error(StatusCode::CONFLICT, "Conflict", "the object has been modified");
+            return error(
+                StatusCode::CONFLICT,
+                "Conflict",
+                "the object has been modified",
+            );
         }
         let Some(taints) = patch["spec"].get("taints") else {
-            return error(StatusCode::UNPROCESSABLE_ENTITY, "Invalid", "only spec.taints is patched here");
+            return error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                "Invalid",
+                "only spec.taints is patched here",
+            );
         };
         node["spec"]["taints"] = taints.clone();
     }
