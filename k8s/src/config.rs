@@ -1,6 +1,7 @@
 //! The `[kubernetes]` section: what to watch, which labels mean what, and what to write back.
 
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Settings of task discovery, node placement and node verdicts.
@@ -9,6 +10,9 @@ use std::time::Duration;
 pub struct KubernetesConfig {
     /// Talk to the Kubernetes API at all (in-cluster service account, else kubeconfig).
     pub enabled: bool,
+    /// Kubeconfig file of the cluster (`None`: the in-cluster service account, else
+    /// `$KUBECONFIG` or `~/.kube/config`).
+    pub kubeconfig: Option<PathBuf>,
     /// Namespace whose pods become tasks (`None`: every namespace).
     pub namespace: Option<String>,
     /// Label naming the task of pods no known job controller labels.
@@ -48,6 +52,7 @@ impl Default for KubernetesConfig {
     fn default() -> Self {
         Self {
             enabled: false,
+            kubeconfig: None,
             namespace: None,
             task_label: DEFAULT_TASK_LABEL.into(),
             rank_label: "rocemesh.io/rank".into(),

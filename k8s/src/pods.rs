@@ -112,7 +112,7 @@ pub(crate) fn facts(pod: &Pod, cfg: &KubernetesConfig) -> Option<PodFacts> {
             }
             let group = j
                 .group
-                .and_then(|g| value(g))
+                .and_then(&value)
                 .map(|g| g.to_ascii_lowercase())
                 .unwrap_or_default();
             let indices = j.indices.iter().filter_map(|k| index(k)).collect();

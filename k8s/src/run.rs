@@ -22,12 +22,22 @@ use tokio_util::sync::CancellationToken;
 /// Where node verdicts come from: the active problems (the analyzer's, in process).
 pub type ProblemSource = Arc<dyn Fn() -> Vec<Problem> + Send + Sync>;
 
-/// A client of the cluster this process runs in (its service account), else of the
-/// current kubeconfig context.
-pub async fn connect() -> anyhow::Result<Client> {
-    Client::try_default().await.map_err(|e| {
-        anyhow::anyhow!("no Kubernetes API (in-cluster service account or kubeconfig): {e}")
-    })
+/// A client of the cluster `cfg.kubeconfig` names, else of the cluster this process runs
+/// in (its service account), else of the current kubeconfig context.
+pub async fn connect(cfg: &KubernetesConfig) -> anyhow::Result<Client> {
+    let config = match &cfg.kubeconfig {
+        Some(path) => {
+            let file = kube::config::Kubeconfig::read_from(path)
+                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", path.display()))?;
+            kube::Config::from_custom_kubeconfig(file, &Default::default())
+                .await
+                .map_err(|e| anyhow::anyhow!("kubeconfig {}: {e}", path.display()))?
+        }
+        None => kube::Config::infer().await.map_err(|e| {
+            anyhow::anyhow!("no Kubernetes API (in-cluster service account or kubeconfig): {e}")
+        })?,
+    };
+    Client::try_from(config).map_err(|e| anyhow::anyhow!("Kubernetes client: {e}"))
 }
 
 /// How long pod events gather before tasks are re-derived (a list arrives as a burst).

@@ -191,7 +191,7 @@ async fn kubernetes(
 ) -> Result<JoinHandle<()>> {
     let k8s = cfg.kubernetes.clone();
     k8s.validate()?;
-    let client = rocemesh_k8s::connect()
+    let client = rocemesh_k8s::connect(&k8s)
         .await
         .context("kubernetes.enabled")?;
     let problems = analyzer

@@ -137,6 +137,17 @@ impl ApiServer {
         kube::Client::try_from(cfg).unwrap()
     }
 
+    /// A kubeconfig file naming this server (for a server configured by file).
+    pub fn write_kubeconfig(&self, path: &std::path::Path) {
+        let text = format!(
+            "apiVersion: v1\nkind: Config\nclusters: [{{name: test, cluster: {{server: \"http://{}\"}}}}]\n\
+             users: [{{name: test, user: {{}}}}]\ncontexts: [{{name: test, context: {{cluster: test, user: test}}}}]\n\
+             current-context: test\n",
+            self.addr
+        );
+        std::fs::write(path, text).unwrap();
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
         self.inner.lock().unwrap()
     }
