@@ -99,6 +99,7 @@ pub async fn run(
                 Err(e) => tracing::warn!(label = %labels[i], "pod watch: {e}"),
             },
             Some(event) = node_events.next() => match event {
+                Ok(watcher::Event::Apply(n)) if behind(&n, &state.nodes) => {}
                 Ok(event) => {
                     if state.nodes.apply(event, |n| Some(verdicts::node_facts(n, &cfg)))
                         && let Some(c) = &controller
@@ -131,6 +132,26 @@ pub async fn run(
                 }
             }
         }
+    }
+}
+
+/// A node event older than the node as this loop last wrote it (the watch lags behind the
+/// patch's answer): applying it would plan the same write again. Versions that are not
+/// integers (not etcd revisions) are never taken as older.
+fn behind(node: &Node, nodes: &Mirror<NodeFacts>) -> bool {
+    let version = |v: Option<&String>| v.and_then(|v| v.parse::<u64>().ok());
+    let name = node.metadata.name.as_deref().unwrap_or_default();
+    match (
+        version(node.metadata.resource_version.as_ref()),
+        version(
+            nodes
+                .live()
+                .get(name)
+                .and_then(|f| f.resource_version.as_ref()),
+        ),
+    ) {
+        (Some(event), Some(written)) => event < written,
+        _ => false,
     }
 }
 

@@ -182,27 +182,10 @@ pub(crate) fn plan(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rocemesh_proto::api::Evidence;
+    use rocemesh_proto::testing::active_problem;
 
     fn problem(id: i64, kind: ProblemKind, ck: ComponentKind, component: &str) -> Problem {
-        Problem {
-            id,
-            kind,
-            component_kind: ck,
-            component: component.into(),
-            state: ProblemState::Active,
-            confidence: 1.0,
-            network: kind.is_network(),
-            first_seen_ms: 0,
-            last_seen_ms: 0,
-            resolved_ms: None,
-            evidence: Evidence {
-                detail: "60% of ToR-mesh probes lost".into(),
-                ..Default::default()
-            },
-            priority: None,
-            affected_tasks: Vec::new(),
-        }
+        active_problem(id, kind, ck, component, "60% of ToR-mesh probes lost")
     }
 
     #[test]

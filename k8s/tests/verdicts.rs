@@ -8,7 +8,8 @@ use apiserver::ApiServer;
 use k8s_openapi::api::core::v1::{Node, NodeSpec, Taint};
 use kube::api::ObjectMeta;
 use rocemesh_k8s::{KubernetesConfig, ProblemSource};
-use rocemesh_proto::api::{ComponentKind, Evidence, Problem, ProblemKind, ProblemState};
+use rocemesh_proto::api::{ComponentKind, Problem, ProblemKind};
+use rocemesh_proto::testing::active_problem;
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -39,24 +40,7 @@ fn node(name: &str) -> Node {
 }
 
 fn problem(id: i64, kind: ProblemKind, ck: ComponentKind, component: &str) -> Problem {
-    Problem {
-        id,
-        kind,
-        component_kind: ck,
-        component: component.into(),
-        state: ProblemState::Active,
-        confidence: 0.9,
-        network: kind.is_network(),
-        first_seen_ms: 0,
-        last_seen_ms: 0,
-        resolved_ms: None,
-        evidence: Evidence {
-            detail: "ToR-mesh loss 40%".into(),
-            ..Default::default()
-        },
-        priority: None,
-        affected_tasks: Vec::new(),
-    }
+    active_problem(id, kind, ck, component, "ToR-mesh loss 40%")
 }
 
 async fn wait_until(what: &str, mut f: impl FnMut() -> bool) -> Duration {

@@ -21,7 +21,10 @@ const CONDITION: &str = "RocemeshRnicProblem";
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
     while !cond() {
-        assert!(start.elapsed() < timeout, "timed out after {timeout:?} waiting for {what}");
+        assert!(
+            start.elapsed() < timeout,
+            "timed out after {timeout:?} waiting for {what}"
+        );
         std::thread::sleep(Duration::from_millis(100));
     }
     start.elapsed()
@@ -98,7 +101,8 @@ fn pods_become_a_task_and_an_rnic_fault_marks_its_node() {
         };
     })
     .expect("lab up");
-    lab.wait_ready(Duration::from_secs(60)).expect("agents ready");
+    lab.wait_ready(Duration::from_secs(60))
+        .expect("agents ready");
 
     let task = || -> Option<TaskInfo> {
         lab.get::<Vec<TaskInfo>>("/api/v1/tasks")
@@ -119,21 +123,28 @@ fn pods_become_a_task_and_an_rnic_fault_marks_its_node() {
 
     let fault = lab
         .fabric
-        .apply(&Fault::RnicDown { rnic: "h3r0".into() })
+        .apply(&Fault::RnicDown {
+            rnic: "h3r0".into(),
+        })
         .expect("inject rnic down");
     let took = wait_for("the condition on h3", Duration::from_secs(60), || {
-        api.condition("h3", CONDITION).is_some_and(|c| c.status == "True")
+        api.condition("h3", CONDITION)
+            .is_some_and(|c| c.status == "True")
     });
     println!("condition set {took:?} after the fault");
     let c = api.condition("h3", CONDITION).unwrap();
     assert_eq!(c.reason.as_deref(), Some("RnicFault"), "{c:?}");
-    assert!(c.message.as_deref().unwrap_or("").contains("h3/r0"), "{c:?}");
+    assert!(
+        c.message.as_deref().unwrap_or("").contains("h3/r0"),
+        "{c:?}"
+    );
     for h in hosts.iter().filter(|h| *h != "h3") {
         assert_eq!(api.condition(h, CONDITION), None, "{h} was marked");
     }
     lab.fabric.clear(fault.id).expect("repair");
     wait_for("the condition cleared", Duration::from_secs(60), || {
-        api.condition("h3", CONDITION).is_some_and(|c| c.status == "False")
+        api.condition("h3", CONDITION)
+            .is_some_and(|c| c.status == "False")
     });
     api.assert_requests_are_listed();
     drop(lab);
