@@ -18,15 +18,10 @@ use std::time::{Duration, Instant};
 const PREFIX: &str = "rmk8";
 const CONDITION: &str = "RocemeshRnicProblem";
 
+/// Polls `cond` until it holds (support::wait_for); the time it took.
 fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) -> Duration {
     let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < timeout,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    support::wait_for(what, timeout, || cond().then_some(()));
     start.elapsed()
 }
 
