@@ -34,7 +34,8 @@ pub struct ControllerState {
 struct Inner {
     db: Db,
     cfg: ControllerConfig,
-    topology: Topology,
+    /// The file's topology plus the ToRs of node labels (written by task discovery).
+    topology: RwLock<Topology>,
     parallel_paths: u32,
     params: PinglistParams,
     registry: RwLock<Registry>,
@@ -133,7 +134,7 @@ impl ControllerState {
             inner: Arc::new(Inner {
                 db,
                 cfg,
-                topology,
+                topology: RwLock::new(topology),
                 parallel_paths,
                 params,
                 registry: RwLock::new(Registry::from_records(hosts, rnics)),
@@ -165,6 +166,56 @@ impl ControllerState {
             .registry
             .write()
             .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn topology_read(&self) -> std::sync::RwLockReadGuard<'_, Topology> {
+        self.inner
+            .topology
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Places host `host` under the ToR its Kubernetes node label names (`None`: the label
+    /// is gone), below the topology file and the agent's hint. Its registered RNICs whose
+    /// ToR changes move now (database first); a host not registered yet is placed when it
+    /// registers. Returns how many RNICs moved.
+    pub async fn set_node_tor(&self, host: &str, tor: Option<String>) -> anyhow::Result<usize> {
+        if let Some(t) = &tor {
+            validate::name("ToR label", t).map_err(anyhow::Error::msg)?;
+        }
+        let _writer = self.inner.writer.lock().await;
+        let moved = {
+            let mut topology = self
+                .inner
+                .topology
+                .write()
+                .unwrap_or_else(|p| p.into_inner());
+            if !topology.set_node_label(host, tor) {
+                return Ok(0);
+            }
+            self.read().plan_placement(host, &topology)
+        };
+        if moved.is_empty() {
+            return Ok(0);
+        }
+        registry::save_tors(&self.inner.db, &moved).await?;
+        let n = moved.len();
+        self.write().apply_placement(moved);
+        tracing::info!(host, rnics = n, "node label moved the host's RNICs");
+        Ok(n)
+    }
+
+    /// The registered RNICs of host `host` (name, IP, rail), for callers that map
+    /// their own view of a host (a pod's interfaces) onto registered RNICs.
+    pub fn host_rnics(&self, host: &str) -> Vec<(String, IpAddr, Option<u32>)> {
+        let reg = self.read();
+        reg.host_id(host)
+            .map(|id| {
+                reg.rnics_of(id)
+                    .map(|r| (r.ifname.clone(), r.ip, r.rail))
+                    .collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Logs (once per process) that some RNICs could not be placed under a ToR.
@@ -199,7 +250,7 @@ impl ControllerState {
         let _writer = self.inner.writer.lock().await;
         let plan = self
             .read()
-            .plan_registration(&req, &self.inner.topology, rocemesh_proto::now_unix_ms())
+            .plan_registration(&req, &self.topology_read(), rocemesh_proto::now_unix_ms())
             .map_err(ApiError::bad_request)?;
         let (host_id, rnic_ids) = registry::save_registration(&self.inner.db, &plan)
             .await

@@ -1,6 +1,6 @@
 //! Which ToR each RNIC hangs off: the topology file first (per RNIC, then per host), then
-//! the agent's hint, then gateway inference (RNICs behind the same gateway share a ToR),
-//! else `"unknown"`.
+//! the agent's hint, then the host's node label (Kubernetes), then gateway inference (RNICs
+//! behind the same gateway share a ToR), else `"unknown"`.
 
 use crate::config::validate_parallel_paths;
 use anyhow::Context;
@@ -17,6 +17,8 @@ pub const UNKNOWN_TOR: &str = "unknown";
 pub struct Topology {
     by_rnic: HashMap<(String, String), String>,
     by_host: HashMap<String, String>,
+    /// ToRs named by the hosts' Kubernetes node labels.
+    by_node_label: HashMap<String, String>,
     /// N of Eq. 1 as the file states it.
     pub parallel_paths: Option<u32>,
 }
@@ -79,6 +81,14 @@ impl Topology {
         Ok(topo)
     }
 
+    /// Records the ToR a host's node label names (`None`: no label); true when it changed.
+    pub(crate) fn set_node_label(&mut self, host: &str, tor: Option<String>) -> bool {
+        match tor {
+            Some(tor) => self.by_node_label.insert(host.to_string(), tor.clone()) != Some(tor),
+            None => self.by_node_label.remove(host).is_some(),
+        }
+    }
+
     /// The ToR of one RNIC, first match wins (see the module doc).
     pub fn resolve(
         &self,
@@ -95,6 +105,9 @@ impl Topology {
         }
         if let Some(hint) = hint {
             return hint.to_string();
+        }
+        if let Some(tor) = self.by_node_label.get(host) {
+            return tor.clone();
         }
         match gateway {
             Some(gw) => format!("gw-{gw}"),
@@ -129,6 +142,20 @@ hosts = ["host-c"]
         assert_eq!(t.resolve("host-z", "eth0", Some("hint"), gw), "hint");
         assert_eq!(t.resolve("host-z", "eth0", None, gw), "gw-10.0.0.1");
         assert_eq!(t.resolve("host-z", "eth0", None, None), UNKNOWN_TOR);
+    }
+
+    #[test]
+    fn node_labels_rank_below_the_file_and_the_agent_hint() {
+        let mut t = Topology::parse(FILE).unwrap();
+        let gw: Option<IpAddr> = Some("10.0.0.1".parse().unwrap());
+        assert!(t.set_node_label("host-z", Some("tor-9".into())));
+        assert!(!t.set_node_label("host-z", Some("tor-9".into())));
+        assert!(t.set_node_label("host-a", Some("tor-9".into())));
+        assert_eq!(t.resolve("host-z", "eth0", None, gw), "tor-9");
+        assert_eq!(t.resolve("host-z", "eth0", Some("hint"), gw), "hint");
+        assert_eq!(t.resolve("host-a", "eth0", None, gw), "tor-1");
+        assert!(t.set_node_label("host-z", None));
+        assert_eq!(t.resolve("host-z", "eth0", None, gw), "gw-10.0.0.1");
     }
 
     #[test]

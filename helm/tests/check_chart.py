@@ -185,6 +185,45 @@ def mounts_of(workload: dict) -> dict[str, tuple[dict, dict]]:
     return {m["mountPath"]: (m, volumes.get(m["name"], {})) for m in container(workload).get("volumeMounts", [])}
 
 
+def rdma_mode(values: dict) -> str:
+    """The RDMA mode rendered: `auto` looks nodes up at install, and a render without a
+    cluster finds none (hostPath)."""
+    mode = values["rdma"]["mode"]
+    return "hostPath" if mode == "auto" else mode
+
+
+def exported_api_requests() -> set[tuple[str, str, str]]:
+    """(group, resource, verb) of every Kubernetes request the server makes (k8s/src/rbac.rs)."""
+    text = (REPO / "k8s" / "src" / "rbac.rs").read_text()
+    return set(re.findall(r'^\s*ApiRequest::new\("([^"]*)", "([^"]+)", "([^"]+)"\),', text, re.M))
+
+
+def rbac_problems(r: Rendered) -> list[str]:
+    """The ClusterRole grants exactly the requests the code makes, to the server's account."""
+    roles = r.of_kind("ClusterRole")
+    if not r.values["kubernetes"]["enabled"] or not r.values["rbac"]["create"]:
+        return [f"RBAC without kubernetes.enabled: {[x['metadata']['name'] for x in roles]}"] if roles else []
+    if len(roles) != 1:
+        return [f"{len(roles)} ClusterRoles, wanted 1"]
+    granted = {(g, res, verb) for rule in roles[0]["rules"] for g in rule["apiGroups"]
+               for res in rule["resources"] for verb in rule["verbs"]}
+    wanted = exported_api_requests()
+    p = []
+    if not wanted:
+        p.append("no ApiRequest::new lines read from k8s/src/rbac.rs")
+    if granted - wanted:
+        p.append(f"granted but never requested: {sorted(granted - wanted)}")
+    if wanted - granted:
+        p.append(f"requested but not granted: {sorted(wanted - granted)}")
+    binding = r.one("ClusterRoleBinding")
+    server_sa = r.one("Deployment", "-server")["spec"]["template"]["spec"]["serviceAccountName"]
+    if binding["roleRef"]["name"] != roles[0]["metadata"]["name"]:
+        p.append("the ClusterRoleBinding names another role")
+    if [s["name"] for s in binding["subjects"]] != [server_sa]:
+        p.append(f"bound to {binding['subjects']}, not the server's account {server_sa!r}")
+    return p
+
+
 def daemonset_problems(ds: dict, values: dict) -> list[str]:
     """What the rendered agent DaemonSet lacks for the agent to work on a RoCE host."""
     p = []
@@ -205,9 +244,11 @@ def daemonset_problems(ds: dict, values: dict) -> list[str]:
         p.append(f"runAsUser {sc.get('runAsUser')!r}: added capabilities are effective only for root")
     if sc.get("privileged") and sc.get("allowPrivilegeEscalation") is False:
         p.append("privileged with allowPrivilegeEscalation false: the API server refuses it")
+    if pod.get("automountServiceAccountToken") is not False:
+        p.append("the agent gets a service account token, but it makes no Kubernetes API request")
     mounts = mounts_of(ds)
     expected = dict(AGENT_HOST_MOUNTS)
-    mode = values["rdma"]["mode"]
+    mode = rdma_mode(values)
     if mode != "none":
         expected[SYS_CLASS_INFINIBAND] = True
     if mode == "hostPath":
@@ -452,6 +493,7 @@ def self_test_problems(r: Rendered) -> list[str]:
         "priorityClassName": lambda d: d["spec"]["template"]["spec"].pop("priorityClassName"),
         "ROCEMESH_HOST": lambda d: container(d).__setitem__("env", container(d)["env"][1:]),
         "/dev/infiniband": lambda d: container(d)["securityContext"].__setitem__("privileged", False),
+        "service account token": lambda d: d["spec"]["template"]["spec"].pop("automountServiceAccountToken"),
     }
     for what, breaker in breakages.items():
         broken = copy.deepcopy(ds)
@@ -502,15 +544,27 @@ def main() -> int:
                              lambda r=r: service_problems(r.one("Service", "-agent"), r.one("DaemonSet")))
             report.check(f"{name}: server Deployment, config, database, tokens", lambda r=r: server_problems(r))
             report.check(f"{name}: monitoring objects", lambda r=r: monitoring_problems(r))
+            report.check(f"{name}: RBAC is exactly the Kubernetes requests the server makes",
+                         lambda r=r: rbac_problems(r))
         if "default" in rendered:
             report.check("the DaemonSet check catches broken DaemonSets", lambda: self_test_problems(rendered["default"]))
             report.check("strict schema validation refuses an unknown field", lambda: schema_self_test(rendered["default"]))
             check_dockerfile.run(report, rendered["default"])
         refusals = {
             "no RNICs": ({}, "agent.rnics is empty"),
-            "unknown rdma.mode": ({"agent": {"rnics": DEFAULT_RNICS}, "rdma": {"mode": "sriov"}}, "rdma.mode must be"),
+            "unknown rdma.mode": ({"agent": {"rnics": DEFAULT_RNICS}, "rdma": {"mode": "sriov"}},
+                                  "at '/rdma/mode': value must be one of"),
             "unknown database.type": ({"agent": {"rnics": DEFAULT_RNICS}, "database": {"type": "mysql"}},
-                                      "database.type must be"),
+                                      "at '/database/type': value must be one of"),
+            "a wrong-typed value (schema)": ({"agent": {"rnics": DEFAULT_RNICS}, "server": {"port": "eighty"}},
+                                             "at '/server/port': got string, want integer"),
+            "a wrong-typed boolean (schema)": ({"agent": {"rnics": DEFAULT_RNICS}, "kubernetes": {"taint": "yes"}},
+                                               "at '/kubernetes/taint': got string, want boolean"),
+            "an unknown key (schema)": ({"agent": {"rnics": DEFAULT_RNICS, "rnic": ["mlx5_0=@x"]}},
+                                        "at '/agent': additional properties 'rnic' not allowed"),
+            "a malformed duration (schema)": ({"agent": {"rnics": DEFAULT_RNICS},
+                                               "monitoring": {"prometheusRule": {"agentDownFor": "5 minutes"}}},
+                                              "at '/monitoring/prometheusRule/agentDownFor'"),
             "postgresql without URL": ({"agent": {"rnics": DEFAULT_RNICS}, "database": {"type": "postgresql"}},
                                        "database.postgresql.url or database.postgresql.existingSecret"),
         }

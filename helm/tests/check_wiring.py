@@ -37,6 +37,15 @@ LOOPBACK_RNIC = "r0=127.0.0.1"
 START_TIMEOUT_S = 20.0
 
 
+KUBECONFIG = """apiVersion: v1
+kind: Config
+clusters: [{{name: none, cluster: {{server: "http://127.0.0.1:{port}"}}}}]
+users: [{{name: none, user: {{}}}}]
+contexts: [{{name: none, context: {{cluster: none, user: none}}}}]
+current-context: none
+"""
+
+
 def free_port() -> int:
     """A TCP port free on 127.0.0.1 right now."""
     with socket.socket() as s:
@@ -182,7 +191,11 @@ def server_and_agent(s: Scene) -> list[str]:
     server = r.one("Deployment", "-server")["spec"]["template"]["spec"]["containers"][0]
     port = free_port()
     args = [s.localize(a) for a in server["args"]] + [f"--listen=127.0.0.1:{port}"]
-    proc = s.start("server", args, s.env(server, {}))
+    # [kubernetes] is on: the server gets a kubeconfig naming an API server that refuses
+    # connections (its watches retry with back-off; the HTTP API must serve regardless).
+    kubeconfig = s.tmp / "kubeconfig"
+    kubeconfig.write_text(KUBECONFIG.format(port=free_port()))
+    proc = s.start("server", args, s.env(server, {"KUBECONFIG": str(kubeconfig)}))
 
     def started() -> str | None:
         if proc.poll() is not None:

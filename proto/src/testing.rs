@@ -1,7 +1,10 @@
-//! Probe results and SLA rows for the tests of other crates (feature `testing`), so each
-//! test file does not spell out every field of a [`ProbeResult`] or [`SlaRow`] again.
+//! Probe results, SLA rows and problems for the tests of other crates (feature `testing`),
+//! so each test file does not spell out every field of a [`ProbeResult`], [`SlaRow`] or
+//! [`Problem`] again.
 
-use crate::api::{Quantiles, SlaRow, SlaScope};
+use crate::api::{
+    ComponentKind, Evidence, Problem, ProblemKind, ProblemState, Quantiles, SlaRow, SlaScope,
+};
 use crate::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
 
 /// A ToR-mesh probe of `prober` → `target` sent at `send_ms`: ok with network RTT `rtt_ns`
@@ -52,5 +55,34 @@ pub fn rnic_sla_row(key: &str, start_ms: i64, probes: i64, ns: u64) -> SlaRow {
         responder_delay_ns: q,
         app_rtt_ns: q,
         labels: Vec::new(),
+    }
+}
+
+/// An active problem `id` of `kind` on `component` with evidence `detail`, first and last
+/// seen at 0, unassessed.
+pub fn active_problem(
+    id: i64,
+    kind: ProblemKind,
+    component_kind: ComponentKind,
+    component: &str,
+    detail: &str,
+) -> Problem {
+    Problem {
+        id,
+        kind,
+        component_kind,
+        component: component.into(),
+        state: ProblemState::Active,
+        confidence: 0.9,
+        network: kind.is_network(),
+        first_seen_ms: 0,
+        last_seen_ms: 0,
+        resolved_ms: None,
+        evidence: Evidence {
+            detail: detail.into(),
+            ..Default::default()
+        },
+        priority: None,
+        affected_tasks: Vec::new(),
     }
 }

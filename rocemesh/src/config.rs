@@ -35,6 +35,9 @@ pub struct ServerConfig {
     pub alerts: rocemesh_alerts::AlertsConfig,
     /// Problem priorities and task verdicts (run when the server has both roles).
     pub impact: rocemesh_impact::ImpactConfig,
+    /// Kubernetes: tasks from pods and ToRs from node labels (controller role), node
+    /// conditions and taints from RNIC and host problems (analyzer role).
+    pub kubernetes: rocemesh_k8s::KubernetesConfig,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +52,7 @@ impl Default for ServerConfig {
             http: rocemesh_httpd::Limits::default(),
             alerts: rocemesh_alerts::AlertsConfig::default(),
             impact: rocemesh_impact::ImpactConfig::default(),
+            kubernetes: rocemesh_k8s::KubernetesConfig::default(),
         }
     }
 }

@@ -115,10 +115,12 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
         .with_state(db.clone());
     let mut metrics = Vec::new();
     let mut background = Vec::new();
+    let mut controller = None;
     if roles.controller() {
         let state = ControllerState::new(db.clone(), cfg.controller.clone())
             .await
             .context("starting controller")?;
+        controller = Some(state.clone());
         metrics.push(rocemesh_controller::metrics::collector(&state));
         // Task skeletons are re-inferred from uploaded throughput every skeleton_interval_ms.
         background.push(tokio::spawn(
@@ -161,6 +163,9 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
             )));
         }
     }
+    if cfg.kubernetes.enabled {
+        background.push(kubernetes(cfg, controller, analyzer.clone(), cancel).await?);
+    }
     app = app.merge(rocemesh_analyzer::metrics::router(
         analyzer.clone(),
         metrics,
@@ -175,6 +180,39 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
         analyzer,
         background,
     })
+}
+
+/// Starts the Kubernetes loop: task discovery and node placement with the controller,
+/// node verdicts from the analyzer's active problems (when `conditions` is on).
+async fn kubernetes(
+    cfg: &ServerConfig,
+    controller: Option<ControllerState>,
+    analyzer: Option<std::sync::Arc<Analyzer>>,
+    cancel: &CancellationToken,
+) -> Result<JoinHandle<()>> {
+    let k8s = cfg.kubernetes.clone();
+    k8s.validate()?;
+    let client = rocemesh_k8s::connect(&k8s)
+        .await
+        .context("kubernetes.enabled")?;
+    let problems = analyzer
+        .filter(|_| k8s.conditions)
+        .map(|a| -> rocemesh_k8s::ProblemSource {
+            std::sync::Arc::new(move || a.problems(rocemesh_proto::api::ProblemState::Active))
+        });
+    tracing::info!(
+        tasks = controller.is_some(),
+        conditions = problems.is_some(),
+        taint = k8s.taint,
+        "watching Kubernetes"
+    );
+    Ok(tokio::spawn(rocemesh_k8s::run(
+        client,
+        k8s,
+        controller,
+        problems,
+        cancel.child_token(),
+    )))
 }
 
 /// Connects the database, builds the routers of `roles`, binds and serves.

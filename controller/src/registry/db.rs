@@ -116,17 +116,22 @@ pub(crate) async fn load(
             rnics = moved.len(),
             "topology changed since last run: rewriting RNIC ToRs"
         );
-        let mut tx = db.pool().begin().await?;
-        for (id, tor) in &moved {
-            sqlx::query("UPDATE rnics SET tor = $1 WHERE id = $2")
-                .bind(tor)
-                .bind(i64::from(*id))
-                .execute(&mut *tx)
-                .await?;
-        }
-        tx.commit().await.context("cannot rewrite RNIC ToRs")?;
+        save_tors(db, &moved).await?;
     }
     Ok((hosts, rnics))
+}
+
+/// Writes new ToRs of RNICs (id, ToR) in one transaction.
+pub(crate) async fn save_tors(db: &Db, moved: &[(u32, String)]) -> anyhow::Result<()> {
+    let mut tx = db.pool().begin().await?;
+    for (id, tor) in moved {
+        sqlx::query("UPDATE rnics SET tor = $1 WHERE id = $2")
+            .bind(tor)
+            .bind(i64::from(*id))
+            .execute(&mut *tx)
+            .await?;
+    }
+    tx.commit().await.context("cannot rewrite RNIC ToRs")
 }
 
 /// Writes a registration in one transaction; returns the host id and the RNIC ids in

@@ -10,7 +10,7 @@ use rocemesh_proto::api::{HostInfo, RegisterRequest, RnicInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-pub(crate) use db::{delete_host, load, narrow, save_registration};
+pub(crate) use db::{delete_host, load, narrow, save_registration, save_tors};
 
 /// A host as recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -287,5 +287,33 @@ impl Registry {
         }
         self.generation += 1;
         true
+    }
+
+    /// The RNICs of host `name` whose ToR differs under `topology`: (id, new ToR).
+    pub(crate) fn plan_placement(&self, name: &str, topology: &Topology) -> Vec<(u32, String)> {
+        let Some(&host_id) = self.host_by_name.get(name) else {
+            return Vec::new();
+        };
+        self.rnics_of(host_id)
+            .filter_map(|r| {
+                let tor = topology.resolve(name, &r.ifname, r.tor_hint.as_deref(), r.gateway);
+                (tor != r.tor).then_some((r.id, tor))
+            })
+            .collect()
+    }
+
+    /// Applies new ToRs the database has committed.
+    pub(crate) fn apply_placement(&mut self, moved: Vec<(u32, String)>) {
+        for (id, tor) in moved {
+            if let Some(r) = self.rnics.get_mut(&id) {
+                r.tor = tor;
+            }
+        }
+        self.generation += 1;
+    }
+
+    /// The host id of a host name.
+    pub(crate) fn host_id(&self, name: &str) -> Option<u32> {
+        self.host_by_name.get(name).copied()
     }
 }

@@ -39,7 +39,10 @@ impl ControllerState {
     /// leader made); whatever was derived from the old registry is rebuilt.
     async fn reload(&self) -> anyhow::Result<()> {
         let _writer = self.inner.writer.lock().await;
-        let (hosts, rnics) = registry::load(&self.inner.db, &self.inner.topology).await?;
+        let (hosts, rnics) = {
+            let topology = self.topology_read().clone();
+            registry::load(&self.inner.db, &topology).await?
+        };
         let tasks = crate::tasks::load(&self.inner.db).await?;
         let mut reg = self.write();
         let old = reg.generation();

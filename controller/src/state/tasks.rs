@@ -9,7 +9,9 @@ use crate::tasks::{self, TaskBook, TaskRecord, inference, task_info, validate};
 use crate::throughput::Ingested;
 use anyhow::Context;
 use axum::http::StatusCode;
-use rocemesh_proto::api::{MAX_RNICS_PER_HOST, TaskInfo, TaskSpec, ThroughputUpload, UploadAck};
+use rocemesh_proto::api::{
+    MAX_RNICS_PER_HOST, TaskEndpoint, TaskInfo, TaskSpec, ThroughputUpload, UploadAck,
+};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -159,13 +161,75 @@ impl ControllerState {
             (pos, task.endpoints[pos].ready)
         };
         if !ready {
-            tasks::set_ready(&self.inner.db, id, pos)
+            tasks::set_ready(&self.inner.db, id, pos, true)
                 .await
                 .map_err(ApiError::internal)?;
-            self.tasks_write().set_ready(id, pos);
+            self.tasks_write().set_ready(id, pos, true);
             tracing::debug!(id, host, rnic, "task endpoint ready");
         }
         self.task(id).ok_or_else(|| unknown_task(id))
+    }
+
+    /// Makes the task named `spec.name` exactly `spec`, readiness included, with the
+    /// smallest change: created when absent; only readiness written when the endpoints are
+    /// the same ones (incremental activation and deactivation keep the skeleton); replaced
+    /// (back to preload) when endpoints came or went. For callers that own a task's whole
+    /// spec, such as Kubernetes task discovery.
+    pub async fn sync_task(&self, spec: TaskSpec) -> Result<TaskInfo, ApiError> {
+        let existing = self.tasks_read().id_by_name(&spec.name);
+        let Some(id) = existing else {
+            return self.create_task(spec).await;
+        };
+        let _writer = self.inner.writer.lock().await;
+        let flips: Option<Vec<(usize, bool)>> = {
+            let book = self.tasks_read();
+            let task = book.get(id).ok_or_else(|| unknown_task(id))?;
+            let same = task.endpoints.len() == spec.endpoints.len()
+                && task.endpoints.iter().zip(&spec.endpoints).all(|(a, b)| {
+                    TaskEndpoint {
+                        ready: b.ready,
+                        ..a.clone()
+                    } == *b
+                });
+            same.then(|| {
+                task.endpoints
+                    .iter()
+                    .zip(&spec.endpoints)
+                    .enumerate()
+                    .filter(|(_, (a, b))| a.ready != b.ready)
+                    .map(|(i, (_, b))| (i, b.ready))
+                    .collect()
+            })
+        };
+        match flips {
+            Some(flips) => {
+                for (pos, ready) in flips {
+                    tasks::set_ready(&self.inner.db, id, pos, ready)
+                        .await
+                        .map_err(ApiError::internal)?;
+                    self.tasks_write().set_ready(id, pos, ready);
+                }
+                self.task(id).ok_or_else(|| unknown_task(id))
+            }
+            None => {
+                drop(_writer);
+                self.replace_task(id, spec).await
+            }
+        }
+    }
+
+    /// Deletes the task with this name; `false` if there is none.
+    pub async fn delete_task_named(&self, name: &str) -> Result<bool, ApiError> {
+        let id = self.tasks_read().id_by_name(name);
+        match id {
+            Some(id) => self.delete_task(id).await,
+            None => Ok(false),
+        }
+    }
+
+    /// Names of all tasks.
+    pub fn task_names(&self) -> Vec<String> {
+        self.tasks_read().tasks().map(|t| t.name.clone()).collect()
     }
 
     /// Stores an agent's throughput series for the RNICs that belong to tasks.

@@ -156,9 +156,10 @@ async fn insert_endpoints(
     Ok(())
 }
 
-/// Marks the endpoint at `pos` ready.
-pub(crate) async fn set_ready(db: &Db, id: u32, pos: usize) -> anyhow::Result<()> {
-    sqlx::query("UPDATE task_endpoints SET ready = 1 WHERE task_id = $1 AND pos = $2")
+/// Marks the endpoint at `pos` ready or not ready.
+pub(crate) async fn set_ready(db: &Db, id: u32, pos: usize, ready: bool) -> anyhow::Result<()> {
+    sqlx::query("UPDATE task_endpoints SET ready = $1 WHERE task_id = $2 AND pos = $3")
+        .bind(i64::from(ready))
         .bind(i64::from(id))
         .bind(pos as i64)
         .execute(db.pool())

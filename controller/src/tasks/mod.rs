@@ -121,14 +121,14 @@ impl TaskBook {
         }
     }
 
-    /// Marks endpoint `index` ready.
-    pub(crate) fn set_ready(&mut self, id: u32, index: usize) {
+    /// Marks endpoint `index` ready or not ready.
+    pub(crate) fn set_ready(&mut self, id: u32, index: usize, ready: bool) {
         if let Some(e) = self
             .tasks
             .get_mut(&id)
             .and_then(|t| t.endpoints.get_mut(index))
         {
-            e.ready = true;
+            e.ready = ready;
             self.generation += 1;
         }
     }

@@ -79,3 +79,19 @@ http://{{ include "rocemesh.serverName" . }}.{{ .Release.Namespace }}.svc:{{ .Va
 {{- define "rocemesh.agentName" -}}
 {{ include "rocemesh.fullname" . }}-agent
 {{- end }}
+
+{{/* The RDMA mode in force: `auto` is devicePlugin when a node advertises the plugin's
+  resource (looked up at install; `helm template` sees no cluster: hostPath). */}}
+{{- define "rocemesh.rdmaMode" -}}
+{{- if eq .Values.rdma.mode "auto" -}}
+{{- $plugin := false -}}
+{{- range (lookup "v1" "Node" "" "").items -}}
+{{- if hasKey (default dict (default dict .status).allocatable) $.Values.rdma.resourceName -}}
+{{- $plugin = true -}}
+{{- end -}}
+{{- end -}}
+{{- ternary "devicePlugin" "hostPath" $plugin -}}
+{{- else -}}
+{{- .Values.rdma.mode -}}
+{{- end -}}
+{{- end -}}
