@@ -55,6 +55,16 @@ pub struct ControllerConfig {
     pub probe_auth: ProbeAuthMode,
     /// Age at which the cluster probe key is replaced.
     pub probe_key_rotate_s: u64,
+    /// Longest ToR-mesh list of one RNIC: under a larger ToR each RNIC probes a window of
+    /// its peers that moves on every rotation (every pair is covered within
+    /// ceil((n - 1) / tormesh_max_targets) rotations).
+    pub tormesh_max_targets: usize,
+    /// Where RNIC addresses may lie (`["10.0.0.0/8", "fd00::/8"]`); a registration with an
+    /// address outside is refused. Empty: every unicast address but loopback and
+    /// link-local (the server fills in 127.0.0.0/8 and ::1 when it listens on loopback).
+    pub rnic_prefixes: Vec<crate::prefix::IpPrefix>,
+    /// Most RNICs registered under one ToR; a registration that would exceed it is refused.
+    pub max_rnics_per_tor: usize,
 }
 
 /// Whether agents must authenticate probe packets.
@@ -100,6 +110,9 @@ impl Default for ControllerConfig {
             scaleout: rocemesh_store::coord::ScaleoutConfig::default(),
             probe_auth: ProbeAuthMode::Required,
             probe_key_rotate_s: 3_600,
+            tormesh_max_targets: 64,
+            rnic_prefixes: Vec::new(),
+            max_rnics_per_tor: 2048,
         }
     }
 }
@@ -153,6 +166,14 @@ impl ControllerConfig {
             self.src_port_max
         );
         anyhow::ensure!(self.task_max_pairs > 0, "task_max_pairs must be positive");
+        anyhow::ensure!(
+            self.tormesh_max_targets > 0,
+            "tormesh_max_targets must be positive"
+        );
+        anyhow::ensure!(
+            self.max_rnics_per_tor > 0,
+            "max_rnics_per_tor must be positive"
+        );
         anyhow::ensure!(
             self.probe_key_rotate_s.saturating_mul(1000) >= 2 * self.probe_key_lead_ms(),
             "probe_key_rotate_s ({} s) must be at least twice the key lead time ({} ms: two pinglist polls)",

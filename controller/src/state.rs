@@ -100,6 +100,7 @@ impl ControllerState {
                 max: cfg.src_port_max,
             },
             timeout_ms: cfg.probe_timeout_ms,
+            tormesh_max_targets: cfg.tormesh_max_targets,
         };
         let service = ServiceParams {
             pair_pps: cfg.task_pair_pps,
@@ -195,10 +196,20 @@ impl ControllerState {
         req: RegisterRequest,
     ) -> Result<RegisterResponse, ApiError> {
         validate::request(&req).map_err(ApiError::bad_request)?;
+        let cfg = &self.inner.cfg;
+        for (i, rnic) in req.rnics.iter().enumerate() {
+            crate::prefix::rnic_address_allowed(&cfg.rnic_prefixes, rnic.ip)
+                .map_err(|e| ApiError::bad_request(format!("rnics[{i}]: {e}")))?;
+        }
         let _writer = self.inner.writer.lock().await;
         let plan = self
             .read()
-            .plan_registration(&req, &self.inner.topology, rocemesh_proto::now_unix_ms())
+            .plan_registration(
+                &req,
+                &self.inner.topology,
+                cfg.max_rnics_per_tor,
+                rocemesh_proto::now_unix_ms(),
+            )
             .map_err(ApiError::bad_request)?;
         let (host_id, rnic_ids) = registry::save_registration(&self.inner.db, &plan)
             .await
@@ -214,7 +225,6 @@ impl ControllerState {
         };
         tracing::info!(host = %req.host, host_id, epoch, rnics = rnics.len(), "host registered");
         self.warn_unknown_tors();
-        let cfg = &self.inner.cfg;
         Ok(RegisterResponse {
             host_id,
             epoch,
