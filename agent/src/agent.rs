@@ -297,7 +297,9 @@ fn upload_loop(mut uploader: Uploader, registration: &SharedRegistration, stop: 
     };
     loop {
         // Until registered there is nowhere to upload: check again soon.
-        let period = current().map_or(UNREGISTERED_RECHECK, |r| r.upload_period);
+        let period = current().map_or(UNREGISTERED_RECHECK, |r| {
+            uploader.next_delay(r.upload_period)
+        });
         if stop.sleep(period) {
             break;
         }

@@ -302,10 +302,29 @@ fn analyzer_outage_keeps_probing_bounds_the_buffer_and_retries_the_same_batch() 
             "{ups:?}"
         );
     }
+    // Uploads back off (with jitter) while they fail: wait for the answers, not a time.
+    let answered = |status: u16| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while !uploads.lock().unwrap().iter().any(|u| u.status == status) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "no upload answered {status}"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
     mode.store(1, SeqCst);
-    std::thread::sleep(Duration::from_millis(500));
+    answered(200);
     mode.store(2, SeqCst);
-    std::thread::sleep(Duration::from_millis(500));
+    answered(400);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while agent.stats().batches_rejected == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the 400 was not counted"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let s = agent.stats();
     agent.shutdown().unwrap();
     let ups = uploads.lock().unwrap().clone();
