@@ -10,7 +10,7 @@ mod common;
 use common::{Response, serve};
 use rocemesh_agent::stats::Counters;
 use rocemesh_agent::upload::buffer::ResultBuffer;
-use rocemesh_agent::upload::{UploadOutcome, Uploader};
+use rocemesh_agent::upload::{Destination, UploadOutcome, Uploader};
 use rocemesh_proto::api::{ErrorBody, UploadAck};
 use rocemesh_proto::batch::decode_batch;
 use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
@@ -37,6 +37,14 @@ fn rec(seq: u32) -> ProbeResult {
         class: ProbeClass::TorMesh,
         status: ProbeStatus::Ok,
         ts_source: TimestampSource::App,
+    }
+}
+
+fn to(url: &str) -> Destination<'_> {
+    Destination {
+        analyzer_url: url,
+        host_id: 7,
+        host_key: None,
     }
 }
 
@@ -84,13 +92,13 @@ fn a_token_rotation_loses_no_result() {
         buffer.push_all(&mut batch);
     };
     produce(100);
-    assert_eq!(up.upload_all(&url, 7), UploadOutcome::Accepted);
+    assert_eq!(up.upload_all(&to(&url)), UploadOutcome::Accepted);
     // The server now takes only the new token; the agent's file still holds the old one.
     *accepted_token.lock().unwrap() = NEW.to_string();
     for _ in 0..3 {
         produce(100);
         assert_eq!(
-            up.upload_all(&url, 7),
+            up.upload_all(&to(&url)),
             UploadOutcome::Retry,
             "401 keeps the results"
         );
@@ -103,7 +111,7 @@ fn a_token_rotation_loses_no_result() {
     while !buffer.is_empty() {
         attempts += 1;
         assert!(attempts <= 3, "still refused after the file changed");
-        up.upload_all(&url, 7);
+        up.upload_all(&to(&url));
     }
     let mut seen = taken.lock().unwrap().clone();
     seen.sort_unstable();

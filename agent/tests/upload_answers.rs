@@ -10,7 +10,7 @@ use common::{Request, Response, serve};
 use rand::{Rng, SeedableRng};
 use rocemesh_agent::stats::Counters;
 use rocemesh_agent::upload::buffer::ResultBuffer;
-use rocemesh_agent::upload::{UploadOutcome, Uploader};
+use rocemesh_agent::upload::{Destination, UploadOutcome, Uploader};
 use rocemesh_proto::api::{ErrorBody, UploadAck};
 use rocemesh_proto::batch::decode_batch;
 use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
@@ -68,6 +68,14 @@ fn refuse(status: u16) -> Response {
     )
 }
 
+fn to(url: &str) -> Destination<'_> {
+    Destination {
+        analyzer_url: url,
+        host_id: 7,
+        host_key: None,
+    }
+}
+
 #[test]
 fn refusals_that_pass_keep_every_result_and_413_splits() {
     let seed: u64 = std::env::var("UPLOAD_SEED")
@@ -109,7 +117,7 @@ fn refusals_that_pass_keep_every_result_and_413_splits() {
             next += 300;
             buffer.push_all(&mut batch);
         }
-        outcomes.insert(format!("{:?}", uploader.upload_all(&url, 7)));
+        outcomes.insert(format!("{:?}", uploader.upload_all(&to(&url))));
         rounds += 1;
     }
     assert!(
@@ -147,7 +155,7 @@ fn only_a_malformed_body_answer_drops_a_batch_and_it_is_counted() {
     let mut batch: Vec<ProbeResult> = (0..50).map(rec).collect();
     buffer.push_all(&mut batch);
     let mut uploader = Uploader::new(buffer.clone(), counters.clone(), 1, Duration::from_secs(5));
-    assert_eq!(uploader.upload_all(&url, 7), UploadOutcome::Rejected);
+    assert_eq!(uploader.upload_all(&to(&url)), UploadOutcome::Rejected);
     assert!(buffer.is_empty());
     assert_eq!(counters.batches_rejected.load(Relaxed), 1);
     assert_eq!(counters.records_rejected.load(Relaxed), 50);

@@ -9,7 +9,7 @@ use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get};
 use axum::{Extension, Json, Router};
-use rocemesh_proto::api::{API_PREFIX, ErrorBody, ReadOnlyCaller};
+use rocemesh_proto::api::{API_PREFIX, CallerRole, ErrorBody};
 use std::sync::Arc;
 use utoipa::OpenApi;
 
@@ -67,15 +67,15 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
               (status = 503, description = "Database unavailable", body = ErrorBody)))]
 async fn get_receivers(
     State(a): State<Arc<Alerts>>,
-    read_only: Option<Extension<ReadOnlyCaller>>,
+    caller: Option<Extension<CallerRole>>,
 ) -> Result<Json<Vec<ReceiverView>>, ApiError> {
     let rs = a
         .receivers()
         .await
         .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
-    let view = |r: &crate::receiver::Receiver| match read_only {
-        Some(_) => r.view().without_url_path(),
-        None => r.view(),
+    let view = |r: &crate::receiver::Receiver| match caller {
+        Some(Extension(CallerRole::Read)) => r.view().without_url_path(),
+        _ => r.view(),
     };
     Ok(Json(rs.iter().map(view).collect()))
 }

@@ -12,6 +12,7 @@
 pub mod api;
 pub mod config;
 pub mod diagnosis;
+pub mod host_keys;
 pub mod ingest;
 pub mod latency;
 pub mod metrics;
@@ -79,6 +80,8 @@ pub struct Analyzer {
     shards: Option<shard::Shards>,
     /// Random per-process id carried in every upload answer ([`UploadAck::instance`]).
     instance: u64,
+    /// Upload key fingerprints: which host a caller may upload as.
+    host_keys: host_keys::HostKeys,
 }
 
 impl Analyzer {
@@ -99,6 +102,7 @@ impl Analyzer {
         Ok(Arc::new(Self {
             shards,
             instance: rand::random::<u64>().max(1),
+            host_keys: host_keys::HostKeys::default(),
             diagnosis,
             tick_metrics: metrics::TickMetrics::default(),
             state: Mutex::new(IngestState::new(Window::new(
@@ -141,9 +145,18 @@ impl Analyzer {
         })
     }
 
-    /// Counts an upload the HTTP layer refused (too large, or wrong content type).
-    fn count_refused_upload(&self, too_large: bool) {
-        lock(&self.state).reject_upload(too_large);
+    /// Counts an upload the HTTP layer refused.
+    fn count_refused_upload(&self, why: ingest::Refusal) {
+        lock(&self.state).reject_upload(why);
+    }
+
+    /// Whether the caller that presented `key` may upload as host `host_id`.
+    pub async fn prove_host(
+        &self,
+        host_id: u32,
+        key: Option<&str>,
+    ) -> anyhow::Result<host_keys::Proof> {
+        self.host_keys.prove(&self.db, host_id, key).await
     }
 
     /// Finalizes every period whose grace time has passed at `now_unix_ms`,

@@ -211,9 +211,14 @@ impl ControllerState {
                 rocemesh_proto::now_unix_ms(),
             )
             .map_err(ApiError::bad_request)?;
-        let (host_id, rnic_ids) = registry::save_registration(&self.inner.db, &plan)
-            .await
-            .map_err(ApiError::internal)?;
+        let upload_key = new_upload_key().map_err(ApiError::internal)?;
+        let (host_id, rnic_ids) = registry::save_registration(
+            &self.inner.db,
+            &plan,
+            &rocemesh_proto::host_key::fingerprint(&upload_key.0),
+        )
+        .await
+        .map_err(ApiError::internal)?;
         let epoch = plan.host.epoch;
         let rnics: Vec<RnicInfo> = {
             let mut reg = self.write();
@@ -235,6 +240,7 @@ impl ControllerState {
             upload_period_ms: cfg.upload_period_ms,
             pinglist_poll_ms: cfg.pinglist_poll_ms,
             probe_auth: Some(self.probe_auth()),
+            upload_key: Some(upload_key),
         })
     }
 
@@ -360,4 +366,17 @@ impl ControllerState {
             tuples_per_tor: self.inner.params.tuples_per_tor,
         }
     }
+}
+
+/// A fresh upload key for a registering host: 32 bytes from the OS RNG, in hex.
+fn new_upload_key() -> anyhow::Result<rocemesh_proto::host_key::HostKey> {
+    use anyhow::Context;
+    use rand::TryRngCore;
+    let mut key = [0u8; 32];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut key)
+        .context("the OS random source failed")?;
+    Ok(rocemesh_proto::host_key::HostKey(
+        key.iter().map(|b| format!("{b:02x}")).collect(),
+    ))
 }

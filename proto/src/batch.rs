@@ -322,6 +322,15 @@ fn decode_record(c: &[u8]) -> Result<ProbeResult, &'static str> {
     Ok(r)
 }
 
+/// The host id a body's header names, when it has a batch header at all (checked before
+/// the whole body is decoded).
+pub fn peek_host_id(body: &[u8]) -> Option<u32> {
+    if body.len() < HEADER_LEN || body[..4] != BATCH_MAGIC {
+        return None;
+    }
+    Some(u32::from_le_bytes(body[12..16].try_into().ok()?))
+}
+
 /// Validates a whole batch body; on error nothing of it may be used.
 pub fn decode_batch(body: &[u8]) -> Result<Batch<'_>, BatchError> {
     if body.len() < HEADER_LEN {

@@ -11,6 +11,7 @@
 
 pub mod api;
 pub mod batch;
+pub mod host_key;
 #[cfg(feature = "http-client")]
 pub mod http_client;
 pub mod packet;

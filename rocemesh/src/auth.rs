@@ -7,8 +7,8 @@
 //! the comm-info look-up of service tracing); `admin` may call everything. Outside `/api/`
 //! (health, readiness, `/metrics`, the dashboard's page and assets) and the OpenAPI document
 //! stay open. Without any token configured, auth is off (a warning is logged at start).
-//! A `read` caller's request carries [`ReadOnlyCaller`], so handlers can hide what only
-//! administrators may see.
+//! An admitted request carries its [`CallerRole`], so handlers can hide what only
+//! administrators may see and know that callers are authenticated.
 
 use anyhow::{Context, Result, bail};
 use axum::Router;
@@ -16,7 +16,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use rocemesh_proto::api::{ErrorBody, ReadOnlyCaller};
+use rocemesh_proto::api::{CallerRole, ErrorBody};
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -239,9 +239,11 @@ async fn check(State(tokens): State<Arc<Tokens>>, mut req: Request, next: Next) 
     match tokens.role_of(presented) {
         None => refuse(StatusCode::UNAUTHORIZED, "unknown token".into()),
         Some(role) if role.may(req.method(), path) => {
-            if role == Role::Read {
-                req.extensions_mut().insert(ReadOnlyCaller);
-            }
+            req.extensions_mut().insert(match role {
+                Role::Read => CallerRole::Read,
+                Role::Agent => CallerRole::Agent,
+                Role::Admin => CallerRole::Admin,
+            });
             next.run(req).await
         }
         Some(role) => refuse(

@@ -11,6 +11,7 @@ use crate::trace::PathResender;
 use buffer::{Marks, ResultBuffer};
 use rocemesh_proto::api::{API_PREFIX, ErrorBody, UploadAck};
 use rocemesh_proto::batch::{BatchHeader, CONTENT_TYPE};
+use rocemesh_proto::host_key::{self, HostKey};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -31,6 +32,17 @@ pub enum UploadOutcome {
     /// The server refused the body itself as malformed (400, 415, 422): sending it again
     /// cannot help, so it is dropped (counted).
     Rejected,
+}
+
+/// Where batches go, and which host they are from with the key proving it.
+#[derive(Debug, Clone, Copy)]
+pub struct Destination<'a> {
+    /// Analyzer base URL.
+    pub analyzer_url: &'a str,
+    /// Controller-assigned host id (batch header).
+    pub host_id: u32,
+    /// The host's upload key from its registration (sent in `x-rocemesh-host-key`).
+    pub host_key: Option<&'a HostKey>,
 }
 
 /// A batch that failed and must be re-sent under the same sequence number.
@@ -212,10 +224,10 @@ impl Uploader {
 
     /// Uploads everything buffered now, in chunks; an empty buffer still sends a heartbeat.
     /// Stops at the first chunk that is neither accepted nor split.
-    pub fn upload_all(&mut self, analyzer_url: &str, host_id: u32) -> UploadOutcome {
+    pub fn upload_all(&mut self, to: &Destination<'_>) -> UploadOutcome {
         let until = self.buffer.end();
         loop {
-            let outcome = self.upload_chunk(analyzer_url, host_id, until);
+            let outcome = self.upload_chunk(to, until);
             let go_on = matches!(outcome, UploadOutcome::Accepted | UploadOutcome::TooLarge);
             if !go_on || self.buffer.head().covers(&until) {
                 return outcome;
@@ -233,30 +245,28 @@ impl Uploader {
     }
 
     /// Sends one batch (the pending retry first) and settles the buffer accordingly.
-    pub fn upload_chunk(
-        &mut self,
-        analyzer_url: &str,
-        host_id: u32,
-        until: Marks,
-    ) -> UploadOutcome {
+    pub fn upload_chunk(&mut self, to: &Destination<'_>, until: Marks) -> UploadOutcome {
         let (batch_seq, limit) = match self.retry {
             Some(r) => (r.batch_seq, r.end),
             None => (self.next_seq, until),
         };
         let header = BatchHeader {
-            host_id,
+            host_id: to.host_id,
             ..self.header(batch_seq)
         };
         let front =
             self.buffer
                 .encode_front_within(header, limit, self.max_records, self.max_paths);
         let (body, end) = (front.body, front.end);
-        let url = format!("{}{API_PREFIX}/results", analyzer_url.trim_end_matches('/'));
-        let sent = self
-            .http
-            .post(&url)
-            .header("Content-Type", CONTENT_TYPE)
-            .send(&body[..]);
+        let url = format!(
+            "{}{API_PREFIX}/results",
+            to.analyzer_url.trim_end_matches('/')
+        );
+        let mut post = self.http.post(&url).header("Content-Type", CONTENT_TYPE);
+        if let Some(key) = to.host_key {
+            post = post.header(host_key::HEADER, &key.0);
+        }
+        let sent = post.send(&body[..]);
         let (sent, instance) = match sent {
             Ok(mut resp) if resp.status().is_success() => {
                 let ack = resp

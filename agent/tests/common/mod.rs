@@ -143,5 +143,6 @@ pub fn register_reply(
         upload_period_ms,
         pinglist_poll_ms,
         probe_auth: None,
+        upload_key: Some(rocemesh_proto::host_key::HostKey(format!("{host_id:064x}"))),
     }
 }
