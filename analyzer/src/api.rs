@@ -1,6 +1,5 @@
 //! REST API of the analyzer under `/api/v1`.
 
-use crate::Analyzer;
 use crate::diagnosis::engine::BaselineVote;
 use crate::diagnosis::fabric::FabricMap;
 use crate::diagnosis::store::{self as problems, StateFilter};
@@ -10,6 +9,7 @@ use crate::ingest::Refusal;
 use crate::read;
 use crate::registry::Registry;
 use crate::sla::{self, SlaQuery};
+use crate::{AcceptError, Analyzer};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
@@ -89,7 +89,8 @@ fn is_batch_content_type(headers: &HeaderMap) -> bool {
         description = "The uploading host's key from its registration (required with auth on)")),
     responses((status = 200, body = UploadAck), (status = 400, body = ErrorBody),
         (status = 403, body = ErrorBody, description = "The caller did not prove the batch's host"),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody, description = "Not made durable (database unavailable or write-ahead log full): send again")))]
 async fn post_results(
     State(a): State<Arc<Analyzer>>,
     caller: Option<Extension<CallerRole>>,
@@ -132,16 +133,11 @@ async fn post_results(
             Err(e) => return Err(internal(e)),
         }
     }
-    // A large batch takes milliseconds to aggregate: keep it off the async workers.
-    let ingest =
-        tokio::task::spawn_blocking(move || a.ingest(&body, rocemesh_proto::now_unix_ms()));
-    match ingest.await {
-        Ok(Ok(ack)) => Ok(Json(ack)),
-        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, e.to_string())),
-        Err(e) => Err(error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("ingest failed: {e}"),
-        )),
+    match a.accept(body, rocemesh_proto::now_unix_ms()).await {
+        Ok(ack) => Ok(Json(ack)),
+        Err(AcceptError::Batch(e)) => Err(error(StatusCode::BAD_REQUEST, e.to_string())),
+        // Not durable: the agent keeps the batch and sends it again.
+        Err(AcceptError::Wal(e)) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
     }
 }
 
