@@ -25,7 +25,7 @@ pub struct AnalyzerConfig {
     #[serde(with = "humantime_serde")]
     pub backfill: std::time::Duration,
     /// After a start, no period is finalized for this long: agents whose uploads failed
-    /// during the outage are backing off (up to 8 upload periods, jittered) and deliver
+    /// during the outage are backing off (up to 4 upload periods, jittered) and deliver
     /// their buffered results within it.
     #[serde(with = "humantime_serde")]
     pub catch_up: std::time::Duration,

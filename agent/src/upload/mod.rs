@@ -55,10 +55,10 @@ struct Retry {
 /// Longest wait between two attempts while uploads keep failing (before jitter).
 pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The backoff grows to at most this many upload periods (before jitter).
-const MAX_BACKOFF_PERIODS: u32 = 8;
+const MAX_BACKOFF_PERIODS: u32 = 4;
 
 /// The wait before the next attempt after `failures` failed ones in a row: `period`
-/// doubled per failure up to 8 periods or [`MAX_BACKOFF`] (never below `period`), times a
+/// doubled per failure up to 4 periods or [`MAX_BACKOFF`] (never below `period`), times a
 /// random factor in [0.5, 1.5) so agents that failed together do not come back together.
 pub fn backoff(period: Duration, failures: u32) -> Duration {
     if failures == 0 {
