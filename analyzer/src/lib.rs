@@ -154,7 +154,7 @@ impl Analyzer {
             cfg,
         });
         if analyzer.wal.is_some() {
-            let replayed = wal::Wal::replay(&analyzer.db, |body| {
+            let replayed = wal::Wal::replay(&analyzer.db, newest, |body| {
                 if let Err(e) = analyzer.ingest(body, now) {
                     tracing::warn!("unreadable batch in the write-ahead log skipped: {e}");
                 }

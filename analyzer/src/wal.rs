@@ -95,15 +95,23 @@ impl Wal {
         Ok(())
     }
 
-    /// Hands every logged batch to `apply`, oldest first; returns how many there were.
-    pub async fn replay(db: &Db, mut apply: impl FnMut(&[u8])) -> anyhow::Result<u64> {
+    /// Hands every logged batch with records after the period starting at `stored_ms`
+    /// (the newest stored one; older batches are in `sla_periods` already, a crash just
+    /// came before their row went) to `apply`, oldest first; returns how many there were.
+    pub async fn replay(
+        db: &Db,
+        stored_ms: Option<i64>,
+        mut apply: impl FnMut(&[u8]),
+    ) -> anyhow::Result<u64> {
+        let stored_ms = stored_ms.unwrap_or(i64::MIN);
         let mut after = i64::MIN;
         let mut n = 0;
         loop {
             let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-                "SELECT id, body FROM ingest_wal WHERE id > $1 ORDER BY id LIMIT $2",
+                "SELECT id, body FROM ingest_wal WHERE id > $1 AND last_period_ms > $2 ORDER BY id LIMIT $3",
             )
             .bind(after)
+            .bind(stored_ms)
             .bind(REPLAY_PAGE)
             .fetch_all(db.pool())
             .await
