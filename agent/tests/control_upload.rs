@@ -245,8 +245,9 @@ fn registers_polls_with_etag_and_uploads_to_the_controller_url() {
     let before_shutdown = uploads.lock().unwrap().len();
     agent.shutdown().unwrap();
     let ups = uploads.lock().unwrap().clone();
+    // One last upload at stop (a periodic one may have been under way when it came).
     assert!(
-        before_shutdown >= 3 && ups.len() == before_shutdown + 1,
+        before_shutdown >= 3 && (1..=2).contains(&(ups.len() - before_shutdown)),
         "{} then {}",
         before_shutdown,
         ups.len()
@@ -315,6 +316,22 @@ fn analyzer_outage_keeps_probing_bounds_the_buffer_and_retries_the_same_batch() 
     };
     mode.store(1, SeqCst);
     answered(200);
+    // Let accepted batches carry the traced paths before refusing again.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let taken: usize = uploads
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|u| u.status == 200)
+            .map(|u| u.paths.len())
+            .sum();
+        if taken >= 2 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no paths accepted");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     mode.store(2, SeqCst);
     answered(400);
     let deadline = std::time::Instant::now() + Duration::from_secs(10);

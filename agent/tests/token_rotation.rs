@@ -7,46 +7,20 @@
 #[allow(dead_code)]
 mod common;
 
+use common::upload::{numbered, to};
 use common::{Response, serve};
 use rocemesh_agent::stats::Counters;
 use rocemesh_agent::upload::buffer::ResultBuffer;
-use rocemesh_agent::upload::{Destination, UploadOutcome, Uploader};
+use rocemesh_agent::upload::{UploadOutcome, Uploader};
+use rocemesh_proto::ProbeResult;
 use rocemesh_proto::api::{ErrorBody, UploadAck};
 use rocemesh_proto::batch::decode_batch;
-use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 const OLD: &str = "agent-token-old-0123456789";
 const NEW: &str = "agent-token-new-9876543210";
-
-fn rec(seq: u32) -> ProbeResult {
-    ProbeResult {
-        prober_rnic: 1,
-        target_rnic: 2,
-        seq,
-        target_qpn: 3,
-        send_unix_ns: 4,
-        network_rtt_ns: 1000,
-        prober_delay_ns: 0,
-        responder_delay_ns: 0,
-        app_rtt_ns: 2000,
-        src_port: 5,
-        dst_port: 6,
-        class: ProbeClass::TorMesh,
-        status: ProbeStatus::Ok,
-        ts_source: TimestampSource::App,
-    }
-}
-
-fn to(url: &str) -> Destination<'_> {
-    Destination {
-        analyzer_url: url,
-        host_id: 7,
-        host_key: None,
-    }
-}
 
 #[test]
 fn a_token_rotation_loses_no_result() {
@@ -87,7 +61,7 @@ fn a_token_rotation_loses_no_result() {
     let mut up = Uploader::new(buffer.clone(), counters.clone(), 1, Duration::from_secs(5));
     let mut next = 0u32;
     let mut produce = |n: u32| {
-        let mut batch: Vec<ProbeResult> = (next..next + n).map(rec).collect();
+        let mut batch: Vec<ProbeResult> = (next..next + n).map(numbered).collect();
         next += n;
         buffer.push_all(&mut batch);
     };

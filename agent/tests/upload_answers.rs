@@ -6,37 +6,19 @@
 #[allow(dead_code)]
 mod common;
 
+use common::upload::{numbered, to};
 use common::{Request, Response, serve};
 use rand::{Rng, SeedableRng};
 use rocemesh_agent::stats::Counters;
 use rocemesh_agent::upload::buffer::ResultBuffer;
-use rocemesh_agent::upload::{Destination, UploadOutcome, Uploader};
+use rocemesh_agent::upload::{UploadOutcome, Uploader};
+use rocemesh_proto::ProbeResult;
 use rocemesh_proto::api::{ErrorBody, UploadAck};
 use rocemesh_proto::batch::decode_batch;
-use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
 use std::collections::HashSet;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-
-fn rec(seq: u32) -> ProbeResult {
-    ProbeResult {
-        prober_rnic: 1,
-        target_rnic: 2,
-        seq,
-        target_qpn: 3,
-        send_unix_ns: 4,
-        network_rtt_ns: 1000,
-        prober_delay_ns: 0,
-        responder_delay_ns: 0,
-        app_rtt_ns: 2000,
-        src_port: 5,
-        dst_port: 6,
-        class: ProbeClass::TorMesh,
-        status: ProbeStatus::Ok,
-        ts_source: TimestampSource::App,
-    }
-}
 
 /// What the stand-in analyzer took: (batch_seq, record seqs) of every 200 answer.
 type Taken = Arc<Mutex<Vec<(u64, Vec<u32>)>>>;
@@ -66,14 +48,6 @@ fn refuse(status: u16) -> Response {
             error: format!("{status} for the test"),
         },
     )
-}
-
-fn to(url: &str) -> Destination<'_> {
-    Destination {
-        analyzer_url: url,
-        host_id: 7,
-        host_key: None,
-    }
 }
 
 #[test]
@@ -113,7 +87,7 @@ fn refusals_that_pass_keep_every_result_and_413_splits() {
     let mut outcomes = HashSet::new();
     while rounds < 400 && (next < 3_000 || !buffer.is_empty()) {
         if next < 3_000 {
-            let mut batch: Vec<ProbeResult> = (next..next + 300).map(rec).collect();
+            let mut batch: Vec<ProbeResult> = (next..next + 300).map(numbered).collect();
             next += 300;
             buffer.push_all(&mut batch);
         }
@@ -152,7 +126,7 @@ fn only_a_malformed_body_answer_drops_a_batch_and_it_is_counted() {
     let url = serve(|_| refuse(400));
     let counters = Arc::new(Counters::default());
     let buffer = Arc::new(ResultBuffer::new(1_000, counters.clone()));
-    let mut batch: Vec<ProbeResult> = (0..50).map(rec).collect();
+    let mut batch: Vec<ProbeResult> = (0..50).map(numbered).collect();
     buffer.push_all(&mut batch);
     let mut uploader = Uploader::new(buffer.clone(), counters.clone(), 1, Duration::from_secs(5));
     assert_eq!(uploader.upload_all(&to(&url)), UploadOutcome::Rejected);

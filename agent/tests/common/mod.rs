@@ -1,6 +1,8 @@
 //! A tiny blocking HTTP/1.1 server for tests: one thread, `Connection: close`, a closure
 //! decides every response.
 
+pub mod upload;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
