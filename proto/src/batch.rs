@@ -419,7 +419,7 @@ mod tests {
 
     #[test]
     fn the_largest_batch_with_the_largest_path_section_fits_the_body_limit() {
-        let recs: Vec<_> = (0..MAX_RECORDS).map(rec).collect();
+        let recs: Vec<_> = (0..MAX_RECORDS).map(|i| rec(i % 1000)).collect();
         let hop = Some(std::net::IpAddr::from([10, 0, 0, 1]));
         let paths: Vec<TracedPath> = (0..crate::path::MAX_PATHS)
             .map(|i| TracedPath {
