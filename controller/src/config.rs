@@ -61,7 +61,7 @@ pub struct ControllerConfig {
     pub tormesh_max_targets: usize,
     /// Where RNIC addresses may lie (`["10.0.0.0/8", "fd00::/8"]`); a registration with an
     /// address outside is refused. Empty: every unicast address but loopback and
-    /// link-local (the server fills in 127.0.0.0/8 and ::1 when it listens on loopback).
+    /// link-local (a server listening on loopback takes every address).
     pub rnic_prefixes: Vec<crate::prefix::IpPrefix>,
     /// Most RNICs registered under one ToR; a registration that would exceed it is refused.
     pub max_rnics_per_tor: usize,

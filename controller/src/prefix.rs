@@ -13,16 +13,17 @@ pub struct IpPrefix {
 }
 
 impl IpPrefix {
-    /// `127.0.0.0/8` and `::1/128`: the fabric of a one-machine (loopback) deployment.
-    pub fn loopback() -> Vec<Self> {
+    /// `0.0.0.0/0` and `::/0`: every address, loopback included (the fabric of a
+    /// one-machine deployment, whose RNICs are loopback or any local addresses).
+    pub fn any() -> Vec<Self> {
         vec![
             Self {
-                addr: IpAddr::from([127, 0, 0, 0]),
-                len: 8,
+                addr: IpAddr::from([0, 0, 0, 0]),
+                len: 0,
             },
             Self {
-                addr: std::net::Ipv6Addr::LOCALHOST.into(),
-                len: 128,
+                addr: std::net::Ipv6Addr::UNSPECIFIED.into(),
+                len: 0,
             },
         ]
     }
@@ -174,8 +175,10 @@ mod tests {
             );
         }
         assert!(rnic_address_allowed(&[], "10.0.0.1".parse().unwrap()).is_ok());
-        let lo = IpPrefix::loopback();
-        assert!(rnic_address_allowed(&lo, "127.0.0.5".parse().unwrap()).is_ok());
+        let any = IpPrefix::any();
+        assert!(rnic_address_allowed(&any, "127.0.0.5".parse().unwrap()).is_ok());
+        assert!(rnic_address_allowed(&any, "::1".parse().unwrap()).is_ok());
+        let lo = vec![p("127.0.0.0/8")];
         let err = rnic_address_allowed(&lo, "10.0.0.1".parse().unwrap()).unwrap_err();
         assert!(err.contains("127.0.0.0/8"), "{err}");
     }

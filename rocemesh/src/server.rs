@@ -105,12 +105,12 @@ pub struct App {
     pub background: Vec<JoinHandle<()>>,
 }
 
-/// The controller section, with the fabric prefixes of a server listening on loopback (a
-/// one-machine deployment, whose RNICs are loopback addresses) when it names none.
+/// The controller section; a server listening on loopback (a one-machine deployment, whose
+/// RNICs are loopback addresses) that names no fabric prefixes takes every address.
 fn controller_config(cfg: &ServerConfig) -> rocemesh_controller::ControllerConfig {
     let mut c = cfg.controller.clone();
     if c.rnic_prefixes.is_empty() && cfg.listen.ip().is_loopback() {
-        c.rnic_prefixes = rocemesh_controller::prefix::IpPrefix::loopback();
+        c.rnic_prefixes = rocemesh_controller::prefix::IpPrefix::any();
     }
     c
 }
