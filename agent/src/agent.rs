@@ -297,22 +297,24 @@ fn upload_loop(mut uploader: Uploader, registration: &SharedRegistration, stop: 
     };
     loop {
         // Until registered there is nowhere to upload: check again soon.
-        let period = current().map_or(UNREGISTERED_RECHECK, |r| r.upload_period);
+        let period = current().map_or(UNREGISTERED_RECHECK, |r| {
+            uploader.next_delay(r.upload_period)
+        });
         if stop.sleep(period) {
             break;
         }
         if let Some(reg) = current() {
-            uploader.upload_all(&reg.analyzer_url, reg.host_id);
+            uploader.upload_all(&reg.destination());
             // A fresh analyzer: its traced paths were queued again (by the tracer thread,
             // within milliseconds); deliver them now, its tomography waits for them.
             if uploader.take_resend_pending() && !stop.sleep(RESEND_FLUSH_DELAY) {
-                uploader.upload_all(&reg.analyzer_url, reg.host_id);
+                uploader.upload_all(&reg.destination());
             }
         }
     }
     if let Some(reg) = current() {
         uploader.set_timeout(FINAL_UPLOAD_TIMEOUT);
-        uploader.upload_chunk(&reg.analyzer_url, reg.host_id, Marks::ALL);
+        uploader.upload_chunk(&reg.destination(), Marks::ALL);
     }
 }
 

@@ -6,8 +6,10 @@ use crate::probe::engine::{Command, EngineHandle};
 use crate::probe::guard::GuardSettings;
 use crate::stats::Counters;
 use crate::stop::StopSignal;
+use crate::upload::Destination;
 use anyhow::{Context, Result, bail};
 use rocemesh_proto::api::{API_PREFIX, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse};
+use rocemesh_proto::host_key::HostKey;
 use rocemesh_proto::http_client::named_analyzer;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex};
@@ -37,6 +39,19 @@ pub struct Registration {
     pub poll_period: Duration,
     /// Controller id of each configured RNIC, in configuration order.
     pub rnic_ids: Vec<Option<u32>>,
+    /// The upload key proving this host to the analyzer (from a controller that issues one).
+    pub upload_key: Option<HostKey>,
+}
+
+impl Registration {
+    /// Where result batches go, as this host.
+    pub fn destination(&self) -> Destination<'_> {
+        Destination {
+            analyzer_url: &self.analyzer_url,
+            host_id: self.host_id,
+            host_key: self.upload_key.as_ref(),
+        }
+    }
 }
 
 /// Registration state shared between the control thread, the uploader and the handle.
@@ -255,6 +270,7 @@ impl ControlLoop {
                 .iter()
                 .map(|(name, _)| resp.rnics.iter().find(|r| &r.ifname == name).map(|r| r.id))
                 .collect(),
+            upload_key: resp.upload_key.clone(),
         };
         for ((name, engine), id) in self.engines.iter().zip(&reg.rnic_ids) {
             match id {

@@ -178,6 +178,11 @@ impl Collector for Snapshot {
                 s.records_dropped,
             ),
             (
+                "rocemesh_agent_rejected_results",
+                "Results in batches the analyzer refused as malformed (dropped; every other refusal is retried).",
+                s.records_rejected,
+            ),
+            (
                 "rocemesh_agent_traces_started",
                 "Path traces (traceroutes) begun.",
                 s.traces_started,
@@ -258,7 +263,7 @@ impl Collector for Snapshot {
         ];
         let mut m = enc.encode_descriptor(
             "rocemesh_agent_uploads",
-            "Result batch uploads: ok (accepted), failed (transport error or 5xx, retried), rejected (4xx, dropped).",
+            "Result batch uploads: ok (accepted), failed (transport error, 5xx, 401, 403, 408, 413, 429: kept and retried), rejected (malformed-body answer: dropped).",
             None,
             MetricType::Counter,
         )?;

@@ -39,8 +39,10 @@ pub struct Counters {
     pub batches_uploaded: AtomicU64,
     /// Upload attempts that failed with a transport error or 5xx (retried).
     pub upload_failures: AtomicU64,
-    /// Batches the analyzer refused with 4xx (dropped).
+    /// Batches the analyzer refused as malformed (400, 415, 422: dropped).
     pub batches_rejected: AtomicU64,
+    /// Results in those refused batches (dropped).
+    pub records_rejected: AtomicU64,
     /// Pinglist changes applied.
     pub pinglist_updates: AtomicU64,
     /// Successful registrations with the controller.
@@ -150,6 +152,7 @@ impl Counters {
             batches_uploaded: get(&self.batches_uploaded),
             upload_failures: get(&self.upload_failures),
             batches_rejected: get(&self.batches_rejected),
+            records_rejected: get(&self.records_rejected),
             pinglist_version: self
                 .pinglist_version
                 .lock()
@@ -226,8 +229,10 @@ pub struct AgentStats {
     pub batches_uploaded: u64,
     /// Failed upload attempts (retried).
     pub upload_failures: u64,
-    /// Batches refused with 4xx.
+    /// Batches refused as malformed (dropped).
     pub batches_rejected: u64,
+    /// Results in those batches.
+    pub records_rejected: u64,
     /// Pinglist version in force.
     pub pinglist_version: Option<String>,
     /// Pinglist changes applied.

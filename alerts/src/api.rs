@@ -8,8 +8,8 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::StatusCode;
 use axum::routing::{delete, get};
-use axum::{Json, Router};
-use rocemesh_proto::api::{API_PREFIX, ErrorBody};
+use axum::{Extension, Json, Router};
+use rocemesh_proto::api::{API_PREFIX, CallerRole, ErrorBody};
 use std::sync::Arc;
 use utoipa::OpenApi;
 
@@ -60,16 +60,24 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     Doc::openapi()
 }
 
-/// Every receiver (config-file and API ones); secrets are never shown.
+/// Every receiver (config-file and API ones); secrets are never shown, and a `read` token
+/// sees each URL's scheme and host only.
 #[utoipa::path(get, path = "/api/v1/alerts/receivers", operation_id = "listAlertReceivers", tag = "alerts",
     responses((status = 200, description = "Receivers in force", body = [ReceiverView]),
               (status = 503, description = "Database unavailable", body = ErrorBody)))]
-async fn get_receivers(State(a): State<Arc<Alerts>>) -> Result<Json<Vec<ReceiverView>>, ApiError> {
+async fn get_receivers(
+    State(a): State<Arc<Alerts>>,
+    caller: Option<Extension<CallerRole>>,
+) -> Result<Json<Vec<ReceiverView>>, ApiError> {
     let rs = a
         .receivers()
         .await
         .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
-    Ok(Json(rs.iter().map(|r| r.view()).collect()))
+    let view = |r: &crate::receiver::Receiver| match caller {
+        Some(Extension(CallerRole::Read)) => r.view().without_url_path(),
+        _ => r.view(),
+    };
+    Ok(Json(rs.iter().map(view).collect()))
 }
 
 /// Adds a receiver (admin). Names are unique across config and API receivers.

@@ -169,6 +169,19 @@ impl ReceiverSpec {
     }
 }
 
+impl ReceiverView {
+    /// The view for a read-only caller: the URL keeps its scheme and host only (webhook
+    /// URLs often carry a credential in their path or query).
+    pub fn without_url_path(mut self) -> Self {
+        let after_scheme = self.url.find("://").map_or(0, |i| i + 3);
+        let host_end = self.url[after_scheme..]
+            .find(['/', '?', '#'])
+            .map_or(self.url.len(), |i| after_scheme + i);
+        self.url = format!("{}/<redacted>", &self.url[..host_end]);
+        self
+    }
+}
+
 /// A receiver as the API shows it: everything but the secret.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ReceiverView {
@@ -221,6 +234,22 @@ pub fn validate_url(url: &str) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_only_views_keep_scheme_and_host_only() {
+        let r = ReceiverSpec {
+            name: "n".into(),
+            url: "https://hooks.example:8443/services/T0/B1/s3cr3t?token=x".into(),
+            secret: None,
+            priorities: Vec::new(),
+            components: Vec::new(),
+        }
+        .into_receiver()
+        .unwrap();
+        let v = r.view().without_url_path();
+        assert_eq!(v.url, "https://hooks.example:8443/<redacted>");
+        assert!(!serde_json::to_string(&v).unwrap().contains("s3cr3t"));
+    }
 
     #[test]
     fn urls() {

@@ -1,23 +1,26 @@
 //! REST API of the analyzer under `/api/v1`.
 
-use crate::Analyzer;
 use crate::diagnosis::engine::BaselineVote;
 use crate::diagnosis::fabric::FabricMap;
 use crate::diagnosis::store::{self as problems, StateFilter};
+use crate::host_keys::Proof;
 use crate::ingest::IngestStats;
+use crate::ingest::Refusal;
 use crate::read;
 use crate::registry::Registry;
 use crate::sla::{self, SlaQuery};
+use crate::{AcceptError, Analyzer};
 use axum::body::Bytes;
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use rocemesh_proto::api::{
-    API_PREFIX, ErrorBody, Priority, Problem, ProblemState, SlaRow, SlaScope, UploadAck,
+    API_PREFIX, CallerRole, ErrorBody, Priority, Problem, ProblemState, SlaRow, SlaScope, UploadAck,
 };
-use rocemesh_proto::batch::{CONTENT_TYPE, MAX_BATCH_BYTES};
+use rocemesh_proto::batch::{CONTENT_TYPE, MAX_BATCH_BYTES, peek_host_id};
+use rocemesh_proto::host_key;
 use rocemesh_proto::path::TracedPath;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
@@ -82,15 +85,20 @@ fn is_batch_content_type(headers: &HeaderMap) -> bool {
 #[utoipa::path(post, path = "/api/v1/results", operation_id = "uploadProbeResults", tag = "results",
     request_body(content = String, content_type = "application/vnd.rocemesh.results.v1",
         description = "A `proto::batch` encoded batch (application/octet-stream also accepted)"),
+    params(("x-rocemesh-host-key" = Option<String>, Header,
+        description = "The uploading host's key from its registration (required with auth on)")),
     responses((status = 200, body = UploadAck), (status = 400, body = ErrorBody),
-        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody)))]
+        (status = 403, body = ErrorBody, description = "The caller did not prove the batch's host"),
+        (status = 413, body = ErrorBody), (status = 415, body = ErrorBody),
+        (status = 503, body = ErrorBody, description = "Not made durable (database unavailable or write-ahead log full): send again")))]
 async fn post_results(
     State(a): State<Arc<Analyzer>>,
+    caller: Option<Extension<CallerRole>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Json<UploadAck>, ApiError> {
     if !is_batch_content_type(&headers) {
-        a.count_refused_upload(false);
+        a.count_refused_upload(Refusal::ContentType);
         return Err(error(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("Content-Type must be {CONTENT_TYPE} or application/octet-stream"),
@@ -99,7 +107,7 @@ async fn post_results(
     let body = match body {
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-            a.count_refused_upload(true);
+            a.count_refused_upload(Refusal::TooLarge);
             return Err(error(
                 e.status(),
                 format!("batch larger than {MAX_BATCH_BYTES} bytes"),
@@ -107,16 +115,29 @@ async fn post_results(
         }
         Err(e) => return Err(error(e.status(), e.body_text())),
     };
-    // A large batch takes milliseconds to aggregate: keep it off the async workers.
-    let ingest =
-        tokio::task::spawn_blocking(move || a.ingest(&body, rocemesh_proto::now_unix_ms()));
-    match ingest.await {
-        Ok(Ok(ack)) => Ok(Json(ack)),
-        Ok(Err(e)) => Err(error(StatusCode::BAD_REQUEST, e.to_string())),
-        Err(e) => Err(error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("ingest failed: {e}"),
-        )),
+    // With auth on, a batch counts for its host only when the caller holds that host's
+    // upload key (else any agent token could fill another host's de-duplication window).
+    if caller.is_some()
+        && let Some(host_id) = peek_host_id(&body)
+    {
+        let key = headers.get(host_key::HEADER).and_then(|v| v.to_str().ok());
+        match a.prove_host(host_id, key).await {
+            Ok(Proof::Proven) => {}
+            Ok(Proof::Refused(why)) => {
+                a.count_refused_upload(Refusal::WrongHost);
+                return Err(error(
+                    StatusCode::FORBIDDEN,
+                    format!("batch names host {host_id}: {why}"),
+                ));
+            }
+            Err(e) => return Err(internal(e)),
+        }
+    }
+    match a.accept(body, rocemesh_proto::now_unix_ms()).await {
+        Ok(ack) => Ok(Json(ack)),
+        Err(AcceptError::Batch(e)) => Err(error(StatusCode::BAD_REQUEST, e.to_string())),
+        // Not durable: the agent keeps the batch and sends it again.
+        Err(AcceptError::Wal(e)) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
     }
 }
 

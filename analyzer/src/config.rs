@@ -19,6 +19,19 @@ pub struct AnalyzerConfig {
     pub rnic_retention_ms: u64,
     /// How often the RNIC registry is re-read from the database.
     pub registry_refresh_ms: u64,
+    /// How far back results held by agents during an outage of the analyzer are still
+    /// folded into their periods after it starts again (the periods of the outage are
+    /// open, not late, for this long).
+    #[serde(with = "humantime_serde")]
+    pub backfill: std::time::Duration,
+    /// After a start, no period is finalized for this long: agents whose uploads failed
+    /// during the outage are backing off (up to 4 upload periods, jittered) and deliver
+    /// their buffered results within it.
+    #[serde(with = "humantime_serde")]
+    pub catch_up: std::time::Duration,
+    /// Most bytes of accepted batches held in the write-ahead log (`ingest_wal`) while
+    /// their periods are not stored; beyond, uploads are answered 503 (agents keep them).
+    pub wal_max_bytes: u64,
     /// Fabric map (TOML: switches with their interface addresses, switch-to-switch
     /// links) naming the devices and links of traced paths; without it, hops are
     /// named by address.
@@ -331,6 +344,9 @@ impl Default for AnalyzerConfig {
             retention_ms: 86_400_000,
             rnic_retention_ms: 3_600_000,
             registry_refresh_ms: 2_000,
+            backfill: std::time::Duration::from_secs(600),
+            catch_up: std::time::Duration::from_secs(90),
+            wal_max_bytes: 512 << 20,
             fabric_map: None,
             diagnosis: DiagnosisConfig::default(),
             latency: LatencyConfig::default(),

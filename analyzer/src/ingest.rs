@@ -46,6 +46,20 @@ pub struct RejectedBatches {
     pub too_large: u64,
     /// Wrong Content-Type (HTTP 415).
     pub bad_content_type: u64,
+    /// Naming a host the caller did not prove to be (HTTP 403).
+    #[serde(default)]
+    pub wrong_host: u64,
+}
+
+/// Why the HTTP layer refused an upload before ingest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// Body above the limit.
+    TooLarge,
+    /// Wrong Content-Type.
+    ContentType,
+    /// The batch's host was not proven by the caller's upload key.
+    WrongHost,
 }
 
 impl RejectedBatches {
@@ -154,13 +168,13 @@ impl IngestState {
         self.rejected.count(e);
     }
 
-    /// Counts an upload refused by the HTTP layer (size or content type).
-    pub fn reject_upload(&mut self, too_large: bool) {
-        if too_large {
-            self.rejected.too_large += 1;
-        } else {
-            self.rejected.bad_content_type += 1;
-        }
+    /// Counts an upload refused by the HTTP layer.
+    pub fn reject_upload(&mut self, why: Refusal) {
+        *match why {
+            Refusal::TooLarge => &mut self.rejected.too_large,
+            Refusal::ContentType => &mut self.rejected.bad_content_type,
+            Refusal::WrongHost => &mut self.rejected.wrong_host,
+        } += 1;
     }
 
     /// Applies a validated batch received at `now_ms`.

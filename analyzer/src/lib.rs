@@ -12,6 +12,7 @@
 pub mod api;
 pub mod config;
 pub mod diagnosis;
+pub mod host_keys;
 pub mod ingest;
 pub mod latency;
 pub mod metrics;
@@ -20,6 +21,7 @@ pub mod shard;
 pub mod sla;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod wal;
 pub mod window;
 
 pub use api::router;
@@ -79,6 +81,22 @@ pub struct Analyzer {
     shards: Option<shard::Shards>,
     /// Random per-process id carried in every upload answer ([`UploadAck::instance`]).
     instance: u64,
+    /// Upload key fingerprints: which host a caller may upload as.
+    host_keys: host_keys::HostKeys,
+    /// Write-ahead log of accepted batches (`None` with several analyzer instances, whose
+    /// replays would take each other's batches).
+    wal: Option<wal::Wal>,
+}
+
+/// Why [`Analyzer::accept`] refused an upload.
+#[derive(Debug, thiserror::Error)]
+pub enum AcceptError {
+    /// The body is not a valid batch (400).
+    #[error(transparent)]
+    Batch(#[from] IngestError),
+    /// It could not be made durable (503: the agent keeps it and retries).
+    #[error(transparent)]
+    Wal(#[from] wal::WalError),
 }
 
 impl Analyzer {
@@ -94,26 +112,91 @@ impl Analyzer {
             Some(start) => sla::period(&db, start).await?,
             None => Vec::new(),
         };
-        let diagnosis = Diagnosis::new(&db, &cfg, rocemesh_proto::now_unix_ms()).await?;
+        let now = rocemesh_proto::now_unix_ms();
+        let diagnosis = Diagnosis::new(&db, &cfg, now).await?;
         let shards = shard::Shards::new(&db, &cfg.scaleout)?;
-        Ok(Arc::new(Self {
+        let wal = match shards {
+            Some(_) => None,
+            None => Some(wal::Wal::open(&db, cfg.wal_max_bytes).await?),
+        };
+        // After an outage (periods missed, or accepted batches waiting in the log) the
+        // window catches up: agents' held results and the log fold into their periods.
+        let period = cfg.period_ms as i64;
+        let missed = newest.is_some_and(|start| start + 2 * period + cfg.grace_ms as i64 <= now);
+        let logged = wal.as_ref().is_some_and(|w| w.bytes() > 0);
+        let hold_until = if missed || logged {
+            now + cfg.catch_up.as_millis() as i64
+        } else {
+            i64::MIN
+        };
+        let window = Window::catching_up(
+            cfg.period_ms,
+            cfg.grace_ms,
+            newest,
+            cfg.backfill.as_millis() as u64,
+            hold_until,
+        );
+        let analyzer = Arc::new(Self {
             shards,
             instance: rand::random::<u64>().max(1),
+            host_keys: host_keys::HostKeys::default(),
             diagnosis,
             tick_metrics: metrics::TickMetrics::default(),
-            state: Mutex::new(IngestState::new(
-                Window::new(cfg.period_ms, cfg.grace_ms, newest),
-                cfg.max_tor_pair_series,
-            )),
+            state: Mutex::new(IngestState::new(window, cfg.max_tor_pair_series)),
             registry: RwLock::new(Arc::new(registry)),
             loader: tokio::sync::Mutex::new(loader),
             refresh_wanted: AtomicBool::new(false),
             refresh_notify: Notify::new(),
             latest: RwLock::new(Arc::new(latest)),
             pending: tokio::sync::Mutex::new(VecDeque::new()),
+            wal,
             db,
             cfg,
-        }))
+        });
+        if analyzer.wal.is_some() {
+            let replayed = wal::Wal::replay(&analyzer.db, newest, |body| {
+                if let Err(e) = analyzer.ingest(body, now) {
+                    tracing::warn!("unreadable batch in the write-ahead log skipped: {e}");
+                }
+            })
+            .await?;
+            if replayed > 0 {
+                tracing::info!(batches = replayed, "write-ahead log replayed");
+            }
+        }
+        Ok(analyzer)
+    }
+
+    /// Takes an upload durably: validates it, commits it to the write-ahead log, then
+    /// aggregates it (off the async workers). Once this returns `Ok`, a crash loses none
+    /// of its records.
+    pub async fn accept(
+        self: &Arc<Self>,
+        body: axum::body::Bytes,
+        now_unix_ms: i64,
+    ) -> Result<UploadAck, AcceptError> {
+        let last_ms = match decode_batch(&body) {
+            Ok(b) => b
+                .records()
+                .map(|r| (r.send_unix_ns / 1_000_000) as i64)
+                .max(),
+            Err(e) => {
+                lock(&self.state).reject(&e);
+                return Err(IngestError::from(e).into());
+            }
+        };
+        // A heartbeat (no records) holds nothing worth logging.
+        if let (Some(wal), Some(last_ms)) = (&self.wal, last_ms) {
+            let period = self.cfg.period_ms as i64;
+            let start = last_ms.div_euclid(period).saturating_mul(period);
+            wal.append(&self.db, now_unix_ms, start, &body).await?;
+        }
+        let me = Arc::clone(self);
+        let ingest = tokio::task::spawn_blocking(move || me.ingest(&body, now_unix_ms));
+        match ingest.await {
+            Ok(r) => Ok(r?),
+            Err(e) => Err(wal::WalError::Db(anyhow::anyhow!("ingest failed: {e}")).into()),
+        }
     }
 
     /// Takes one uploaded batch received at `now_unix_ms`: validated whole
@@ -140,9 +223,18 @@ impl Analyzer {
         })
     }
 
-    /// Counts an upload the HTTP layer refused (too large, or wrong content type).
-    fn count_refused_upload(&self, too_large: bool) {
-        lock(&self.state).reject_upload(too_large);
+    /// Counts an upload the HTTP layer refused.
+    fn count_refused_upload(&self, why: ingest::Refusal) {
+        lock(&self.state).reject_upload(why);
+    }
+
+    /// Whether the caller that presented `key` may upload as host `host_id`.
+    pub async fn prove_host(
+        &self,
+        host_id: u32,
+        key: Option<&str>,
+    ) -> anyhow::Result<host_keys::Proof> {
+        self.host_keys.prove(&self.db, host_id, key).await
     }
 
     /// Finalizes every period whose grace time has passed at `now_unix_ms`,
@@ -191,6 +283,11 @@ impl Analyzer {
             sla::persist(&self.db, rows).await?;
             pending.pop_front();
             stored = true;
+        }
+        // Every finalized period is stored now: the batches they hold are durable there.
+        let through = lock(&self.state).window.finalized_through_ms();
+        if let (Some(wal), Some(through)) = (&self.wal, through) {
+            wal.release(&self.db, through).await?;
         }
         Ok(stored)
     }

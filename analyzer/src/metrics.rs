@@ -484,6 +484,7 @@ impl Collector for Snapshot {
             ("bad_paths", r.bad_paths),
             ("too_large", r.too_large),
             ("bad_content_type", r.bad_content_type),
+            ("wrong_host", r.wrong_host),
         ];
         family(
             &mut enc,

@@ -167,3 +167,51 @@ async fn uploaded_results_are_queryable_over_http() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread")]
+async fn the_write_ahead_log_is_bounded_and_trimmed_once_periods_are_stored() {
+    let (_, db) = rocemesh_store::test_databases().await.remove(0);
+    seed(&db, &[(1, 1, "tor-a"), (2, 1, "tor-a")]).await;
+    let cfg = rocemesh_analyzer::AnalyzerConfig {
+        period_ms: 1_000,
+        grace_ms: 0,
+        wal_max_bytes: 20_000,
+        ..Default::default()
+    };
+    let a = rocemesh_analyzer::Analyzer::new(db.clone(), cfg)
+        .await
+        .unwrap();
+    let base = serve(a.clone()).await;
+    let now = rocemesh_proto::now_unix_ms();
+    let records: Vec<_> = (0..100).map(|_| rec(1, 2, now, true, 9_000)).collect();
+    let logged = || async {
+        let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM ingest_wal")
+            .fetch_one(db.pool())
+            .await
+            .unwrap();
+        n
+    };
+    // 100 records are 4,840 bytes: four fit under 20,000, the fifth is refused.
+    for seq in 1..=4 {
+        let (s, b) = post(&base, Some(CONTENT_TYPE), batch(1, 1, seq, &records)).await;
+        assert_eq!(s, 200, "{b}");
+    }
+    assert_eq!(
+        logged().await,
+        4,
+        "each accepted batch is logged before its answer"
+    );
+    let (s, b) = post(&base, Some(CONTENT_TYPE), batch(1, 1, 5, &records)).await;
+    assert_eq!(s, 503, "{b}");
+    assert!(error_text(&b).contains("write-ahead log is full"), "{b}");
+    let stats: IngestStats = get(&base, "/ingest/stats").await;
+    assert_eq!(
+        stats.records_accepted, 400,
+        "the refused batch changed nothing"
+    );
+    // Once the period is stored, its batches leave the log and uploads are taken again.
+    a.tick(now + 1_000).await.unwrap();
+    assert_eq!(logged().await, 0);
+    let (s, b) = post(&base, Some(CONTENT_TYPE), batch(1, 1, 5, &records)).await;
+    assert_eq!(s, 200, "{b}");
+}

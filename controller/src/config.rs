@@ -59,6 +59,16 @@ pub struct ControllerConfig {
     /// responder's clock: how long a captured probe can be replayed (from its own flow).
     #[serde(with = "humantime_serde")]
     pub probe_tag_window: std::time::Duration,
+    /// Longest ToR-mesh list of one RNIC: under a larger ToR each RNIC probes a window of
+    /// its peers that moves on every rotation (every pair is covered within
+    /// ceil((n - 1) / tormesh_max_targets) rotations).
+    pub tormesh_max_targets: usize,
+    /// Where RNIC addresses may lie (`["10.0.0.0/8", "fd00::/8"]`); a registration with an
+    /// address outside is refused. Empty: every unicast address but loopback and
+    /// link-local (a server listening on loopback takes every address).
+    pub rnic_prefixes: Vec<crate::prefix::IpPrefix>,
+    /// Most RNICs registered under one ToR; a registration that would exceed it is refused.
+    pub max_rnics_per_tor: usize,
 }
 
 /// Whether agents must authenticate probe packets.
@@ -105,6 +115,9 @@ impl Default for ControllerConfig {
             probe_auth: ProbeAuthMode::Required,
             probe_key_rotate_s: 3_600,
             probe_tag_window: rocemesh_proto::probe_auth::DEFAULT_TAG_WINDOW,
+            tormesh_max_targets: 64,
+            rnic_prefixes: Vec::new(),
+            max_rnics_per_tor: 2048,
         }
     }
 }
@@ -158,6 +171,14 @@ impl ControllerConfig {
             self.src_port_max
         );
         anyhow::ensure!(self.task_max_pairs > 0, "task_max_pairs must be positive");
+        anyhow::ensure!(
+            self.tormesh_max_targets > 0,
+            "tormesh_max_targets must be positive"
+        );
+        anyhow::ensure!(
+            self.max_rnics_per_tor > 0,
+            "max_rnics_per_tor must be positive"
+        );
         anyhow::ensure!(
             self.probe_key_rotate_s.saturating_mul(1000) >= 2 * self.probe_key_lead_ms(),
             "probe_key_rotate_s ({} s) must be at least twice the key lead time ({} ms: two pinglist polls)",

@@ -13,6 +13,7 @@ mod hash;
 pub mod leader;
 pub mod metrics;
 pub mod pinglist;
+pub mod prefix;
 mod probe_keys;
 mod registry;
 mod state;

@@ -101,6 +101,7 @@ impl ControllerState {
                 max: cfg.src_port_max,
             },
             timeout_ms: cfg.probe_timeout_ms,
+            tormesh_max_targets: cfg.tormesh_max_targets,
         };
         let service = ServiceParams {
             pair_pps: cfg.task_pair_pps,
@@ -247,14 +248,29 @@ impl ControllerState {
         req: RegisterRequest,
     ) -> Result<RegisterResponse, ApiError> {
         validate::request(&req).map_err(ApiError::bad_request)?;
+        let cfg = &self.inner.cfg;
+        for (i, rnic) in req.rnics.iter().enumerate() {
+            crate::prefix::rnic_address_allowed(&cfg.rnic_prefixes, rnic.ip)
+                .map_err(|e| ApiError::bad_request(format!("rnics[{i}]: {e}")))?;
+        }
         let _writer = self.inner.writer.lock().await;
         let plan = self
             .read()
-            .plan_registration(&req, &self.topology_read(), rocemesh_proto::now_unix_ms())
+            .plan_registration(
+                &req,
+                &self.topology_read(),
+                cfg.max_rnics_per_tor,
+                rocemesh_proto::now_unix_ms(),
+            )
             .map_err(ApiError::bad_request)?;
-        let (host_id, rnic_ids) = registry::save_registration(&self.inner.db, &plan)
-            .await
-            .map_err(ApiError::internal)?;
+        let upload_key = new_upload_key().map_err(ApiError::internal)?;
+        let (host_id, rnic_ids) = registry::save_registration(
+            &self.inner.db,
+            &plan,
+            &rocemesh_proto::host_key::fingerprint(&upload_key.0),
+        )
+        .await
+        .map_err(ApiError::internal)?;
         let epoch = plan.host.epoch;
         let rnics: Vec<RnicInfo> = {
             let mut reg = self.write();
@@ -266,7 +282,6 @@ impl ControllerState {
         };
         tracing::info!(host = %req.host, host_id, epoch, rnics = rnics.len(), "host registered");
         self.warn_unknown_tors();
-        let cfg = &self.inner.cfg;
         Ok(RegisterResponse {
             host_id,
             epoch,
@@ -277,6 +292,7 @@ impl ControllerState {
             upload_period_ms: cfg.upload_period_ms,
             pinglist_poll_ms: cfg.pinglist_poll_ms,
             probe_auth: Some(self.probe_auth()),
+            upload_key: Some(upload_key),
         })
     }
 
@@ -402,4 +418,17 @@ impl ControllerState {
             tuples_per_tor: self.inner.params.tuples_per_tor,
         }
     }
+}
+
+/// A fresh upload key for a registering host: 32 bytes from the OS RNG, in hex.
+fn new_upload_key() -> anyhow::Result<rocemesh_proto::host_key::HostKey> {
+    use anyhow::Context;
+    use rand::TryRngCore;
+    let mut key = [0u8; 32];
+    rand::rngs::OsRng
+        .try_fill_bytes(&mut key)
+        .context("the OS random source failed")?;
+    Ok(rocemesh_proto::host_key::HostKey(
+        key.iter().map(|b| format!("{b:02x}")).collect(),
+    ))
 }

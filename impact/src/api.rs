@@ -33,6 +33,18 @@ fn bad<E: std::fmt::Display>(e: E) -> ApiError {
     error(StatusCode::BAD_REQUEST, e.to_string())
 }
 
+/// A body that could not be read as JSON: 413 when it was too large, else 400.
+fn unreadable(e: &JsonRejection) -> ApiError {
+    if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+        error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("request body larger than {MAX_BODY} bytes"),
+        )
+    } else {
+        bad(e.body_text())
+    }
+}
+
 async fn existing_task(
     impact: &Impact,
     id: Result<Path<u32>, PathRejection>,
@@ -75,6 +87,7 @@ pub fn router(impact: Arc<Impact>) -> Router {
     responses(
         (status = 201, description = "Stored (with its time filled in)", body = MetricSample),
         (status = 400, description = "Invalid sample", body = ErrorBody),
+        (status = 413, description = "Body larger than 16 KiB", body = ErrorBody),
         (status = 404, description = "No such task", body = ErrorBody),
     )
 )]
@@ -83,7 +96,7 @@ async fn post_metric(
     id: Result<Path<u32>, PathRejection>,
     body: Result<Json<MetricSample>, JsonRejection>,
 ) -> Result<(StatusCode, Json<MetricSample>), ApiError> {
-    let Json(sample) = body.map_err(|e| bad(e.body_text()))?;
+    let Json(sample) = body.map_err(|e| unreadable(&e))?;
     let id = existing_task(&impact, id).await?;
     let at = sample
         .validate(rocemesh_proto::now_unix_ms())
@@ -189,7 +202,7 @@ async fn put_objective(
     id: Result<Path<u32>, PathRejection>,
     body: Result<Json<ObjectiveSpec>, JsonRejection>,
 ) -> Result<Json<Objective>, ApiError> {
-    let Json(spec) = body.map_err(|e| bad(e.body_text()))?;
+    let Json(spec) = body.map_err(|e| unreadable(&e))?;
     let id = existing_task(&impact, id).await?;
     spec.validate().map_err(bad)?;
     samples::set_objective(impact.db(), id, &spec, rocemesh_proto::now_unix_ms())

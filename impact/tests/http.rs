@@ -539,6 +539,20 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
                 404,
                 "no task",
             ),
+            (
+                "oversized sample",
+                metrics.clone(),
+                format!(r#"{{"name":"x","value":1,"pad":"{}"}}"#, "p".repeat(20_000)).leak(),
+                413,
+                "larger than",
+            ),
+            (
+                "oversized objective",
+                format!("/tasks/{task}/objective"),
+                format!(r#"{{"metric":"{}"}}"#, "m".repeat(20_000)).leak(),
+                413,
+                "larger than",
+            ),
         ];
         for (what, path, body, status, text) in cases {
             let method = if path.ends_with("objective") {

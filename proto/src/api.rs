@@ -39,6 +39,20 @@ pub struct ErrorBody {
     pub error: String,
 }
 
+/// The role the server's token check granted a request, put into its extensions (absent
+/// when auth is off). Handlers use it to leave out what only administrators may see (a
+/// `read` caller gets webhook URLs without their path) and to know that callers are
+/// authenticated (result batches must then prove their host).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallerRole {
+    /// Read-only operator access.
+    Read,
+    /// An agent.
+    Agent,
+    /// Everything.
+    Admin,
+}
+
 /// One RNIC as an agent reports it at start-up.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]
@@ -98,6 +112,12 @@ pub struct RegisterResponse {
     /// authentication off.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub probe_auth: Option<ProbeAuth>,
+    /// This host's upload key (a new one at every registration): sent with every result
+    /// batch in the `x-rocemesh-host-key` header, it proves the batch's host. Absent: an
+    /// older controller, uploads carry none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<String>)]
+    pub upload_key: Option<crate::host_key::HostKey>,
 }
 
 /// How agents authenticate probe packets and bound what they answer (issue 8): the cluster

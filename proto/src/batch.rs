@@ -51,8 +51,10 @@ pub const BATCH_MAGIC: [u8; 4] = *b"RMB1";
 pub const BATCH_VERSION: u16 = 1;
 /// Most records one batch may carry (≈ 12 MiB); larger uploads are refused.
 pub const MAX_RECORDS: u32 = 262_144;
-/// Largest well-formed batch body, for HTTP body limits.
-pub const MAX_BATCH_BYTES: usize = HEADER_LEN + RECORD_LEN * MAX_RECORDS as usize;
+/// Largest well-formed batch body (most records and the largest path section), for HTTP
+/// body limits.
+pub const MAX_BATCH_BYTES: usize =
+    HEADER_LEN + RECORD_LEN * MAX_RECORDS as usize + crate::path::MAX_PATH_SECTION_BYTES;
 /// Header flag: a path section follows the records.
 pub const FLAG_PATHS: u32 = 1;
 /// MIME type of a batch body.
@@ -320,6 +322,15 @@ fn decode_record(c: &[u8]) -> Result<ProbeResult, &'static str> {
     Ok(r)
 }
 
+/// The host id a body's header names, when it has a batch header at all (checked before
+/// the whole body is decoded).
+pub fn peek_host_id(body: &[u8]) -> Option<u32> {
+    if body.len() < HEADER_LEN || body[..4] != BATCH_MAGIC {
+        return None;
+    }
+    Some(u32::from_le_bytes(body[12..16].try_into().ok()?))
+}
+
 /// Validates a whole batch body; on error nothing of it may be used.
 pub fn decode_batch(body: &[u8]) -> Result<Batch<'_>, BatchError> {
     if body.len() < HEADER_LEN {
@@ -404,6 +415,30 @@ mod tests {
             batch_seq: 12,
             dropped: 5,
         }
+    }
+
+    #[test]
+    fn the_largest_batch_with_the_largest_path_section_fits_the_body_limit() {
+        let recs: Vec<_> = (0..MAX_RECORDS).map(|i| rec(i % 1000)).collect();
+        let hop = Some(std::net::IpAddr::from([10, 0, 0, 1]));
+        let paths: Vec<TracedPath> = (0..crate::path::MAX_PATHS)
+            .map(|i| TracedPath {
+                src: std::net::IpAddr::from([10, 0, 0, 2]),
+                dst: std::net::IpAddr::from([10, 0, 1, 2]),
+                src_port: i as u16,
+                dst_port: 4791,
+                traced_at_unix_ns: 1,
+                reached: true,
+                ack_direction: false,
+                hops: vec![hop; crate::path::MAX_HOPS],
+            })
+            .collect();
+        let mut enc = BatchEncoder::new(header(), recs.len());
+        recs.iter().for_each(|r| enc.push(r));
+        let body = enc.finish_with_paths(&paths);
+        assert_eq!(body.len(), MAX_BATCH_BYTES);
+        let b = decode_batch(&body).unwrap();
+        assert_eq!((b.len(), b.paths.len()), (recs.len(), paths.len()));
     }
 
     #[test]

@@ -14,6 +14,7 @@ pub mod api;
 pub mod batch;
 #[cfg(feature = "exposition")]
 pub mod exposition;
+pub mod host_key;
 #[cfg(feature = "http-client")]
 pub mod http_client;
 pub mod packet;

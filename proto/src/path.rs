@@ -21,9 +21,11 @@ use std::net::{IpAddr, Ipv6Addr};
 /// Most hops one path may list (TTL 1..=MAX_HOPS).
 pub const MAX_HOPS: usize = 16;
 /// Most paths one batch may carry.
-pub const MAX_PATHS: u32 = 65_536;
+pub const MAX_PATHS: u32 = 4096;
 /// Fixed part of one encoded path.
 pub const PATH_FIXED_LEN: usize = 48;
+/// Largest well-formed path section: the count and [`MAX_PATHS`] paths of [`MAX_HOPS`] hops.
+pub const MAX_PATH_SECTION_BYTES: usize = 4 + MAX_PATHS as usize * (PATH_FIXED_LEN + 16 * MAX_HOPS);
 const FLAG_REACHED: u8 = 0b01;
 const FLAG_ACK: u8 = 0b10;
 

@@ -134,8 +134,10 @@ impl AgentArgs {
 /// Runs the agent in the foreground.
 pub fn run(args: AgentArgs) -> Result<()> {
     let cfg = args.resolve()?;
-    if let Some(token) = agent_token(&cfg)? {
-        rocemesh_agent::http_client::set_bearer_token(&token)?;
+    match (agent_token(&cfg)?, &cfg.token_file) {
+        (Some(token), Some(file)) => rocemesh_agent::http_client::set_token_file(file, &token)?,
+        (Some(token), None) => rocemesh_agent::http_client::set_bearer_token(&token)?,
+        (None, _) => {}
     }
     rocemesh_agent::http_client::set_tls(rocemesh_agent::http_client::client_tls(&cfg)?)?;
     let signals = crate::signals::block_termination()?;

@@ -7,6 +7,8 @@
 //! the comm-info look-up of service tracing); `admin` may call everything. Outside `/api/`
 //! (health, readiness, `/metrics`, the dashboard's page and assets) and the OpenAPI document
 //! stay open. Without any token configured, auth is off (a warning is logged at start).
+//! An admitted request carries its [`CallerRole`], so handlers can hide what only
+//! administrators may see and know that callers are authenticated.
 
 use anyhow::{Context, Result, bail};
 use axum::Router;
@@ -14,7 +16,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderValue, Method, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use rocemesh_proto::api::ErrorBody;
+use rocemesh_proto::api::{CallerRole, ErrorBody};
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -218,8 +220,9 @@ fn refuse(status: StatusCode, error: String) -> Response {
 }
 
 /// The middleware: open paths pass; others need a known token whose role allows the call.
-async fn check(State(tokens): State<Arc<Tokens>>, req: Request, next: Next) -> Response {
-    let path = req.uri().path();
+async fn check(State(tokens): State<Arc<Tokens>>, mut req: Request, next: Next) -> Response {
+    let path = req.uri().path().to_owned();
+    let path = path.as_str();
     if is_open(path) {
         return next.run(req).await;
     }
@@ -235,7 +238,14 @@ async fn check(State(tokens): State<Arc<Tokens>>, req: Request, next: Next) -> R
     };
     match tokens.role_of(presented) {
         None => refuse(StatusCode::UNAUTHORIZED, "unknown token".into()),
-        Some(role) if role.may(req.method(), path) => next.run(req).await,
+        Some(role) if role.may(req.method(), path) => {
+            req.extensions_mut().insert(match role {
+                Role::Read => CallerRole::Read,
+                Role::Agent => CallerRole::Agent,
+                Role::Admin => CallerRole::Admin,
+            });
+            next.run(req).await
+        }
         Some(role) => refuse(
             StatusCode::FORBIDDEN,
             format!("a {} token may not {} {path}", role.as_str(), req.method()),

@@ -12,6 +12,9 @@ use tower_http::limit::RequestBodyLimitLayer;
 
 /// Hard ceiling of any request body: the largest per-route limit (task specs, 16 MiB).
 pub const MAX_REQUEST_BYTES: usize = 16 << 20;
+// The largest well-formed result batch (records and path section) fits under the ceiling.
+const _: () = assert!(rocemesh_proto::batch::MAX_BATCH_BYTES <= MAX_REQUEST_BYTES);
+
 /// Limit of routes that set none themselves.
 pub const DEFAULT_BODY_BYTES: usize = 1 << 20;
 

@@ -105,6 +105,16 @@ pub struct App {
     pub background: Vec<JoinHandle<()>>,
 }
 
+/// The controller section; a server listening on loopback (a one-machine deployment, whose
+/// RNICs are loopback addresses) that names no fabric prefixes takes every address.
+fn controller_config(cfg: &ServerConfig) -> rocemesh_controller::ControllerConfig {
+    let mut c = cfg.controller.clone();
+    if c.rnic_prefixes.is_empty() && cfg.listen.ip().is_loopback() {
+        c.rnic_prefixes = rocemesh_controller::prefix::IpPrefix::any();
+    }
+    c
+}
+
 /// Connects the database and builds the routers of `roles` (auth and limits around all).
 pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken) -> Result<App> {
     let tokens = crate::auth::Tokens::load(&cfg.auth)?;
@@ -117,7 +127,7 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
     let mut background = Vec::new();
     let mut controller = None;
     if roles.controller() {
-        let state = ControllerState::new(db.clone(), cfg.controller.clone())
+        let state = ControllerState::new(db.clone(), controller_config(cfg))
             .await
             .context("starting controller")?;
         controller = Some(state.clone());

@@ -587,7 +587,9 @@ fn secrets_never_reach_the_logs() {
     );
     let client = https_client(&p.ca);
     let receivers = format!("{url}/api/v1/alerts/receivers");
-    let body = format!(r#"{{"name":"api","url":"https://127.0.0.1:9/x","secret":"{api_secret}"}}"#);
+    let body = format!(
+        r#"{{"name":"api","url":"https://127.0.0.1:9/hooks/T0/url-credential-9f8e","secret":"{api_secret}"}}"#
+    );
     let (s, text) = call(&client, "POST", &receivers, Some(ADMIN), body.as_bytes()).unwrap();
     assert!(s == 201 || s == 200, "{s} {text}");
     assert!(
@@ -600,6 +602,15 @@ fn secrets_never_reach_the_logs() {
         !text.contains(api_secret) && !text.contains(WEBHOOK_SECRET),
         "{text}"
     );
+    // A read token sees each receiver's scheme and host, not the path that carries a
+    // credential; an admin sees the whole URL.
+    assert!(
+        !text.contains("url-credential-9f8e") && text.contains("https://127.0.0.1:9/<redacted>"),
+        "{text}"
+    );
+    let (s, text) = call(&client, "GET", &receivers, Some(ADMIN), b"").unwrap();
+    assert_eq!(s, 200);
+    assert!(text.contains("/hooks/T0/url-credential-9f8e"), "{text}");
     call(
         &client,
         "GET",

@@ -56,6 +56,30 @@ impl std::fmt::Debug for Db {
 static SQLITE_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/sqlite");
 static POSTGRES_MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../migrations/postgres");
 
+/// Makes the SQLite file (and its `-wal` and `-shm` companions, which SQLite creates with
+/// the file's mode) readable and writable by the owner only.
+fn restrict_sqlite_files(sqlx_url: &str) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    use std::str::FromStr;
+    let opts = sqlx::sqlite::SqliteConnectOptions::from_str(sqlx_url)?;
+    let file = opts.get_filename();
+    for suffix in ["", "-wal", "-shm"] {
+        let mut path = file.as_os_str().to_owned();
+        path.push(suffix);
+        let path = std::path::Path::new(&path);
+        let meta = match std::fs::metadata(path) {
+            Ok(m) => m,
+            // In-memory databases and companions not created yet.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e.into()),
+        };
+        if meta.is_file() && meta.permissions().mode() & 0o077 != 0 {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        }
+    }
+    Ok(())
+}
+
 impl Db {
     /// Opens (and for SQLite creates) the database at `url` and brings its schema up to
     /// date. Accepts `sqlite://path`, `sqlite:path`, a bare file path (SQLite) and
@@ -87,6 +111,9 @@ impl Db {
             .await
             .with_context(|| format!("cannot open database {shown}"))?;
         if backend == Backend::Sqlite {
+            // Probe keys and webhook secrets live here: owner only, before any is written.
+            restrict_sqlite_files(&target.sqlx_url)
+                .with_context(|| format!("cannot restrict the permissions of {shown}"))?;
             // WAL is a property of the file: set once, every later connection sees it.
             sqlx::raw_sql("PRAGMA journal_mode = WAL")
                 .execute(&pool)

@@ -66,3 +66,34 @@ async fn unreachable_database_error_names_url_without_password() {
         .unwrap();
     assert!(format!("{err:#}").contains("/nonexistent-dir-rocemesh/x.db"));
 }
+
+#[tokio::test]
+async fn sqlite_files_holding_secrets_are_owner_only() {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let dir = tempfile::tempdir().unwrap();
+    // A new file, whatever the umask.
+    let fresh = dir.path().join("fresh.db");
+    let db = Db::connect(fresh.to_str().unwrap()).await.unwrap();
+    assert_eq!(mode(&fresh), 0o600);
+    let wal = dir.path().join("fresh.db-wal");
+    assert!(!wal.exists() || mode(&wal) == 0o600);
+    db.pool().close().await;
+    // An existing world-readable file (made by an older version) is tightened at start.
+    let old = dir.path().join("old.db");
+    std::fs::write(&old, b"").unwrap();
+    std::fs::set_permissions(&old, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let db = Db::connect(old.to_str().unwrap()).await.unwrap();
+    sqlx::query(
+        "INSERT INTO hosts (name, epoch, registrations, registered_at_ms) VALUES ('h', 1, 1, 0)",
+    )
+    .execute(db.pool())
+    .await
+    .unwrap();
+    for f in ["old.db", "old.db-wal", "old.db-shm"] {
+        let p = dir.path().join(f);
+        if p.exists() {
+            assert_eq!(mode(&p), 0o600, "{f}");
+        }
+    }
+}

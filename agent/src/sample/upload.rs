@@ -86,7 +86,9 @@ impl SampleUploader {
                 UploadOutcome::Accepted => {
                     self.counters.sample_uploads.fetch_add(1, Relaxed);
                 }
-                UploadOutcome::Rejected => {
+                // Sample runs are far below any body limit: a 413 means a server that
+                // takes none, like a malformed answer.
+                UploadOutcome::Rejected | UploadOutcome::TooLarge => {
                     self.counters.sample_uploads_rejected.fetch_add(1, Relaxed);
                     self.counters.samples_dropped.fetch_add(p.samples, Relaxed);
                 }

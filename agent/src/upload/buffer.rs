@@ -17,8 +17,8 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Most traced paths held (they are small and refreshed every period anyway).
 pub const MAX_BUFFERED_PATHS: usize = 8192;
-/// Most paths one batch carries.
-pub const MAX_PATHS_PER_BATCH: usize = 4096;
+/// Most paths one batch carries (what the analyzer decodes).
+pub const MAX_PATHS_PER_BATCH: usize = rocemesh_proto::path::MAX_PATHS as usize;
 
 /// A bounded FIFO addressed by absolute index, dropping its oldest items on overflow.
 #[derive(Debug)]
@@ -98,6 +98,8 @@ pub struct Front {
     pub body: Vec<u8>,
     /// Positions one past its last record and path.
     pub end: Marks,
+    /// Records it carries.
+    pub records: usize,
     /// Paths it carries.
     pub paths: usize,
 }
@@ -190,10 +192,21 @@ impl ResultBuffer {
     /// Encodes the records (at most `max`) and paths (at most [`MAX_PATHS_PER_BATCH`])
     /// from the front up to `until` into one batch body.
     pub fn encode_front(&self, header: BatchHeader, until: Marks, max: usize) -> Front {
+        self.encode_front_within(header, until, max, MAX_PATHS_PER_BATCH)
+    }
+
+    /// [`Self::encode_front`] with at most `max_paths` paths (a server refused larger).
+    pub fn encode_front_within(
+        &self,
+        header: BatchHeader,
+        until: Marks,
+        max: usize,
+        max_paths: usize,
+    ) -> Front {
         let g = self.lock();
         let paths: Vec<TracedPath> = g
             .paths
-            .front(until.paths, MAX_PATHS_PER_BATCH)
+            .front(until.paths, max_paths.min(MAX_PATHS_PER_BATCH))
             .cloned()
             .collect();
         let mut enc = BatchEncoder::new(header, max.min(g.records.items.len()));
@@ -206,6 +219,7 @@ impl ResultBuffer {
         };
         drop(g);
         Front {
+            records: enc.len(),
             body: enc.finish_with_paths(&paths),
             end,
             paths: paths.len(),

@@ -1,6 +1,7 @@
 //! Upload of results and traced paths to the analyzer: bounded buffering ([`buffer`]) and
 //! periodic batch POSTs with retry-in-place semantics (a failed batch is re-sent with the
-//! same sequence number, records and paths).
+//! same sequence number, records and paths, after a jittered backoff; a batch the server
+//! finds too large is split). Only a body the server calls malformed is dropped.
 
 pub mod buffer;
 
@@ -10,6 +11,7 @@ use crate::trace::PathResender;
 use buffer::{Marks, ResultBuffer};
 use rocemesh_proto::api::{API_PREFIX, ErrorBody, UploadAck};
 use rocemesh_proto::batch::{BatchHeader, CONTENT_TYPE};
+use rocemesh_proto::host_key::{self, HostKey};
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
@@ -22,10 +24,25 @@ pub const MAX_CHUNK: usize = 50_000;
 pub enum UploadOutcome {
     /// The analyzer took the batch.
     Accepted,
-    /// Transport error or 5xx: the records stay and the same batch_seq is retried.
+    /// Transport error, 5xx, or a refusal that passes (401/403 during a token rotation,
+    /// 408, 429, a route not there yet): the body is kept and re-sent after a backoff.
     Retry,
-    /// 4xx: the batch was dropped.
+    /// 413: the body is larger than the server takes; it is split and re-sent.
+    TooLarge,
+    /// The server refused the body itself as malformed (400, 415, 422): sending it again
+    /// cannot help, so it is dropped (counted).
     Rejected,
+}
+
+/// Where batches go, and which host they are from with the key proving it.
+#[derive(Debug, Clone, Copy)]
+pub struct Destination<'a> {
+    /// Analyzer base URL.
+    pub analyzer_url: &'a str,
+    /// Controller-assigned host id (batch header).
+    pub host_id: u32,
+    /// The host's upload key from its registration (sent in `x-rocemesh-host-key`).
+    pub host_key: Option<&'a HostKey>,
 }
 
 /// A batch that failed and must be re-sent under the same sequence number.
@@ -35,34 +52,62 @@ struct Retry {
     end: Marks,
 }
 
-/// Classifies the answer to a POST (`what` names the body in logs): 2xx accepted, 4xx
-/// rejected (the body is dropped: sending it again cannot help), anything else retried.
+/// Longest wait between two attempts while uploads keep failing (before jitter).
+pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+/// The backoff grows to at most this many upload periods (before jitter).
+const MAX_BACKOFF_PERIODS: u32 = 4;
+
+/// The wait before the next attempt after `failures` failed ones in a row: `period`
+/// doubled per failure up to 4 periods or [`MAX_BACKOFF`] (never below `period`), times a
+/// random factor in [0.5, 1.5) so agents that failed together do not come back together.
+pub fn backoff(period: Duration, failures: u32) -> Duration {
+    if failures == 0 {
+        return period;
+    }
+    let grown = period.saturating_mul(1 << failures.saturating_sub(1).min(16));
+    let cap = period
+        .saturating_mul(MAX_BACKOFF_PERIODS)
+        .min(MAX_BACKOFF)
+        .max(period);
+    grown.min(cap).mul_f64(rand::random_range(0.5..1.5))
+}
+
+/// Classifies the answer to a POST (`what` names the body in logs): 2xx accepted; 400, 415
+/// and 422 (a malformed body) rejected; 413 too large; anything else retried. A 401 has
+/// the token file read again ([`crate::http_client::reload_token`]).
 pub fn outcome_of(
     sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     what: &str,
 ) -> UploadOutcome {
-    match sent {
-        Ok(resp) if resp.status().is_success() => UploadOutcome::Accepted,
-        Ok(mut resp) if resp.status().is_client_error() => {
-            let why = resp
-                .body_mut()
-                .with_config()
-                .limit(64 * 1024)
-                .read_json::<ErrorBody>()
-                .map_or_else(|_| "(no error body)".to_string(), |b| b.error);
-            tracing::warn!(status = resp.status().as_u16(), what, error = %why, "refused; dropped");
-            UploadOutcome::Rejected
-        }
-        Ok(resp) => {
-            tracing::debug!(
-                status = resp.status().as_u16(),
-                what,
-                "server error; will retry"
-            );
-            UploadOutcome::Retry
-        }
+    let mut resp = match sent {
+        Ok(resp) if resp.status().is_success() => return UploadOutcome::Accepted,
+        Ok(resp) => resp,
         Err(e) => {
             tracing::debug!(error = %e, what, "upload failed; will retry");
+            return UploadOutcome::Retry;
+        }
+    };
+    let status = resp.status().as_u16();
+    let why = resp
+        .body_mut()
+        .with_config()
+        .limit(64 * 1024)
+        .read_json::<ErrorBody>()
+        .map_or_else(|_| "(no error body)".to_string(), |b| b.error);
+    match status {
+        400 | 415 | 422 => {
+            tracing::warn!(status, what, error = %why, "refused as malformed; dropped");
+            UploadOutcome::Rejected
+        }
+        413 => {
+            tracing::info!(status, what, error = %why, "too large for the server; splitting");
+            UploadOutcome::TooLarge
+        }
+        _ => {
+            if status == 401 {
+                crate::http_client::reload_token();
+            }
+            tracing::warn!(status, what, error = %why, "refused for now; kept, will retry");
             UploadOutcome::Retry
         }
     }
@@ -84,6 +129,12 @@ pub struct Uploader {
     /// The paths were just queued again for a fresh analyzer: upload them soon, not a
     /// whole period later (its tomography waits for them).
     resend_pending: bool,
+    /// Failed attempts in a row (the backoff grows with them).
+    failures: u32,
+    /// Most records and paths per batch: halved when the server answers 413, grown back
+    /// after each accepted batch.
+    max_records: usize,
+    max_paths: usize,
 }
 
 /// Largest upload answer read (an [`UploadAck`] is tens of bytes).
@@ -107,7 +158,16 @@ impl Uploader {
             analyzer_instance: 0,
             resender: None,
             resend_pending: false,
+            failures: 0,
+            max_records: MAX_CHUNK,
+            max_paths: buffer::MAX_PATHS_PER_BATCH,
         }
+    }
+
+    /// How long to wait before the next upload: `period`, or a jittered backoff while
+    /// uploads fail.
+    pub fn next_delay(&self, period: Duration) -> Duration {
+        backoff(period, self.failures)
     }
 
     /// Has the tracer upload every latest path again whenever the analyzer answering is
@@ -142,13 +202,34 @@ impl Uploader {
         self.http = http_agent(timeout);
     }
 
+    /// The batch `batch_seq` ending at `end` is done with (taken or dropped).
+    fn settle(&mut self, batch_seq: u64, end: Marks) {
+        self.buffer.release(end);
+        self.retry = None;
+        self.next_seq = batch_seq + 1;
+    }
+
+    /// Halves the limit a refused batch of `records` results and `paths` paths ran into;
+    /// false when it holds one of each at most (nothing left to split).
+    fn shrink(&mut self, records: usize, paths: usize) -> bool {
+        if records > 1 {
+            self.max_records = records / 2;
+        } else if paths > 1 {
+            self.max_paths = paths / 2;
+        } else {
+            return false;
+        }
+        true
+    }
+
     /// Uploads everything buffered now, in chunks; an empty buffer still sends a heartbeat.
-    /// Stops at the first chunk that is not accepted.
-    pub fn upload_all(&mut self, analyzer_url: &str, host_id: u32) -> UploadOutcome {
+    /// Stops at the first chunk that is neither accepted nor split.
+    pub fn upload_all(&mut self, to: &Destination<'_>) -> UploadOutcome {
         let until = self.buffer.end();
         loop {
-            let outcome = self.upload_chunk(analyzer_url, host_id, until);
-            if outcome != UploadOutcome::Accepted || self.buffer.head().covers(&until) {
+            let outcome = self.upload_chunk(to, until);
+            let go_on = matches!(outcome, UploadOutcome::Accepted | UploadOutcome::TooLarge);
+            if !go_on || self.buffer.head().covers(&until) {
                 return outcome;
             }
         }
@@ -164,28 +245,28 @@ impl Uploader {
     }
 
     /// Sends one batch (the pending retry first) and settles the buffer accordingly.
-    pub fn upload_chunk(
-        &mut self,
-        analyzer_url: &str,
-        host_id: u32,
-        until: Marks,
-    ) -> UploadOutcome {
+    pub fn upload_chunk(&mut self, to: &Destination<'_>, until: Marks) -> UploadOutcome {
         let (batch_seq, limit) = match self.retry {
             Some(r) => (r.batch_seq, r.end),
             None => (self.next_seq, until),
         };
         let header = BatchHeader {
-            host_id,
+            host_id: to.host_id,
             ..self.header(batch_seq)
         };
-        let front = self.buffer.encode_front(header, limit, MAX_CHUNK);
+        let front =
+            self.buffer
+                .encode_front_within(header, limit, self.max_records, self.max_paths);
         let (body, end) = (front.body, front.end);
-        let url = format!("{}{API_PREFIX}/results", analyzer_url.trim_end_matches('/'));
-        let sent = self
-            .http
-            .post(&url)
-            .header("Content-Type", CONTENT_TYPE)
-            .send(&body[..]);
+        let url = format!(
+            "{}{API_PREFIX}/results",
+            to.analyzer_url.trim_end_matches('/')
+        );
+        let mut post = self.http.post(&url).header("Content-Type", CONTENT_TYPE);
+        if let Some(key) = to.host_key {
+            post = post.header(host_key::HEADER, &key.0);
+        }
+        let sent = post.send(&body[..]);
         let (sent, instance) = match sent {
             Ok(mut resp) if resp.status().is_success() => {
                 let ack = resp
@@ -197,27 +278,40 @@ impl Uploader {
             }
             other => (other, 0),
         };
-        let outcome = outcome_of(sent, &format!("batch {batch_seq}"));
+        let mut outcome = outcome_of(sent, &format!("batch {batch_seq}"));
         self.note_analyzer(instance);
+        if outcome == UploadOutcome::TooLarge && !self.shrink(front.records, front.paths) {
+            tracing::warn!(
+                batch_seq,
+                "a single result or path is too large for the server; dropped"
+            );
+            outcome = UploadOutcome::Rejected;
+        }
         match outcome {
-            UploadOutcome::Accepted | UploadOutcome::Rejected => {
-                self.buffer.release(end);
-                self.retry = None;
-                self.next_seq = batch_seq + 1;
-                let c = if outcome == UploadOutcome::Accepted {
-                    &self.counters.batches_uploaded
-                } else {
-                    &self.counters.batches_rejected
-                };
-                c.fetch_add(1, Relaxed);
-                if outcome == UploadOutcome::Accepted {
-                    self.counters
-                        .paths_uploaded
-                        .fetch_add(front.paths as u64, Relaxed);
-                }
+            UploadOutcome::Accepted => {
+                self.settle(batch_seq, end);
+                self.failures = 0;
+                self.max_records = (self.max_records * 2).min(MAX_CHUNK);
+                self.max_paths = (self.max_paths * 2).min(buffer::MAX_PATHS_PER_BATCH);
+                self.counters.batches_uploaded.fetch_add(1, Relaxed);
+                self.counters
+                    .paths_uploaded
+                    .fetch_add(front.paths as u64, Relaxed);
+            }
+            UploadOutcome::Rejected => {
+                self.settle(batch_seq, end);
+                self.counters.batches_rejected.fetch_add(1, Relaxed);
+                self.counters
+                    .records_rejected
+                    .fetch_add(front.records as u64, Relaxed);
+            }
+            UploadOutcome::TooLarge => {
+                // The same number again with the smaller limits: nothing of it was taken.
+                self.retry = Some(Retry { batch_seq, end });
             }
             UploadOutcome::Retry => {
                 self.retry = Some(Retry { batch_seq, end });
+                self.failures = self.failures.saturating_add(1);
                 self.counters.upload_failures.fetch_add(1, Relaxed);
             }
         }

@@ -1,6 +1,8 @@
 //! A tiny blocking HTTP/1.1 server for tests: one thread, `Connection: close`, a closure
 //! decides every response.
 
+pub mod upload;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
@@ -143,5 +145,6 @@ pub fn register_reply(
         upload_period_ms,
         pinglist_poll_ms,
         probe_auth: None,
+        upload_key: Some(rocemesh_proto::host_key::HostKey(format!("{host_id:064x}"))),
     }
 }

@@ -5,6 +5,10 @@
 //! open until `grace_ms` after its end, for late uploads. Records for finalized
 //! periods are late; records more than one period ahead of now are from a skewed
 //! clock. Open periods live in a small ring of reusable [`Period`] slots.
+//!
+//! After a start the window catches up: until `hold_until_ms` no period is finalized,
+//! and every period not yet finalized whose grace ended less than `backfill_ms` ago is
+//! open, so results agents held during an outage land in their own periods.
 
 pub mod histogram;
 pub mod period;
@@ -30,17 +34,35 @@ pub struct Window {
     slots: Vec<Period>,
     /// Every period with an index at or below this one is finalized.
     finalized_through: i64,
+    /// How far past its grace a period still opens while catching up.
+    backfill_ms: i64,
+    /// Nothing is finalized before this time (the catch-up after a start).
+    hold_until_ms: i64,
 }
 
 impl Window {
     /// A window with no period finalized after `finalized_through_ms` (the start
     /// of the newest period already persisted, if any).
     pub fn new(period_ms: u64, grace_ms: u64, finalized_through_ms: Option<i64>) -> Self {
+        Self::catching_up(period_ms, grace_ms, finalized_through_ms, 0, i64::MIN)
+    }
+
+    /// A window that finalizes nothing before `hold_until_ms` and meanwhile opens every
+    /// period not finalized whose grace ended less than `backfill_ms` before now.
+    pub fn catching_up(
+        period_ms: u64,
+        grace_ms: u64,
+        finalized_through_ms: Option<i64>,
+        backfill_ms: u64,
+        hold_until_ms: i64,
+    ) -> Self {
         let period_ms = period_ms as i64;
-        // Open: the grace-time periods, the current one, the next one, and one
-        // spare so a tick running a little late never blocks a slot.
-        let slots = grace_ms.div_ceil(period_ms as u64) as usize + 4;
+        // Open: the grace-time and backfill periods, the current one, the next one, and
+        // one spare so a tick running a little late never blocks a slot.
+        let slots = (grace_ms + backfill_ms).div_ceil(period_ms as u64) as usize + 4;
         Self {
+            backfill_ms: backfill_ms as i64,
+            hold_until_ms,
             period_ms,
             grace_ms: grace_ms as i64,
             slots: (0..slots)
@@ -66,7 +88,12 @@ impl Window {
 
     /// Decides where records of period `p` go at time `now_ms`, readying its slot.
     pub fn place(&mut self, p: i64, now_ms: i64) -> Placement {
-        if p <= self.finalized_through || self.is_due(p, now_ms) {
+        let closed = if now_ms < self.hold_until_ms {
+            self.grace_end(p).saturating_add(self.backfill_ms) <= now_ms
+        } else {
+            self.is_due(p, now_ms)
+        };
+        if p <= self.finalized_through || closed {
             return Placement::Late;
         }
         if p > self.period_of(now_ms) + 1 {
@@ -90,11 +117,20 @@ impl Window {
         &mut self.slots[i]
     }
 
-    fn is_due(&self, p: i64, now_ms: i64) -> bool {
+    fn grace_end(&self, p: i64) -> i64 {
         (p + 1)
             .saturating_mul(self.period_ms)
             .saturating_add(self.grace_ms)
-            <= now_ms
+    }
+
+    fn is_due(&self, p: i64, now_ms: i64) -> bool {
+        now_ms >= self.hold_until_ms && self.grace_end(p) <= now_ms
+    }
+
+    /// Start (ms) of the newest finalized period, if any.
+    pub fn finalized_through_ms(&self) -> Option<i64> {
+        (self.finalized_through != i64::MIN)
+            .then(|| self.finalized_through.saturating_mul(self.period_ms))
     }
 
     /// Hands every period due at `now_ms` (all open ones when `None`: shutdown)
@@ -169,5 +205,33 @@ mod tests {
         w.finalize(Some(13_500), |_| n += 1);
         assert_eq!(n, 1);
         assert!(matches!(put(&mut w, 14_000, 13_500), Placement::Open(_)));
+    }
+
+    #[test]
+    fn catching_up_opens_the_outage_periods_and_holds_finalization() {
+        let now = 1_000_000; // period 50
+        // Stored through period 40; the analyzer was down since; hold 90 s, backfill 300 s.
+        let mut w = Window::catching_up(20_000, 7_000, Some(800_000), 300_000, now + 90_000);
+        assert_eq!(put(&mut w, 800_500, now), Placement::Late, "stored already");
+        // Period 41 ended 160 s ago, period 44 100 s ago: folded, not late.
+        assert!(matches!(put(&mut w, 820_000, now), Placement::Open(_)));
+        assert!(matches!(put(&mut w, 880_000, now), Placement::Open(_)));
+        let mut old = Window::catching_up(20_000, 7_000, None, 300_000, now + 90_000);
+        assert_eq!(
+            put(&mut old, now - 400_000, now),
+            Placement::Late,
+            "beyond the backfill bound"
+        );
+        let mut seen = Vec::new();
+        w.finalize(Some(now + 89_999), |p| seen.push(p.index));
+        assert!(seen.is_empty(), "held while catching up");
+        w.finalize(Some(now + 90_000), |p| seen.push(p.index));
+        assert_eq!(seen, [41, 44]);
+        assert_eq!(w.finalized_through_ms(), Some(880_000));
+        assert_eq!(
+            put(&mut w, 900_000, now + 90_000),
+            Placement::Late,
+            "due after the hold"
+        );
     }
 }

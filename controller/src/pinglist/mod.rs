@@ -40,6 +40,8 @@ pub(crate) struct PinglistParams {
     pub(crate) rotated_per_period: u32,
     pub(crate) ports: PortRange,
     pub(crate) timeout_ms: u64,
+    /// Longest ToR-mesh list of one RNIC (a larger ToR is sampled, rotating).
+    pub(crate) tormesh_max_targets: usize,
 }
 
 /// The probe target of an RNIC with a chosen source port.
@@ -97,9 +99,9 @@ pub(crate) fn build_all(
     let mut per_host: HashMap<u32, Vec<RnicPinglist>> =
         reg.hosts().map(|h| (h.id, Vec::new())).collect();
     for group in groups.values() {
-        for r in group {
+        for (index, r) in group.iter().enumerate() {
             let mut lists = Vec::new();
-            let mesh = tormesh::targets(group, r, p.ports);
+            let mesh = tormesh::targets(group, index, p.ports, p.tormesh_max_targets, rotation);
             if !mesh.is_empty() {
                 lists.push(ProbeList {
                     class: ProbeClass::TorMesh,

@@ -54,6 +54,7 @@ fn params(k: u32, m: u32) -> PinglistParams {
             max: 65535,
         },
         timeout_ms: 500,
+        tormesh_max_targets: 64,
     }
 }
 
@@ -298,4 +299,103 @@ fn the_cache_serves_lists_read_after_a_callers_arrival_and_rebuilds_otherwise() 
             .is_none()
     );
     assert_eq!(builds.get(), 3);
+}
+
+/// One ToR of `hosts` hosts with `per_host` RNICs each (addresses from 10.0.0.0/8).
+fn one_big_tor(hosts: u32, per_host: u32) -> Registry {
+    let mut hs = Vec::new();
+    let mut rnics = Vec::new();
+    for host_id in 1..=hosts {
+        hs.push(HostRecord {
+            id: host_id,
+            name: format!("host-{host_id}"),
+            epoch: 1,
+            registrations: 1,
+            registered_at_ms: 0,
+        });
+        for n in 0..per_host {
+            let id = host_id * per_host + n;
+            rnics.push(RnicRecord {
+                id,
+                host_id,
+                ifname: format!("eth{n}"),
+                ip: std::net::Ipv4Addr::from(0x0a00_0000 | id).into(),
+                gid: None,
+                qpn: 100 + id,
+                port: 4791,
+                tor: "tor-big".into(),
+                tor_hint: None,
+                rail: None,
+                gateway: None,
+                epoch: 1,
+                registered_at_ms: 0,
+            });
+        }
+    }
+    Registry::from_records(hs, rnics)
+}
+
+#[test]
+fn a_tor_larger_than_the_cap_is_sampled_and_rotations_cover_every_pair() {
+    let reg = one_big_tor(50, 4);
+    let n = 200usize;
+    let mut p = params(21, 5);
+    p.tormesh_max_targets = 16;
+    let rotations = (n - 1).div_ceil(16) as u64;
+    let mut pairs: HashSet<(u32, u32)> = HashSet::new();
+    for rotation in 0..rotations {
+        let lists = build_all(&reg, &p, rotation, HashMap::new());
+        assert_eq!(
+            lists,
+            build_all(&reg, &p, rotation, HashMap::new()),
+            "deterministic"
+        );
+        for r in reg.rnics() {
+            let mesh = list(&lists, r.id, ProbeClass::TorMesh).unwrap();
+            assert_eq!(mesh.entries.len(), 16, "capped");
+            assert_eq!(mesh.pps, 10.0, "the rate per RNIC stays the configured one");
+            let ids: HashSet<u32> = mesh.entries.iter().map(|e| e.rnic_id).collect();
+            assert_eq!(ids.len(), 16, "no duplicates");
+            assert!(!ids.contains(&r.id), "never itself");
+            pairs.extend(ids.into_iter().map(|t| (r.id, t)));
+        }
+    }
+    assert_eq!(
+        pairs.len(),
+        n * (n - 1),
+        "every ordered pair probed within {rotations} rotations"
+    );
+    let r0 = build_all(&reg, &p, 0, HashMap::new());
+    let r1 = build_all(&reg, &p, 1, HashMap::new());
+    let some = reg.rnics().next().unwrap().id;
+    assert_ne!(
+        list(&r0, some, ProbeClass::TorMesh),
+        list(&r1, some, ProbeClass::TorMesh),
+        "the window moves with the rotation"
+    );
+}
+
+#[test]
+fn seven_thousand_rnics_on_one_tor_make_pinglists_linear_in_size() {
+    // 7,040 RNICs (110 hosts x 64): unsampled, each host's list held 64 x 7,039 targets
+    // (33 MB of JSON) and the controller 2 GB.
+    let reg = one_big_tor(110, 64);
+    let p = params(21, 5);
+    let lists = build_all(&reg, &p, 0, HashMap::new());
+    let mut targets = 0usize;
+    let mut largest_json = 0usize;
+    for l in lists.values() {
+        for r in &l.rnics {
+            for pl in &r.lists {
+                assert!(pl.entries.len() <= p.tormesh_max_targets);
+                targets += pl.entries.len();
+            }
+        }
+        largest_json = largest_json.max(serde_json::to_vec(&**l).unwrap().len());
+    }
+    assert_eq!(targets, 7_040 * p.tormesh_max_targets);
+    assert!(
+        largest_json < 512 * 1024,
+        "largest host pinglist {largest_json} bytes"
+    );
 }

@@ -139,15 +139,17 @@ pub(crate) async fn save_tors(db: &Db, moved: &[(u32, String)]) -> anyhow::Resul
 pub(crate) async fn save_registration(
     db: &Db,
     plan: &RegistrationPlan,
+    upload_key_sha256: &str,
 ) -> anyhow::Result<(u32, Vec<u32>)> {
     let mut tx = db.pool().begin().await?;
     let h = &plan.host;
     let host_id = match plan.host_id {
         Some(id) => {
-            sqlx::query("UPDATE hosts SET epoch = $1, registrations = $2, registered_at_ms = $3 WHERE id = $4")
+            sqlx::query("UPDATE hosts SET epoch = $1, registrations = $2, registered_at_ms = $3, upload_key_sha256 = $4 WHERE id = $5")
                 .bind(i64::from(h.epoch))
                 .bind(h.registrations)
                 .bind(h.registered_at_ms)
+                .bind(upload_key_sha256)
                 .bind(i64::from(id))
                 .execute(&mut *tx)
                 .await?;
@@ -155,12 +157,13 @@ pub(crate) async fn save_registration(
         }
         None => {
             let (id,): (i64,) = sqlx::query_as(
-                "INSERT INTO hosts (name, epoch, registrations, registered_at_ms) VALUES ($1, $2, $3, $4) RETURNING id",
+                "INSERT INTO hosts (name, epoch, registrations, registered_at_ms, upload_key_sha256) VALUES ($1, $2, $3, $4, $5) RETURNING id",
             )
             .bind(&h.name)
             .bind(i64::from(h.epoch))
             .bind(h.registrations)
             .bind(h.registered_at_ms)
+            .bind(upload_key_sha256)
             .fetch_one(&mut *tx)
             .await?;
             narrow(id, "new host id")?

@@ -56,6 +56,8 @@ pub(crate) struct Registry {
     rnics: BTreeMap<u32, RnicRecord>,
     host_by_name: HashMap<String, u32>,
     rnic_by_ip: HashMap<IpAddr, u32>,
+    /// RNICs per resolved ToR (for `max_rnics_per_tor`).
+    per_tor: HashMap<String, usize>,
     /// Bumped by every change, so derived data (pinglists) knows when to rebuild.
     generation: u64,
 }
@@ -76,12 +78,19 @@ impl Registry {
 
     fn insert_rnic(&mut self, r: RnicRecord) {
         self.rnic_by_ip.insert(r.ip, r.id);
+        *self.per_tor.entry(r.tor.clone()).or_default() += 1;
         self.rnics.insert(r.id, r);
     }
 
     fn remove_rnic(&mut self, id: u32) {
         if let Some(r) = self.rnics.remove(&id) {
             self.rnic_by_ip.remove(&r.ip);
+            if let Some(n) = self.per_tor.get_mut(&r.tor) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_tor.remove(&r.tor);
+                }
+            }
         }
     }
 
@@ -168,6 +177,7 @@ impl Registry {
         &self,
         req: &RegisterRequest,
         topology: &Topology,
+        max_rnics_per_tor: usize,
         now_ms: i64,
     ) -> Result<RegistrationPlan, String> {
         let host_id = self.host_by_name.get(&req.host).copied();
@@ -209,7 +219,7 @@ impl Registry {
                     .collect()
             })
             .unwrap_or_default();
-        let rnics = req
+        let rnics: Vec<(Option<u32>, RnicRecord)> = req
             .rnics
             .iter()
             .map(|r| {
@@ -232,6 +242,7 @@ impl Registry {
                 (id, record)
             })
             .collect();
+        self.check_tor_room(host_id, &rnics, max_rnics_per_tor)?;
         let kept: std::collections::HashSet<&str> =
             req.rnics.iter().map(|r| r.ifname.as_str()).collect();
         let removed = existing
@@ -245,6 +256,30 @@ impl Registry {
             rnics,
             removed,
         })
+    }
+
+    /// Refuses a registration that would put more than `max` RNICs under one ToR (the
+    /// host's own current RNICs there make room: they are replaced).
+    fn check_tor_room(
+        &self,
+        host_id: Option<u32>,
+        rnics: &[(Option<u32>, RnicRecord)],
+        max: usize,
+    ) -> Result<(), String> {
+        let mut adding: HashMap<&str, usize> = HashMap::new();
+        for (_, r) in rnics {
+            *adding.entry(r.tor.as_str()).or_default() += 1;
+        }
+        for (tor, n) in adding {
+            let own = host_id.map_or(0, |h| self.rnics_of(h).filter(|r| r.tor == tor).count());
+            let others = self.per_tor.get(tor).copied().unwrap_or(0) - own;
+            if others + n > max {
+                return Err(format!(
+                    "ToR {tor:?} holds {others} RNICs of other hosts; {n} more would exceed max_rnics_per_tor = {max}"
+                ));
+            }
+        }
+        Ok(())
     }
 
     /// Applies a plan the database has committed, with the ids it assigned.

@@ -8,8 +8,20 @@ use std::net::IpAddr;
 /// Largest QPN: QPNs are 24-bit.
 const MAX_QPN: u32 = 0xFF_FFFF;
 
+/// Invisible formatting characters (Unicode category Cf): bidi overrides and isolates,
+/// zero-width spaces and joiners, the BOM, tag characters. In a name they make two
+/// different names look alike, or one look like another, on every screen.
+fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{00AD}' | '\u{0600}'..='\u{0605}' | '\u{061C}' | '\u{06DD}' | '\u{070F}'
+        | '\u{180E}' | '\u{200B}'..='\u{200F}' | '\u{202A}'..='\u{202E}'
+        | '\u{2060}'..='\u{2064}' | '\u{2066}'..='\u{206F}' | '\u{FEFF}'
+        | '\u{FFF9}'..='\u{FFFB}' | '\u{E0001}' | '\u{E0020}'..='\u{E007F}')
+}
+
 /// A name (host, interface, ToR, GID) is non-empty, at most `MAX_NAME_LEN` bytes and
-/// free of control characters and surrounding whitespace.
+/// free of control characters, invisible formatting characters (bidi, zero-width) and
+/// surrounding whitespace.
 pub(crate) fn name(what: &str, s: &str) -> Result<(), String> {
     if s.trim().is_empty() {
         return Err(format!("{what} is empty"));
@@ -19,6 +31,12 @@ pub(crate) fn name(what: &str, s: &str) -> Result<(), String> {
     }
     if s.chars().any(char::is_control) {
         return Err(format!("{what} contains control characters"));
+    }
+    if let Some(c) = s.chars().find(|c| is_invisible_format(*c)) {
+        return Err(format!(
+            "{what} contains the invisible character U+{:04X} (bidi or zero-width)",
+            u32::from(c)
+        ));
     }
     if s.trim() != s {
         return Err(format!("{what} {s:?} has leading or trailing whitespace"));
@@ -139,6 +157,10 @@ mod tests {
             (req("a\nb", vec![rnic("e", "10.0.0.1")]), "control"),
             (req("a/b", vec![rnic("e", "10.0.0.1")]), "'/'"),
             (req(" a", vec![rnic("e", "10.0.0.1")]), "whitespace"),
+            (req("node\u{202E}1", vec![rnic("e", "10.0.0.1")]), "U+202E"),
+            (req("no\u{200B}de", vec![rnic("e", "10.0.0.1")]), "U+200B"),
+            (req("h", vec![rnic("eth\u{2067}0", "10.0.0.1")]), "U+2067"),
+            (req("\u{FEFF}h", vec![rnic("e", "10.0.0.1")]), "U+FEFF"),
             (req("h", vec![]), "1..="),
             (
                 req(

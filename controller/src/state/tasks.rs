@@ -407,7 +407,7 @@ mod tests {
         )
         .unwrap();
         let plan = reg
-            .plan_registration(&req, &Topology::default(), 0)
+            .plan_registration(&req, &Topology::default(), usize::MAX, 0)
             .unwrap();
         reg.apply_registration(plan, 1, &[1]);
         let upload = |start_ms| ThroughputUpload {
