@@ -6,11 +6,13 @@
 //! - [`path`]: traced paths, uploaded in a batch's optional path section;
 //! - [`api`]: JSON types of the REST API;
 //! - `http_client` (feature `http-client`): the HTTP(S) client every component builds;
-//! - [`utc`]: timestamps as RFC 3339 text.
+//! - [`utc`]: timestamps as RFC 3339 text;
+//! - [`duration`]: config durations as human strings (`"30s"`).
 #![warn(missing_docs)]
 
 pub mod api;
 pub mod batch;
+pub mod duration;
 #[cfg(feature = "http-client")]
 pub mod http_client;
 pub mod packet;
