@@ -423,7 +423,7 @@ fn loopback_cases() {
 fn start_loopback() -> Loopback {
     let (server, url) = start_sqlite_server(
         &scratch_dir("dash-loopback"),
-        "[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\n[analyzer]\nperiod_ms = 3000\ngrace_ms = 1500\n[analyzer.diagnosis]\nhost_down_after_ms = 4000\nhost_silent_ms = 2500\n",
+        "[controller]\nupload_period = \"1s\"\npinglist_poll = \"1s\"\n[analyzer]\nperiod = \"3s\"\ngrace = \"1500ms\"\n[analyzer.diagnosis]\nhost_down_after = \"4s\"\nhost_silent = \"2500ms\"\n",
     );
     let agents = [(1, "tor-a"), (2, "tor-a"), (3, "tor-b")]
         .iter()

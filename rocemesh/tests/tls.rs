@@ -211,7 +211,7 @@ fn https_server_refuses_untrusted_and_unauthenticated_clients() {
     let (_server, url, _log) = start_logged_server(
         &dir,
         &format!(
-            "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n{AUTH}{}",
+            "[controller]\nupload_period = \"500ms\"\npinglist_poll = \"500ms\"\n{AUTH}{}",
             tls_section(&p, false)
         ),
         "warn",
