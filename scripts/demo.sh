@@ -6,6 +6,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "demo.sh: cargo not found. Run this script as the user who installed Rust (not under" \
+    "sudo: it uses sudo itself where root is needed), or install Rust 1.95 (rustup.rs)." >&2
+  exit 1
+fi
 bash scripts/system-deps.sh demo
 cargo build --release --locked -p rocemesh
 bin=$PWD/target/release/rocemesh
