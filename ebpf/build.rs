@@ -5,23 +5,14 @@
 //! 2. compiles `bpf/service_trace.bpf.c` with clang for the BPF target.
 //!
 //! Needs (Debian): clang, libbpf-dev, libibverbs-dev. `CC` and `BPF_CLANG` override the compilers.
-//! A missing compiler or header stops the build with the Debian packages that provide them
-//! (`bash scripts/system-deps.sh build` installs them all).
+//! Both compilers and both headers are checked first: a missing one stops the build with a
+//! message naming every Debian package to install (`bash scripts/system-deps.sh build`
+//! installs them all).
 
 use std::env;
-use std::io::ErrorKind;
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::Command;
-
-/// Headers the two compiles include, each with the Debian package that provides it.
-const HEADER_PACKAGES: [(&str, &str); 6] = [
-    ("infiniband/verbs.h", "libibverbs-dev"),
-    ("bpf/bpf_helpers.h", "libbpf-dev"),
-    ("bpf/bpf_tracing.h", "libbpf-dev"),
-    ("linux/", "linux-libc-dev"),
-    ("asm/", "linux-libc-dev"),
-    ("stdio.h", "libc6-dev"),
-];
+use std::process::{Command, Stdio};
 
 /// Stops the build with `msg` (cargo shows a failed build script's stderr).
 fn fail(msg: &str) -> ! {
@@ -29,48 +20,67 @@ fn fail(msg: &str) -> ! {
     std::process::exit(1);
 }
 
-/// The packages providing the headers a failed compile reports missing ("fatal error:
-/// bpf/bpf_helpers.h: No such file" from gcc, "'bpf/bpf_helpers.h' file not found" from clang).
-fn missing_packages(stderr: &str) -> Vec<&'static str> {
-    let mut out = Vec::new();
-    for line in stderr.lines() {
-        if !(line.contains("No such file") || line.contains("file not found")) {
-            continue;
-        }
-        for (header, package) in HEADER_PACKAGES {
-            if line.contains(header) && !out.contains(&package) {
-                out.push(package);
+/// Whether `cc` preprocesses `#include <header>` (the header is where the compiler looks).
+fn has_header(cc: &str, header: &str) -> bool {
+    let Ok(mut child) = Command::new(cc)
+        .args(["-E", "-x", "c", "-o", "/dev/null", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return false;
+    };
+    let written = child
+        .stdin
+        .take()
+        .is_some_and(|mut stdin| writeln!(stdin, "#include <{header}>").is_ok());
+    child.wait().is_ok_and(|s| s.success()) && written
+}
+
+/// Checks the programs and headers both compiles need before either runs, so one message
+/// names every missing Debian package.
+fn preflight(cc: &str, clang: &str) {
+    let runs = |program: &str| Command::new(program).arg("--version").output().is_ok();
+    let mut missing = Vec::new();
+    if !runs(clang) {
+        missing.push("clang");
+    }
+    if !runs(cc) {
+        missing.push("gcc");
+    } else {
+        for (header, package) in [
+            ("infiniband/verbs.h", "libibverbs-dev"),
+            ("bpf/bpf_helpers.h", "libbpf-dev"),
+        ] {
+            if !has_header(cc, header) {
+                missing.push(package);
             }
         }
     }
-    out
+    if !missing.is_empty() {
+        fail(&format!(
+            "rocemesh-ebpf compiles a BPF object and reads <infiniband/verbs.h>: install the \
+             Debian packages {} (all build packages: bash scripts/system-deps.sh build)",
+            missing.join(" ")
+        ));
+    }
 }
 
-/// Runs `cmd` (whose program comes from Debian package `package`, if any) and returns its
-/// stdout; a missing program or header ends the build naming the packages to install.
-fn run(cmd: &mut Command, package: Option<&str>, what: &str) -> Vec<u8> {
-    let program = cmd.get_program().to_string_lossy().into_owned();
-    let out = match cmd.output() {
-        Ok(out) => out,
-        Err(e) => match (e.kind(), package) {
-            (ErrorKind::NotFound, Some(package)) => fail(&format!(
-                "{what}: `{program}` not found. Install the Debian package {package} \
-                 (all build packages: bash scripts/system-deps.sh build)"
-            )),
-            _ => fail(&format!("{what}: cannot run `{program}`: {e}")),
-        },
-    };
+/// Runs `cmd` and returns its stdout; a failure ends the build with the command's stderr.
+fn run(cmd: &mut Command, what: &str) -> Vec<u8> {
+    let out = cmd.output().unwrap_or_else(|e| {
+        fail(&format!(
+            "{what}: cannot run `{}`: {e}",
+            cmd.get_program().to_string_lossy()
+        ))
+    });
     if !out.status.success() {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let missing = missing_packages(&stderr);
-        if !missing.is_empty() {
-            fail(&format!(
-                "{what}: missing system headers. Install the Debian packages {} \
-                 (all build packages: bash scripts/system-deps.sh build)\n{stderr}",
-                missing.join(" ")
-            ));
-        }
-        fail(&format!("{what} failed ({}):\n{stderr}", out.status));
+        fail(&format!(
+            "{what} failed ({}):\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        ));
     }
     out.stdout
 }
@@ -85,21 +95,22 @@ fn main() {
     println!("cargo:rerun-if-env-changed=BPF_CLANG");
 
     let cc = env::var("CC").unwrap_or_else(|_| "cc".into());
+    let clang = env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into());
+    preflight(&cc, &clang);
+
     let probe = out_dir.join("verbs_offsets");
     run(
         Command::new(&cc)
             .arg("-o")
             .arg(&probe)
             .arg(bpf_dir.join("verbs_offsets.c")),
-        Some("gcc"),
         "compiling bpf/verbs_offsets.c against <infiniband/verbs.h>",
     );
-    let header = run(&mut Command::new(&probe), None, "running verbs_offsets");
+    let header = run(&mut Command::new(&probe), "running verbs_offsets");
     if let Err(e) = std::fs::write(out_dir.join("verbs_offsets.h"), header) {
         fail(&format!("writing verbs_offsets.h: {e}"));
     }
 
-    let clang = env::var("BPF_CLANG").unwrap_or_else(|_| "clang".into());
     run(
         Command::new(&clang)
             .args(["-O2", "-g", "-target", "bpf", "-D__TARGET_ARCH_x86"])
@@ -110,7 +121,6 @@ fn main() {
             .arg(bpf_dir.join("service_trace.bpf.c"))
             .arg("-o")
             .arg(out_dir.join("service_trace.bpf.o")),
-        Some("clang"),
         "compiling bpf/service_trace.bpf.c with clang -target bpf",
     );
 }

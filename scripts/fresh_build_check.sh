@@ -31,20 +31,24 @@ mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
 sysroot=$(rustc --print sysroot)
 registry=${CARGO_HOME:-$HOME/.cargo}/registry
 host=$(rustc -vV | sed -n 's/^host: //p')
-# Every package of the resolved graph (this platform) that has a build script, as name@version.
-mapfile -t packages < <(cargo metadata --format-version 1 --locked --offline --filter-platform "$host" |
-  python3 -c '
-import json, sys
-m = json.load(sys.stdin)
-ids = {n["id"] for n in m["resolve"]["nodes"]}
-for p in m["packages"]:
-    if p["id"] in ids and any("custom-build" in t["kind"] for t in p["targets"]):
-        print(p["name"] + "@" + p["version"])')
-# The fetch above made sure every crate is in the registry; the chroot then needs no network
-# for cargo, only for apt.
+# Every locked crate into the registry: the chroot reads it offline (only apt uses the network).
 cargo fetch --locked >/dev/null
+# Every package the build compiles for this platform (normal and build dependencies, as
+# `cargo tree` lists them) that has a build script, as name@version. Dev-only dependencies
+# are left out: `cargo check -p` cannot select them without building their own tests.
+built=$(cargo tree --locked --offline --workspace -e normal,build --target "$host" \
+  --prefix none --format '{p}' | awk '{ print $1 "@" substr($2, 2) }' | sort -u)
+mapfile -t packages < <(cargo metadata --format-version 1 --locked --offline --filter-platform "$host" |
+  BUILT=$built python3 -c '
+import json, os, sys
+built = set(os.environ["BUILT"].split())
+for p in json.load(sys.stdin)["packages"]:
+    spec = p["name"] + "@" + p["version"]
+    if spec in built and any("custom-build" in t["kind"] for t in p["targets"]):
+        print(spec)')
 
 root=$(mktemp -d "${TMPDIR:-/var/tmp}/rocemesh-fresh.XXXXXX")
+chmod 755 "$root" # the chroot's /: apt drops to user _apt
 cleanup() { rm -rf --one-file-system "$root"; }
 trap cleanup EXIT
 t0=$SECONDS
@@ -57,7 +61,7 @@ mkdir -p "$root/opt/rust" "$root/opt/cargo/registry" "$root/src" "$root/build"
 echo "fresh_build_check: chroot ready in $((SECONDS - t0)) s; installing and checking ${#packages[@]} packages with build scripts"
 
 # The steps inside. First the message a fresh machine shows: with a C compiler but without
-# the headers, the ebpf build must stop naming the package to install, not panic. Then the
+# clang and the headers, the ebpf build must stop naming every package to install, not panic. Then the
 # install step of the scripts and the build.
 cat >"$root/build/steps.sh" <<'STEPS'
 cd /src
@@ -67,11 +71,12 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends gc
 if check -p rocemesh-ebpf >/build/bare.log 2>&1; then
   echo "fresh_build_check: rocemesh-ebpf built without <infiniband/verbs.h>?"; exit 1
 fi
-if ! grep -q 'Install the Debian packages libibverbs-dev' /build/bare.log || grep -q panicked /build/bare.log; then
+wanted='install the Debian packages clang libibverbs-dev libbpf-dev'
+if ! grep -q "$wanted" /build/bare.log || grep -q panicked /build/bare.log; then
   cat /build/bare.log
-  echo "fresh_build_check: the ebpf build did not name the missing package (above)"; exit 1
+  echo "fresh_build_check: the ebpf build did not say \"$wanted\" (above)"; exit 1
 fi
-echo "fresh_build_check: without headers the ebpf build says: $(grep -m1 'missing system headers' /build/bare.log)"
+echo "fresh_build_check: without clang and headers the ebpf build says: $(grep -m1 "$wanted" /build/bare.log)"
 bash scripts/system-deps.sh build
 specs=()
 for p in "$@"; do specs+=(-p "$p"); done

@@ -46,7 +46,7 @@ pub struct AgentConfig {
     /// TRACE packets per second for the whole agent (switches rate-limit their ICMP).
     #[serde(default = "default_trace_pps")]
     pub trace_pps: f64,
-    /// How often every 5-tuple is traced again, in ms (timeouts trigger a trace at once).
+    /// How often every 5-tuple is traced again (timeouts trigger a trace at once).
     #[serde(default = "default_trace_refresh_ms")]
     #[serde(rename = "trace_refresh", with = "rocemesh_proto::duration::millis")]
     pub trace_refresh_ms: u64,
@@ -63,11 +63,11 @@ pub struct AgentConfig {
     /// Sample every RNIC's tx/rx bytes for the controller (SkeletonHunter skeleton inference).
     #[serde(default = "default_true")]
     pub sampling_enabled: bool,
-    /// Throughput sampling interval in ms (10..=1000).
+    /// Throughput sampling interval (10ms..=1s).
     #[serde(default = "default_sample_interval_ms")]
     #[serde(rename = "sample_interval", with = "rocemesh_proto::duration::millis")]
     pub sample_interval_ms: u64,
-    /// How often buffered samples are POSTed to the controller, in ms.
+    /// How often buffered samples are POSTed to the controller.
     #[serde(default = "default_sample_upload_ms")]
     #[serde(rename = "sample_upload", with = "rocemesh_proto::duration::millis")]
     pub sample_upload_ms: u64,

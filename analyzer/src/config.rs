@@ -75,7 +75,7 @@ pub struct LatencyConfig {
     pub alpha: f64,
     /// Least rise of the mean ln RTT for a long-term anomaly (0.1 = +10.5 %).
     pub min_ln_shift: f64,
-    /// Least absolute rise, in µs, of a window's median over the pair's reference for
+    /// Least absolute rise of a window's median over the pair's reference for
     /// either anomaly: the detection floor above the hosts' own jitter (a loaded host
     /// stack moves a 20 µs RTT by +60 % without any network cause).
     #[serde(rename = "min_rise", with = "rocemesh_proto::duration::micros")]
@@ -245,7 +245,7 @@ pub struct DiagnosisConfig {
     pub background_loss_ppm: u32,
     /// A probe is slow when its RTT exceeds the flow's baseline by this factor...
     pub latency_factor: u32,
-    /// ...and by at least this many ns.
+    /// ...and by at least this much.
     #[serde(rename = "latency_min", with = "rocemesh_proto::duration::nanos")]
     pub latency_min_ns: u64,
     /// Least share (percent) of slow probes through a component to blame it for latency.

@@ -7,14 +7,14 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ImpactConfig {
-    /// Interval between two assessments of every active problem (ms).
+    /// Interval between two assessments of every active problem.
     #[serde(rename = "tick", with = "rocemesh_proto::duration::millis")]
     pub tick_ms: u64,
     /// Resolved problems keep being re-assessed this long after they resolved (late
-    /// metric samples can still make them P0), ms.
+    /// metric samples can still make them P0).
     #[serde(rename = "reassess_resolved", with = "rocemesh_proto::duration::millis")]
     pub reassess_resolved_ms: i64,
-    /// Metric samples older than this are deleted (ms).
+    /// Metric samples older than this are deleted.
     #[serde(rename = "retention", with = "rocemesh_proto::duration::millis")]
     pub retention_ms: i64,
     /// Most samples kept per task (the oldest go first).

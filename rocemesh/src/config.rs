@@ -75,7 +75,9 @@ fn refuse_unit_keys(table: &toml::Table, path: &str) -> Result<()> {
         let old_value = value.as_integer().and_then(|v| u64::try_from(v).ok());
         if let Some((new, human)) = rocemesh_proto::duration::replacement_of_unit_key(key, old_value)
         {
-            let example = human.unwrap_or_else(|| "30s".to_string());
+            let example = human
+                .or_else(|| value.as_str().map(str::to_string))
+                .unwrap_or_else(|| "30s".to_string());
             anyhow::bail!(
                 "`{name}` is no longer read: durations are strings now, write `{new} = \"{example}\"` instead"
             );
@@ -129,6 +131,13 @@ mod tests {
             let err = parse_toml::<ServerConfig>(text).unwrap_err().to_string();
             assert!(err.contains(wanted), "{text:?}: {err}");
         }
+        // The agent's file goes through the same loader.
+        let err = parse_toml::<rocemesh_agent::AgentConfig>(
+            "controller_url = \"http://c:1\"\nsample_upload_ms = 500\n[[rnics]]\nname = \"a\"\nip = \"127.0.0.1\"\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("write `sample_upload = \"500ms\"`"), "{err}");
         // The replacements parse, in every section that has durations.
         let c: ServerConfig = parse_toml(
             "[controller]\npinglist_poll = \"30s\"\nprobe_key_rotate = \"1day\"\n[controller.scaleout]\nlease = \"15s\"\n\
