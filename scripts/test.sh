@@ -5,26 +5,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-as_root() { if [ "$(id -u)" = 0 ]; then "$@"; else sudo "$@"; fi; }
-
-# --- system packages -------------------------------------------------------------
-need=()
-ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
-command -v ip >/dev/null 2>&1 || need+=(iproute2)
-command -v nft >/dev/null 2>&1 || need+=(nftables)
-command -v iptables >/dev/null 2>&1 || need+=(iptables)
-command -v sysctl >/dev/null 2>&1 || need+=(procps)
-command -v faketime >/dev/null 2>&1 || need+=(faketime) # self_fault_clock: clock steps
-command -v clang >/dev/null 2>&1 || need+=(clang)
-[ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
-[ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev rdma-core ibverbs-providers)
-command -v chromium >/dev/null 2>&1 || need+=(chromium)
-command -v promtool >/dev/null 2>&1 || need+=(prometheus) # metrics: promtool check metrics
-if [ ${#need[@]} -gt 0 ]; then
-  echo "test.sh: installing ${need[*]}"
-  as_root apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive as_root apt-get install -y -qq "${need[@]}" >/dev/null
-fi
+# --- system packages (the list and why: scripts/system-deps.sh) -------------------
+bash scripts/system-deps.sh test
 
 # --- throwaway PostgreSQL --------------------------------------------------------
 pgbin=$(dirname "$(ls -d /usr/lib/postgresql/*/bin/initdb | sort -V | tail -n1)")
@@ -54,6 +36,10 @@ status=${PIPESTATUS[0]}
 # Helm chart + Dockerfile: real Helm engine, Kubernetes schemas, the release binary run with
 # the rendered config; its `test result:` line joins the tally below.
 bash scripts/check_helm.sh 2>&1 | tee -a "$log"
+[ "${PIPESTATUS[0]}" = 0 ] || status=1
+# The build on a fresh Debian 12 machine (a clean chroot): the package list of
+# scripts/system-deps.sh is complete and a missing header is a clear message.
+bash scripts/fresh_build_check.sh 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 # Fuzzing (docs/fuzzing.md): every target's corpus replayed (a `test result:` line), then
 # the wire/config/JSON targets 5 s each coverage-guided; longer runs: scripts/fuzz.sh 600.

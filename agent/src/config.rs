@@ -46,8 +46,9 @@ pub struct AgentConfig {
     /// TRACE packets per second for the whole agent (switches rate-limit their ICMP).
     #[serde(default = "default_trace_pps")]
     pub trace_pps: f64,
-    /// How often every 5-tuple is traced again, in ms (timeouts trigger a trace at once).
+    /// How often every 5-tuple is traced again (timeouts trigger a trace at once).
     #[serde(default = "default_trace_refresh_ms")]
+    #[serde(rename = "trace_refresh", with = "rocemesh_proto::duration::millis")]
     pub trace_refresh_ms: u64,
     /// Probe transport of every RNIC (`auto`: verbs where an RDMA device carries the IP).
     #[serde(default)]
@@ -62,11 +63,13 @@ pub struct AgentConfig {
     /// Sample every RNIC's tx/rx bytes for the controller (SkeletonHunter skeleton inference).
     #[serde(default = "default_true")]
     pub sampling_enabled: bool,
-    /// Throughput sampling interval in ms (10..=1000).
+    /// Throughput sampling interval (10ms..=1s).
     #[serde(default = "default_sample_interval_ms")]
+    #[serde(rename = "sample_interval", with = "rocemesh_proto::duration::millis")]
     pub sample_interval_ms: u64,
-    /// How often buffered samples are POSTed to the controller, in ms.
+    /// How often buffered samples are POSTed to the controller.
     #[serde(default = "default_sample_upload_ms")]
+    #[serde(rename = "sample_upload", with = "rocemesh_proto::duration::millis")]
     pub sample_upload_ms: u64,
     /// File holding the bearer token of the server's `agent` role (read at start; the
     /// binary also takes `--token-file` or `ROCEMESH_TOKEN`).
@@ -257,17 +260,17 @@ impl AgentConfig {
         );
         ensure!(
             self.trace_refresh_ms >= 1_000,
-            "trace_refresh_ms must be at least 1000, got {}",
+            "trace_refresh must be at least 1s, got {} ms",
             self.trace_refresh_ms
         );
         ensure!(
             (10..=1_000).contains(&self.sample_interval_ms),
-            "sample_interval_ms must be 10..=1000, got {}",
+            "sample_interval must be 10ms..=1s, got {} ms",
             self.sample_interval_ms
         );
         ensure!(
             (self.sample_interval_ms..=3_600_000).contains(&self.sample_upload_ms),
-            "sample_upload_ms must be sample_interval_ms..=3600000, got {}",
+            "sample_upload must be sample_interval..=1h, got {} ms",
             self.sample_upload_ms
         );
         for (i, r) in self.rnics.iter().enumerate() {
@@ -541,7 +544,7 @@ mod tests {
             (17, 40.0, 60_000, "trace_max_hops"),
             (8, 0.0, 60_000, "trace_pps"),
             (8, f64::NAN, 60_000, "trace_pps"),
-            (8, 40.0, 10, "trace_refresh_ms"),
+            (8, 40.0, 10, "trace_refresh"),
         ] {
             let bad = AgentConfig {
                 trace_max_hops: hops,
@@ -555,7 +558,7 @@ mod tests {
             );
         }
         let traced: AgentConfig = toml::from_str(
-            "controller_url = \"http://c:1\"\ntrace_enabled = false\ntrace_pps = 5.5\ntrace_max_hops = 4\ntrace_refresh_ms = 2000\n[[rnics]]\nname = \"a\"\nip = \"127.0.0.1\"\n",
+            "controller_url = \"http://c:1\"\ntrace_enabled = false\ntrace_pps = 5.5\ntrace_max_hops = 4\ntrace_refresh = \"2s\"\n[[rnics]]\nname = \"a\"\nip = \"127.0.0.1\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -583,7 +586,7 @@ mod tests {
             (true, 1_000, 10_000)
         );
         let cfg: AgentConfig = toml::from_str(&format!(
-            "sampling_enabled = false\nsample_interval_ms = 100\nsample_upload_ms = 500\n{base}"
+            "sampling_enabled = false\nsample_interval = \"100ms\"\nsample_upload = \"500ms\"\n{base}"
         ))
         .unwrap();
         assert_eq!(
@@ -596,10 +599,10 @@ mod tests {
         );
         cfg.validate().unwrap();
         for (interval, upload, needle) in [
-            (1_001, 10_000, "sample_interval_ms"),
-            (0, 10_000, "sample_interval_ms"),
-            (1_000, 999, "sample_upload_ms"),
-            (1_000, 3_600_001, "sample_upload_ms"),
+            (1_001, 10_000, "sample_interval"),
+            (0, 10_000, "sample_interval"),
+            (1_000, 999, "sample_upload"),
+            (1_000, 3_600_001, "sample_upload"),
         ] {
             let bad = AgentConfig {
                 sample_interval_ms: interval,

@@ -15,23 +15,30 @@ pub struct AlertsConfig {
     /// the prefix of each alert's `generatorURL` (`{external_url}/api/v1/problems/{id}`).
     pub external_url: String,
     /// Interval between two looks at the problems table and the outbox.
+    #[serde(rename = "poll", with = "rocemesh_proto::duration::millis")]
     pub poll_ms: u64,
     /// How long a new notification waits for others of its group (same receiver,
     /// priority and kind) to go out in one request.
+    #[serde(rename = "group_wait", with = "rocemesh_proto::duration::millis")]
     pub group_wait_ms: u64,
     /// How long an active problem without a priority waits for the impact assessment
     /// before it goes out as priority "unknown" (only to receivers without a priority filter).
+    #[serde(rename = "priority_wait", with = "rocemesh_proto::duration::millis")]
     pub priority_wait_ms: u64,
     /// How long outbox rows and de-duplication records are kept; a notification still
     /// undelivered after this long is given up (recorded as failed).
+    #[serde(rename = "retention", with = "rocemesh_proto::duration::millis")]
     pub retention_ms: u64,
     /// First retry delay after a failed delivery; doubles per attempt, with jitter.
+    #[serde(rename = "retry_initial", with = "rocemesh_proto::duration::millis")]
     pub retry_initial_ms: u64,
     /// Longest retry delay.
+    #[serde(rename = "retry_max", with = "rocemesh_proto::duration::millis")]
     pub retry_max_ms: u64,
     /// Attempts after which a 4xx reply (other than 408 and 429) is a permanent failure.
     pub permanent_after_attempts: u32,
     /// Timeout of one webhook request (connect to last byte).
+    #[serde(rename = "timeout", with = "rocemesh_proto::duration::millis")]
     pub timeout_ms: u64,
     /// CA certificates (PEM) https receivers must chain to (default: the public web
     /// roots). Invalid certificates are always refused.
@@ -102,17 +109,17 @@ impl AlertsConfig {
             crate::receiver::validate_url(&self.external_url).context("alerts.external_url")?;
         }
         for (name, v) in [
-            ("poll_ms", self.poll_ms),
-            ("timeout_ms", self.timeout_ms),
-            ("retry_initial_ms", self.retry_initial_ms),
-            ("retention_ms", self.retention_ms),
+            ("poll", self.poll_ms),
+            ("timeout", self.timeout_ms),
+            ("retry_initial", self.retry_initial_ms),
+            ("retention", self.retention_ms),
         ] {
             if v == 0 {
                 bail!("alerts.{name} must be positive");
             }
         }
         if self.retry_max_ms < self.retry_initial_ms {
-            bail!("alerts.retry_max_ms must be at least alerts.retry_initial_ms");
+            bail!("alerts.retry_max must be at least alerts.retry_initial");
         }
         if self.permanent_after_attempts == 0 {
             bail!("alerts.permanent_after_attempts must be positive");
@@ -177,7 +184,7 @@ mod tests {
         let file = dir.join("secret");
         std::fs::write(&file, "s3cret\n").unwrap();
         let text = format!(
-            "poll_ms = 500\n[[receivers]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/hook\"\nsecret_file = {:?}\npriorities = [\"P0\", \"P1\"]\ncomponents = [\"link\"]\n",
+            "poll = \"500ms\"\n[[receivers]]\nname = \"ops\"\nurl = \"http://127.0.0.1:9/hook\"\nsecret_file = {:?}\npriorities = [\"P0\", \"P1\"]\ncomponents = [\"link\"]\n",
             file.display().to_string()
         );
         let rs = parse(&text).unwrap();
@@ -204,6 +211,6 @@ mod tests {
         assert!(one("name = \"a\"\nurl = \"http://x/\"\nbogus = 1").is_err());
         let dup = "[[receivers]]\nname = \"a\"\nurl = \"http://x/\"\n[[receivers]]\nname = \"a\"\nurl = \"http://y/\"\n";
         assert!(parse(dup).unwrap_err().to_string().contains("twice"));
-        assert!(parse("poll_ms = 0").is_err());
+        assert!(parse("poll = \"0s\"").is_err());
     }
 }

@@ -10,14 +10,19 @@ use std::path::PathBuf;
 #[serde(default, deny_unknown_fields)]
 pub struct AnalyzerConfig {
     /// Analysis period length (R-Pingmesh uses 20 s).
+    #[serde(rename = "period", with = "rocemesh_proto::duration::millis")]
     pub period_ms: u64,
     /// How long after its end a period still accepts late uploads before it is finalized.
+    #[serde(rename = "grace", with = "rocemesh_proto::duration::millis")]
     pub grace_ms: u64,
     /// How long cluster and ToR-pair SLA rows are kept.
+    #[serde(rename = "retention", with = "rocemesh_proto::duration::millis")]
     pub retention_ms: u64,
     /// How long per-RNIC SLA rows are kept (there are many more of them).
+    #[serde(rename = "rnic_retention", with = "rocemesh_proto::duration::millis")]
     pub rnic_retention_ms: u64,
     /// How often the RNIC registry is re-read from the database.
+    #[serde(rename = "registry_refresh", with = "rocemesh_proto::duration::millis")]
     pub registry_refresh_ms: u64,
     /// How far back results held by agents during an outage of the analyzer are still
     /// folded into their periods after it starts again (the periods of the outage are
@@ -56,17 +61,22 @@ pub struct LatencyConfig {
     /// Runs the detectors (off: the factor rule alone judges latency).
     pub enabled: bool,
     /// Short window: 7 RTT statistics per pair, scored by LOF (SkeletonHunter: 30 s).
+    #[serde(rename = "short_window", with = "rocemesh_proto::duration::millis")]
     pub short_window_ms: u64,
     /// LOF look-back (5 min: covers burst cycles); a multiple of the short window.
+    #[serde(rename = "lookback", with = "rocemesh_proto::duration::millis")]
     pub lookback_ms: u64,
     /// Long window: log-normal fit, then z-tests (30 min); a multiple of the short window.
+    #[serde(rename = "long_window", with = "rocemesh_proto::duration::millis")]
     pub long_window_ms: u64,
     /// A short window is closed this long after its end (uploads arrive late).
+    #[serde(rename = "close_after", with = "rocemesh_proto::duration::millis")]
     pub close_after_ms: u64,
     /// Most RNIC pairs tracked (~2 KiB each); samples of further new pairs are counted
     /// and dropped.
     pub max_pairs: usize,
     /// A pair without samples for this long is forgotten (with its baseline).
+    #[serde(rename = "idle_evict", with = "rocemesh_proto::duration::millis")]
     pub idle_evict_ms: u64,
     /// RTT samples kept per pair and short window; beyond, counted and dropped.
     pub max_samples_per_window: usize,
@@ -81,9 +91,10 @@ pub struct LatencyConfig {
     pub alpha: f64,
     /// Least rise of the mean ln RTT for a long-term anomaly (0.1 = +10.5 %).
     pub min_ln_shift: f64,
-    /// Least absolute rise, in µs, of a window's median over the pair's reference for
+    /// Least absolute rise of a window's median over the pair's reference for
     /// either anomaly: the detection floor above the hosts' own jitter (a loaded host
     /// stack moves a 20 µs RTT by +60 % without any network cause).
+    #[serde(rename = "min_rise", with = "rocemesh_proto::duration::micros")]
     pub min_rise_us: u64,
 }
 
@@ -141,22 +152,22 @@ impl LatencyConfig {
         let short = self.short_window_ms;
         ensure!(
             (100..=600_000).contains(&short),
-            "analyzer.latency.short_window_ms must be between 100 ms and 10 min, got {short}"
+            "analyzer.latency.short_window must be between 100 ms and 10 min, got {short} ms"
         );
         ensure!(
             self.lookback_ms.is_multiple_of(short) && self.long_window_ms.is_multiple_of(short),
-            "analyzer.latency.lookback_ms ({}) and long_window_ms ({}) must be multiples of short_window_ms ({short})",
+            "analyzer.latency.lookback ({} ms) and long_window ({} ms) must be multiples of short_window ({short} ms)",
             self.lookback_ms,
             self.long_window_ms
         );
         ensure!(
             self.long_window_ms >= 2 * short && self.long_window_ms <= 86_400_000,
-            "analyzer.latency.long_window_ms must be between 2 short windows and 1 day, got {}",
+            "analyzer.latency.long_window must be between 2 short windows and 1 day, got {} ms",
             self.long_window_ms
         );
         ensure!(
             self.close_after_ms <= 8 * short.max(10_000),
-            "analyzer.latency.close_after_ms ({}) must be at most 8 short windows (or 80 s)",
+            "analyzer.latency.close_after ({} ms) must be at most 8 short windows (or 80 s)",
             self.close_after_ms
         );
         ensure!(
@@ -168,12 +179,12 @@ impl LatencyConfig {
         );
         ensure!(
             self.min_rise_us <= 1_000_000,
-            "analyzer.latency.min_rise_us must be at most 1 s, got {}",
+            "analyzer.latency.min_rise must be at most 1 s, got {} us",
             self.min_rise_us
         );
         ensure!(
             self.idle_evict_ms >= short,
-            "analyzer.latency.idle_evict_ms ({}) must cover a short window",
+            "analyzer.latency.idle_evict ({} ms) must cover a short window",
             self.idle_evict_ms
         );
         let m = self.monitor();
@@ -182,7 +193,7 @@ impl LatencyConfig {
             .and_then(|()| m.long_term.validate())
             .map_err(|e| {
                 anyhow::anyhow!(
-                    "analyzer.latency: {e} (lookback_ms / short_window_ms = {} windows)",
+                    "analyzer.latency: {e} (lookback / short_window = {} windows)",
                     self.lookback_windows()
                 )
             })
@@ -194,8 +205,10 @@ impl LatencyConfig {
 #[serde(default, deny_unknown_fields)]
 pub struct DiagnosisConfig {
     /// How often diagnosis runs.
+    #[serde(rename = "tick", with = "rocemesh_proto::duration::millis")]
     pub tick_ms: u64,
     /// Sliding window of recent results each diagnosis looks at.
+    #[serde(rename = "window", with = "rocemesh_proto::duration::millis")]
     pub window_ms: u64,
     /// Most timed-out probes kept raw for diagnosis (judged again every tick; memory
     /// bound, oldest go first). Successful probes are counted per flow instead.
@@ -206,32 +219,39 @@ pub struct DiagnosisConfig {
     /// Most traced paths kept (latest per 5-tuple).
     pub max_paths: usize,
     /// A host whose agent has not uploaded for this long is down.
+    #[serde(rename = "host_down_after", with = "rocemesh_proto::duration::millis")]
     pub host_down_after_ms: u64,
     /// Timeouts towards a host silent this long are set aside (likely down or
     /// restarting); keep it above two upload periods. (Timeouts are judged only after
-    /// the target uploaded again anyway, see `liveness_margin_ms`.)
+    /// the target uploaded again anyway, see `liveness_margin`.)
+    #[serde(rename = "host_silent", with = "rocemesh_proto::duration::millis")]
     pub host_silent_ms: u64,
     /// A timeout is judged only once its target host uploaded this long after the probe
     /// was sent (proof the host was alive); until then it waits.
+    #[serde(rename = "liveness_margin", with = "rocemesh_proto::duration::millis")]
     pub liveness_margin_ms: u64,
     /// After an agent restart (new epoch), timeouts towards its host are blamed on the
     /// restart for this long (pinglists still name the old QPN).
+    #[serde(rename = "restart_grace", with = "rocemesh_proto::duration::millis")]
     pub restart_grace_ms: u64,
     /// An RNIC with more than this share (percent) of timed-out ToR-mesh probes is faulty.
     pub rnic_timeout_percent: u32,
     /// Fewest ToR-mesh probes before an RNIC is judged.
     pub rnic_min_probes: u32,
     /// An RNIC found faulty stays so (its timeouts explained) for this long.
+    #[serde(rename = "rnic_sticky", with = "rocemesh_proto::duration::millis")]
     pub rnic_sticky_ms: u64,
     /// A processing delay above this is host noise (CPU), not the network.
+    #[serde(rename = "noise_delay", with = "rocemesh_proto::duration::nanos")]
     pub noise_delay_ns: u64,
-    /// Share (percent) of a host's delays above `noise_delay_ns` that makes it noisy.
+    /// Share (percent) of a host's delays above `noise_delay` that makes it noisy.
     pub noise_percent: u32,
-    /// An RNIC verdict on a strained host (some processing delays above `noise_delay_ns`,
+    /// An RNIC verdict on a strained host (some processing delays above `noise_delay`,
     /// not yet enough for host noise) is held this long: a starved agent's probes time out
     /// before enough slow delays arrive to call it host noise; if the host turns noisy
     /// meanwhile, the verdict is dropped. An RNIC that is simply dead shows no slow delays
     /// and is reported at once.
+    #[serde(rename = "strained_rnic_hold", with = "rocemesh_proto::duration::millis")]
     pub strained_rnic_hold_ms: u64,
     /// Tomography: least evidence (Chernoff bound exponent, ~ -ln p) to blame a component.
     pub min_score: u32,
@@ -241,11 +261,13 @@ pub struct DiagnosisConfig {
     pub background_loss_ppm: u32,
     /// A probe is slow when its RTT exceeds the flow's baseline by this factor...
     pub latency_factor: u32,
-    /// ...and by at least this many ns.
+    /// ...and by at least this much.
+    #[serde(rename = "latency_min", with = "rocemesh_proto::duration::nanos")]
     pub latency_min_ns: u64,
     /// Least share (percent) of slow probes through a component to blame it for latency.
     pub latency_percent: u32,
     /// A problem without evidence for this long is resolved.
+    #[serde(rename = "resolve_after", with = "rocemesh_proto::duration::millis")]
     pub resolve_after_ms: u64,
     /// A link finding located by fresh partial traces, one of whose switches answered no
     /// fresh trace of a failed probe (the whole switch may be going down, its links
@@ -253,10 +275,12 @@ pub struct DiagnosisConfig {
     /// verdict can take it over; so is a link sharing a switch with a link whose problem
     /// is open (a fault's failures spill over to its siblings where paths are partly
     /// known); 0 = at once.
+    #[serde(rename = "link_confirm", with = "rocemesh_proto::duration::millis")]
     pub link_confirm_ms: u64,
     /// After the analyzer starts or takes shards over, the agents new to it upload their
     /// traced paths again with their next upload; the tomography waits this long for them
     /// (keep it above one upload period).
+    #[serde(rename = "paths_settle", with = "rocemesh_proto::duration::millis")]
     pub paths_settle_ms: u64,
 }
 
@@ -296,12 +320,12 @@ impl DiagnosisConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         ensure!(
             (10..=60_000).contains(&self.tick_ms),
-            "analyzer.diagnosis.tick_ms must be between 10 ms and 1 min, got {}",
+            "analyzer.diagnosis.tick must be between 10 ms and 1 min, got {} ms",
             self.tick_ms
         );
         ensure!(
             (self.tick_ms..=600_000).contains(&self.window_ms),
-            "analyzer.diagnosis.window_ms must be between tick_ms and 10 min, got {}",
+            "analyzer.diagnosis.window must be between tick and 10 min, got {} ms",
             self.window_ms
         );
         ensure!(
@@ -323,13 +347,13 @@ impl DiagnosisConfig {
         );
         ensure!(
             self.host_silent_ms <= self.host_down_after_ms,
-            "analyzer.diagnosis.host_silent_ms ({}) must not exceed host_down_after_ms ({})",
+            "analyzer.diagnosis.host_silent ({} ms) must not exceed host_down_after ({} ms)",
             self.host_silent_ms,
             self.host_down_after_ms
         );
         ensure!(
             self.paths_settle_ms <= 600_000,
-            "analyzer.diagnosis.paths_settle_ms must be at most 10 min, got {}",
+            "analyzer.diagnosis.paths_settle must be at most 10 min, got {} ms",
             self.paths_settle_ms
         );
         Ok(())
@@ -361,12 +385,12 @@ impl AnalyzerConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         ensure!(
             (100..=3_600_000).contains(&self.period_ms),
-            "analyzer.period_ms must be between 100 ms and 1 h, got {}",
+            "analyzer.period must be between 100 ms and 1 h, got {} ms",
             self.period_ms
         );
         ensure!(
             self.grace_ms <= 4 * self.period_ms,
-            "analyzer.grace_ms ({}) must be at most 4 periods ({} ms): open periods are held in memory",
+            "analyzer.grace ({} ms) must be at most 4 periods ({} ms): open periods are held in memory",
             self.grace_ms,
             4 * self.period_ms
         );
@@ -383,7 +407,7 @@ impl AnalyzerConfig {
         );
         ensure!(
             (100..=3_600_000).contains(&self.registry_refresh_ms),
-            "analyzer.registry_refresh_ms must be between 100 ms and 1 h, got {}",
+            "analyzer.registry_refresh must be between 100 ms and 1 h, got {} ms",
             self.registry_refresh_ms
         );
         self.diagnosis.validate()?;
@@ -397,7 +421,7 @@ impl AnalyzerConfig {
         );
         ensure!(
             self.latency.short_window_ms >= self.diagnosis.tick_ms,
-            "analyzer.latency.short_window_ms ({}) must be at least diagnosis.tick_ms ({})",
+            "analyzer.latency.short_window ({} ms) must be at least diagnosis.tick ({} ms)",
             self.latency.short_window_ms,
             self.diagnosis.tick_ms
         );
@@ -412,7 +436,7 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_bad_values_are_named() {
         AnalyzerConfig::default().validate().unwrap();
-        let c: AnalyzerConfig = serde_json::from_str(r#"{"period_ms": 5000}"#).unwrap();
+        let c: AnalyzerConfig = serde_json::from_str(r#"{"period": "5s"}"#).unwrap();
         assert_eq!((c.period_ms, c.grace_ms), (5_000, 7_000));
         c.validate().unwrap();
         let bad = AnalyzerConfig {
@@ -423,16 +447,16 @@ mod tests {
             bad.validate()
                 .unwrap_err()
                 .to_string()
-                .contains("period_ms")
+                .contains("period")
         );
         let bad = AnalyzerConfig {
             grace_ms: 100_000,
             ..AnalyzerConfig::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("grace_ms"));
+        assert!(bad.validate().unwrap_err().to_string().contains("grace"));
         assert!(serde_json::from_str::<AnalyzerConfig>(r#"{"perod_ms": 1}"#).is_err());
         let c: AnalyzerConfig =
-            serde_json::from_str(r#"{"diagnosis": {"window_ms": 2000, "tick_ms": 100}}"#).unwrap();
+            serde_json::from_str(r#"{"diagnosis": {"window": "2s", "tick": "100ms"}}"#).unwrap();
         assert_eq!((c.diagnosis.window_ms, c.diagnosis.min_score), (2_000, 10));
         c.validate().unwrap();
         let mut bad = AnalyzerConfig::default();
@@ -441,10 +465,10 @@ mod tests {
             bad.validate()
                 .unwrap_err()
                 .to_string()
-                .contains("host_silent_ms")
+                .contains("host_silent")
         );
         let t: AnalyzerConfig = toml::from_str(
-            "fabric_map = \"/etc/rocemesh/fabric.toml\"\n[diagnosis]\nresolve_after_ms = 5000\n",
+            "fabric_map = \"/etc/rocemesh/fabric.toml\"\n[diagnosis]\nresolve_after = \"5s\"\n",
         )
         .unwrap();
         assert_eq!(
@@ -464,14 +488,14 @@ mod tests {
             bad.validate()
                 .unwrap_err()
                 .to_string()
-                .contains("window_ms")
+                .contains("window")
         );
     }
 
     #[test]
     fn latency_windows_must_nest_and_detectors_must_accept_them() {
         let t: AnalyzerConfig = toml::from_str(
-            "[latency]\nshort_window_ms = 1000\nlookback_ms = 10000\nlong_window_ms = 20000\n",
+            "[latency]\nshort_window = \"1s\"\nlookback = \"10s\"\nlong_window = \"20s\"\n",
         )
         .unwrap();
         t.validate().unwrap();
@@ -487,7 +511,7 @@ mod tests {
         bad(|l| l.lookback_ms = 60_000, "min_history");
         bad(|l| l.lof_threshold = f64::NAN, "lof_threshold");
         bad(|l| l.max_pairs = 0, "max_pairs");
-        bad(|l| l.short_window_ms = 10, "short_window_ms");
+        bad(|l| l.short_window_ms = 10, "short_window");
         bad(|l| l.alpha = 2.0, "alpha");
         assert!(toml::from_str::<AnalyzerConfig>("[latency]\nshort = 1\n").is_err());
     }

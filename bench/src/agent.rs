@@ -27,7 +27,7 @@ const RSS_TARGET_MB: f64 = 20.0;
 /// finished within the measurement.
 fn server_sections() -> String {
     format!(
-        "[controller]\ntormesh_pps = {PPS}\npinglist_poll_ms = 1000\n[analyzer]\nperiod_ms = 10000\ngrace_ms = 6000\n"
+        "[controller]\ntormesh_pps = {PPS}\npinglist_poll = \"1s\"\n[analyzer]\nperiod = \"10s\"\ngrace = \"6s\"\n"
     )
 }
 

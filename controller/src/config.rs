@@ -16,14 +16,18 @@ pub struct ControllerConfig {
     /// N of Eq. 1 (parallel cross-ToR paths); overrides the topology file; default 4.
     pub parallel_paths: Option<u32>,
     /// How often a fraction of the inter-ToR 5-tuples is replaced.
+    #[serde(rename = "rotation_period", with = "rocemesh_proto::duration::millis")]
     pub rotation_period_ms: u64,
     /// Fraction of inter-ToR 5-tuples replaced per rotation.
     pub rotation_fraction: f64,
     /// How often agents poll their pinglist (told to agents).
+    #[serde(rename = "pinglist_poll", with = "rocemesh_proto::duration::millis")]
     pub pinglist_poll_ms: u64,
     /// How often agents upload results (told to agents).
+    #[serde(rename = "upload_period", with = "rocemesh_proto::duration::millis")]
     pub upload_period_ms: u64,
     /// Probe timeout (told to agents in the pinglist).
+    #[serde(rename = "probe_timeout", with = "rocemesh_proto::duration::millis")]
     pub probe_timeout_ms: u64,
     /// Analyzer base URL told to agents; `None` = the controller's own URL.
     pub analyzer_url: Option<String>,
@@ -43,6 +47,7 @@ pub struct ControllerConfig {
     /// Throughput samples kept per task RNIC (the ring the skeleton inference reads).
     pub throughput_window: usize,
     /// How often the runtime skeleton of every task is inferred again.
+    #[serde(rename = "skeleton_interval", with = "rocemesh_proto::duration::millis")]
     pub skeleton_interval_ms: u64,
     /// Samples every RNIC of a task needs before its skeleton is inferred.
     pub skeleton_min_samples: usize,
@@ -54,6 +59,7 @@ pub struct ControllerConfig {
     /// cluster key) or `off` (untagged; for rolling out agents that predate it).
     pub probe_auth: ProbeAuthMode,
     /// Age at which the cluster probe key is replaced.
+    #[serde(rename = "probe_key_rotate", with = "rocemesh_proto::duration::secs")]
     pub probe_key_rotate_s: u64,
     /// A tagged PROBE is answered only while its send time is this close to the
     /// responder's clock: how long a captured probe can be replayed (from its own flow).
@@ -156,11 +162,11 @@ impl ControllerConfig {
             "rotation_fraction must be in [0, 1], got {f}"
         );
         for (name, v) in [
-            ("rotation_period_ms", self.rotation_period_ms),
-            ("pinglist_poll_ms", self.pinglist_poll_ms),
-            ("upload_period_ms", self.upload_period_ms),
-            ("probe_timeout_ms", self.probe_timeout_ms),
-            ("skeleton_interval_ms", self.skeleton_interval_ms),
+            ("rotation_period", self.rotation_period_ms),
+            ("pinglist_poll", self.pinglist_poll_ms),
+            ("upload_period", self.upload_period_ms),
+            ("probe_timeout", self.probe_timeout_ms),
+            ("skeleton_interval", self.skeleton_interval_ms),
         ] {
             anyhow::ensure!(v > 0, "{name} must be positive");
         }
@@ -181,7 +187,7 @@ impl ControllerConfig {
         );
         anyhow::ensure!(
             self.probe_key_rotate_s.saturating_mul(1000) >= 2 * self.probe_key_lead_ms(),
-            "probe_key_rotate_s ({} s) must be at least twice the key lead time ({} ms: two pinglist polls)",
+            "probe_key_rotate ({} s) must be at least twice the key lead time ({} ms: two pinglist polls)",
             self.probe_key_rotate_s,
             self.probe_key_lead_ms()
         );
@@ -281,12 +287,12 @@ mod tests {
             "coverage_probability",
             "parallel_paths",
             "rotation_fraction",
-            "rotation_period_ms",
+            "rotation_period",
             "source port",
             "task_pair_pps",
             "skeleton_min_samples",
             "skeleton_min_samples",
-            "skeleton_interval_ms",
+            "skeleton_interval",
         ];
         for (cfg, name) in bad.iter().zip(names) {
             let err = cfg.validate().unwrap_err().to_string();

@@ -14,7 +14,7 @@ fn text(data: &[u8]) -> Option<&str> {
 #[cfg(feature = "server")]
 pub fn server_config(data: &[u8]) {
     let Some(text) = text(data) else { return };
-    let Ok(mut cfg) = toml::from_str::<rocemesh::config::ServerConfig>(text) else {
+    let Ok(mut cfg) = rocemesh::config::parse_toml::<rocemesh::config::ServerConfig>(text) else {
         return;
     };
     for t in &mut cfg.auth.tokens {

@@ -302,12 +302,20 @@ def daemonset_problems(ds: dict, values: dict) -> list[str]:
     for probe in ("livenessProbe", "readinessProbe"):
         if c.get(probe, {}).get("httpGet", {}).get("port") not in ("metrics", port):
             p.append(f"{probe} does not use the metrics port")
+    p += log_format_problems(args, values)
     rnic_args = [a.removeprefix("--rnic=") for a in args if a.startswith("--rnic=")]
     if rnic_args != list(values["agent"]["rnics"]):
         p.append(f"--rnic args {rnic_args}, wanted {values['agent']['rnics']}")
     if values["agent"]["config"] and env.get("ROCEMESH_AGENT_CONFIG", {}).get("value") != "/etc/rocemesh/agent.toml":
         p.append("agent.config given but ROCEMESH_AGENT_CONFIG does not point at the mounted file")
     return p
+
+
+def log_format_problems(args: list[str], values: dict) -> list[str]:
+    """`--log-json` exactly when `logging.format` is json (log collectors parse the lines)."""
+    if (values["logging"]["format"] == "json") != ("--log-json" in args):
+        return [f"logging.format {values['logging']['format']!r} but args {args}"]
+    return []
 
 
 def server_problems(r: Rendered) -> list[str]:
@@ -321,6 +329,7 @@ def server_problems(r: Rendered) -> list[str]:
         p.append("replicas differ from server.replicas")
     if c.get("args", [])[:2] != ["server", "--config=/etc/rocemesh/server.toml"]:
         p.append(f"args {c.get('args')}")
+    p += log_format_problems(c.get("args", []), v)
     if not pod.get("securityContext", {}).get("runAsNonRoot"):
         p.append("server is not forced to run as non-root")
     ports = {cp["name"]: cp["containerPort"] for cp in c.get("ports", [])}
@@ -492,6 +501,7 @@ def self_test_problems(r: Rendered) -> list[str]:
         "tolerations": lambda d: d["spec"]["template"]["spec"].pop("tolerations"),
         "priorityClassName": lambda d: d["spec"]["template"]["spec"].pop("priorityClassName"),
         "ROCEMESH_HOST": lambda d: container(d).__setitem__("env", container(d)["env"][1:]),
+        "logging.format": lambda d: container(d)["args"].remove("--log-json"),
         "/dev/infiniband": lambda d: container(d)["securityContext"].__setitem__("privileged", False),
         "service account token": lambda d: d["spec"]["template"]["spec"].pop("automountServiceAccountToken"),
     }

@@ -7,12 +7,18 @@ every path the Dockerfile copies from the context exists and is not dropped by .
 builds and installs is the `rocemesh` binary of the workspace, the builder installs what the
 build scripts say they need, builder and runtime are the same Debian release (glibc), the
 runtime has the verbs packages, and the image's user and ports are the ones the chart uses.
+It also checks the image's binary is built without debug info, and that the dependencies are
+built in a layer of their own on the stub workspace of scripts/docker-skeleton.sh, which is
+run here, outside Docker, and compared with the real workspace by `cargo metadata --locked`.
 """
 
 from __future__ import annotations
 
+import json
 import re
 import shlex
+import subprocess
+import tempfile
 import tomllib
 from pathlib import Path
 
@@ -117,6 +123,80 @@ def binary_targets() -> dict[str, str]:
     return out
 
 
+def system_deps(what: str) -> set[str]:
+    """The packages scripts/system-deps.sh installs for `what` (its `build=(...)` array)."""
+    m = re.search(rf"^{what}=\(([^)]*)\)", (REPO / "scripts/system-deps.sh").read_text(), re.M)
+    return set(m.group(1).split()) if m else set()
+
+
+def env_of_stage(stage: list[tuple[str, str]]) -> dict[str, str]:
+    """The `ENV K=V ...` settings of a stage."""
+    return dict(w.split("=", 1) for word, a in stage if word == "ENV" for w in shlex.split(a) if "=" in w)
+
+
+def layer_problems(builder: list[tuple[str, str]], skeleton: list[tuple[str, str]] | None) -> list[str]:
+    """The binary has no debug info, and the dependencies build in a layer of their own: a
+    cargo build on the skeleton stage's stubs before the sources are copied."""
+    p = []
+    env = env_of_stage(builder)
+    if env.get("CARGO_PROFILE_RELEASE_STRIP") not in ("debuginfo", "symbols", "true"):
+        p.append("the builder does not set CARGO_PROFILE_RELEASE_STRIP (debug info would ship in the image)")
+    if env.get("CARGO_PROFILE_RELEASE_DEBUG") not in ("false", "0", "none"):
+        p.append("the builder compiles debug info (CARGO_PROFILE_RELEASE_DEBUG) only to strip it")
+    if skeleton is None or not any(w == "RUN" and "scripts/docker-skeleton.sh" in a for w, a in skeleton):
+        p.append("no `skeleton` stage running scripts/docker-skeleton.sh")
+    steps = [(w, a) for w, a in builder if w in ("COPY", "RUN")]
+    def first(pred) -> int:
+        return next((i for i, (w, a) in enumerate(steps) if pred(w, a)), len(steps))
+    sk = first(lambda w, a: w == "COPY" and "--from=skeleton" in a)
+    deps = first(lambda w, a: w == "RUN" and "cargo build" in a)
+    sources = first(lambda w, a: w == "COPY" and shlex.split(a)[:1] == ["."])
+    if not sk < deps < sources:
+        p.append("the builder does not build the skeleton's dependencies before copying the sources")
+    elif not any(w == "RUN" and "touch" in a and "cargo build" in a for w, a in steps[sources:]):
+        p.append("the sources are not touched before the final build (stubs newer than them would be kept)")
+    return p
+
+
+def targets(manifest: Path) -> tuple[set[tuple[str, str, str]], dict]:
+    """(package, kind, name) of every target of the workspace at `manifest`, via `cargo
+    metadata --locked` (which fails if the manifests no longer fit Cargo.lock)."""
+    r = subprocess.run(
+        ["cargo", "metadata", "--format-version", "1", "--locked", "--offline", "--manifest-path", str(manifest)],
+        capture_output=True, text=True,
+    )
+    if r.returncode != 0:
+        raise RuntimeError(r.stderr[-2000:])
+    meta = json.loads(r.stdout)
+    members = set(meta["workspace_members"])
+    out = {(p["name"], ",".join(t["kind"]), t["name"]) for p in meta["packages"] if p["id"] in members for t in p["targets"]}
+    return out, meta
+
+
+def skeleton_problems() -> list[str]:
+    """Runs scripts/docker-skeleton.sh, then `cargo metadata --locked` on the skeleton: it is a
+    workspace with every target of the real one (each a stub) and resolves to the same
+    Cargo.lock, so the Dockerfile's dependency build sees the real dependency graph. (Not built
+    here: in a shared target directory the stubs would replace the members' artifacts.)"""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "skeleton"
+        r = subprocess.run(["bash", str(REPO / "scripts/docker-skeleton.sh"), str(out)], capture_output=True, text=True)
+        if r.returncode != 0:
+            return [f"scripts/docker-skeleton.sh failed: {r.stderr[-2000:]}"]
+        try:
+            real, _ = targets(REPO / "Cargo.toml")
+            stub, _ = targets(out / "Cargo.toml")
+        except RuntimeError as e:
+            return [f"cargo metadata --locked: {e}"]
+        p = [f"target {t} missing from the skeleton" for t in sorted(real - stub)]
+        if (out / "Cargo.lock").read_bytes() != (REPO / "Cargo.lock").read_bytes():
+            p.append("the skeleton's Cargo.lock differs from the repository's")
+        sources = list(out.rglob("*.rs"))
+        if not sources or any(f.read_text() != "fn main() {}\n" for f in sources):
+            p.append("the skeleton holds real sources (its layer would not be cached)")
+    return p
+
+
 def problems(server_uid: int, server_port: int, metrics_port: int) -> list[str]:
     """Everything wrong with Dockerfile + .dockerignore, given what the chart expects."""
     p: list[str] = []
@@ -125,7 +205,8 @@ def problems(server_uid: int, server_port: int, metrics_port: int) -> list[str]:
     if len(st) < 2:
         return [f"{len(st)} stage(s): wanted a builder and a runtime stage"]
     patterns = dockerignore_patterns()
-    builder, runtime = st[0], st[-1]
+    named = {stage[0][1].split()[-1].lower(): stage for stage in st if " as " in stage[0][1].lower()}
+    builder, runtime = named.get("builder", st[0]), st[-1]
     builder_from = builder[0][1].split()[0]
     if not re.fullmatch(r"rust:1\.95-bookworm", builder_from):
         p.append(f"builder FROM {builder_from}: wanted rust:1.95-bookworm (the runtime's glibc)")
@@ -165,8 +246,9 @@ def problems(server_uid: int, server_port: int, metrics_port: int) -> list[str]:
         m = re.search(r"-p\s+(\S+)", b)
         if not m or m.group(1) != bins.get("rocemesh"):
             p.append(f"cargo build -p {m.group(1) if m else '?'}: the rocemesh binary is in package {bins.get('rocemesh')}")
-        if "target/release/rocemesh" not in b:
-            p.append("the builder does not take target/release/rocemesh")
+    if builds and "target/release/rocemesh" not in builds[-1]:
+        p.append("the builder's last build does not take target/release/rocemesh")
+    p += layer_problems(builder, named.get("skeleton"))
     rt_copy = [shlex.split(a) for w, a in runtime if w == "COPY"]
     if not any(c[-1] == "/usr/local/bin/rocemesh" and c[0].startswith("--from=") for c in rt_copy):
         p.append("the runtime stage does not copy the binary to /usr/local/bin/rocemesh")
@@ -175,6 +257,8 @@ def problems(server_uid: int, server_port: int, metrics_port: int) -> list[str]:
         p.append(f"ENTRYPOINT {entry}: wanted [\"/usr/local/bin/rocemesh\"] (the chart passes the subcommand as args)")
     # Packages.
     builder_pkgs = set().union(*[apt_packages(a) for w, a in builder if w == "RUN"])
+    if any(w == "RUN" and "system-deps.sh build" in a for w, a in builder):
+        builder_pkgs |= system_deps("build")
     for script in BUILD_SCRIPTS:
         m = re.search(r"Needs \(Debian\): ([^.\n]+)", (REPO / script).read_text())
         wanted = {x.strip() for x in m.group(1).split(",")} if m else set()
@@ -201,6 +285,9 @@ def run(report, rendered) -> None:
     uid = dep["spec"]["template"]["spec"]["securityContext"]["runAsUser"]
     report.check("Dockerfile: copies, binary, packages, user and ports fit the workspace and the chart",
                  lambda: problems(uid, rendered.values["server"]["port"], rendered.values["agent"]["metrics"]["port"]))
+
+    report.check("Dockerfile: the dependency layer's skeleton has every target and the locked dependencies (outside Docker)",
+                 skeleton_problems)
 
     def matcher() -> list[str]:
         cases = [

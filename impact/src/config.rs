@@ -7,12 +7,15 @@ use serde::Deserialize;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct ImpactConfig {
-    /// Interval between two assessments of every active problem (ms).
+    /// Interval between two assessments of every active problem.
+    #[serde(rename = "tick", with = "rocemesh_proto::duration::millis")]
     pub tick_ms: u64,
     /// Resolved problems keep being re-assessed this long after they resolved (late
-    /// metric samples can still make them P0), ms.
+    /// metric samples can still make them P0).
+    #[serde(rename = "reassess_resolved", with = "rocemesh_proto::duration::millis")]
     pub reassess_resolved_ms: i64,
-    /// Metric samples older than this are deleted (ms).
+    /// Metric samples older than this are deleted.
+    #[serde(rename = "retention", with = "rocemesh_proto::duration::millis")]
     pub retention_ms: i64,
     /// Most samples kept per task (the oldest go first).
     pub max_samples_per_task: u32,
@@ -43,16 +46,16 @@ impl ImpactConfig {
     pub fn validate(&self) -> anyhow::Result<()> {
         ensure!(
             (100..=600_000).contains(&self.tick_ms),
-            "impact.tick_ms must be 100..=600000, got {}",
+            "impact.tick must be 100ms..=10m, got {} ms",
             self.tick_ms
         );
         ensure!(
             self.reassess_resolved_ms >= 0,
-            "impact.reassess_resolved_ms must not be negative"
+            "impact.reassess_resolved must not be negative"
         );
         ensure!(
             self.retention_ms >= 60_000,
-            "impact.retention_ms must be at least 60000"
+            "impact.retention must be at least 1m"
         );
         ensure!(
             self.max_samples_per_task >= 10,
@@ -81,12 +84,12 @@ mod tests {
     #[test]
     fn defaults_are_valid_and_bad_values_named() {
         ImpactConfig::default().validate().unwrap();
-        let c: ImpactConfig = toml_like("tick_ms", 10);
+        let c: ImpactConfig = toml_like("tick", "10ms");
         let e = c.validate().unwrap_err().to_string();
-        assert!(e.contains("impact.tick_ms"), "{e}");
+        assert!(e.contains("impact.tick"), "{e}");
     }
 
-    fn toml_like(key: &str, v: u64) -> ImpactConfig {
+    fn toml_like(key: &str, v: &str) -> ImpactConfig {
         serde_json::from_value(serde_json::json!({ key: v })).unwrap()
     }
 }

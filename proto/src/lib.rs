@@ -7,7 +7,8 @@
 //! - [`api`]: JSON types of the REST API;
 //! - `http_client` (feature `http-client`): the HTTP(S) client every component builds;
 //! - `exposition` (feature `exposition`): the `/metrics` text every process serves;
-//! - [`utc`]: timestamps as RFC 3339 text.
+//! - [`utc`]: timestamps as RFC 3339 text;
+//! - [`duration`]: config durations as human strings (`"30s"`).
 #![warn(missing_docs)]
 
 pub mod api;
@@ -15,6 +16,7 @@ pub mod batch;
 #[cfg(feature = "exposition")]
 pub mod exposition;
 pub mod host_key;
+pub mod duration;
 #[cfg(feature = "http-client")]
 pub mod http_client;
 pub mod packet;

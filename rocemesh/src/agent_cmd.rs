@@ -67,7 +67,7 @@ impl AgentArgs {
             Some(path) => {
                 let text = std::fs::read_to_string(path)
                     .with_context(|| format!("reading {}", path.display()))?;
-                toml::from_str::<AgentConfig>(&text)
+                crate::config::parse_toml::<AgentConfig>(&text)
                     .with_context(|| format!("parsing {}", path.display()))?
             }
             None => {

@@ -112,7 +112,7 @@ fn tokens_roles_limits_and_agents() {
     let (_server, url) = start_sqlite_server(
         &dir,
         &format!(
-            "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n\
+            "[controller]\nupload_period = \"500ms\"\npinglist_poll = \"500ms\"\n\
              [auth]\ntokens = [{{ role = \"admin\", token = \"{ADMIN}\" }}, {{ role = \"read\", token = \"{READ}\" }}, {{ role = \"agent\", token_file = {:?} }}]\n",
             agent_file.display().to_string(),
         ),

@@ -39,7 +39,7 @@ fn ctl_against_a_live_server() {
     let (_server, url) = start_sqlite_server(
         &dir,
         &format!(
-            "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n[analyzer]\nperiod_ms = 1000\ngrace_ms = 500\n\
+            "[controller]\nupload_period = \"500ms\"\npinglist_poll = \"500ms\"\n[analyzer]\nperiod = \"1s\"\ngrace = \"500ms\"\n\
              [auth]\ntokens = [{{ role = \"read\", token = \"{READ}\" }}, {{ role = \"agent\", token = \"{AGENT}\" }}, {{ role = \"admin\", token = \"{ADMIN}\" }}]\n"
         ),
     );

@@ -434,7 +434,7 @@ fn loopback_cases() {
 fn start_loopback() -> Loopback {
     let (server, url) = start_sqlite_server(
         &scratch_dir("dash-loopback"),
-        "[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\n[analyzer]\nperiod_ms = 3000\ngrace_ms = 1500\n[analyzer.diagnosis]\nhost_down_after_ms = 4000\nhost_silent_ms = 2500\n",
+        "[controller]\nupload_period = \"1s\"\npinglist_poll = \"1s\"\n[analyzer]\nperiod = \"3s\"\ngrace = \"1500ms\"\n[analyzer.diagnosis]\nhost_down_after = \"4s\"\nhost_silent = \"2500ms\"\n",
     );
     let agents = [(1, "tor-a"), (2, "tor-a"), (3, "tor-b")]
         .iter()
@@ -802,7 +802,7 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
     // Periods long enough that a page rendered on a loaded machine shows the period the
     // API served around it.
     let (_server, url) =
-        start_sqlite_server(&dir, "[analyzer]\nperiod_ms = 10000\ngrace_ms = 500\n");
+        start_sqlite_server(&dir, "[analyzer]\nperiod = \"10s\"\ngrace = \"500ms\"\n");
     let a = register(
         &url,
         "lossy-host-a",

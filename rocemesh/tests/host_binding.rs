@@ -56,7 +56,7 @@ fn forged_batches_for_another_host_are_refused_and_counted() {
     let (_server, url) = start_sqlite_server(
         &dir,
         &format!(
-            "[controller]\nupload_period_ms = 300\npinglist_poll_ms = 500\n\
+            "[controller]\nupload_period = \"300ms\"\npinglist_poll = \"500ms\"\n\
              [auth]\ntokens = [{{ role = \"admin\", token = \"{ADMIN}\" }}, {{ role = \"agent\", token = \"{AGENT}\" }}]\n"
         ),
     );

@@ -82,7 +82,7 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
     let dir = scratch_dir("e2e");
     let (_server, url) = start_sqlite_server(
         &dir,
-        "[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\n[analyzer]\nperiod_ms = 2000\ngrace_ms = 1500\n",
+        "[controller]\nupload_period = \"1s\"\npinglist_poll = \"1s\"\n[analyzer]\nperiod = \"2s\"\ngrace = \"1500ms\"\n",
     );
     let seen: Seen = Arc::default();
     let tee = start_tee(url.clone(), seen.clone());

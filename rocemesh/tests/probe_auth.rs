@@ -67,7 +67,7 @@ fn keys_reach_only_agents_and_strangers_get_no_answers() {
     let (_server, url) = start_sqlite_server(
         &dir,
         &format!(
-            "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n\
+            "[controller]\nupload_period = \"500ms\"\npinglist_poll = \"500ms\"\n\
              probe_tag_window = \"3s\"\n\
              [auth]\ntokens = [{{ role = \"admin\", token = \"{ADMIN}\" }}, {{ role = \"read\", token = \"{READ}\" }}, {{ role = \"agent\", token = \"{AGENT}\" }}]\n"
         ),

@@ -38,13 +38,13 @@ fn start(role: &str, dir: &std::path::Path, db: &str, map: &std::path::Path) -> 
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let scaleout = format!(
-        "enabled = true\nadvertise_url = \"{url}\"\nshards = {SHARDS}\nlease_ms = 3000\nrenew_ms = 1000\n"
+        "enabled = true\nadvertise_url = \"{url}\"\nshards = {SHARDS}\nlease = \"3s\"\nrenew = \"1s\"\n"
     );
     let config = format!(
         "listen = \"127.0.0.1:{port}\"\ndatabase = \"{db}\"\n\
-         [controller]\nupload_period_ms = 1000\npinglist_poll_ms = 5000\n\
+         [controller]\nupload_period = \"1s\"\npinglist_poll = \"5s\"\n\
          [controller.scaleout]\n{scaleout}\
-         [analyzer]\nperiod_ms = {PERIOD_MS}\ngrace_ms = 2000\nfabric_map = \"{}\"\n\
+         [analyzer]\nperiod = \"{PERIOD_MS}ms\"\ngrace = \"2s\"\nfabric_map = \"{}\"\n\
          [analyzer.scaleout]\n{scaleout}",
         map.display()
     );

@@ -34,9 +34,9 @@ fn a_stepped_host_clock_makes_no_bogus_rtt_and_no_alarm() {
     let dir = scratch_dir("selffault-clock");
     let (_server, url) = start_sqlite_server(
         &dir,
-        "[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\n\
-         [analyzer]\nperiod_ms = 2000\ngrace_ms = 1500\n\
-         [analyzer.latency]\nshort_window_ms = 1000\nlookback_ms = 10000\nlong_window_ms = 10000\nclose_after_ms = 2000\n",
+        "[controller]\nupload_period = \"1s\"\npinglist_poll = \"1s\"\n\
+         [analyzer]\nperiod = \"2s\"\ngrace = \"1500ms\"\n\
+         [analyzer.latency]\nshort_window = \"1s\"\nlookback = \"10s\"\nlong_window = \"10s\"\nclose_after = \"2s\"\n",
     );
     let clock = dir.join("faketime");
     std::fs::write(&clock, "+0").expect("write the faketime file");

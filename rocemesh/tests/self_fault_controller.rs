@@ -63,7 +63,7 @@ fn agents_ride_out_a_controller_and_an_analyzer_outage() {
     let a_cfg = dir.join("analyzer.toml");
     std::fs::write(
         &a_cfg,
-        format!("listen = \"127.0.0.1:0\"\ndatabase = \"{db}\"\n[analyzer]\nperiod_ms = 2000\ngrace_ms = 1500\n"),
+        format!("listen = \"127.0.0.1:0\"\ndatabase = \"{db}\"\n[analyzer]\nperiod = \"2s\"\ngrace = \"1500ms\"\n"),
     )
     .expect("write analyzer.toml");
     let (mut analyzer, aurl) = start("analyzer", &a_cfg, None);
@@ -71,7 +71,7 @@ fn agents_ride_out_a_controller_and_an_analyzer_outage() {
     std::fs::write(
         &c_cfg,
         format!(
-            "listen = \"127.0.0.1:0\"\ndatabase = \"{db}\"\n[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\nanalyzer_url = \"{aurl}\"\n"
+            "listen = \"127.0.0.1:0\"\ndatabase = \"{db}\"\n[controller]\nupload_period = \"1s\"\npinglist_poll = \"1s\"\nanalyzer_url = \"{aurl}\"\n"
         ),
     )
     .expect("write controller.toml");

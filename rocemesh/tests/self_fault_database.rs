@@ -91,7 +91,7 @@ fn database_outage_is_a_clear_503_and_heals_without_a_restart() {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\ndatabase = \"{}\"\n[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\n[analyzer]\nperiod_ms = {PERIOD_MS}\ngrace_ms = 1500\n",
+            "listen = \"127.0.0.1:0\"\ndatabase = \"{}\"\n[controller]\nupload_period = \"1s\"\npinglist_poll = \"1s\"\n[analyzer]\nperiod = \"{PERIOD_MS}ms\"\ngrace = \"1500ms\"\n",
             database_url(&admin_url, &name)
         ),
     )

@@ -32,7 +32,7 @@ fn start_on_tmpfs(dir: &Path, mnt: &Path) -> (Proc, String) {
     std::fs::write(
         &config,
         format!(
-            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}/rocemesh.db\"\n[controller]\nupload_period_ms = 1000\npinglist_poll_ms = 1000\n[analyzer]\nperiod_ms = {PERIOD_MS}\ngrace_ms = 1500\n",
+            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}/rocemesh.db\"\n[controller]\nupload_period = \"1s\"\npinglist_poll = \"1s\"\n[analyzer]\nperiod = \"{PERIOD_MS}ms\"\ngrace = \"1500ms\"\n",
             mnt.display()
         ),
     )

@@ -78,7 +78,7 @@ fn no_acknowledged_result_is_lost_across_kill_9() {
         &config,
         format!(
             "listen = \"127.0.0.1:{port}\"\ndatabase = \"sqlite://{}\"\n\
-             [analyzer]\nperiod_ms = 1000\ngrace_ms = 500\ncatch_up = \"3s\"\nbackfill = \"60s\"\n",
+             [analyzer]\nperiod = \"1s\"\ngrace = \"500ms\"\ncatch_up = \"3s\"\nbackfill = \"60s\"\n",
             dir.join("rocemesh.db").display()
         ),
     )

@@ -221,7 +221,7 @@ fn hosts(client: &ureq::Agent, url: &str) -> Vec<HostInfo> {
 fn https_server_refuses_untrusted_and_unauthenticated_clients() {
     let (dir, p, _server, url) = tls_server(
         "tls-e2e",
-        "[controller]\nupload_period_ms = 500\npinglist_poll_ms = 500\n",
+        "[controller]\nupload_period = \"500ms\"\npinglist_poll = \"500ms\"\n",
     );
     assert!(url.starts_with("https://127.0.0.1:"), "{url}");
     let client = https_client(&p.ca);

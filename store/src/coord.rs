@@ -288,9 +288,11 @@ pub struct ScaleoutConfig {
     /// controller of a deployment must use the same number.
     pub shards: u32,
     /// A lease (shard, tomography, controller leader) lasts this long unless renewed; a dead instance's
-    /// work is taken over after at most this plus `renew_ms`.
+    /// work is taken over after at most this plus `renew`.
+    #[serde(rename = "lease", with = "rocemesh_proto::duration::millis")]
     pub lease_ms: u64,
     /// How often leases are renewed and shards re-balanced.
+    #[serde(rename = "renew", with = "rocemesh_proto::duration::millis")]
     pub renew_ms: u64,
 }
 
@@ -326,7 +328,7 @@ impl ScaleoutConfig {
         );
         anyhow::ensure!(
             self.renew_ms >= 100 && self.lease_ms >= 2 * self.renew_ms,
-            "scaleout: renew_ms ({}) must be at least 100 and lease_ms ({}) at least twice it",
+            "scaleout: renew ({} ms) must be at least 100ms and lease ({} ms) at least twice it",
             self.renew_ms,
             self.lease_ms
         );

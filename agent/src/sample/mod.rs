@@ -1,11 +1,11 @@
 //! RNIC throughput sampling (SkeletonHunter §5.1: the controller infers a training task's
 //! traffic skeleton from the burst cycles of its RNICs' throughput).
 //!
-//! Every `sample_interval_ms` a `sampler` thread reads each RNIC's cumulative byte
+//! Every `sample_interval` a `sampler` thread reads each RNIC's cumulative byte
 //! counters ([`counters`]: RDMA port counters for verbs RNICs, the interface statistics
 //! of `/proc/thread-self/net/dev` for UDP RNICs) and turns them into per-interval deltas
 //! ([`sampler`]) kept in a bounded buffer ([`series`]); a `sample-upload` thread POSTs
-//! them to the controller every `sample_upload_ms` ([`upload`]), so a slow controller
+//! them to the controller every `sample_upload` ([`upload`]), so a slow controller
 //! never delays a reading.
 
 pub mod counters;

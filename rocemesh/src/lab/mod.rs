@@ -150,7 +150,7 @@ impl Lab {
             Some(ms) => {
                 let path = dir.join("agent.toml");
                 let text = format!(
-                    "controller_url = {url:?}\nrnics = []\nsample_interval_ms = {ms}\nsample_upload_ms = {}\n",
+                    "controller_url = {url:?}\nrnics = []\nsample_interval = \"{ms}ms\"\nsample_upload = \"{}ms\"\n",
                     timing.upload_period_ms.max(ms)
                 );
                 std::fs::write(&path, text)
