@@ -149,7 +149,8 @@ fn metrics_listener_serves_the_agents_counters() {
     );
     assert_eq!(status, "HTTP/1.1 200 OK");
     assert!(
-        head.contains("Content-Type: text/plain; version=0.0.4; charset=utf-8"),
+        head.to_ascii_lowercase()
+            .contains("content-type: text/plain; version=0.0.4; charset=utf-8"),
         "{head}"
     );
     assert!(

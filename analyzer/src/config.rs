@@ -31,7 +31,9 @@ pub struct AnalyzerConfig {
     pub backfill: std::time::Duration,
     /// After a start, no period is finalized for this long: agents whose uploads failed
     /// during the outage are backing off (up to 4 upload periods, jittered) and deliver
-    /// their buffered results within it.
+    /// their buffered results within it. Likewise an upload refused while running (the
+    /// write-ahead log could not take it) holds finalization until its host has caught up,
+    /// at most this long.
     #[serde(with = "humantime_serde")]
     pub catch_up: std::time::Duration,
     /// Most bytes of accepted batches held in the write-ahead log (`ingest_wal`) while

@@ -135,7 +135,8 @@ impl Analyzer {
             newest,
             cfg.backfill.as_millis() as u64,
             hold_until,
-        );
+        )
+        .with_refusal_hold(cfg.catch_up.as_millis() as u64);
         let analyzer = Arc::new(Self {
             shards,
             instance: rand::random::<u64>().max(1),
@@ -175,11 +176,13 @@ impl Analyzer {
         body: axum::body::Bytes,
         now_unix_ms: i64,
     ) -> Result<UploadAck, AcceptError> {
-        let last_ms = match decode_batch(&body) {
-            Ok(b) => b
-                .records()
-                .map(|r| (r.send_unix_ns / 1_000_000) as i64)
-                .max(),
+        let (host, last_ms) = match decode_batch(&body) {
+            Ok(b) => (
+                b.header.host_id,
+                b.records()
+                    .map(|r| (r.send_unix_ns / 1_000_000) as i64)
+                    .max(),
+            ),
             Err(e) => {
                 lock(&self.state).reject(&e);
                 return Err(IngestError::from(e).into());
@@ -189,14 +192,26 @@ impl Analyzer {
         if let (Some(wal), Some(last_ms)) = (&self.wal, last_ms) {
             let period = self.cfg.period_ms as i64;
             let start = last_ms.div_euclid(period).saturating_mul(period);
-            wal.append(&self.db, now_unix_ms, start, &body).await?;
+            if let Err(e) = wal.append(&self.db, now_unix_ms, start, &body).await {
+                // The agent keeps these results and sends them again: while the database
+                // cannot take them, their periods wait (a full log drains only as periods
+                // are stored, so that refusal holds nothing).
+                if matches!(e, wal::WalError::Db(_)) {
+                    lock(&self.state).window.refused(host, now_unix_ms);
+                }
+                return Err(e.into());
+            }
         }
         let me = Arc::clone(self);
         let ingest = tokio::task::spawn_blocking(move || me.ingest(&body, now_unix_ms));
-        match ingest.await {
-            Ok(r) => Ok(r?),
-            Err(e) => Err(wal::WalError::Db(anyhow::anyhow!("ingest failed: {e}")).into()),
+        let ack = match ingest.await {
+            Ok(r) => r?,
+            Err(e) => return Err(wal::WalError::Db(anyhow::anyhow!("ingest failed: {e}")).into()),
+        };
+        if let Some(last_ms) = last_ms {
+            lock(&self.state).window.delivered(host, last_ms);
         }
+        Ok(ack)
     }
 
     /// Takes one uploaded batch received at `now_unix_ms`: validated whole

@@ -164,5 +164,5 @@ async fn a_rotation_shorter_than_the_key_lead_is_refused() {
     }
     .validate()
     .unwrap_err();
-    assert!(err.to_string().contains("probe_key_rotate_s"), "{err}");
+    assert!(err.to_string().contains("probe_key_rotate ("), "{err}");
 }

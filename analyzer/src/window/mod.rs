@@ -8,10 +8,16 @@
 //!
 //! After a start the window catches up: until `hold_until_ms` no period is finalized,
 //! and every period not yet finalized whose grace ended less than `backfill_ms` ago is
-//! open, so results agents held during an outage land in their own periods.
+//! open, so results agents held during an outage land in their own periods. The same hold
+//! covers an outage of the write-ahead log while running: a host whose upload was refused
+//! keeps its results and sends them again, so nothing is finalized until every refused host
+//! has caught up (a batch with a record sent after its latest refusal) or `refusal_hold_ms`
+//! has passed since that refusal.
 
 pub mod histogram;
 pub mod period;
+
+use std::collections::HashMap;
 
 pub use period::{MetricSet, Period};
 
@@ -38,6 +44,10 @@ pub struct Window {
     backfill_ms: i64,
     /// Nothing is finalized before this time (the catch-up after a start).
     hold_until_ms: i64,
+    /// Hosts whose uploads were refused, with the time of the latest refusal.
+    refused: HashMap<u32, i64>,
+    /// How long a refusal holds finalization at most (its agent may never come back).
+    refusal_hold_ms: i64,
 }
 
 impl Window {
@@ -63,6 +73,8 @@ impl Window {
         Self {
             backfill_ms: backfill_ms as i64,
             hold_until_ms,
+            refused: HashMap::new(),
+            refusal_hold_ms: 0,
             period_ms,
             grace_ms: grace_ms as i64,
             slots: (0..slots)
@@ -73,6 +85,41 @@ impl Window {
                 .collect(),
             finalized_through: finalized_through_ms.map_or(i64::MIN, |ms| ms.div_euclid(period_ms)),
         }
+    }
+
+    /// Sets how long a refused upload holds finalization at most ([`Self::refused`]).
+    pub fn with_refusal_hold(mut self, hold_ms: u64) -> Self {
+        self.refusal_hold_ms = hold_ms as i64;
+        self
+    }
+
+    /// An upload of `host` could not be taken at `now_ms` (its agent keeps the results and
+    /// sends them again): no period is finalized until the host has caught up.
+    pub fn refused(&mut self, host: u32, now_ms: i64) {
+        self.refused.insert(host, now_ms);
+    }
+
+    /// `host` delivered a batch whose newest record was sent at `newest_send_ms`: past its
+    /// latest refusal, its agent has sent everything it held.
+    pub fn delivered(&mut self, host: u32, newest_send_ms: i64) {
+        if self
+            .refused
+            .get(&host)
+            .is_some_and(|&at| newest_send_ms >= at)
+        {
+            self.refused.remove(&host);
+        }
+    }
+
+    /// Nothing is finalized before the returned time (the start-up catch-up, or hosts
+    /// whose refused uploads are still owed); refusals older than their hold are forgotten.
+    fn hold_until(&mut self, now_ms: i64) -> i64 {
+        let bound = self.refusal_hold_ms;
+        self.refused.retain(|_, at| at.saturating_add(bound) > now_ms);
+        self.refused
+            .values()
+            .map(|at| at.saturating_add(bound))
+            .fold(self.hold_until_ms, i64::max)
     }
 
     /// Period length in ms.
@@ -88,10 +135,11 @@ impl Window {
 
     /// Decides where records of period `p` go at time `now_ms`, readying its slot.
     pub fn place(&mut self, p: i64, now_ms: i64) -> Placement {
-        let closed = if now_ms < self.hold_until_ms {
+        let hold = self.hold_until(now_ms);
+        let closed = if now_ms < hold {
             self.grace_end(p).saturating_add(self.backfill_ms) <= now_ms
         } else {
-            self.is_due(p, now_ms)
+            self.grace_end(p) <= now_ms
         };
         if p <= self.finalized_through || closed {
             return Placement::Late;
@@ -123,9 +171,6 @@ impl Window {
             .saturating_add(self.grace_ms)
     }
 
-    fn is_due(&self, p: i64, now_ms: i64) -> bool {
-        now_ms >= self.hold_until_ms && self.grace_end(p) <= now_ms
-    }
 
     /// Start (ms) of the newest finalized period, if any.
     pub fn finalized_through_ms(&self) -> Option<i64> {
@@ -136,10 +181,11 @@ impl Window {
     /// Hands every period due at `now_ms` (all open ones when `None`: shutdown)
     /// to `emit`, oldest first, then clears its slot.
     pub fn finalize(&mut self, now_ms: Option<i64>, mut emit: impl FnMut(&Period)) {
+        let held = now_ms.is_some_and(|now| now < self.hold_until(now));
         let mut order: Vec<usize> = (0..self.slots.len())
             .filter(|&i| {
                 let s = &self.slots[i];
-                !s.is_empty() && now_ms.is_none_or(|now| self.is_due(s.index, now))
+                !s.is_empty() && !held && now_ms.is_none_or(|now| self.grace_end(s.index) <= now)
             })
             .collect();
         order.sort_unstable_by_key(|&i| self.slots[i].index);
@@ -233,5 +279,36 @@ mod tests {
             Placement::Late,
             "due after the hold"
         );
+    }
+
+    #[test]
+    fn a_refused_upload_holds_its_periods_open_until_the_host_caught_up() {
+        // 2 s periods, 1 s grace, 60 s backfill; a refusal holds at most 30 s.
+        let mut w = Window::catching_up(2_000, 1_000, None, 60_000, i64::MIN)
+            .with_refusal_hold(30_000);
+        let t0 = 100_000;
+        assert!(matches!(put(&mut w, t0, t0), Placement::Open(_)));
+        // Host 7's upload of a later period is refused: the log is down for 8 s.
+        w.refused(7, t0 + 2_500);
+        w.refused(7, t0 + 8_000);
+        let mut seen = Vec::new();
+        w.finalize(Some(t0 + 9_000), |p| seen.push(p.index));
+        assert!(seen.is_empty(), "held while host 7 owes results");
+        // Its held results arrive late, still land in their periods.
+        assert!(matches!(put(&mut w, t0 + 2_100, t0 + 9_500), Placement::Open(_)));
+        // A batch of older records only: still owed. One past the refusal: caught up.
+        w.delivered(7, t0 + 7_000);
+        w.finalize(Some(t0 + 10_000), |p| seen.push(p.index));
+        assert!(seen.is_empty(), "host 7 has not caught up yet");
+        w.delivered(7, t0 + 8_100);
+        w.finalize(Some(t0 + 10_000), |p| seen.push(p.index));
+        assert_eq!(seen, [50, 51], "both periods after the catch-up");
+        // A host that never comes back holds for the bound only.
+        w.refused(9, t0 + 20_000);
+        assert!(matches!(put(&mut w, t0 + 20_000, t0 + 20_000), Placement::Open(_)));
+        w.finalize(Some(t0 + 49_999), |p| seen.push(p.index));
+        assert_eq!(seen, [50, 51]);
+        w.finalize(Some(t0 + 50_000), |p| seen.push(p.index));
+        assert_eq!(seen, [50, 51, 60]);
     }
 }
