@@ -342,7 +342,12 @@ async fn registers_allowed_host(req: Request, grant: Grant<'_>) -> Result<Reques
     let (parts, body) = req.into_parts();
     let bytes = axum::body::to_bytes(body, rocemesh_controller::api::MAX_BODY_BYTES)
         .await
-        .map_err(|e| refuse(StatusCode::PAYLOAD_TOO_LARGE, format!("registration body: {e}")))?;
+        .map_err(|e| {
+            refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("registration body: {e}"),
+            )
+        })?;
     if let Ok(named) = serde_json::from_slice::<Named>(&bytes)
         && !grant.may_register(&named.host)
     {
