@@ -31,15 +31,20 @@ fn call(method: &str, url: &str, headers: &[(&str, &str)], body: &[u8]) -> (u16,
     (resp.status().as_u16(), text)
 }
 
-fn stats(url: &str) -> serde_json::Value {
+/// GET `path` as an administrator; the JSON answer.
+fn admin_get<T: serde::de::DeserializeOwned>(url: &str, path: &str) -> T {
     let (s, body) = call(
         "GET",
-        &format!("{url}/api/v1/ingest/stats"),
+        &format!("{url}{path}"),
         &[("Authorization", &format!("Bearer {ADMIN}"))],
         b"",
     );
     assert_eq!(s, 200, "{body}");
     serde_json::from_str(&body).unwrap()
+}
+
+fn stats(url: &str) -> serde_json::Value {
+    admin_get(url, "/api/v1/ingest/stats")
 }
 
 fn host_stats(v: &serde_json::Value, host_id: u32) -> Option<serde_json::Value> {
@@ -206,14 +211,7 @@ fn a_host_scoped_agent_token_registers_only_its_hosts() {
     assert!(body.contains("gpu-b-1"), "{body}");
     // Nothing was stored for the refused name; the unscoped token still registers it.
     let hosts = || -> Vec<String> {
-        let (s, body) = call(
-            "GET",
-            &format!("{url}/api/v1/hosts"),
-            &[("Authorization", &format!("Bearer {ADMIN}"))],
-            b"",
-        );
-        assert_eq!(s, 200, "{body}");
-        let hosts: Vec<HostInfo> = serde_json::from_str(&body).unwrap();
+        let hosts: Vec<HostInfo> = admin_get(&url, "/api/v1/hosts");
         hosts.into_iter().map(|h| h.host).collect()
     };
     assert_eq!(hosts(), ["gpu-a-7"]);
