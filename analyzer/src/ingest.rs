@@ -217,7 +217,13 @@ impl IngestState {
             };
             match placement {
                 Placement::Open(i) => {
-                    self.window.slot_mut(i).add(&r, prober.tor, target.tor);
+                    let slot = self.window.slot_mut(i);
+                    slot.add(&r, prober.tor, target.tor);
+                    slot.add_service(
+                        &r,
+                        registry.tasks_of(r.prober_rnic),
+                        registry.tasks_of(r.target_rnic),
+                    );
                     self.tor_pairs.observe(&r, prober.tor, target.tor);
                     accepted += 1;
                 }

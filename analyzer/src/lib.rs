@@ -277,8 +277,9 @@ impl Analyzer {
         let mut pending = self.pending.lock().await;
         let registry = read(&self.registry);
         let period_ms = self.cfg.period_ms as i64;
+        let sides = sla::DropSides::from_problems(&self.problems(ProblemState::Active), &registry);
         lock(&self.state).window.finalize(now, |p| {
-            pending.push_back(sla::period_rows(p, period_ms, &registry));
+            pending.push_back(sla::period_rows(p, period_ms, &registry, &sides));
         });
         if let Some(newest) = pending.back() {
             write(&self.latest, Arc::new(newest.clone()));
