@@ -1,5 +1,6 @@
 //! REST API of the analyzer under `/api/v1`.
 
+use crate::advice::{Avoid, PairEnd, PortAdvice, advise};
 use crate::diagnosis::engine::BaselineVote;
 use crate::diagnosis::fabric::FabricMap;
 use crate::diagnosis::store::{self as problems, StateFilter};
@@ -50,6 +51,7 @@ pub fn router(analyzer: Arc<Analyzer>) -> Router {
             get(get_baseline),
         )
         .route(&format!("{API_PREFIX}/paths"), get(get_paths))
+        .route(&format!("{API_PREFIX}/paths/advice"), get(get_advice))
         .with_state(analyzer)
 }
 
@@ -65,6 +67,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         get_problem,
         get_baseline,
         get_paths,
+        get_advice,
     ))]
     struct Doc;
     <Doc as utoipa::OpenApi>::openapi()
@@ -482,6 +485,79 @@ async fn get_paths(
         error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("path scan failed: {e}"),
+        )
+    })
+}
+
+/// Traced 5-tuples one advice reads at most (a pair has a handful; this bounds the scan's copy).
+const MAX_ADVICE_TRACES: usize = 4_096;
+
+/// `GET /api/v1/paths/advice` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdviceQuery {
+    src: String,
+    dst: String,
+}
+
+fn pair_end(registry: &Registry, spec: &str, end: &str) -> Result<PairEnd, ApiError> {
+    registry
+        .rnic_ids()
+        .filter_map(|id| registry.meta(id).map(|m| (id, m)))
+        .find(|(id, m)| m.name == spec || id.to_string() == spec)
+        .map(|(_, m)| PairEnd {
+            name: m.name.clone(),
+            host: m.host.clone(),
+            ip: m.ip,
+        })
+        .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no {end} RNIC {spec:?}")))
+}
+
+/// Source ports for an RNIC pair whose traced paths avoid every open problem (C4P).
+#[utoipa::path(get, path = "/api/v1/paths/advice", operation_id = "getPortAdvice", tag = "problems",
+    params(("src" = String, Query, description = "Source RNIC: id or `host/ifname`"),
+        ("dst" = String, Query, description = "Destination RNIC: id or `host/ifname`")),
+    responses((status = 200, body = PortAdvice), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn get_advice(
+    State(a): State<Arc<Analyzer>>,
+    q: Result<Query<AdviceQuery>, QueryRejection>,
+) -> Result<Json<PortAdvice>, ApiError> {
+    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let registry = read(&a.registry);
+    let src = pair_end(&registry, &q.src, "source")?;
+    let dst = pair_end(&registry, &q.dst, "destination")?;
+    if src.ip == dst.ip {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "src and dst are the same RNIC",
+        ));
+    }
+    // With several analyzers, the others' problems are only in the database.
+    let problems = if a.shards().is_some() {
+        problems::query(a.db(), StateFilter::Active, None, i64::MIN, MAX_PROBLEMS)
+            .await
+            .map_err(internal)?
+    } else {
+        a.problems(ProblemState::Active)
+    };
+    let avoid = Avoid::from_problems(&problems);
+    let scan = tokio::task::spawn_blocking(move || {
+        let (s, d) = (src.ip, dst.ip);
+        let traces: Vec<TracedPath> = a
+            .diagnosis
+            .traces(
+                |p| (p.src == s && p.dst == d) || (p.src == d && p.dst == s),
+                MAX_ADVICE_TRACES,
+            )
+            .into_iter()
+            .map(|t| Arc::unwrap_or_clone(t.latest))
+            .collect();
+        advise(a.diagnosis.map(), &src, &dst, &traces, &avoid)
+    });
+    scan.await.map(Json).map_err(|e| {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("advice failed: {e}"),
         )
     })
 }

@@ -9,8 +9,10 @@
 //! window ([`diagnosis`]). [`run`] drives ticks, diagnoses and registry
 //! refreshes; [`router`] serves the REST API.
 
+pub mod advice;
 pub mod api;
 pub mod config;
+pub mod crossing;
 pub mod diagnosis;
 pub mod host_keys;
 pub mod ingest;

@@ -116,7 +116,9 @@ impl Registry {
 
     /// Name of an interned task.
     pub fn task_name(&self, task: u32) -> &str {
-        self.task_names.get(task as usize).map_or("?", String::as_str)
+        self.task_names
+            .get(task as usize)
+            .map_or("?", String::as_str)
     }
 
     /// The RNIC named `"<host>/<ifname>"`.

@@ -83,7 +83,9 @@ impl DropSides {
                 }
                 (ProblemKind::HostDown | ProblemKind::AgentRestart | ProblemKind::HostNoise, _) => {
                     match p.component_kind {
-                        ComponentKind::Rnic => sides.host.extend(registry.rnic_by_name(&p.component)),
+                        ComponentKind::Rnic => {
+                            sides.host.extend(registry.rnic_by_name(&p.component))
+                        }
                         _ => sides.host.extend(host_rnics(&p.component)),
                     }
                 }
@@ -114,7 +116,9 @@ type NotSwitch = HashMap<(SlaScope, String), (u64, u64)>;
 fn split_drops(rows: &mut [SlaRow], p: &Period, registry: &Registry, sides: &DropSides) {
     let mut not_switch = NotSwitch::new();
     for (&pair, &[all, service]) in &p.pair_timeouts {
-        let Some(rnic) = sides.side(pair) else { continue };
+        let Some(rnic) = sides.side(pair) else {
+            continue;
+        };
         let mut add = |scope: SlaScope, key: String, n: u64| {
             let e = not_switch.entry((scope, key)).or_default();
             if rnic { e.0 += n } else { e.1 += n }
@@ -129,7 +133,11 @@ fn split_drops(rows: &mut [SlaRow], p: &Period, registry: &Registry, sides: &Dro
         }
         add(SlaScope::Rnic, pair.1.to_string(), all);
         let theirs = registry.tasks_of(pair.1);
-        for t in registry.tasks_of(pair.0).iter().filter(|t| theirs.contains(t)) {
+        for t in registry
+            .tasks_of(pair.0)
+            .iter()
+            .filter(|t| theirs.contains(t))
+        {
             add(SlaScope::Task, registry.task_name(*t).to_string(), all);
         }
     }
@@ -140,7 +148,13 @@ fn split_drops(rows: &mut [SlaRow], p: &Period, registry: &Registry, sides: &Dro
         let timeouts = r.timeouts.max(0) as u64;
         let rnic = rnic.min(timeouts);
         let switch = timeouts - rnic - host.min(timeouts - rnic);
-        let rate = |n: u64| if r.probes > 0 { n as f64 / r.probes as f64 } else { 0.0 };
+        let rate = |n: u64| {
+            if r.probes > 0 {
+                n as f64 / r.probes as f64
+            } else {
+                0.0
+            }
+        };
         r.rnic_drops = rnic as i64;
         r.switch_drops = switch as i64;
         r.rnic_drop_rate = rate(rnic);
@@ -153,7 +167,12 @@ pub const SERVICE_KEY: &str = "service";
 
 /// Every non-empty scope of a finalized period, as rows (cluster, ToR pairs, RNICs, tasks,
 /// service; each group sorted by key), with drops split by `sides`.
-pub fn period_rows(p: &Period, period_ms: i64, registry: &Registry, sides: &DropSides) -> Vec<SlaRow> {
+pub fn period_rows(
+    p: &Period,
+    period_ms: i64,
+    registry: &Registry,
+    sides: &DropSides,
+) -> Vec<SlaRow> {
     let start = p.index * period_ms;
     let mut rows = vec![row(
         start,
@@ -188,12 +207,26 @@ pub fn period_rows(p: &Period, period_ms: i64, registry: &Registry, sides: &Drop
         .tasks
         .iter()
         .filter(|(_, m)| !m.is_empty())
-        .map(|(&t, m)| row(start, period_ms, SlaScope::Task, registry.task_name(t).into(), m))
+        .map(|(&t, m)| {
+            row(
+                start,
+                period_ms,
+                SlaScope::Task,
+                registry.task_name(t).into(),
+                m,
+            )
+        })
         .collect();
     tasks.sort_unstable_by(|a, b| a.key.cmp(&b.key));
     rows.extend(tasks);
     if !p.service.is_empty() {
-        rows.push(row(start, period_ms, SlaScope::Service, SERVICE_KEY.into(), &p.service));
+        rows.push(row(
+            start,
+            period_ms,
+            SlaScope::Service,
+            SERVICE_KEY.into(),
+            &p.service,
+        ));
     }
     split_drops(&mut rows, p, registry, sides);
     rows
@@ -447,7 +480,15 @@ mod tests {
     /// RNIC r (1..=4) on host hr, ToR t0 for 1-2 and t1 for 3-4; task 0 on every RNIC.
     fn registry() -> Registry {
         let mut reg = Registry::new(
-            (1..=4).map(|r| (r, RnicEntry { host_id: r, tor: u16::from(r > 2) })),
+            (1..=4).map(|r| {
+                (
+                    r,
+                    RnicEntry {
+                        host_id: r,
+                        tor: u16::from(r > 2),
+                    },
+                )
+            }),
             vec!["t0".to_string(), "t1".to_string()].into(),
         );
         for r in 1..=4u32 {

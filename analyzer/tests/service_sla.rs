@@ -118,7 +118,10 @@ async fn task_and_service_rows_count_the_probes_of_their_pairs_and_are_served() 
         let got = stored.iter().find(|r| r.key == "llm").unwrap();
         assert_eq!(got, llm, "{name}");
         let svc: Vec<SlaRow> = get(&base, "/sla?scope=service").await;
-        assert_eq!(rows_of(&svc, SlaScope::Service), [("service".into(), 55, 10)]);
+        assert_eq!(
+            rows_of(&svc, SlaScope::Service),
+            [("service".into(), 55, 10)]
+        );
         let latest: Vec<SlaRow> = get(&base, "/sla/latest?scope=task&key=ft").await;
         assert_eq!(rows_of(&latest, SlaScope::Task), [("ft".into(), 25, 0)]);
         let (status, _) = call(format!("{base}/sla?scope=tasks"), None, None).await;

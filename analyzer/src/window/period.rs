@@ -163,7 +163,9 @@ impl Period {
         }
         if r.status != ProbeStatus::Ok {
             let mut key = (r.prober_rnic, r.target_rnic);
-            if self.pair_timeouts.len() >= MAX_TIMEOUT_PAIRS && !self.pair_timeouts.contains_key(&key) {
+            if self.pair_timeouts.len() >= MAX_TIMEOUT_PAIRS
+                && !self.pair_timeouts.contains_key(&key)
+            {
                 key = UNATTRIBUTED;
             }
             let n = self.pair_timeouts.entry(key).or_default();
