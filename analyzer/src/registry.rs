@@ -56,7 +56,8 @@ pub struct Registry {
     labels: HashMap<u32, Vec<EndpointLabel>>,
     /// Interned tasks each RNIC id serves (dense like `rnics`; empty for most).
     tasks_of: Vec<Box<[u32]>>,
-    task_names: Arc<[String]>,
+    /// Name and database id of each interned task.
+    task_names: Arc<[(String, u32)]>,
 }
 
 impl Registry {
@@ -93,7 +94,7 @@ impl Registry {
     }
 
     /// Sets the interned tasks of each RNIC and the names behind the task ids.
-    pub fn set_tasks(&mut self, tasks: HashMap<u32, Vec<u32>>, names: Arc<[String]>) {
+    pub fn set_tasks(&mut self, tasks: HashMap<u32, Vec<u32>>, names: Arc<[(String, u32)]>) {
         let mut dense: Vec<Box<[u32]>> = Vec::new();
         for (id, mut t) in tasks {
             let i = id as usize;
@@ -118,7 +119,12 @@ impl Registry {
     pub fn task_name(&self, task: u32) -> &str {
         self.task_names
             .get(task as usize)
-            .map_or("?", String::as_str)
+            .map_or("?", |t| t.0.as_str())
+    }
+
+    /// Database id of an interned task.
+    pub fn task_id(&self, task: u32) -> Option<u32> {
+        self.task_names.get(task as usize).map(|t| t.1)
     }
 
     /// The RNIC named `"<host>/<ifname>"`.
@@ -189,7 +195,7 @@ pub struct RegistryLoader {
     names: Vec<String>,
     /// Task names interned like ToRs: ids stay valid in open SLA periods across loads.
     task_ids: HashMap<String, u32>,
-    task_names: Vec<String>,
+    task_names: Vec<(String, u32)>,
 }
 
 impl RegistryLoader {
@@ -253,8 +259,8 @@ impl RegistryLoader {
             registry.set_meta(id, meta);
         }
         registry.set_labels(load_labels(db).await?);
-        let members: Vec<(i64, String)> = sqlx::query_as(
-            "SELECT r.id, t.name FROM task_endpoints e \
+        let members: Vec<(i64, String, i64)> = sqlx::query_as(
+            "SELECT r.id, t.name, t.id FROM task_endpoints e \
              JOIN tasks t ON t.id = e.task_id \
              JOIN hosts h ON h.name = e.host \
              JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic",
@@ -263,16 +269,20 @@ impl RegistryLoader {
         .await
         .context("reading task endpoints")?;
         let mut tasks: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (id, task) in members {
-            let Ok(id) = u32::try_from(id) else { continue };
+        for (id, task, task_id) in members {
+            let (Ok(id), Ok(task_id)) = (u32::try_from(id), u32::try_from(task_id)) else {
+                continue;
+            };
             if id > MAX_RNIC_ID {
                 continue;
             }
             let next = self.task_names.len() as u32;
             let t = *self.task_ids.entry(task.clone()).or_insert_with(|| {
-                self.task_names.push(task);
+                self.task_names.push((task.clone(), task_id));
                 next
             });
+            // A task deleted and created again under its name has a new id.
+            self.task_names[t as usize].1 = task_id;
             tasks.entry(id).or_default().push(t);
         }
         registry.set_tasks(tasks, self.task_names.clone().into());

@@ -506,7 +506,7 @@ mod tests {
         }
         reg.set_tasks(
             (1..=4).map(|r| (r, vec![0])).collect(),
-            Arc::from(vec!["job".to_string()]),
+            Arc::from(vec![("job".to_string(), 1)]),
         );
         reg
     }

@@ -537,6 +537,30 @@ pub struct Evidence {
     /// Flow problems: every component that could explain the failures, most likely first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<SuspectComponent>,
+    /// Link and switch problems: the tasks and service flows whose traced 5-tuples cross
+    /// the component, largest share of its traffic first (Vedrfolnir §III-D; bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blamed: Vec<BlamedFlow>,
+}
+
+/// A task, or a service flow in no task, crossing a problem's link or switch, with its
+/// share of the traffic there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct BlamedFlow {
+    /// Task name, or the flow as `host/ifname -> host/ifname sport N`.
+    pub name: String,
+    /// Task database id; absent for a flow in no task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<u32>,
+    /// Traced service 5-tuples behind it that cross the component.
+    pub flows: u32,
+    /// Estimated bytes per second it puts there (its RNICs' sampled throughput spread over
+    /// their service flows); absent when no throughput of its RNICs is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_s: Option<f64>,
+    /// Share in [0, 1] of the component's estimated traffic — by bytes when any crossing
+    /// flow's throughput is known, else by flow count.
+    pub share: f64,
 }
 
 /// One direction of a link: traffic leaving device `from` towards device `to` (fabric-map
