@@ -1,7 +1,8 @@
 //! Path catalog and source-port advice (C4P; R-Pingmesh §7.3): for a (source RNIC,
 //! destination RNIC) pair, every source port whose path is traced — probes and ECMP hash
 //! a 5-tuple alike, so a traced port is a known path — and the ports whose forward path
-//! and ACK path avoid every switch and link with an open problem, ordered so that
+//! and ACK path (both traced to the end) avoid every switch and link with an open
+//! problem, ordered so that
 //! consecutive ports take different spines. A service that sets these ports on its
 //! connections (`modify_qp` flow label) routes around the fault and spreads its load.
 
@@ -154,8 +155,10 @@ pub fn advise(
                     }
                 }
             }
-            // A broken-off trace does not show the whole path: never advised.
-            let advised = t.reached && crosses.is_empty();
+            // A broken-off or missing trace does not show the whole way there and back:
+            // such a port is never advised.
+            let ack_reached = acks.get(&port).is_some_and(|a| a.reached);
+            let advised = t.reached && ack_reached && crosses.is_empty();
             let apex = fwd.apex().map(str::to_string);
             let path = CatalogPath {
                 src_port: port,

@@ -135,8 +135,9 @@ fn advice_spreads_ports_across_spines() {
     }
 }
 
-/// A port whose latest trace broke off is listed but not advised; a flow problem's link
-/// suspects are avoided; a problem on an end RNIC is reported, since no port avoids it.
+/// A port whose latest trace broke off, or whose ACK path is not traced, is listed but not
+/// advised; a flow problem's link suspects are avoided; a problem on an end RNIC is
+/// reported, since no port avoids it.
 #[test]
 fn broken_traces_flow_suspects_and_endpoint_problems() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
