@@ -146,8 +146,8 @@ async fn post_results(
 
 /// Stored SLA rows of one scope, newest period first.
 #[utoipa::path(get, path = "/api/v1/sla", operation_id = "listSlaRows", tag = "sla",
-    params(("scope" = SlaScope, Query, description = "cluster, tor_pair or rnic"),
-        ("key" = Option<String>, Query, description = "Only this key (`tor-a->tor-b`, an RNIC id)"),
+    params(("scope" = SlaScope, Query, description = "cluster, tor_pair, rnic, task or service"),
+        ("key" = Option<String>, Query, description = "Only this key (`tor-a->tor-b`, an RNIC id, a task name)"),
         ("from_ms" = Option<i64>, Query, description = "Periods starting at or after (ms since the Unix epoch)"),
         ("to_ms" = Option<i64>, Query, description = "Periods starting before"),
         ("limit" = Option<u32>, Query, description = "Most rows (default 100, at most 10,000)")),
