@@ -294,9 +294,13 @@ impl Analyzer {
         let mut pending = self.pending.lock().await;
         let registry = read(&self.registry);
         let period_ms = self.cfg.period_ms as i64;
-        let sides = sla::DropSides::from_problems(&self.problems(ProblemState::Active), &registry);
+        // Which side dropped what: read from the problems open now, once a period closes.
+        let mut sides: Option<sla::DropSides> = None;
         lock(&self.state).window.finalize(now, |p| {
-            pending.push_back(sla::period_rows(p, period_ms, &registry, &sides));
+            let sides = sides.get_or_insert_with(|| {
+                sla::DropSides::from_problems(&self.problems(ProblemState::Active), &registry)
+            });
+            pending.push_back(sla::period_rows(p, period_ms, &registry, sides));
         });
         if let Some(newest) = pending.back() {
             write(&self.latest, Arc::new(newest.clone()));
