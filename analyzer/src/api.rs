@@ -374,6 +374,14 @@ pub struct PathsReply {
     pub paths: Vec<PathInfo>,
 }
 
+/// The RNIC a query names by registry id or `host/ifname`.
+fn find_rnic<'a>(registry: &'a Registry, spec: &str) -> Option<&'a crate::registry::RnicMeta> {
+    match spec.parse::<u32>() {
+        Ok(id) => registry.meta(id),
+        Err(_) => registry.rnic_by_name(spec).and_then(|id| registry.meta(id)),
+    }
+}
+
 /// One end of a path filter, resolved against the registry.
 enum EndFilter {
     Any,
@@ -393,11 +401,8 @@ impl EndFilter {
                 StatusCode::BAD_REQUEST,
                 format!("give {end}_rnic or {end}_tor, not both"),
             )),
-            (Some(spec), None) => registry
-                .rnic_ids()
-                .filter_map(|id| registry.meta(id).map(|m| (id, m)))
-                .find(|(id, m)| m.name == spec || id.to_string() == spec)
-                .map(|(_, m)| Self::Ip(m.ip))
+            (Some(spec), None) => find_rnic(registry, spec)
+                .map(|m| Self::Ip(m.ip))
                 .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no RNIC {spec:?}"))),
             (None, Some(tor)) => Ok(Self::Tor(tor)),
             (None, None) => Ok(Self::Any),
@@ -501,11 +506,8 @@ struct AdviceQuery {
 }
 
 fn pair_end(registry: &Registry, spec: &str, end: &str) -> Result<PairEnd, ApiError> {
-    registry
-        .rnic_ids()
-        .filter_map(|id| registry.meta(id).map(|m| (id, m)))
-        .find(|(id, m)| m.name == spec || id.to_string() == spec)
-        .map(|(_, m)| PairEnd {
+    find_rnic(registry, spec)
+        .map(|m| PairEnd {
             name: m.name.clone(),
             host: m.host.clone(),
             ip: m.ip,

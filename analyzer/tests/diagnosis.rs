@@ -52,26 +52,11 @@ const TASKS: [(i64, &str, [u32; 2]); 2] = [(1, "a", [1, 3]), (2, "b", [2, 4])];
 
 async fn seed_tasks(db: &rocemesh_store::Db) {
     for (id, name, rnics) in TASKS {
-        sqlx::query(
-            "INSERT INTO tasks (id, name, created_at_ms, updated_at_ms) VALUES ($1, $2, 0, 0)",
-        )
-        .bind(id)
-        .bind(name)
-        .execute(db.pool())
-        .await
-        .unwrap();
-        for (pos, r) in rnics.into_iter().enumerate() {
-            sqlx::query(
-                "INSERT INTO task_endpoints (task_id, pos, host, rnic, rail, ready) VALUES ($1, $2, $3, $4, 0, 1)",
-            )
-            .bind(id)
-            .bind(pos as i64)
-            .bind(format!("host-{r}"))
-            .bind(format!("eth{r}"))
-            .execute(db.pool())
-            .await
-            .unwrap();
-        }
+        let endpoints: Vec<(String, String)> = rnics
+            .iter()
+            .map(|r| (format!("host-{r}"), format!("eth{r}")))
+            .collect();
+        seed_task(db, id, name, &endpoints).await;
     }
 }
 

@@ -24,35 +24,19 @@ async fn fabric(db: &Db) {
         ],
     )
     .await;
-    for (id, name) in [(1, "llm"), (2, "ft")] {
-        sqlx::query(
-            "INSERT INTO tasks (id, name, created_at_ms, updated_at_ms) VALUES ($1, $2, 0, 0)",
-        )
-        .bind(id)
-        .bind(name)
-        .execute(db.pool())
-        .await
-        .unwrap();
-    }
-    for (task, pos, host, rnic) in [
-        (1, 0, "host-1", "eth1"),
-        (1, 1, "host-2", "eth3"),
-        (2, 0, "host-1", "eth2"),
-        (2, 1, "host-3", "eth4"),
-        (2, 2, "host-2", "eth3"),
-    ] {
-        sqlx::query(
-            "INSERT INTO task_endpoints (task_id, pos, host, rnic, rail, ready) \
-             VALUES ($1, $2, $3, $4, 0, 1)",
-        )
-        .bind(task)
-        .bind(pos)
-        .bind(host)
-        .bind(rnic)
-        .execute(db.pool())
-        .await
-        .unwrap();
-    }
+    let ep = |h: &str, r: &str| (h.to_string(), r.to_string());
+    seed_task(db, 1, "llm", &[ep("host-1", "eth1"), ep("host-2", "eth3")]).await;
+    seed_task(
+        db,
+        2,
+        "ft",
+        &[
+            ep("host-1", "eth2"),
+            ep("host-3", "eth4"),
+            ep("host-2", "eth3"),
+        ],
+    )
+    .await;
 }
 
 fn rows_of(rows: &[SlaRow], scope: SlaScope) -> Vec<(String, i64, i64)> {

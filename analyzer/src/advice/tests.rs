@@ -10,6 +10,16 @@ fn ip(s: &str) -> IpAddr {
     s.parse().unwrap()
 }
 
+/// The 2x2 Clos and its pair: RNIC 1 under t0 (h0/r0) to RNIC 1 under t1 (h2/r0).
+fn clos_pair() -> (FabricMap, PairEnd, PairEnd) {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    (
+        map,
+        end("h0/r0", "h0", "198.18.0.1"),
+        end("h2/r0", "h2", "198.18.1.1"),
+    )
+}
+
 fn end(name: &str, host: &str, addr: &str) -> PairEnd {
     PairEnd {
         name: name.into(),
@@ -63,11 +73,7 @@ fn catalog(rng: &mut StdRng, ports: u16) -> (Vec<TracedPath>, BTreeMap<u16, (u8,
 /// lists every traced port.
 #[test]
 fn advised_ports_avoid_a_faulty_spine_link_both_ways() {
-    let map = FabricMap::parse(CLOS_2X2).unwrap();
-    let (src, dst) = (
-        end("h0/r0", "h0", "198.18.0.1"),
-        end("h2/r0", "h2", "198.18.1.1"),
-    );
+    let (map, src, dst) = clos_pair();
     for seed in 0..20u64 {
         let mut rng = StdRng::seed_from_u64(seed);
         let (traces, spines) = catalog(&mut rng, 16);
@@ -108,11 +114,7 @@ fn advised_ports_avoid_a_faulty_spine_link_both_ways() {
 /// the spines for as long as both have ports left.
 #[test]
 fn advice_spreads_ports_across_spines() {
-    let map = FabricMap::parse(CLOS_2X2).unwrap();
-    let (src, dst) = (
-        end("h0/r0", "h0", "198.18.0.1"),
-        end("h2/r0", "h2", "198.18.1.1"),
-    );
+    let (map, src, dst) = clos_pair();
     for seed in 0..20u64 {
         let mut rng = StdRng::seed_from_u64(seed);
         let (traces, spines) = catalog(&mut rng, 12);
@@ -140,11 +142,7 @@ fn advice_spreads_ports_across_spines() {
 /// reported, since no port avoids it.
 #[test]
 fn broken_traces_flow_suspects_and_endpoint_problems() {
-    let map = FabricMap::parse(CLOS_2X2).unwrap();
-    let (src, dst) = (
-        end("h0/r0", "h0", "198.18.0.1"),
-        end("h2/r0", "h2", "198.18.1.1"),
-    );
+    let (map, src, dst) = clos_pair();
     let mut broken = trace(0, 0, 2000, false, 5);
     broken.hops.truncate(2);
     broken.reached = false;
