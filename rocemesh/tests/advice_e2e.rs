@@ -2,14 +2,17 @@
 //! L4-hashed ECMP and real agents; 30 % loss on the spine link t0-s1. Once the analyzer
 //! reports it, every port advised for h0 -> h1 has forward and ACK paths clear of s1, and
 //! real UDP exchanges on those very 5-tuples (the probe's way there, the ACK's way back)
-//! lose nothing, while the ports crossing the link do lose packets.
+//! lose nothing, while the ports crossing the link do lose packets. A training task on the
+//! two hosts probes its pair as a service flow: the link problem blames the task exactly
+//! when that flow's traced path crosses the link.
 
 mod support;
 
 use rocemesh::lab::{Lab, LabTiming};
 use rocemesh_analyzer::advice::PortAdvice;
 use rocemesh_analyzer::api::{PathDirection, PathsReply};
-use rocemesh_proto::api::{ComponentKind, Problem, ProblemState};
+use rocemesh_proto::ProbeClass;
+use rocemesh_proto::api::{ComponentKind, HostInfo, Pinglist, Problem, ProblemState};
 use rocemesh_testbed::{Direction, FabricSpec, Fault, netns};
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::{Ipv4Addr, SocketAddrV4, UdpSocket};
@@ -159,6 +162,42 @@ fn probes_on_advised_ports_avoid_a_lossy_spine_link() {
         format!("{}/{}", h0.name, h0.rnics[0].ifname),
         format!("{}/{}", h1.name, h1.rnics[0].ifname),
     );
+    // A task on both RNICs: its pair is probed (and traced) as a service flow.
+    let ends = [(h0, &src), (h1, &dst)];
+    let task: serde_json::Value = lab
+        .post(
+            "/api/v1/tasks",
+            &serde_json::json!({"name": "job", "endpoints": ends.iter().map(|(h, _)| {
+                serde_json::json!({"host": h.name, "rnic": h.rnics[0].ifname})
+            }).collect::<Vec<_>>()}),
+        )
+        .expect("create task");
+    let task_id = task["id"].as_u64().expect("task id");
+    for (h, _) in ends {
+        let body = serde_json::json!({"host": h.name, "rnic": h.rnics[0].ifname});
+        let _: serde_json::Value = lab
+            .post(&format!("/api/v1/tasks/{task_id}/ready"), &body)
+            .expect("endpoint ready");
+    }
+    // (prober RNIC name, target RNIC name, source port) of the task's service flow.
+    let service_flow = wait(Duration::from_secs(30), || {
+        let hosts: Vec<HostInfo> = lab.get("/api/v1/hosts").ok()?;
+        ends.iter().find_map(|(h, name)| {
+            let id = hosts.iter().find(|x| x.host == h.name)?.id;
+            let list: Pinglist = lab.get(&format!("/api/v1/pinglists/{id}")).ok()?;
+            let t = list
+                .rnics
+                .iter()
+                .flat_map(|r| &r.lists)
+                .filter(|l| l.class == ProbeClass::Service)
+                .flat_map(|l| &l.entries)
+                .next()?;
+            let other = if *name == &src { &dst } else { &src };
+            Some(((*name).clone(), other.clone(), t.src_port))
+        })
+    })
+    .expect("the task's pair in a service pinglist");
+    eprintln!("task service flow: {service_flow:?}");
     let advice = |lab: &Lab| -> PortAdvice {
         lab.get(&format!("/api/v1/paths/advice?src={src}&dst={dst}"))
             .expect("advice")
@@ -195,6 +234,49 @@ fn probes_on_advised_ports_avoid_a_lossy_spine_link() {
         "t0-s1 reported after {:.1} s",
         started.elapsed().as_secs_f64()
     );
+    // Flow blame: the task is on the link's list exactly when its flow's path crosses it.
+    let (prober, target, sport) = &service_flow;
+    let traced: PathsReply = lab
+        .get(&format!(
+            "/api/v1/paths?src_rnic={prober}&dst_rnic={target}&limit=1000"
+        ))
+        .expect("paths");
+    let task_path: Vec<&Vec<String>> = traced
+        .paths
+        .iter()
+        .filter(|p| p.direction == PathDirection::Probe && p.src_port == *sport)
+        .map(|p| &p.hop_names)
+        .collect();
+    assert!(!task_path.is_empty(), "task flow untraced: {traced:#?}");
+    let crosses = task_path.iter().any(|h| h.iter().any(|x| x == "s1"));
+    let blames_task = |p: &Problem| p.evidence.blamed.iter().any(|b| b.name == "job");
+    let link = wait(Duration::from_secs(30), || {
+        let problems: Vec<Problem> = lab.get("/api/v1/problems").ok()?;
+        let p = problems.into_iter().find(|p| p.component == "t0-s1")?;
+        (blames_task(&p) == crosses).then_some(p)
+    })
+    .unwrap_or_else(|| {
+        panic!(
+            "blame of t0-s1 wrong (task flow crosses: {crosses}): {:#?}",
+            lab.problems()
+        )
+    });
+    if crosses {
+        let b = link
+            .evidence
+            .blamed
+            .iter()
+            .find(|b| b.name == "job")
+            .unwrap();
+        assert_eq!((b.task_id, b.flows), (Some(task_id as u32), 1), "{link:#?}");
+        let total: f64 = link.evidence.blamed.iter().map(|b| b.share).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{link:#?}");
+    }
+    eprintln!(
+        "blamed on t0-s1 (task flow crosses: {crosses}): {:?}",
+        link.evidence.blamed
+    );
+
     let advised = advice(&lab);
     assert!(
         !advised.ports.is_empty(),
@@ -211,17 +293,6 @@ fn probes_on_advised_ports_avoid_a_lossy_spine_link() {
         }
     }
     assert_eq!(advised.spines, ["s0"], "{advised:#?}");
-    let crossing: Vec<u16> = advised
-        .catalog
-        .iter()
-        .filter(|c| c.reached && c.path.iter().any(|s| s == "s1"))
-        .map(|c| c.src_port)
-        .collect();
-    assert!(
-        !crossing.is_empty(),
-        "no traced port crosses s1: {advised:#?}"
-    );
-
     // The exact 5-tuples: destination ports as traced, both directions.
     let q = |a: &str, b: &str| format!("/api/v1/paths?src_rnic={a}&dst_rnic={b}&limit=1000");
     let mut paths: PathsReply = lab.get(&q(&src, &dst)).expect("paths");
@@ -241,6 +312,19 @@ fn probes_on_advised_ports_avoid_a_lossy_spine_link() {
             of(PathDirection::Ack)?.dst_port,
         ))
     };
+    // Ports whose way there crossed s1 (as traced last, or last before the loss cut it).
+    let from = std::net::IpAddr::V4(h0.rnics[0].ip);
+    let crossing: BTreeSet<u16> = paths
+        .paths
+        .iter()
+        .filter(|p| p.direction == PathDirection::Probe && p.src == from)
+        .filter(|p| p.hop_names.iter().any(|h| h == "s1"))
+        .map(|p| p.src_port)
+        .collect();
+    assert!(
+        !crossing.is_empty(),
+        "no traced port crosses s1: {paths:#?}"
+    );
     let good: Vec<(u16, u16, u16)> = advised.ports.iter().filter_map(|&p| tuple(p)).collect();
     let bad: Vec<(u16, u16, u16)> = crossing.iter().filter_map(|&p| tuple(p)).collect();
     assert_eq!(
