@@ -32,10 +32,11 @@ const MAX_TRACES: usize = 200_000;
 pub type RateSource = dyn Fn(u32) -> Option<f64> + Send + Sync;
 
 /// Service 5-tuples (prober RNIC, target RNIC, source port) with when they were last
-/// probed; bounded by [`MAX_SERVICE_FLOWS`].
+/// probed; bounded by [`MAX_SERVICE_FLOWS`]. Hashed with foldhash: ingest looks up every
+/// service-class result.
 #[derive(Debug, Default)]
 pub struct ServiceFlows {
-    seen: HashMap<(u32, u32, u16), i64>,
+    seen: foldhash::HashMap<(u32, u32, u16), i64>,
 }
 
 impl ServiceFlows {
