@@ -349,6 +349,25 @@ impl Analyzer {
         let _ = self.throughput.set(rate);
     }
 
+    /// The active problems of the whole deployment, for a writer outside the analyzer that
+    /// exactly one instance may run (Kubernetes node verdicts, lease `lease`): this
+    /// process's when it runs alone; in a scale-out deployment, every shard's (from the
+    /// database) while this instance holds the lease, else `None`: another instance writes,
+    /// and one that saw only its own shards would clear the others' verdicts.
+    pub async fn deployment_problems(
+        &self,
+        lease: &str,
+        now_ms: i64,
+    ) -> anyhow::Result<Option<Vec<Problem>>> {
+        let Some(shards) = &self.shards else {
+            return Ok(Some(self.problems(ProblemState::Active)));
+        };
+        if !shards.lead(&self.db, lease, now_ms).await? {
+            return Ok(None);
+        }
+        diagnosis::store::load_active(&self.db).await.map(Some)
+    }
+
     /// Scale-out membership, when this is one of several analyzer instances.
     pub fn shards(&self) -> Option<&shard::Shards> {
         self.shards.as_ref()

@@ -116,3 +116,75 @@ async fn sqlite_refuses_scale_out_and_runs_unsharded_without_it() {
         assert!(!off.unwrap(), "{name}: off by default");
     }
 }
+
+/// Node verdicts (Kubernetes) are written by one instance of a scale-out deployment, from
+/// every shard's problems: an instance that wrote from its own shards alone would clear
+/// the verdicts of the others' problems.
+#[tokio::test]
+async fn one_instance_answers_for_the_deployments_problems() {
+    use rocemesh_analyzer::shard::NODE_VERDICTS_LEASE;
+    use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
+    for (name, db) in test_databases().await {
+        let mut cfg = AnalyzerConfig::default();
+        if db.backend() == rocemesh_store::Backend::Sqlite {
+            // One instance: its own problems, always.
+            let a = Analyzer::new(db.clone(), cfg).await.unwrap();
+            let got = a.deployment_problems(NODE_VERDICTS_LEASE, 0).await.unwrap();
+            assert_eq!(got, Some(vec![]), "{name}");
+            continue;
+        }
+        cfg.scaleout.enabled = true;
+        cfg.scaleout.advertise_url = Some("http://127.0.0.1:1".into());
+        let lease = cfg.scaleout.lease_ms as i64;
+        let a = Analyzer::new(db.clone(), cfg.clone()).await.unwrap();
+        let b = Analyzer::new(db.clone(), cfg).await.unwrap();
+        // A problem another shard filed, stored only in the database.
+        let filed = rocemesh_proto::testing::active_problem(
+            0,
+            rocemesh_proto::api::ProblemKind::LinkFault,
+            rocemesh_proto::api::ComponentKind::Link,
+            "t1-s0",
+            "loss 3 %",
+        );
+        rocemesh_analyzer::diagnosis::store::insert(&db, &filed)
+            .await
+            .unwrap();
+        let now = 1_000_000;
+        let first = a
+            .deployment_problems(NODE_VERDICTS_LEASE, now)
+            .await
+            .unwrap();
+        let second = b
+            .deployment_problems(NODE_VERDICTS_LEASE, now)
+            .await
+            .unwrap();
+        let components = |p: &Option<Vec<rocemesh_proto::api::Problem>>| {
+            p.as_ref()
+                .map(|v| v.iter().map(|p| p.component.clone()).collect::<Vec<_>>())
+        };
+        assert_eq!(
+            components(&first),
+            Some(vec!["t1-s0".to_string()]),
+            "{name}"
+        );
+        assert_eq!(second, None, "{name}: two writers");
+        // The writer goes silent: once its lease ends the other takes over.
+        let later = now + lease + 1;
+        let taken = b
+            .deployment_problems(NODE_VERDICTS_LEASE, later)
+            .await
+            .unwrap();
+        assert_eq!(
+            components(&taken),
+            Some(vec!["t1-s0".to_string()]),
+            "{name}"
+        );
+        assert_eq!(
+            a.deployment_problems(NODE_VERDICTS_LEASE, later + 1)
+                .await
+                .unwrap(),
+            None,
+            "{name}: the old writer came back and wrote beside the new one"
+        );
+    }
+}

@@ -15,7 +15,7 @@ use crate::tasks::TaskBook;
 use crate::tasks::resolve::Derived;
 use crate::tasks::service::{self, ServiceParams};
 use crate::throughput::ThroughputStore;
-use crate::topology::{Topology, UNKNOWN_TOR};
+use crate::topology::{NodeLabels, Topology, UNKNOWN_TOR};
 use rocemesh_proto::api::{
     HostInfo, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse, RnicInfo, TopologyInfo,
 };
@@ -176,33 +176,41 @@ impl ControllerState {
             .unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Places host `host` under the ToR its Kubernetes node label names (`None`: the label
-    /// is gone), below the topology file and the agent's hint. Its registered RNICs whose
-    /// ToR changes move now (database first); a host not registered yet is placed when it
-    /// registers. Returns how many RNICs moved.
-    pub async fn set_node_tor(&self, host: &str, tor: Option<String>) -> anyhow::Result<usize> {
-        if let Some(t) = &tor {
+    fn topology_write(&self) -> std::sync::RwLockWriteGuard<'_, Topology> {
+        self.inner
+            .topology
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Places host `host`'s RNICs where its Kubernetes node labels say (ToR and rail, per
+    /// RNIC or node-wide; empty: the labels are gone), below the topology file and the
+    /// agent's hints. Registered RNICs whose place changes move now (database first; when
+    /// that fails nothing changes and the next call tries again); a host not registered yet
+    /// is placed when it registers. Returns how many RNICs moved.
+    pub async fn set_node_labels(&self, host: &str, labels: NodeLabels) -> anyhow::Result<usize> {
+        for t in labels.tors() {
             validate::name("ToR label", t).map_err(anyhow::Error::msg)?;
         }
         let _writer = self.inner.writer.lock().await;
-        let moved = {
-            let mut topology = self
-                .inner
-                .topology
-                .write()
-                .unwrap_or_else(|p| p.into_inner());
-            if !topology.set_node_label(host, tor) {
+        let (previous, moved) = {
+            let mut topology = self.topology_write();
+            let previous = topology.node_labels(host);
+            if !topology.set_node_labels(host, labels) {
                 return Ok(0);
             }
-            self.read().plan_placement(host, &topology)
+            (previous, self.read().plan_placement(host, &topology))
         };
         if moved.is_empty() {
             return Ok(0);
         }
-        registry::save_tors(&self.inner.db, &moved).await?;
+        if let Err(e) = registry::save_placement(&self.inner.db, &moved).await {
+            self.topology_write().set_node_labels(host, previous);
+            return Err(e);
+        }
         let n = moved.len();
         self.write().apply_placement(moved);
-        tracing::info!(host, rnics = n, "node label moved the host's RNICs");
+        tracing::info!(host, rnics = n, "node labels moved the host's RNICs");
         Ok(n)
     }
 

@@ -1,11 +1,12 @@
 //! Which ToR each RNIC hangs off: the topology file first (per RNIC, then per host), then
-//! the agent's hint, then the host's node label (Kubernetes), then gateway inference (RNICs
-//! behind the same gateway share a ToR), else `"unknown"`.
+//! the agent's hint, then the host's node labels (Kubernetes; per RNIC, then per node), then
+//! gateway inference (RNICs behind the same gateway share a ToR), else `"unknown"`. The rail
+//! of an RNIC: the agent's hint, then the node labels (per RNIC, then per node).
 
 use crate::config::validate_parallel_paths;
 use anyhow::Context;
 use serde::Deserialize;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 use std::path::Path;
 
@@ -17,10 +18,53 @@ pub const UNKNOWN_TOR: &str = "unknown";
 pub struct Topology {
     by_rnic: HashMap<(String, String), String>,
     by_host: HashMap<String, String>,
-    /// ToRs named by the hosts' Kubernetes node labels.
-    by_node_label: HashMap<String, String>,
+    /// Placement the hosts' Kubernetes node labels give.
+    by_node_label: HashMap<String, NodeLabels>,
     /// N of Eq. 1 as the file states it.
     pub parallel_paths: Option<u32>,
+}
+
+/// Where a host's Kubernetes node labels put its RNICs: per RNIC (by interface name) ahead
+/// of the node-wide value. Used only where the topology file and the agent say nothing.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct NodeLabels {
+    /// ToR of every RNIC of the node.
+    pub tor: Option<String>,
+    /// ToR by RNIC interface name.
+    pub rnic_tors: BTreeMap<String, String>,
+    /// Rail of every RNIC of the node.
+    pub rail: Option<u32>,
+    /// Rail by RNIC interface name.
+    pub rnic_rails: BTreeMap<String, u32>,
+}
+
+impl NodeLabels {
+    /// True when the labels place nothing.
+    pub fn is_empty(&self) -> bool {
+        self.tor.is_none()
+            && self.rnic_tors.is_empty()
+            && self.rail.is_none()
+            && self.rnic_rails.is_empty()
+    }
+
+    fn tor_of(&self, ifname: &str) -> Option<&str> {
+        self.rnic_tors
+            .get(ifname)
+            .or(self.tor.as_ref())
+            .map(String::as_str)
+    }
+
+    fn rail_of(&self, ifname: &str) -> Option<u32> {
+        self.rnic_rails.get(ifname).copied().or(self.rail)
+    }
+
+    /// Every ToR name the labels give, for validation.
+    pub fn tors(&self) -> impl Iterator<Item = &str> {
+        self.tor
+            .iter()
+            .chain(self.rnic_tors.values())
+            .map(String::as_str)
+    }
 }
 
 #[derive(Deserialize)]
@@ -81,12 +125,23 @@ impl Topology {
         Ok(topo)
     }
 
-    /// Records the ToR a host's node label names (`None`: no label); true when it changed.
-    pub(crate) fn set_node_label(&mut self, host: &str, tor: Option<String>) -> bool {
-        match tor {
-            Some(tor) => self.by_node_label.insert(host.to_string(), tor.clone()) != Some(tor),
-            None => self.by_node_label.remove(host).is_some(),
+    /// Records what a host's node labels say (empty: no labels); true when it changed.
+    pub(crate) fn set_node_labels(&mut self, host: &str, labels: NodeLabels) -> bool {
+        if labels.is_empty() {
+            self.by_node_label.remove(host).is_some()
+        } else {
+            self.by_node_label.insert(host.to_string(), labels.clone()) != Some(labels)
         }
+    }
+
+    /// What a host's node labels say now (empty when nothing).
+    pub(crate) fn node_labels(&self, host: &str) -> NodeLabels {
+        self.by_node_label.get(host).cloned().unwrap_or_default()
+    }
+
+    /// The rail of one RNIC: the agent's hint, then the node labels.
+    pub fn rail(&self, host: &str, ifname: &str, hint: Option<u32>) -> Option<u32> {
+        hint.or_else(|| self.by_node_label.get(host)?.rail_of(ifname))
     }
 
     /// The ToR of one RNIC, first match wins (see the module doc).
@@ -106,8 +161,8 @@ impl Topology {
         if let Some(hint) = hint {
             return hint.to_string();
         }
-        if let Some(tor) = self.by_node_label.get(host) {
-            return tor.clone();
+        if let Some(tor) = self.by_node_label.get(host).and_then(|l| l.tor_of(ifname)) {
+            return tor.to_string();
         }
         match gateway {
             Some(gw) => format!("gw-{gw}"),
@@ -144,18 +199,50 @@ hosts = ["host-c"]
         assert_eq!(t.resolve("host-z", "eth0", None, None), UNKNOWN_TOR);
     }
 
+    fn node(tor: Option<&str>, rnic_tors: &[(&str, &str)], rail: Option<u32>) -> NodeLabels {
+        NodeLabels {
+            tor: tor.map(Into::into),
+            rnic_tors: rnic_tors
+                .iter()
+                .map(|(i, t)| (i.to_string(), t.to_string()))
+                .collect(),
+            rail,
+            rnic_rails: [("eth1".to_string(), 7)].into(),
+        }
+    }
+
     #[test]
     fn node_labels_rank_below_the_file_and_the_agent_hint() {
         let mut t = Topology::parse(FILE).unwrap();
         let gw: Option<IpAddr> = Some("10.0.0.1".parse().unwrap());
-        assert!(t.set_node_label("host-z", Some("tor-9".into())));
-        assert!(!t.set_node_label("host-z", Some("tor-9".into())));
-        assert!(t.set_node_label("host-a", Some("tor-9".into())));
+        assert!(t.set_node_labels("host-z", node(Some("tor-9"), &[], None)));
+        assert!(!t.set_node_labels("host-z", node(Some("tor-9"), &[], None)));
+        assert!(t.set_node_labels("host-a", node(Some("tor-9"), &[], None)));
         assert_eq!(t.resolve("host-z", "eth0", None, gw), "tor-9");
         assert_eq!(t.resolve("host-z", "eth0", Some("hint"), gw), "hint");
         assert_eq!(t.resolve("host-a", "eth0", None, gw), "tor-1");
-        assert!(t.set_node_label("host-z", None));
+        assert!(t.set_node_labels("host-z", NodeLabels::default()));
         assert_eq!(t.resolve("host-z", "eth0", None, gw), "gw-10.0.0.1");
+    }
+
+    #[test]
+    fn per_rnic_labels_win_over_node_wide_ones_and_rails_follow_the_hint_first() {
+        let mut t = Topology::default();
+        assert!(t.set_node_labels("h", node(Some("tor-a"), &[("eth1", "rail-tor-1")], Some(2))));
+        assert_eq!(t.resolve("h", "eth1", None, None), "rail-tor-1");
+        assert_eq!(t.resolve("h", "eth0", None, None), "tor-a");
+        assert_eq!(t.rail("h", "eth1", None), Some(7), "per-RNIC rail label");
+        assert_eq!(t.rail("h", "eth0", None), Some(2), "node-wide rail label");
+        assert_eq!(
+            t.rail("h", "eth0", Some(4)),
+            Some(4),
+            "the agent's rail first"
+        );
+        assert_eq!(t.rail("other", "eth0", None), None);
+        // Per-RNIC labels alone place only their RNIC.
+        assert!(t.set_node_labels("h", node(None, &[("eth1", "rail-tor-1")], None)));
+        assert_eq!(t.resolve("h", "eth0", None, None), UNKNOWN_TOR);
+        assert_eq!(t.rail("h", "eth0", None), None);
     }
 
     #[test]

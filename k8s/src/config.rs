@@ -19,8 +19,12 @@ pub struct KubernetesConfig {
     pub task_label: String,
     /// Label giving a pod's rank within its task (pods without one rank by name).
     pub rank_label: String,
-    /// Node label naming the ToR of the node's RNICs (used when the agent gives no hint).
+    /// Node label naming the ToR of the node's RNICs (used when the agent gives no hint);
+    /// `<tor_label>.<ifname>` names the ToR of one RNIC (rail-optimized nodes).
     pub tor_label: String,
+    /// Node label giving the rail of the node's RNICs (used when the agent gives none);
+    /// `<rail_label>.<ifname>` gives the rail of one RNIC.
+    pub rail_label: String,
     /// Multus networks (`name` in `k8s.v1.cni.cncf.io/network-status`, with or without the
     /// namespace) that carry RDMA; empty: every non-default network of the pod.
     pub rdma_networks: Vec<String>,
@@ -47,6 +51,8 @@ pub struct KubernetesConfig {
 pub const DEFAULT_TASK_LABEL: &str = "rocemesh.io/task";
 /// Default of [`KubernetesConfig::tor_label`].
 pub const DEFAULT_TOR_LABEL: &str = "topology.rocemesh.io/tor";
+/// Default of [`KubernetesConfig::rail_label`].
+pub const DEFAULT_RAIL_LABEL: &str = "topology.rocemesh.io/rail";
 
 impl Default for KubernetesConfig {
     fn default() -> Self {
@@ -57,6 +63,7 @@ impl Default for KubernetesConfig {
             task_label: DEFAULT_TASK_LABEL.into(),
             rank_label: "rocemesh.io/rank".into(),
             tor_label: DEFAULT_TOR_LABEL.into(),
+            rail_label: DEFAULT_RAIL_LABEL.into(),
             rdma_networks: Vec::new(),
             resync: Duration::from_secs(5),
             conditions: true,
@@ -76,6 +83,7 @@ impl KubernetesConfig {
             ("task_label", &self.task_label),
             ("rank_label", &self.rank_label),
             ("tor_label", &self.tor_label),
+            ("rail_label", &self.rail_label),
             ("taint_key", &self.taint_key),
         ] {
             anyhow::ensure!(
@@ -152,6 +160,7 @@ mod tests {
     fn bad_settings_are_refused_with_the_key() {
         for (text, why) in [
             ("tor_label = \"-bad\"", "tor_label"),
+            ("rail_label = \"a/b/c\"", "rail_label"),
             ("task_label = \"Example.COM/x\"", "task_label"),
             ("condition_type = \"\"", "condition_type"),
             ("resync = \"1ms\"", "resync"),

@@ -5,6 +5,7 @@ use crate::mirror::Mirror;
 use crate::pods::{self, PodFacts};
 use crate::tasks;
 use crate::verdicts::{self, NodeFacts, Writes};
+use futures_util::future::BoxFuture;
 use futures_util::stream::{self, BoxStream, StreamExt};
 use k8s_openapi::api::core::v1::{Node, Pod};
 use k8s_openapi::jiff::Timestamp;
@@ -12,6 +13,7 @@ use kube::Client;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::{WatchStreamExt, watcher};
 use rocemesh_controller::ControllerState;
+use rocemesh_controller::topology::NodeLabels;
 use rocemesh_proto::api::Problem;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -19,8 +21,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Where node verdicts come from: the active problems (the analyzer's, in process).
-pub type ProblemSource = Arc<dyn Fn() -> Vec<Problem> + Send + Sync>;
+/// Where node verdicts come from: the deployment's active problems, or `None` when this
+/// process is not the one that writes node verdicts now (another analyzer instance is).
+pub type ProblemSource = Arc<dyn Fn() -> BoxFuture<'static, Option<Vec<Problem>>> + Send + Sync>;
 
 /// A client of the cluster `cfg.kubeconfig` names, else of the cluster this process runs
 /// in (its service account), else of the current kubeconfig context.
@@ -127,8 +130,10 @@ pub async fn run(
                 }
             }
             _ = verdict_poll.tick(), if problems.is_some() => {
-                if let Some(p) = &problems {
-                    state.write_verdicts(&nodes_api, &p()).await;
+                if let Some(p) = &problems
+                    && let Some(active) = p().await
+                {
+                    state.write_verdicts(&nodes_api, &active).await;
                 }
             }
         }
@@ -160,35 +165,35 @@ struct State<'a> {
     /// One mirror per watched label (the same pod may appear in several).
     pods: Vec<Mirror<PodFacts>>,
     nodes: Mirror<NodeFacts>,
-    /// The ToR label last handed to the controller, per node.
-    placed: HashMap<String, Option<String>>,
+    /// The placement labels last handed to the controller, per node.
+    placed: HashMap<String, NodeLabels>,
 }
 
 impl State<'_> {
-    /// Hands changed ToR labels to the controller; nodes gone since lose theirs.
+    /// Hands changed placement labels to the controller; nodes gone since lose theirs.
     async fn place(&mut self, controller: &ControllerState) {
-        let mut changes: Vec<(String, Option<String>)> = self
+        let mut changes: Vec<(String, NodeLabels)> = self
             .nodes
             .live()
             .iter()
-            .filter(|(name, f)| self.placed.get(*name) != Some(&f.tor))
-            .map(|(name, f)| (name.clone(), f.tor.clone()))
+            .filter(|(name, f)| self.placed.get(*name) != Some(&f.placement))
+            .map(|(name, f)| (name.clone(), f.placement.clone()))
             .collect();
         if self.nodes.synced() {
             changes.extend(
                 self.placed
                     .keys()
                     .filter(|n| !self.nodes.live().contains_key(*n))
-                    .map(|n| (n.clone(), None)),
+                    .map(|n| (n.clone(), NodeLabels::default())),
             );
         }
-        for (node, tor) in changes {
-            match controller.set_node_tor(&node, tor.clone()).await {
-                Ok(_) if tor.is_none() && !self.nodes.live().contains_key(&node) => {
+        for (node, labels) in changes {
+            match controller.set_node_labels(&node, labels.clone()).await {
+                Ok(_) if labels.is_empty() && !self.nodes.live().contains_key(&node) => {
                     self.placed.remove(&node);
                 }
                 Ok(_) => {
-                    self.placed.insert(node, tor);
+                    self.placed.insert(node, labels);
                 }
                 Err(e) => tracing::warn!(node, "cannot place the node's RNICs: {e:#}"),
             }

@@ -7,6 +7,7 @@ use crate::config::KubernetesConfig;
 use k8s_openapi::api::core::v1::{Node, NodeCondition, Taint};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use rocemesh_controller::topology::NodeLabels;
 use rocemesh_proto::api::{ComponentKind, Problem, ProblemKind, ProblemState};
 use std::collections::BTreeMap;
 
@@ -18,8 +19,8 @@ pub(crate) const REASON_CLEAR: &str = "NoRnicProblem";
 /// What rocemesh keeps of a node.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct NodeFacts {
-    /// ToR named by the node's ToR label.
-    pub(crate) tor: Option<String>,
+    /// Where the node's ToR and rail labels put its RNICs.
+    pub(crate) placement: NodeLabels,
     /// rocemesh's condition on the node, if written before.
     pub(crate) condition: Option<NodeCondition>,
     pub(crate) taints: Vec<Taint>,
@@ -30,13 +31,12 @@ pub(crate) struct NodeFacts {
 /// The facts of a node.
 pub(crate) fn node_facts(node: &Node, cfg: &KubernetesConfig) -> NodeFacts {
     NodeFacts {
-        tor: node
+        placement: node
             .metadata
             .labels
             .as_ref()
-            .and_then(|l| l.get(&cfg.tor_label))
-            .filter(|t| !t.is_empty())
-            .cloned(),
+            .map(|l| placement(l, cfg))
+            .unwrap_or_default(),
         condition: node
             .status
             .as_ref()
@@ -50,6 +50,37 @@ pub(crate) fn node_facts(node: &Node, cfg: &KubernetesConfig) -> NodeFacts {
             .unwrap_or_default(),
         resource_version: node.metadata.resource_version.clone(),
     }
+}
+
+/// The ToR and rail labels of a node: `<label>` for every RNIC, `<label>.<ifname>` for one.
+/// Empty values are no label; a rail that is not a number is ignored with a warning.
+fn placement(labels: &BTreeMap<String, String>, cfg: &KubernetesConfig) -> NodeLabels {
+    let mut out = NodeLabels::default();
+    for (key, value) in labels.iter().filter(|(_, v)| !v.is_empty()) {
+        let scoped = |label: &str| -> Option<Option<String>> {
+            if key == label {
+                return Some(None);
+            }
+            let ifname = key.strip_prefix(label)?.strip_prefix('.')?;
+            (!ifname.is_empty()).then(|| Some(ifname.to_string()))
+        };
+        if let Some(ifname) = scoped(&cfg.tor_label) {
+            match ifname {
+                Some(i) => out.rnic_tors.insert(i, value.clone()),
+                None => out.tor.replace(value.clone()),
+            };
+        } else if let Some(ifname) = scoped(&cfg.rail_label) {
+            let Ok(rail) = value.parse::<u32>() else {
+                tracing::warn!(label = %key, value, "rail label is not a number; ignored");
+                continue;
+            };
+            match ifname {
+                Some(i) => out.rnic_rails.insert(i, rail),
+                None => out.rail.replace(rail),
+            };
+        }
+    }
+    out
 }
 
 /// Why a node is marked: the condition's reason and message.
@@ -230,7 +261,7 @@ mod tests {
             message: "m".into(),
         };
         let mut node = NodeFacts {
-            tor: None,
+            placement: NodeLabels::default(),
             condition: None,
             taints: vec![],
             resource_version: None,
@@ -279,7 +310,7 @@ mod tests {
             time_added: None,
         };
         let mut node = NodeFacts {
-            tor: None,
+            placement: NodeLabels::default(),
             condition: None,
             taints: vec![other.clone()],
             resource_version: Some("7".into()),

@@ -441,3 +441,95 @@ async fn a_node_label_places_its_rnics_and_a_change_moves_them() {
     api.assert_requests_are_listed();
     h.stop().await;
 }
+
+fn labelled_node(name: &str, kv: &[(&str, &str)]) -> Node {
+    let mut n = node(name, None);
+    n.metadata.labels = labels(
+        &kv.iter()
+            .map(|(k, v)| (*k, v.to_string()))
+            .collect::<Vec<_>>(),
+    );
+    n
+}
+
+/// The ToR and rail of an RNIC as the analyzer reads them (the database).
+async fn stored_place(db: &rocemesh_store::Db, rnic: u32) -> (String, Option<i64>) {
+    sqlx::query_as("SELECT tor, rail FROM rnics WHERE id = $1")
+        .bind(i64::from(rnic))
+        .fetch_one(db.pool())
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn per_rnic_labels_place_a_rail_optimized_node_and_the_agents_rail_wins() {
+    let (_, db) = test_databases().await.remove(0);
+    let api = ApiServer::start(Duration::from_millis(200)).await;
+    // A rail-optimized node: each RNIC on its own rail ToR.
+    api.put_node(&labelled_node(
+        "n5",
+        &[
+            ("topology.rocemesh.io/tor", "tor-node"),
+            ("topology.rocemesh.io/tor.mlx5_1", "rail-1-tor"),
+            ("topology.rocemesh.io/rail", "0"),
+            ("topology.rocemesh.io/rail.mlx5_1", "1"),
+            ("topology.rocemesh.io/rail.mlx5_2", "not-a-number"),
+        ],
+    ));
+    let h = Harness::start(db.clone(), api.clone()).await;
+    let body = json!({"host": "n5", "epoch": 1, "rnics": [
+        {"ifname": "mlx5_0", "ip": rnic_ip(5), "qpn": 100, "port": 4791},
+        {"ifname": "mlx5_1", "ip": rnic_ip(6), "qpn": 100, "port": 4791},
+        {"ifname": "mlx5_2", "ip": rnic_ip(7), "qpn": 100, "port": 4791, "rail": 3}
+    ]});
+    let r: RegisterResponse = http::register(h.srv.addr, &body).await.json();
+    let ids: Vec<u32> = r.rnics.iter().map(|r| r.id).collect();
+    let want = [
+        ("tor-node", Some(0)),
+        ("rail-1-tor", Some(1)),
+        // The agent's rail wins; a label that is no number places nothing.
+        ("tor-node", Some(3)),
+    ];
+    wait_for("labels applied", || async {
+        let mut got = Vec::new();
+        for id in &ids {
+            got.push(stored_place(&db, *id).await);
+        }
+        let want: Vec<(String, Option<i64>)> =
+            want.iter().map(|(t, r)| (t.to_string(), *r)).collect();
+        (got == want).then_some(())
+    })
+    .await;
+    assert_eq!(
+        tor_of(h.srv.addr, ids[1]).await.as_deref(),
+        Some("rail-1-tor")
+    );
+
+    // The labels change: mlx5_1 moves rail and ToR; the node-wide rail goes.
+    api.put_node(&labelled_node(
+        "n5",
+        &[
+            ("topology.rocemesh.io/tor", "tor-node"),
+            ("topology.rocemesh.io/tor.mlx5_1", "rail-2-tor"),
+            ("topology.rocemesh.io/rail.mlx5_1", "2"),
+        ],
+    ));
+    wait_for("mlx5_1 moved", || async {
+        (stored_place(&db, ids[1]).await == ("rail-2-tor".into(), Some(2))
+            && stored_place(&db, ids[0]).await == ("tor-node".into(), None))
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        stored_place(&db, ids[2]).await,
+        ("tor-node".into(), Some(3))
+    );
+    h.stop().await;
+
+    // A restart without Kubernetes keeps the agent's rail and drops what labels gave.
+    let cfg = ControllerConfig::default();
+    let state = ControllerState::new(db.clone(), cfg).await.unwrap();
+    drop(state);
+    assert_eq!(stored_place(&db, ids[2]).await.1, Some(3));
+    assert_eq!(stored_place(&db, ids[1]).await.1, None);
+}

@@ -11,6 +11,7 @@ use rocemesh_k8s::{KubernetesConfig, ProblemSource};
 use rocemesh_proto::api::{ComponentKind, Problem, ProblemKind};
 use rocemesh_proto::testing::active_problem;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio_util::sync::CancellationToken;
@@ -72,9 +73,16 @@ async fn scenario(taint: bool) {
         api.put_node(&node(n));
     }
     let active: Arc<Mutex<Vec<Problem>>> = Arc::default();
+    // Whether this process is the deployment's node-verdict writer (scale-out lease).
+    let writer = Arc::new(AtomicBool::new(true));
     let source: ProblemSource = {
-        let active = active.clone();
-        Arc::new(move || active.lock().unwrap().clone())
+        let (active, writer) = (active.clone(), writer.clone());
+        Arc::new(move || {
+            let now = writer
+                .load(Ordering::SeqCst)
+                .then(|| active.lock().unwrap().clone());
+            Box::pin(async move { now })
+        })
     };
     let cfg = KubernetesConfig {
         enabled: true,
@@ -138,7 +146,11 @@ async fn scenario(taint: bool) {
         t
     };
     if taint {
-        wait_until("n1 tainted", || our_taints(&api, "n1") == want_taints(true)).await;
+        wait_until("n1 and n2 tainted", || {
+            our_taints(&api, "n1") == want_taints(true)
+                && our_taints(&api, "n2") == want_taints(true)
+        })
+        .await;
     }
     // A few polls later nothing was written again (the heartbeat is a minute).
     let patches = |api: &ApiServer| {
@@ -154,6 +166,14 @@ async fn scenario(taint: bool) {
         before,
         "unchanged verdicts are not rewritten"
     );
+
+    // Another instance holds the writer lease: what this one sees changes no node.
+    writer.store(false, Ordering::SeqCst);
+    let saved = std::mem::take(&mut *active.lock().unwrap());
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(patches(&api), before, "a non-writer instance wrote nodes");
+    *active.lock().unwrap() = saved;
+    writer.store(true, Ordering::SeqCst);
 
     // Resolution clears both.
     active.lock().unwrap().retain(|p| p.id != 4);

@@ -9,6 +9,11 @@
 //! stay open. Without any token configured, auth is off (a warning is logged at start).
 //! An admitted request carries its [`CallerRole`], so handlers can hide what only
 //! administrators may see and know that callers are authenticated.
+//!
+//! An agent token may name the hosts it stands for (`hosts`, exact names or `*` patterns):
+//! it can then register only those, and since result batches are bound to the upload key a
+//! registration returns, its holder cannot speak for any other host. A token without
+//! `hosts` (one secret shared by a DaemonSet) may register any host name.
 
 use anyhow::{Context, Result, bail};
 use axum::Router;
@@ -108,6 +113,10 @@ pub struct TokenConfig {
     /// is ignored.
     #[serde(default)]
     pub token_file: Option<PathBuf>,
+    /// Agent tokens only: the host names it may register (exact, or with `*` matching any
+    /// run of characters); empty: any host.
+    #[serde(default)]
+    pub hosts: Vec<String>,
 }
 
 /// Never prints the token: configs are logged and shown in errors.
@@ -117,6 +126,7 @@ impl std::fmt::Debug for TokenConfig {
             .field("role", &self.role)
             .field("token", &self.token.as_ref().map(|_| "<redacted>"))
             .field("token_file", &self.token_file)
+            .field("hosts", &self.hosts)
             .finish()
     }
 }
@@ -145,15 +155,57 @@ fn check_token(token: &str) -> Result<()> {
     Ok(())
 }
 
+/// What a presented token grants.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grant<'a> {
+    /// Its role.
+    pub role: Role,
+    /// Host-name patterns an agent token is limited to (empty: any host).
+    pub hosts: &'a [String],
+}
+
+/// Whether `name` matches `pattern`, where `*` stands for any run of characters.
+fn matches(pattern: &str, name: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = name.strip_prefix(first) else {
+        return false;
+    };
+    let mut parts: Vec<&str> = parts.collect();
+    let Some(last) = parts.pop() else {
+        return rest.is_empty();
+    };
+    for part in parts {
+        match rest.find(part) {
+            Some(i) => rest = &rest[i + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
+}
+
+impl Grant<'_> {
+    /// Whether this grant may register host `name`.
+    pub fn may_register(&self, name: &str) -> bool {
+        self.hosts.is_empty() || self.hosts.iter().any(|p| matches(p, name))
+    }
+}
+
+struct Entry {
+    role: Role,
+    token: Box<[u8]>,
+    hosts: Vec<String>,
+}
+
 /// The accepted tokens, loaded once at start.
 pub struct Tokens {
-    entries: Vec<(Role, Box<[u8]>)>,
+    entries: Vec<Entry>,
 }
 
 impl Tokens {
     /// Loads `[auth]` (reading token files); `None` when no token is configured (auth off).
     pub fn load(cfg: &AuthConfig) -> Result<Option<Arc<Self>>> {
-        let mut entries: Vec<(Role, Box<[u8]>)> = Vec::with_capacity(cfg.tokens.len());
+        let mut entries: Vec<Entry> = Vec::with_capacity(cfg.tokens.len());
         for (i, t) in cfg.tokens.iter().enumerate() {
             let what = || format!("[auth] tokens[{i}] (role {})", t.role.as_str());
             let token = match (&t.token, &t.token_file) {
@@ -166,22 +218,35 @@ impl Tokens {
             };
             if entries
                 .iter()
-                .any(|(_, e)| constant_time_eq(e, token.as_bytes()))
+                .any(|e| constant_time_eq(&e.token, token.as_bytes()))
             {
                 bail!("{}: the same token is configured twice", what());
             }
-            entries.push((t.role, token.into_bytes().into_boxed_slice()));
+            if !t.hosts.is_empty() && t.role != Role::Agent {
+                bail!("{}: only agent tokens are limited to hosts", what());
+            }
+            if t.hosts.iter().any(|h| h.is_empty() || h.len() > 253) {
+                bail!("{}: a hosts pattern must be 1 to 253 characters", what());
+            }
+            entries.push(Entry {
+                role: t.role,
+                token: token.into_bytes().into_boxed_slice(),
+                hosts: t.hosts.clone(),
+            });
         }
         Ok((!entries.is_empty()).then(|| Arc::new(Self { entries })))
     }
 
-    /// The role of a presented token. Every configured token is compared, each in time
+    /// What a presented token grants. Every configured token is compared, each in time
     /// independent of where the bytes differ, so timing tells nothing about the tokens.
-    pub fn role_of(&self, presented: &[u8]) -> Option<Role> {
+    pub fn grant_of(&self, presented: &[u8]) -> Option<Grant<'_>> {
         let mut found = None;
-        for (role, token) in &self.entries {
-            if constant_time_eq(token, presented) && found.is_none() {
-                found = Some(*role);
+        for e in &self.entries {
+            if constant_time_eq(&e.token, presented) && found.is_none() {
+                found = Some(Grant {
+                    role: e.role,
+                    hosts: &e.hosts,
+                });
             }
         }
         found
@@ -236,21 +301,62 @@ async fn check(State(tokens): State<Arc<Tokens>>, mut req: Request, next: Next) 
             "missing token: send `Authorization: Bearer <token>`".into(),
         );
     };
-    match tokens.role_of(presented) {
+    match tokens.grant_of(presented) {
         None => refuse(StatusCode::UNAUTHORIZED, "unknown token".into()),
-        Some(role) if role.may(req.method(), path) => {
-            req.extensions_mut().insert(match role {
+        Some(grant) if grant.role.may(req.method(), path) => {
+            req.extensions_mut().insert(match grant.role {
                 Role::Read => CallerRole::Read,
                 Role::Agent => CallerRole::Agent,
                 Role::Admin => CallerRole::Admin,
             });
+            if !grant.hosts.is_empty() && path == REGISTER_PATH {
+                req = match registers_allowed_host(req, grant).await {
+                    Ok(req) => req,
+                    Err(refused) => return refused,
+                };
+            }
             next.run(req).await
         }
-        Some(role) => refuse(
+        Some(grant) => refuse(
             StatusCode::FORBIDDEN,
-            format!("a {} token may not {} {path}", role.as_str(), req.method()),
+            format!(
+                "a {} token may not {} {path}",
+                grant.role.as_str(),
+                req.method()
+            ),
         ),
     }
+}
+
+/// The registration route, whose body names the host an agent stands for.
+const REGISTER_PATH: &str = "/api/v1/agents/register";
+
+/// Reads a registration's body (bounded like the controller's) and refuses it when the
+/// host it names is not one `grant` may register; otherwise hands the request on intact.
+/// A body that is no registration goes on to the handler, which says what is wrong.
+async fn registers_allowed_host(req: Request, grant: Grant<'_>) -> Result<Request, Response> {
+    #[derive(Deserialize)]
+    struct Named {
+        host: String,
+    }
+    let (parts, body) = req.into_parts();
+    let bytes = axum::body::to_bytes(body, rocemesh_controller::api::MAX_BODY_BYTES)
+        .await
+        .map_err(|e| {
+            refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("registration body: {e}"),
+            )
+        })?;
+    if let Ok(named) = serde_json::from_slice::<Named>(&bytes)
+        && !grant.may_register(&named.host)
+    {
+        return Err(refuse(
+            StatusCode::FORBIDDEN,
+            format!("this agent token may not register host {:?}", named.host),
+        ));
+    }
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
 }
 
 #[cfg(test)]
@@ -306,11 +412,45 @@ mod tests {
         ))
         .unwrap()
         .unwrap();
-        assert_eq!(t.role_of(b"admin-token-0123456789"), Some(Role::Admin));
-        assert_eq!(t.role_of(b"agent-token-0123456789"), Some(Role::Agent));
-        assert_eq!(t.role_of(b"agent-token-012345678"), None);
-        assert_eq!(t.role_of(b""), None);
+        let role = |p: &[u8]| t.grant_of(p).map(|g| g.role);
+        assert_eq!(role(b"admin-token-0123456789"), Some(Role::Admin));
+        assert_eq!(role(b"agent-token-0123456789"), Some(Role::Agent));
+        assert_eq!(role(b"agent-token-012345678"), None);
+        assert_eq!(role(b""), None);
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn host_patterns_match_whole_names() {
+        let grant = |hosts: &[&str], name: &str| {
+            let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
+            Grant {
+                role: Role::Agent,
+                hosts: &hosts,
+            }
+            .may_register(name)
+        };
+        assert!(grant(&[], "anything"));
+        assert!(grant(&["gpu-7"], "gpu-7"));
+        assert!(!grant(&["gpu-7"], "gpu-70") && !grant(&["gpu-7"], "xgpu-7"));
+        assert!(grant(&["gpu-*"], "gpu-12") && grant(&["gpu-*"], "gpu-"));
+        assert!(!grant(&["gpu-*"], "cpu-12"));
+        assert!(grant(&["rack*-node*.dc1"], "rack3-node17.dc1"));
+        assert!(!grant(&["rack*-node*.dc1"], "rack3-node17.dc2"));
+        assert!(!grant(&["a*a"], "a"), "prefix and suffix may not overlap");
+        assert!(grant(&["x", "*-y"], "host-y"));
+        let t = tokens(
+            "tokens = [{ role = \"agent\", token = \"0123456789abcdef\", hosts = [\"n1\"] }]",
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(t.grant_of(b"0123456789abcdef").unwrap().hosts, ["n1"]);
+        let err = tokens(
+            "tokens = [{ role = \"admin\", token = \"0123456789abcdef\", hosts = [\"n1\"] }]",
+        )
+        .err()
+        .unwrap();
+        assert!(format!("{err:#}").contains("only agent tokens"), "{err:#}");
     }
 
     #[test]

@@ -111,10 +111,12 @@ fn serve(args: ServerArgs, roles: Roles) -> Result<()> {
     // outcome is logged, and the connection cap fits whatever limit is in force.
     let _ = rocemesh_httpd::raise_fd_limit();
     runtime()?.block_on(async move {
+        // Handlers first: a SIGTERM during start-up stops the server cleanly once started.
+        let stop = crate::server::termination();
         let server = crate::server::start(cfg, roles).await?;
         // A machine-readable line for scripts and tests that start the server on port 0.
         println!("rocemesh {} listening on {}", roles.name(), server.url());
-        crate::server::termination().await;
+        stop.await;
         tracing::info!("shutting down");
         server.shutdown().await
     })

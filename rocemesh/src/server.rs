@@ -212,7 +212,18 @@ async fn kubernetes(
     let problems = analyzer
         .filter(|_| k8s.conditions)
         .map(|a| -> rocemesh_k8s::ProblemSource {
-            std::sync::Arc::new(move || a.problems(rocemesh_proto::api::ProblemState::Active))
+            std::sync::Arc::new(move || {
+                let a = a.clone();
+                Box::pin(async move {
+                    let lease = rocemesh_analyzer::shard::NODE_VERDICTS_LEASE;
+                    a.deployment_problems(lease, rocemesh_proto::now_unix_ms())
+                        .await
+                        .unwrap_or_else(|e| {
+                            tracing::warn!("node verdicts: cannot read the active problems: {e:#}");
+                            None
+                        })
+                })
+            })
         });
     tracing::info!(
         tasks = controller.is_some(),
@@ -262,18 +273,26 @@ pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
     })
 }
 
-/// Resolves when SIGINT or SIGTERM arrives.
-pub async fn termination() {
-    let mut term = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!("cannot watch SIGTERM ({e}); only Ctrl-C stops this process");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
+/// Resolves when SIGINT or SIGTERM arrives. Both handlers are installed when this is
+/// called, not when the future is first polled: a signal that arrives between the call and
+/// the await (a supervisor stopping a process that has just printed its address) is kept
+/// rather than killing the process by the default action. Call it inside the runtime.
+pub fn termination() -> impl std::future::Future<Output = ()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let streams =
+        signal(SignalKind::terminate()).and_then(|t| Ok((t, signal(SignalKind::interrupt())?)));
+    async move {
+        match streams {
+            Ok((mut term, mut int)) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = int.recv() => {}
+                }
+            }
+            Err(e) => {
+                tracing::warn!("cannot watch SIGTERM/SIGINT ({e}); only a kill stops this process");
+                std::future::pending::<()>().await;
+            }
         }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
     }
 }

@@ -168,3 +168,67 @@ fn forged_batches_for_another_host_are_refused_and_counted() {
     assert!(host_stats(&end, victim_host.id).is_some());
     std::fs::remove_dir_all(&dir).ok();
 }
+
+/// An agent token that names its hosts registers those only, so its holder never gets the
+/// upload key of another host; a token without `hosts` stays usable by any agent.
+#[test]
+fn a_host_scoped_agent_token_registers_only_its_hosts() {
+    const SCOPED: &str = "agent-token-scoped-71c3e09b2d";
+    let dir = scratch_dir("host-scope");
+    let (_server, url) = start_sqlite_server(
+        &dir,
+        &format!(
+            "[auth]\ntokens = [{{ role = \"admin\", token = \"{ADMIN}\" }}, \
+             {{ role = \"agent\", token = \"{SCOPED}\", hosts = [\"gpu-a-*\"] }}, \
+             {{ role = \"agent\", token = \"{AGENT}\" }}]\n"
+        ),
+    );
+    let register = |token: &str, host: &str, ip: &str| {
+        let body = serde_json::json!({"host": host, "epoch": 1, "rnics": [
+            {"ifname": "mlx5_0", "ip": ip, "qpn": 100, "port": 4791}
+        ]});
+        call(
+            "POST",
+            &format!("{url}/api/v1/agents/register"),
+            &[
+                ("Authorization", &format!("Bearer {token}")),
+                ("content-type", "application/json"),
+            ],
+            body.to_string().as_bytes(),
+        )
+    };
+    let (s, body) = register(SCOPED, "gpu-a-7", "10.77.0.1");
+    assert_eq!(s, 200, "{body}");
+    let reg: RegisterResponse = serde_json::from_str(&body).unwrap();
+    assert_eq!(reg.rnics.len(), 1);
+    let (s, body) = register(SCOPED, "gpu-b-1", "10.77.0.2");
+    assert_eq!(s, 403, "{body}");
+    assert!(body.contains("gpu-b-1"), "{body}");
+    // Nothing was stored for the refused name; the unscoped token still registers it.
+    let hosts = || -> Vec<String> {
+        let (s, body) = call(
+            "GET",
+            &format!("{url}/api/v1/hosts"),
+            &[("Authorization", &format!("Bearer {ADMIN}"))],
+            b"",
+        );
+        assert_eq!(s, 200, "{body}");
+        let hosts: Vec<HostInfo> = serde_json::from_str(&body).unwrap();
+        hosts.into_iter().map(|h| h.host).collect()
+    };
+    assert_eq!(hosts(), ["gpu-a-7"]);
+    let (s, body) = register(AGENT, "gpu-b-1", "10.77.0.2");
+    assert_eq!(s, 200, "{body}");
+    // A malformed registration reaches the handler and gets its error, not a pass.
+    let (s, body) = call(
+        "POST",
+        &format!("{url}/api/v1/agents/register"),
+        &[
+            ("Authorization", &format!("Bearer {SCOPED}")),
+            ("content-type", "application/json"),
+        ],
+        b"{\"host\": 5}",
+    );
+    assert!((400..500).contains(&s) && s != 403, "{s} {body}");
+    assert_eq!(hosts().len(), 2);
+}

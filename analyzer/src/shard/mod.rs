@@ -26,6 +26,8 @@ use summary::Summary;
 
 /// The lease of the instance that runs the cross-shard tomography.
 pub const TOMOGRAPHY_LEASE: &str = "analyzer/tomography";
+/// The lease of the instance that writes node verdicts (Kubernetes conditions, taints).
+pub const NODE_VERDICTS_LEASE: &str = "analyzer/node-verdicts";
 
 /// This instance's membership in a scale-out deployment.
 pub struct Shards {
@@ -55,6 +57,13 @@ impl Shards {
     /// This instance's id in the `instances` and `leases` tables.
     pub fn id(&self) -> &str {
         &self.id
+    }
+
+    /// Takes or renews lease `name` (a task only one instance may run) at `now_ms`; true
+    /// while this instance holds it.
+    pub async fn lead(&self, db: &Db, name: &str, now_ms: i64) -> anyhow::Result<bool> {
+        let until = now_ms + self.cfg.lease_ms as i64;
+        coord::acquire(db, name, &self.id, now_ms, until).await
     }
 
     /// The current scope, while its leases hold at `now_ms`.

@@ -1,7 +1,7 @@
 //! Registry rows in the database (migration 0001): loading at start, one transaction per
 //! registration, cascading delete of a decommissioned host.
 
-use super::{HostRecord, RegistrationPlan, RnicRecord};
+use super::{HostRecord, Placement, RegistrationPlan, RnicRecord};
 use crate::topology::Topology;
 use anyhow::Context;
 use rocemesh_store::Db;
@@ -20,6 +20,7 @@ type RnicRow = (
     i64,
     String,
     Option<String>,
+    Option<i64>,
     Option<i64>,
     Option<String>,
     i64,
@@ -59,7 +60,7 @@ pub(crate) async fn load(
         });
     }
     let rnic_rows: Vec<RnicRow> = sqlx::query_as(
-        "SELECT id, host_id, ifname, ip, gid, qpn, port, tor, tor_hint, rail, gateway, epoch, registered_at_ms \
+        "SELECT id, host_id, ifname, ip, gid, qpn, port, tor, tor_hint, rail, rail_hint, gateway, epoch, registered_at_ms \
          FROM rnics ORDER BY id",
     )
     .fetch_all(db.pool())
@@ -80,6 +81,7 @@ pub(crate) async fn load(
         tor,
         tor_hint,
         rail,
+        rail_hint,
         gateway,
         epoch,
         registered_at_ms,
@@ -90,8 +92,7 @@ pub(crate) async fn load(
             .get(&host_id)
             .context("RNIC row without its host")?;
         let gateway = gateway.map(|g| parse_ip(&g, "gateway")).transpose()?;
-        let resolved = topology.resolve(host, &ifname, tor_hint.as_deref(), gateway);
-        let record = RnicRecord {
+        let mut record = RnicRecord {
             id: narrow(id, "RNIC id")?,
             host_id,
             ifname,
@@ -99,15 +100,19 @@ pub(crate) async fn load(
             gid,
             qpn: narrow(qpn, "qpn")?,
             port: narrow(port, "port")?,
-            tor: resolved,
+            tor,
             tor_hint,
             rail: rail.map(|r| narrow(r, "rail")).transpose()?,
+            rail_hint: rail_hint.map(|r| narrow(r, "rail_hint")).transpose()?,
             gateway,
             epoch: narrow(epoch, "RNIC epoch")?,
             registered_at_ms,
         };
-        if record.tor != tor {
-            moved.push((record.id, record.tor.clone()));
+        let placed = Placement::of(&record, host, topology);
+        if !placed.same_as(&record) {
+            record.tor.clone_from(&placed.tor);
+            record.rail = placed.rail;
+            moved.push(placed);
         }
         rnics.push(record);
     }
@@ -116,22 +121,25 @@ pub(crate) async fn load(
             rnics = moved.len(),
             "topology changed since last run: rewriting RNIC ToRs"
         );
-        save_tors(db, &moved).await?;
+        save_placement(db, &moved).await?;
     }
     Ok((hosts, rnics))
 }
 
-/// Writes new ToRs of RNICs (id, ToR) in one transaction.
-pub(crate) async fn save_tors(db: &Db, moved: &[(u32, String)]) -> anyhow::Result<()> {
+/// Writes new places (ToR, rail) of RNICs in one transaction.
+pub(crate) async fn save_placement(db: &Db, moved: &[Placement]) -> anyhow::Result<()> {
     let mut tx = db.pool().begin().await?;
-    for (id, tor) in moved {
-        sqlx::query("UPDATE rnics SET tor = $1 WHERE id = $2")
-            .bind(tor)
-            .bind(i64::from(*id))
+    for p in moved {
+        sqlx::query("UPDATE rnics SET tor = $1, rail = $2 WHERE id = $3")
+            .bind(&p.tor)
+            .bind(p.rail.map(i64::from))
+            .bind(i64::from(p.id))
             .execute(&mut *tx)
             .await?;
     }
-    tx.commit().await.context("cannot rewrite RNIC ToRs")
+    tx.commit()
+        .await
+        .context("cannot rewrite RNIC ToRs and rails")
 }
 
 /// Writes a registration in one transaction; returns the host id and the RNIC ids in
@@ -182,7 +190,7 @@ pub(crate) async fn save_registration(
                 bind_rnic_fields(
                     sqlx::query(
                         "UPDATE rnics SET ip = $1, gid = $2, qpn = $3, port = $4, tor = $5, tor_hint = $6, rail = $7, \
-                         gateway = $8, epoch = $9, registered_at_ms = $10 WHERE id = $11",
+                         gateway = $8, epoch = $9, registered_at_ms = $10, rail_hint = $11 WHERE id = $12",
                     ),
                     r,
                 )
@@ -195,7 +203,7 @@ pub(crate) async fn save_registration(
                 let row = bind_rnic_fields(
                     sqlx::query(
                         "INSERT INTO rnics (ip, gid, qpn, port, tor, tor_hint, rail, gateway, epoch, registered_at_ms, \
-                         host_id, ifname) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12) RETURNING id",
+                         rail_hint, host_id, ifname) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING id",
                     ),
                     r,
                 )
@@ -212,7 +220,7 @@ pub(crate) async fn save_registration(
     Ok((host_id, ids))
 }
 
-/// Binds `$1..=$10`: the RNIC columns a registration sets, shared by insert and update.
+/// Binds `$1..=$11`: the RNIC columns a registration sets, shared by insert and update.
 fn bind_rnic_fields<'q>(q: AnyQuery<'q>, r: &RnicRecord) -> AnyQuery<'q> {
     q.bind(r.ip.to_string())
         .bind(r.gid.clone())
@@ -224,6 +232,7 @@ fn bind_rnic_fields<'q>(q: AnyQuery<'q>, r: &RnicRecord) -> AnyQuery<'q> {
         .bind(r.gateway.map(|g| g.to_string()))
         .bind(i64::from(r.epoch))
         .bind(r.registered_at_ms)
+        .bind(r.rail_hint.map(i64::from))
 }
 
 /// Deletes a host and (by cascade) its RNICs. Returns whether a row was deleted.

@@ -10,7 +10,7 @@ use rocemesh_proto::api::{HostInfo, RegisterRequest, RnicInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-pub(crate) use db::{delete_host, load, narrow, save_registration, save_tors};
+pub(crate) use db::{delete_host, load, narrow, save_placement, save_registration};
 
 /// A host as recorded.
 #[derive(Debug, Clone, PartialEq)]
@@ -34,10 +34,37 @@ pub(crate) struct RnicRecord {
     pub(crate) port: u16,
     pub(crate) tor: String,
     pub(crate) tor_hint: Option<String>,
+    /// The rail in force (the agent's hint, else the node labels).
     pub(crate) rail: Option<u32>,
+    /// The rail the agent gave.
+    pub(crate) rail_hint: Option<u32>,
     pub(crate) gateway: Option<IpAddr>,
     pub(crate) epoch: u32,
     pub(crate) registered_at_ms: i64,
+}
+
+/// Where an RNIC sits under the topology in force: its ToR and rail.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Placement {
+    pub(crate) id: u32,
+    pub(crate) tor: String,
+    pub(crate) rail: Option<u32>,
+}
+
+impl Placement {
+    /// The place of `r` (of host `host`) from its hints and `topology`.
+    pub(crate) fn of(r: &RnicRecord, host: &str, topology: &Topology) -> Self {
+        Self {
+            id: r.id,
+            tor: topology.resolve(host, &r.ifname, r.tor_hint.as_deref(), r.gateway),
+            rail: topology.rail(host, &r.ifname, r.rail_hint),
+        }
+    }
+
+    /// Whether `r` already sits there.
+    pub(crate) fn same_as(&self, r: &RnicRecord) -> bool {
+        self.tor == r.tor && self.rail == r.rail
+    }
 }
 
 /// What one registration will write: ids are `None` for rows still to be inserted.
@@ -234,7 +261,8 @@ impl Registry {
                     port: r.port,
                     tor: topology.resolve(&req.host, &r.ifname, r.tor.as_deref(), r.gateway),
                     tor_hint: r.tor.clone(),
-                    rail: r.rail,
+                    rail: topology.rail(&req.host, &r.ifname, r.rail),
+                    rail_hint: r.rail,
                     gateway: r.gateway,
                     epoch: req.epoch,
                     registered_at_ms: now_ms,
@@ -324,24 +352,23 @@ impl Registry {
         true
     }
 
-    /// The RNICs of host `name` whose ToR differs under `topology`: (id, new ToR).
-    pub(crate) fn plan_placement(&self, name: &str, topology: &Topology) -> Vec<(u32, String)> {
+    /// The RNICs of host `name` whose ToR or rail differs under `topology`.
+    pub(crate) fn plan_placement(&self, name: &str, topology: &Topology) -> Vec<Placement> {
         let Some(&host_id) = self.host_by_name.get(name) else {
             return Vec::new();
         };
         self.rnics_of(host_id)
-            .filter_map(|r| {
-                let tor = topology.resolve(name, &r.ifname, r.tor_hint.as_deref(), r.gateway);
-                (tor != r.tor).then_some((r.id, tor))
-            })
+            .map(|r| Placement::of(r, name, topology))
+            .filter(|p| self.rnics.get(&p.id).is_some_and(|r| !p.same_as(r)))
             .collect()
     }
 
-    /// Applies new ToRs the database has committed.
-    pub(crate) fn apply_placement(&mut self, moved: Vec<(u32, String)>) {
-        for (id, tor) in moved {
-            if let Some(r) = self.rnics.get_mut(&id) {
-                r.tor = tor;
+    /// Applies new places the database has committed.
+    pub(crate) fn apply_placement(&mut self, moved: Vec<Placement>) {
+        for p in moved {
+            if let Some(r) = self.rnics.get_mut(&p.id) {
+                r.tor = p.tor;
+                r.rail = p.rail;
             }
         }
         self.generation += 1;
