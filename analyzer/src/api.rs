@@ -1,5 +1,6 @@
 //! REST API of the analyzer under `/api/v1`.
 
+use crate::advice::{Avoid, PairEnd, PortAdvice, advise};
 use crate::diagnosis::engine::BaselineVote;
 use crate::diagnosis::fabric::FabricMap;
 use crate::diagnosis::store::{self as problems, StateFilter};
@@ -50,6 +51,7 @@ pub fn router(analyzer: Arc<Analyzer>) -> Router {
             get(get_baseline),
         )
         .route(&format!("{API_PREFIX}/paths"), get(get_paths))
+        .route(&format!("{API_PREFIX}/paths/advice"), get(get_advice))
         .with_state(analyzer)
 }
 
@@ -65,6 +67,7 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
         get_problem,
         get_baseline,
         get_paths,
+        get_advice,
     ))]
     struct Doc;
     <Doc as utoipa::OpenApi>::openapi()
@@ -143,8 +146,8 @@ async fn post_results(
 
 /// Stored SLA rows of one scope, newest period first.
 #[utoipa::path(get, path = "/api/v1/sla", operation_id = "listSlaRows", tag = "sla",
-    params(("scope" = SlaScope, Query, description = "cluster, tor_pair or rnic"),
-        ("key" = Option<String>, Query, description = "Only this key (`tor-a->tor-b`, an RNIC id)"),
+    params(("scope" = SlaScope, Query, description = "cluster, tor_pair, rnic, task or service"),
+        ("key" = Option<String>, Query, description = "Only this key (`tor-a->tor-b`, an RNIC id, a task name)"),
         ("from_ms" = Option<i64>, Query, description = "Periods starting at or after (ms since the Unix epoch)"),
         ("to_ms" = Option<i64>, Query, description = "Periods starting before"),
         ("limit" = Option<u32>, Query, description = "Most rows (default 100, at most 10,000)")),
@@ -371,6 +374,14 @@ pub struct PathsReply {
     pub paths: Vec<PathInfo>,
 }
 
+/// The RNIC a query names by registry id or `host/ifname`.
+fn find_rnic<'a>(registry: &'a Registry, spec: &str) -> Option<&'a crate::registry::RnicMeta> {
+    match spec.parse::<u32>() {
+        Ok(id) => registry.meta(id),
+        Err(_) => registry.rnic_by_name(spec).and_then(|id| registry.meta(id)),
+    }
+}
+
 /// One end of a path filter, resolved against the registry.
 enum EndFilter {
     Any,
@@ -390,11 +401,8 @@ impl EndFilter {
                 StatusCode::BAD_REQUEST,
                 format!("give {end}_rnic or {end}_tor, not both"),
             )),
-            (Some(spec), None) => registry
-                .rnic_ids()
-                .filter_map(|id| registry.meta(id).map(|m| (id, m)))
-                .find(|(id, m)| m.name == spec || id.to_string() == spec)
-                .map(|(_, m)| Self::Ip(m.ip))
+            (Some(spec), None) => find_rnic(registry, spec)
+                .map(|m| Self::Ip(m.ip))
                 .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no RNIC {spec:?}"))),
             (None, Some(tor)) => Ok(Self::Tor(tor)),
             (None, None) => Ok(Self::Any),
@@ -482,6 +490,76 @@ async fn get_paths(
         error(
             StatusCode::INTERNAL_SERVER_ERROR,
             format!("path scan failed: {e}"),
+        )
+    })
+}
+
+/// Traced 5-tuples one advice reads at most (a pair has a handful; this bounds the scan's copy).
+const MAX_ADVICE_TRACES: usize = 4_096;
+
+/// `GET /api/v1/paths/advice` parameters.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AdviceQuery {
+    src: String,
+    dst: String,
+}
+
+fn pair_end(registry: &Registry, spec: &str, end: &str) -> Result<PairEnd, ApiError> {
+    find_rnic(registry, spec)
+        .map(|m| PairEnd {
+            name: m.name.clone(),
+            host: m.host.clone(),
+            ip: m.ip,
+        })
+        .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no {end} RNIC {spec:?}")))
+}
+
+/// Source ports for an RNIC pair whose traced paths avoid every open problem (C4P).
+#[utoipa::path(get, path = "/api/v1/paths/advice", operation_id = "getPortAdvice", tag = "problems",
+    params(("src" = String, Query, description = "Source RNIC: id or `host/ifname`"),
+        ("dst" = String, Query, description = "Destination RNIC: id or `host/ifname`")),
+    responses((status = 200, body = PortAdvice), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
+async fn get_advice(
+    State(a): State<Arc<Analyzer>>,
+    q: Result<Query<AdviceQuery>, QueryRejection>,
+) -> Result<Json<PortAdvice>, ApiError> {
+    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    let registry = read(&a.registry);
+    let src = pair_end(&registry, &q.src, "source")?;
+    let dst = pair_end(&registry, &q.dst, "destination")?;
+    if src.ip == dst.ip {
+        return Err(error(
+            StatusCode::BAD_REQUEST,
+            "src and dst are the same RNIC",
+        ));
+    }
+    // With several analyzers, the others' problems are only in the database.
+    let problems = if a.shards().is_some() {
+        problems::query(a.db(), StateFilter::Active, None, i64::MIN, MAX_PROBLEMS)
+            .await
+            .map_err(internal)?
+    } else {
+        a.problems(ProblemState::Active)
+    };
+    let avoid = Avoid::from_problems(&problems);
+    let scan = tokio::task::spawn_blocking(move || {
+        let (s, d) = (src.ip, dst.ip);
+        let traces: Vec<TracedPath> = a
+            .diagnosis
+            .traces(
+                |p| (p.src == s && p.dst == d) || (p.src == d && p.dst == s),
+                MAX_ADVICE_TRACES,
+            )
+            .into_iter()
+            .map(|t| Arc::unwrap_or_clone(t.latest))
+            .collect();
+        advise(a.diagnosis.map(), &src, &dst, &traces, &avoid)
+    });
+    scan.await.map(Json).map_err(|e| {
+        error(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("advice failed: {e}"),
         )
     })
 }

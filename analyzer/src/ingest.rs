@@ -3,9 +3,11 @@
 //! Touches no database and allocates nothing per record: RNICs resolve through
 //! the dense [`Registry`] snapshot and records land in reusable period slots.
 
+use crate::blame::ServiceFlows;
 use crate::metrics::TorPairMetrics;
 use crate::registry::Registry;
 use crate::window::{Placement, Window};
+use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::UploadAck;
 use rocemesh_proto::batch::{Batch, BatchError};
 use serde::{Deserialize, Serialize};
@@ -136,6 +138,8 @@ pub struct IngestState {
     duplicates: u64,
     dropped: DroppedRecords,
     tor_pairs: TorPairMetrics,
+    /// Service 5-tuples seen lately (flow blame).
+    pub service_flows: ServiceFlows,
 }
 
 /// Result of [`IngestState::apply`].
@@ -160,6 +164,7 @@ impl IngestState {
             duplicates: 0,
             dropped: DroppedRecords::default(),
             tor_pairs: TorPairMetrics::new(max_tor_pairs),
+            service_flows: ServiceFlows::default(),
         }
     }
 
@@ -217,7 +222,16 @@ impl IngestState {
             };
             match placement {
                 Placement::Open(i) => {
-                    self.window.slot_mut(i).add(&r, prober.tor, target.tor);
+                    let slot = self.window.slot_mut(i);
+                    slot.add(&r, prober.tor, target.tor);
+                    slot.add_service(
+                        &r,
+                        registry.tasks_of(r.prober_rnic),
+                        registry.tasks_of(r.target_rnic),
+                    );
+                    if r.class == ProbeClass::Service {
+                        self.service_flows.note(&r, now_ms);
+                    }
                     self.tor_pairs.observe(&r, prober.tor, target.tor);
                     accepted += 1;
                 }

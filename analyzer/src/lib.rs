@@ -9,8 +9,11 @@
 //! window ([`diagnosis`]). [`run`] drives ticks, diagnoses and registry
 //! refreshes; [`router`] serves the REST API.
 
+pub mod advice;
 pub mod api;
+pub mod blame;
 pub mod config;
+pub mod crossing;
 pub mod diagnosis;
 pub mod host_keys;
 pub mod ingest;
@@ -83,6 +86,9 @@ pub struct Analyzer {
     instance: u64,
     /// Upload key fingerprints: which host a caller may upload as.
     host_keys: host_keys::HostKeys,
+    /// Bytes per second of an RNIC, for flow blame (set by the binary that runs the
+    /// controller in the same process; unset, blame shares are by flow count).
+    throughput: std::sync::OnceLock<Arc<blame::RateSource>>,
     /// Write-ahead log of accepted batches (`None` with several analyzer instances, whose
     /// replays would take each other's batches).
     wal: Option<wal::Wal>,
@@ -150,10 +156,21 @@ impl Analyzer {
             refresh_notify: Notify::new(),
             latest: RwLock::new(Arc::new(latest)),
             pending: tokio::sync::Mutex::new(VecDeque::new()),
+            throughput: std::sync::OnceLock::new(),
             wal,
             db,
             cfg,
         });
+        let weak = Arc::downgrade(&analyzer);
+        analyzer
+            .diagnosis
+            .set_enricher(Box::new(move |d, registry, now_ms, candidates| {
+                let Some(a) = weak.upgrade() else { return };
+                let none: &blame::RateSource = &|_| None;
+                let rate = a.throughput.get().map_or(none, |r| r.as_ref());
+                let live = || lock(&a.state).service_flows.live(now_ms);
+                blame::enrich(d, registry, live, rate, candidates);
+            }));
         if analyzer.wal.is_some() {
             let replayed = wal::Wal::replay(&analyzer.db, newest, |body| {
                 if let Err(e) = analyzer.ingest(body, now) {
@@ -277,8 +294,13 @@ impl Analyzer {
         let mut pending = self.pending.lock().await;
         let registry = read(&self.registry);
         let period_ms = self.cfg.period_ms as i64;
+        // Which side dropped what: read from the problems open now, once a period closes.
+        let mut sides: Option<sla::DropSides> = None;
         lock(&self.state).window.finalize(now, |p| {
-            pending.push_back(sla::period_rows(p, period_ms, &registry));
+            let sides = sides.get_or_insert_with(|| {
+                sla::DropSides::from_problems(&self.problems(ProblemState::Active), &registry)
+            });
+            pending.push_back(sla::period_rows(p, period_ms, &registry, sides));
         });
         if let Some(newest) = pending.back() {
             write(&self.latest, Arc::new(newest.clone()));
@@ -320,6 +342,11 @@ impl Analyzer {
         })
         .await?;
         self.diagnosis.persist(&self.db, now_unix_ms).await
+    }
+
+    /// Gives flow blame the RNICs' throughput (once; later calls are ignored).
+    pub fn set_throughput(&self, rate: Arc<blame::RateSource>) {
+        let _ = self.throughput.set(rate);
     }
 
     /// The active problems of the whole deployment, for a writer outside the analyzer that

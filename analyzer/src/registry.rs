@@ -54,6 +54,10 @@ pub struct Registry {
     by_name: HashMap<String, u32>,
     hosts: HashMap<u32, String>,
     labels: HashMap<u32, Vec<EndpointLabel>>,
+    /// Interned tasks each RNIC id serves (dense like `rnics`; empty for most).
+    tasks_of: Vec<Box<[u32]>>,
+    /// Name and database id of each interned task.
+    task_names: Arc<[(String, u32)]>,
 }
 
 impl Registry {
@@ -87,6 +91,45 @@ impl Registry {
     /// Sets the Kubernetes labels of the task endpoints on each RNIC.
     pub fn set_labels(&mut self, labels: HashMap<u32, Vec<EndpointLabel>>) {
         self.labels = labels;
+    }
+
+    /// Sets the interned tasks of each RNIC and the names behind the task ids.
+    pub fn set_tasks(&mut self, tasks: HashMap<u32, Vec<u32>>, names: Arc<[(String, u32)]>) {
+        let mut dense: Vec<Box<[u32]>> = Vec::new();
+        for (id, mut t) in tasks {
+            let i = id as usize;
+            if dense.len() <= i {
+                dense.resize_with(i + 1, Box::default);
+            }
+            t.sort_unstable();
+            t.dedup();
+            dense[i] = t.into_boxed_slice();
+        }
+        self.tasks_of = dense;
+        self.task_names = names;
+    }
+
+    /// Interned ids of the tasks with an endpoint on RNIC `id` (ingest's per-record lookup).
+    #[inline]
+    pub fn tasks_of(&self, id: u32) -> &[u32] {
+        self.tasks_of.get(id as usize).map_or(&[], |t| t)
+    }
+
+    /// Name of an interned task.
+    pub fn task_name(&self, task: u32) -> &str {
+        self.task_names
+            .get(task as usize)
+            .map_or("?", |t| t.0.as_str())
+    }
+
+    /// Database id of an interned task.
+    pub fn task_id(&self, task: u32) -> Option<u32> {
+        self.task_names.get(task as usize).map(|t| t.1)
+    }
+
+    /// The RNIC named `"<host>/<ifname>"`.
+    pub fn rnic_by_name(&self, name: &str) -> Option<u32> {
+        self.by_name.get(name).copied()
     }
 
     /// Kubernetes labels of the task endpoints on an RNIC (none when it is in no task).
@@ -150,6 +193,9 @@ impl Registry {
 pub struct RegistryLoader {
     ids: HashMap<String, u16>,
     names: Vec<String>,
+    /// Task names interned like ToRs: ids stay valid in open SLA periods across loads.
+    task_ids: HashMap<String, u32>,
+    task_names: Vec<(String, u32)>,
 }
 
 impl RegistryLoader {
@@ -213,6 +259,33 @@ impl RegistryLoader {
             registry.set_meta(id, meta);
         }
         registry.set_labels(load_labels(db).await?);
+        let members: Vec<(i64, String, i64)> = sqlx::query_as(
+            "SELECT r.id, t.name, t.id FROM task_endpoints e \
+             JOIN tasks t ON t.id = e.task_id \
+             JOIN hosts h ON h.name = e.host \
+             JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic",
+        )
+        .fetch_all(db.pool())
+        .await
+        .context("reading task endpoints")?;
+        let mut tasks: HashMap<u32, Vec<u32>> = HashMap::new();
+        for (id, task, task_id) in members {
+            let (Ok(id), Ok(task_id)) = (u32::try_from(id), u32::try_from(task_id)) else {
+                continue;
+            };
+            if id > MAX_RNIC_ID {
+                continue;
+            }
+            let next = self.task_names.len() as u32;
+            let t = *self.task_ids.entry(task.clone()).or_insert_with(|| {
+                self.task_names.push((task.clone(), task_id));
+                next
+            });
+            // A task deleted and created again under its name has a new id.
+            self.task_names[t as usize].1 = task_id;
+            tasks.entry(id).or_default().push(t);
+        }
+        registry.set_tasks(tasks, self.task_names.clone().into());
         Ok(registry)
     }
 

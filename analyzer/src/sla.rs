@@ -3,13 +3,16 @@
 use crate::registry::Registry;
 use crate::window::{MetricSet, Period};
 use anyhow::Context;
-use rocemesh_proto::api::{Quantiles, SlaRow, SlaScope};
+use rocemesh_proto::api::{
+    ComponentKind, Problem, ProblemKind, ProblemState, Quantiles, SlaRow, SlaScope,
+};
 use rocemesh_store::{Backend, Db};
 use serde::Deserialize;
 use sqlx::Row;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write as _;
 
-/// Rows per multi-row INSERT (22 parameters each; stays far below the
+/// Rows per multi-row INSERT (24 parameters each; stays far below the
 /// SQLite and PostgreSQL parameter limits).
 const INSERT_CHUNK: usize = 500;
 /// Rows a query returns when it names no `limit`.
@@ -21,10 +24,17 @@ const COLUMNS: &str = "period_start_ms, period_ms, scope, scope_key, probes, tim
     network_rtt_p50_ns, network_rtt_p90_ns, network_rtt_p99_ns, network_rtt_p999_ns, \
     prober_delay_p50_ns, prober_delay_p90_ns, prober_delay_p99_ns, prober_delay_p999_ns, \
     responder_delay_p50_ns, responder_delay_p90_ns, responder_delay_p99_ns, responder_delay_p999_ns, \
-    app_rtt_p50_ns, app_rtt_p90_ns, app_rtt_p99_ns, app_rtt_p999_ns";
-const N_COLUMNS: usize = 22;
+    app_rtt_p50_ns, app_rtt_p90_ns, app_rtt_p99_ns, app_rtt_p999_ns, rnic_drops, switch_drops";
+const N_COLUMNS: usize = 24;
 
 fn row(start_ms: i64, period_ms: i64, scope: SlaScope, key: String, m: &MetricSet) -> SlaRow {
+    let rate = |n: u64| {
+        if m.probes == 0 {
+            0.0
+        } else {
+            n as f64 / m.probes as f64
+        }
+    };
     SlaRow {
         period_start_ms: start_ms,
         period_ms,
@@ -32,11 +42,12 @@ fn row(start_ms: i64, period_ms: i64, scope: SlaScope, key: String, m: &MetricSe
         key,
         probes: m.probes as i64,
         timeouts: m.timeouts as i64,
-        timeout_rate: if m.probes == 0 {
-            0.0
-        } else {
-            m.timeouts as f64 / m.probes as f64
-        },
+        timeout_rate: rate(m.timeouts),
+        // Filled in by [`split_drops`].
+        rnic_drops: 0,
+        switch_drops: m.timeouts as i64,
+        rnic_drop_rate: 0.0,
+        switch_drop_rate: rate(m.timeouts),
         network_rtt_ns: m.network_rtt.quantiles(),
         prober_delay_ns: m.prober_delay.quantiles(),
         responder_delay_ns: m.responder_delay.quantiles(),
@@ -45,9 +56,123 @@ fn row(start_ms: i64, period_ms: i64, scope: SlaScope, key: String, m: &MetricSe
     }
 }
 
-/// Every non-empty scope of a finalized period, as rows (cluster, ToR pairs, RNICs;
-/// each group sorted by key).
-pub fn period_rows(p: &Period, period_ms: i64, registry: &Registry) -> Vec<SlaRow> {
+/// Which side a timeout of an RNIC pair falls on (R-Pingmesh §5), from the problems open
+/// when its period is finalized.
+#[derive(Debug, Default, Clone)]
+pub struct DropSides {
+    /// RNICs with an RNIC-fault problem: timeouts to or from them are RNIC drops.
+    pub rnic: HashSet<u32>,
+    /// RNICs of hosts that are down, restarted or noisy: their timeouts are no network drop.
+    pub host: HashSet<u32>,
+}
+
+impl DropSides {
+    /// Sorts open problems' components into RNIC ids (names resolved with `registry`).
+    pub fn from_problems(problems: &[Problem], registry: &Registry) -> Self {
+        let mut sides = Self::default();
+        let host_rnics = |host: &str| -> Vec<u32> {
+            registry
+                .rnic_ids()
+                .filter(|&id| registry.meta(id).is_some_and(|m| m.host == host))
+                .collect()
+        };
+        for p in problems.iter().filter(|p| p.state == ProblemState::Active) {
+            match (p.kind, p.component_kind) {
+                (ProblemKind::RnicFault, ComponentKind::Rnic) => {
+                    sides.rnic.extend(registry.rnic_by_name(&p.component));
+                }
+                (ProblemKind::HostDown | ProblemKind::AgentRestart | ProblemKind::HostNoise, _) => {
+                    match p.component_kind {
+                        ComponentKind::Rnic => {
+                            sides.host.extend(registry.rnic_by_name(&p.component))
+                        }
+                        _ => sides.host.extend(host_rnics(&p.component)),
+                    }
+                }
+                _ => {}
+            }
+        }
+        sides
+    }
+
+    /// `None` for a switch-side pair, else whether its RNIC side (true) or a host is behind it.
+    fn side(&self, (a, b): (u32, u32)) -> Option<bool> {
+        if self.host.contains(&a) || self.host.contains(&b) {
+            Some(false)
+        } else if self.rnic.contains(&a) || self.rnic.contains(&b) {
+            Some(true)
+        } else {
+            None
+        }
+    }
+}
+
+/// Per-row tallies of timeouts that are not switch drops: (RNIC drops, host timeouts).
+type NotSwitch = HashMap<(SlaScope, String), (u64, u64)>;
+
+/// Sets every row's RNIC and switch drops: its timeouts on pairs with an RNIC-fault end
+/// are RNIC drops, those on pairs with a down/restarted/noisy host are neither, the rest
+/// (including timeouts of pairs beyond the period's pair bound) are switch drops.
+fn split_drops(rows: &mut [SlaRow], p: &Period, registry: &Registry, sides: &DropSides) {
+    let mut not_switch = NotSwitch::new();
+    for (&pair, &[all, service]) in &p.pair_timeouts {
+        let Some(rnic) = sides.side(pair) else {
+            continue;
+        };
+        let mut add = |scope: SlaScope, key: String, n: u64| {
+            let e = not_switch.entry((scope, key)).or_default();
+            if rnic { e.0 += n } else { e.1 += n }
+        };
+        add(SlaScope::Cluster, "cluster".into(), all);
+        if service > 0 {
+            add(SlaScope::Service, SERVICE_KEY.into(), service);
+        }
+        if let (Some(a), Some(b)) = (registry.get(pair.0), registry.get(pair.1)) {
+            let key = format!("{}->{}", registry.tor_name(a.tor), registry.tor_name(b.tor));
+            add(SlaScope::TorPair, key, all);
+        }
+        add(SlaScope::Rnic, pair.1.to_string(), all);
+        let theirs = registry.tasks_of(pair.1);
+        for t in registry
+            .tasks_of(pair.0)
+            .iter()
+            .filter(|t| theirs.contains(t))
+        {
+            add(SlaScope::Task, registry.task_name(*t).to_string(), all);
+        }
+    }
+    for r in rows {
+        let Some(&(rnic, host)) = not_switch.get(&(r.scope, r.key.clone())) else {
+            continue;
+        };
+        let timeouts = r.timeouts.max(0) as u64;
+        let rnic = rnic.min(timeouts);
+        let switch = timeouts - rnic - host.min(timeouts - rnic);
+        let rate = |n: u64| {
+            if r.probes > 0 {
+                n as f64 / r.probes as f64
+            } else {
+                0.0
+            }
+        };
+        r.rnic_drops = rnic as i64;
+        r.switch_drops = switch as i64;
+        r.rnic_drop_rate = rate(rnic);
+        r.switch_drop_rate = rate(switch);
+    }
+}
+
+/// Key of the one service-scope row per period.
+pub const SERVICE_KEY: &str = "service";
+
+/// Every non-empty scope of a finalized period, as rows (cluster, ToR pairs, RNICs, tasks,
+/// service; each group sorted by key), with drops split by `sides`.
+pub fn period_rows(
+    p: &Period,
+    period_ms: i64,
+    registry: &Registry,
+    sides: &DropSides,
+) -> Vec<SlaRow> {
     let start = p.index * period_ms;
     let mut rows = vec![row(
         start,
@@ -78,6 +203,32 @@ pub fn period_rows(p: &Period, period_ms: i64, registry: &Registry) -> Vec<SlaRo
                 ..row(start, period_ms, SlaScope::Rnic, id.to_string(), m)
             }),
     );
+    let mut tasks: Vec<SlaRow> = p
+        .tasks
+        .iter()
+        .filter(|(_, m)| !m.is_empty())
+        .map(|(&t, m)| {
+            row(
+                start,
+                period_ms,
+                SlaScope::Task,
+                registry.task_name(t).into(),
+                m,
+            )
+        })
+        .collect();
+    tasks.sort_unstable_by(|a, b| a.key.cmp(&b.key));
+    rows.extend(tasks);
+    if !p.service.is_empty() {
+        rows.push(row(
+            start,
+            period_ms,
+            SlaScope::Service,
+            SERVICE_KEY.into(),
+            &p.service,
+        ));
+    }
+    split_drops(&mut rows, p, registry, sides);
     rows
 }
 
@@ -148,6 +299,7 @@ pub async fn persist(db: &Db, rows: &[SlaRow]) -> anyhow::Result<()> {
                     q = q.bind(v);
                 }
             }
+            q = q.bind(r.rnic_drops).bind(r.switch_drops);
         }
         q.execute(&mut *tx).await.context("inserting SLA rows")?;
     }
@@ -271,11 +423,8 @@ pub async fn period(db: &Db, start_ms: i64) -> anyhow::Result<Vec<SlaRow>> {
 
 fn decode_row(r: &sqlx::any::AnyRow) -> anyhow::Result<SlaRow> {
     let scope: String = r.try_get(2)?;
-    let scope = match scope.as_str() {
-        "cluster" => SlaScope::Cluster,
-        "tor_pair" => SlaScope::TorPair,
-        "rnic" => SlaScope::Rnic,
-        other => anyhow::bail!("unknown SLA scope {other:?} in the database"),
+    let Some(scope) = SlaScope::parse(&scope) else {
+        anyhow::bail!("unknown SLA scope {scope:?} in the database");
     };
     let quantiles = |first: usize| -> anyhow::Result<Quantiles> {
         let v = |i: usize| -> anyhow::Result<Option<u64>> {
@@ -291,6 +440,15 @@ fn decode_row(r: &sqlx::any::AnyRow) -> anyhow::Result<SlaRow> {
     };
     let probes: i64 = r.try_get(4)?;
     let timeouts: i64 = r.try_get(5)?;
+    let rnic_drops: i64 = r.try_get(22)?;
+    let switch_drops: i64 = r.try_get(23)?;
+    let rate = |n: i64| {
+        if probes > 0 {
+            n as f64 / probes as f64
+        } else {
+            0.0
+        }
+    };
     Ok(SlaRow {
         period_start_ms: r.try_get(0)?,
         period_ms: r.try_get(1)?,
@@ -298,15 +456,127 @@ fn decode_row(r: &sqlx::any::AnyRow) -> anyhow::Result<SlaRow> {
         key: r.try_get(3)?,
         probes,
         timeouts,
-        timeout_rate: if probes > 0 {
-            timeouts as f64 / probes as f64
-        } else {
-            0.0
-        },
+        timeout_rate: rate(timeouts),
+        rnic_drops,
+        switch_drops,
+        rnic_drop_rate: rate(rnic_drops),
+        switch_drop_rate: rate(switch_drops),
         network_rtt_ns: quantiles(6)?,
         prober_delay_ns: quantiles(10)?,
         responder_delay_ns: quantiles(14)?,
         app_rtt_ns: quantiles(18)?,
         labels: Vec::new(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::registry::{RnicEntry, RnicMeta};
+    use rocemesh_proto::ProbeClass;
+    use rocemesh_proto::testing::{active_problem, probe_result};
+    use std::sync::Arc;
+
+    /// RNIC r (1..=4) on host hr, ToR t0 for 1-2 and t1 for 3-4; task 0 on every RNIC.
+    fn registry() -> Registry {
+        let mut reg = Registry::new(
+            (1..=4).map(|r| {
+                (
+                    r,
+                    RnicEntry {
+                        host_id: r,
+                        tor: u16::from(r > 2),
+                    },
+                )
+            }),
+            vec!["t0".to_string(), "t1".to_string()].into(),
+        );
+        for r in 1..=4u32 {
+            reg.set_meta(
+                r,
+                RnicMeta {
+                    name: format!("h{r}/r0"),
+                    host: format!("h{r}"),
+                    ip: format!("198.18.0.{r}").parse().unwrap(),
+                    qpn: 7,
+                    epoch: 1,
+                    registered_at_ms: 0,
+                },
+            );
+        }
+        reg.set_tasks(
+            (1..=4).map(|r| (r, vec![0])).collect(),
+            Arc::from(vec![("job".to_string(), 1)]),
+        );
+        reg
+    }
+
+    /// Timeouts to an RNIC with an RNIC fault are RNIC drops, those to a down host are
+    /// neither kind, the rest are switch drops, in every scope the pair belongs to.
+    #[test]
+    fn drops_split_by_the_side_open_problems_put_them_on() {
+        let reg = registry();
+        let mut p = Period::default();
+        p.ensure_rnics(5);
+        let mut add = |prober: u32, target: u32, ok: bool, n: usize| {
+            for _ in 0..n {
+                let r = rocemesh_proto::ProbeResult {
+                    class: ProbeClass::Service,
+                    ..probe_result(prober, target, 0, ok, 10_000)
+                };
+                let (a, b) = (reg.get(prober).unwrap(), reg.get(target).unwrap());
+                p.add(&r, a.tor, b.tor);
+                p.add_service(&r, reg.tasks_of(prober), reg.tasks_of(target));
+            }
+        };
+        add(1, 3, false, 4); // RNIC 3 is faulty: RNIC drops
+        add(1, 4, false, 3); // host h4 is down: no network drop
+        add(2, 3, true, 10);
+        add(2, 4, false, 2); // ...also h4
+        add(1, 2, false, 5); // nothing open: switch drops
+        let problems = [
+            active_problem(1, ProblemKind::RnicFault, ComponentKind::Rnic, "h3/r0", ""),
+            active_problem(2, ProblemKind::HostDown, ComponentKind::Host, "h4", ""),
+            active_problem(3, ProblemKind::LinkFault, ComponentKind::Link, "t0-s0", ""),
+        ];
+        let sides = DropSides::from_problems(&problems, &reg);
+        assert_eq!(sides.rnic, HashSet::from([3]));
+        assert_eq!(sides.host, HashSet::from([4]));
+        let rows = period_rows(&p, 20_000, &reg, &sides);
+        let get = |scope: SlaScope, key: &str| {
+            let r = rows
+                .iter()
+                .find(|r| r.scope == scope && r.key == key)
+                .unwrap_or_else(|| panic!("no {scope:?} {key}: {rows:#?}"));
+            (r.probes, r.timeouts, r.rnic_drops, r.switch_drops)
+        };
+        assert_eq!(get(SlaScope::Cluster, "cluster"), (24, 14, 4, 5));
+        assert_eq!(get(SlaScope::Service, SERVICE_KEY), (24, 14, 4, 5));
+        assert_eq!(get(SlaScope::Task, "job"), (24, 14, 4, 5));
+        assert_eq!(get(SlaScope::TorPair, "t0->t1"), (19, 9, 4, 0));
+        assert_eq!(get(SlaScope::TorPair, "t0->t0"), (5, 5, 0, 5));
+        assert_eq!(get(SlaScope::Rnic, "3"), (14, 4, 4, 0));
+        assert_eq!(get(SlaScope::Rnic, "4"), (5, 5, 0, 0));
+        let cluster = rows.iter().find(|r| r.scope == SlaScope::Cluster).unwrap();
+        assert!((cluster.rnic_drop_rate - 4.0 / 24.0).abs() < 1e-12);
+        assert!((cluster.switch_drop_rate - 5.0 / 24.0).abs() < 1e-12);
+    }
+
+    /// Past the bound on distinct timed-out pairs, further pairs' timeouts still count,
+    /// as switch drops.
+    #[test]
+    fn timeouts_beyond_the_pair_bound_stay_counted() {
+        let mut p = Period::default();
+        p.ensure_rnics(3);
+        for i in 0..crate::window::period::MAX_TIMEOUT_PAIRS as u32 {
+            p.pair_timeouts.insert((i, u32::MAX - 1), [1, 0]);
+        }
+        let r = probe_result(1, 2, 0, false, 0);
+        p.add_service(&r, &[], &[]);
+        assert_eq!(
+            p.pair_timeouts[&crate::window::period::UNATTRIBUTED],
+            [1, 0]
+        );
+        assert!(!p.pair_timeouts.contains_key(&(1, 2)));
+    }
 }

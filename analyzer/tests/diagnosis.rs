@@ -45,6 +45,41 @@ ends = [{ device = "t1", ip = "198.19.0.6" }, { device = "s1", ip = "198.19.0.7"
 
 const RNICS: [u32; 4] = [1, 2, 3, 4];
 const DPORT: u16 = 4791;
+/// The inter-ToR source port probed as a service flow.
+const SERVICE_PORT: u16 = 50_002;
+/// Tasks (id, name, RNICs) whose flows the link problem blames.
+const TASKS: [(i64, &str, [u32; 2]); 2] = [(1, "a", [1, 3]), (2, "b", [2, 4])];
+
+async fn seed_tasks(db: &rocemesh_store::Db) {
+    for (id, name, rnics) in TASKS {
+        let endpoints: Vec<(String, String)> = rnics
+            .iter()
+            .map(|r| (format!("host-{r}"), format!("eth{r}")))
+            .collect();
+        seed_task(db, id, name, &endpoints).await;
+    }
+}
+
+/// (name, flows) of what crosses t0-s1 on the service port: spine 1 between the ToRs.
+fn blamed_on_t0_s1() -> Vec<(String, u32)> {
+    let mut want: std::collections::BTreeMap<String, u32> = Default::default();
+    for p in RNICS {
+        for t in RNICS.into_iter().filter(|&t| tor(t) != tor(p)) {
+            if spine(p, t, SERVICE_PORT) != 1 {
+                continue;
+            }
+            let name = TASKS
+                .iter()
+                .find(|(_, _, r)| r.contains(&p) && r.contains(&t))
+                .map_or_else(
+                    || format!("host-{p}/eth{p} -> host-{t}/eth{t} sport {SERVICE_PORT}"),
+                    |(_, n, _)| n.to_string(),
+                );
+            *want.entry(name).or_default() += 1;
+        }
+    }
+    want.into_iter().collect()
+}
 
 fn tor(r: u32) -> u32 {
     (r - 1) / 2
@@ -170,7 +205,12 @@ fn uploads(now_ms: i64, broken: bool, seq: u64) -> Vec<(u32, Vec<u8>)> {
                     r.src_port = sport;
                     r.dst_port = DPORT;
                     if tor(p) != tor(t) {
-                        r.class = rocemesh_proto::ProbeClass::InterTor;
+                        // One port of each pair is a service flow (flow blame follows it).
+                        r.class = if sport == SERVICE_PORT {
+                            rocemesh_proto::ProbeClass::Service
+                        } else {
+                            rocemesh_proto::ProbeClass::InterTor
+                        };
                     }
                     e.push(&r);
                 }
@@ -212,6 +252,7 @@ async fn a_downed_link_is_found_served_stored_and_survives_a_restart() {
             &[(1, 1, "t0"), (2, 2, "t0"), (3, 3, "t1"), (4, 4, "t1")],
         )
         .await;
+        seed_tasks(&db).await;
         let (a, base) = start(&db, &map).await;
 
         // The agents have been up for a minute (heartbeats); timeouts towards an
@@ -264,6 +305,19 @@ async fn a_downed_link_is_found_served_stored_and_survives_a_restart() {
             p.evidence.votes > 0 && !p.evidence.example_paths.is_empty(),
             "{name}: {p:?}"
         );
+        // Flow blame: the service flows across the link, by task, as shares of its traffic.
+        let blamed: Vec<(String, u32)> = p
+            .evidence
+            .blamed
+            .iter()
+            .map(|b| (b.name.clone(), b.flows))
+            .collect();
+        let mut want = blamed_on_t0_s1();
+        want.sort_by(|x, y| y.1.cmp(&x.1).then_with(|| x.0.cmp(&y.0)));
+        assert!(!want.is_empty());
+        assert_eq!(blamed, want, "{name}: {:?}", p.evidence.blamed);
+        let total: f64 = p.evidence.blamed.iter().map(|b| b.share).sum();
+        assert!((total - 1.0).abs() < 1e-9, "{name}: {total}");
         let one: Problem = get(&base, &format!("/problems/{}", p.id)).await;
         assert_eq!(one, *p);
         let all: Vec<Problem> = get(

@@ -47,7 +47,10 @@ pub struct ControllerConfig {
     /// Throughput samples kept per task RNIC (the ring the skeleton inference reads).
     pub throughput_window: usize,
     /// How often the runtime skeleton of every task is inferred again.
-    #[serde(rename = "skeleton_interval", with = "rocemesh_proto::duration::millis")]
+    #[serde(
+        rename = "skeleton_interval",
+        with = "rocemesh_proto::duration::millis"
+    )]
     pub skeleton_interval_ms: u64,
     /// Samples every RNIC of a task needs before its skeleton is inferred.
     pub skeleton_min_samples: usize,

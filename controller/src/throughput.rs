@@ -122,6 +122,14 @@ impl ThroughputStore {
         self.rings.retain(|id, _| members.contains(id));
     }
 
+    /// Mean bytes per second over the samples held for one RNIC.
+    pub(crate) fn rate(&self, rnic: u32) -> Option<f64> {
+        let r = self.rings.get(&rnic).filter(|r| !r.samples.is_empty())?;
+        let bytes: u64 = r.samples.iter().sum();
+        let secs = r.samples.len() as f64 * f64::from(r.interval_ms) / 1000.0;
+        Some(bytes as f64 / secs)
+    }
+
     /// Samples held for one RNIC.
     #[cfg(test)]
     pub(crate) fn len(&self, rnic: u32) -> usize {
@@ -186,6 +194,17 @@ mod tests {
             tx_bytes: bytes.to_vec(),
             rx_bytes: vec![1; bytes.len()],
         }
+    }
+
+    #[test]
+    fn rate_is_the_mean_over_held_samples() {
+        let members = HashSet::from([1]);
+        let mut store = ThroughputStore::new(4);
+        assert_eq!(store.rate(1), None);
+        store.ingest(500, &[series(1, 0, &[99, 199, 299, 399, 499])], &members);
+        // The ring keeps the newest 4 (tx + 1 rx each): 200 + 300 + 400 + 500 bytes in 2 s.
+        assert_eq!(store.rate(1), Some(700.0));
+        assert_eq!(store.rate(2), None);
     }
 
     #[test]

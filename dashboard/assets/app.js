@@ -7,6 +7,7 @@ import { el, fmtNs, fmtPct, fmtTime, setPanelState } from './format.js';
 import { renderHeatmap } from './heatmap.js';
 import { openProblem, renderProblems } from './problems.js';
 import { renderRnics } from './rnics.js';
+import { renderServiceSla } from './sla.js';
 
 const REFRESH_MS = 5000;
 
@@ -86,8 +87,10 @@ async function refresh() {
     getJson('/api/v1/sla/latest?scope=rnic'),
     getJson('/api/v1/rnics'),
     getJson('/api/v1/problems?state=all&limit=100'),
+    getJson('/api/v1/sla/latest?scope=task'),
+    getJson('/api/v1/sla/latest?scope=service'),
   ]);
-  const [topology, pairs, cluster, rnicRows, rnics, problems] = results.map(settled);
+  const [topology, pairs, cluster, rnicRows, rnics, problems, tasks, service] = results.map(settled);
   last = { topology, pairs, cluster, rnicRows, rnics, problems };
 
   drawHeatmap();
@@ -105,6 +108,10 @@ async function refresh() {
   } else {
     $('rnics').replaceChildren();
   }
+
+  setPanelState($('service-panel'), tasks[1] || service[1]);
+  if (tasks[0] || service[0]) renderServiceSla($('service-sla'), { tasks: tasks[0], service: service[0] });
+  else $('service-sla').replaceChildren();
 
   $('summary').replaceChildren(...summary(cluster[0], problems[0]));
   const failed = results.filter((r) => r.status === 'rejected').length;

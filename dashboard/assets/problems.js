@@ -37,6 +37,13 @@ function componentCell(p) {
 }
 
 /** The opened evidence of `p`. */
+/** Bytes per second as a human bit rate. */
+function fmtRate(bytesPerS) {
+  const bits = bytesPerS * 8;
+  const [v, unit] = bits >= 1e9 ? [bits / 1e9, 'Gb/s'] : bits >= 1e6 ? [bits / 1e6, 'Mb/s'] : [bits / 1e3, 'kb/s'];
+  return `${v.toFixed(1)} ${unit}`;
+}
+
 function evidenceView(p, names) {
   const e = p.evidence;
   const items = [
@@ -52,6 +59,11 @@ function evidenceView(p, names) {
   if (e.latency_pairs?.length) {
     items.push(el('h3', {}, 'Slow RNIC pairs'), el('ul', { class: 'ev-latency' }, e.latency_pairs.map((l) => el('li', {},
       `${nameAddresses(l.prober, names)} → ${nameAddresses(l.target, names)}: ${l.detector}, reference ${fmtNs(l.reference_ns)}, slow above ${fmtNs(l.slow_above_ns)}, since ${fmtTime(l.since_ms)}`))));
+  }
+  if (e.blamed?.length) {
+    items.push(el('h3', {}, 'Traffic across it'), el('ol', { class: 'ev-blamed' }, e.blamed.map((b) => el('li', {
+      'data-blamed': b.name,
+    }, `${b.task_id != null ? 'task ' : ''}${b.name}: ${Math.round(b.share * 100)} % (${b.flows} flow${b.flows === 1 ? '' : 's'}${b.bytes_per_s != null ? `, ${fmtRate(b.bytes_per_s)}` : ''})`))));
   }
   if (e.labels?.length) {
     items.push(el('h3', {}, 'Task endpoints'), el('ul', { class: 'ev-labels' }, e.labels.map((l) => el('li', {},

@@ -58,6 +58,8 @@ struct Stored {
     end_ms: i64,
     priority: Option<String>,
     affected: Option<String>,
+    /// Tasks flow blame names in the evidence: their traced flows cross the component.
+    blamed: Vec<u32>,
 }
 
 /// A changed assessment: the problem, its priority, affected tasks as JSON and as ids.
@@ -72,6 +74,7 @@ type StoredRow = (
     Option<i64>,
     Option<String>,
     Option<String>,
+    String,
 );
 
 impl Impact {
@@ -141,7 +144,9 @@ impl Impact {
             .iter()
             .map(|p| {
                 nets.iter()
-                    .filter(|(_, n)| n.contains(p.component_kind, &p.component))
+                    .filter(|(id, n)| {
+                        n.contains(p.component_kind, &p.component) || p.blamed.contains(id)
+                    })
                     .map(|(id, _)| *id)
                     .collect()
             })
@@ -220,7 +225,7 @@ impl Impact {
     async fn stored_problems(&self, now_ms: i64) -> anyhow::Result<Vec<Stored>> {
         let rows: Vec<StoredRow> = sqlx::query_as(
             "SELECT id, component_kind, component, first_seen_ms, last_seen_ms, resolved_ms, \
-             priority, affected_tasks FROM problems \
+             priority, affected_tasks, evidence FROM problems \
              WHERE state = 'active' OR resolved_ms >= $1 ORDER BY id DESC LIMIT $2",
         )
         .bind(now_ms - self.cfg.reassess_resolved_ms)
@@ -229,7 +234,7 @@ impl Impact {
         .await
         .context("reading problems to assess")?;
         let mut out = Vec::with_capacity(rows.len());
-        for (id, kind, component, first, _last, resolved, priority, affected) in rows {
+        for (id, kind, component, first, _last, resolved, priority, affected, evidence) in rows {
             let Ok(component_kind) =
                 serde_json::from_value::<ComponentKind>(serde_json::Value::String(kind.clone()))
             else {
@@ -244,6 +249,9 @@ impl Impact {
                 end_ms: resolved.unwrap_or(now_ms),
                 priority,
                 affected,
+                blamed: serde_json::from_str::<rocemesh_proto::api::Evidence>(&evidence)
+                    .map(|e| e.blamed.iter().filter_map(|b| b.task_id).collect())
+                    .unwrap_or_default(),
             });
         }
         Ok(out)

@@ -12,7 +12,10 @@ pub struct ImpactConfig {
     pub tick_ms: u64,
     /// Resolved problems keep being re-assessed this long after they resolved (late
     /// metric samples can still make them P0).
-    #[serde(rename = "reassess_resolved", with = "rocemesh_proto::duration::millis")]
+    #[serde(
+        rename = "reassess_resolved",
+        with = "rocemesh_proto::duration::millis"
+    )]
     pub reassess_resolved_ms: i64,
     /// Metric samples older than this are deleted.
     #[serde(rename = "retention", with = "rocemesh_proto::duration::millis")]

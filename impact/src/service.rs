@@ -4,6 +4,7 @@
 //! fabric map (ECMP may use any of them).
 
 use anyhow::Context;
+use rocemesh_analyzer::crossing::Crossing;
 use rocemesh_analyzer::diagnosis::fabric::FabricMap;
 use rocemesh_proto::api::ComponentKind;
 use rocemesh_proto::path::TracedPath;
@@ -125,21 +126,9 @@ impl ServiceNetwork {
 
 /// Switches and links a trace names, the way diagnosis names them.
 fn trace_components(map: &FabricMap, t: &TracedPath, net: &mut ServiceNetwork) {
-    let mut prev: Option<IpAddr> = None;
-    for hop in &t.hops {
-        match *hop {
-            // The destination answers the last probe: it is no switch.
-            Some(ip) if ip == t.dst => break,
-            Some(ip) => {
-                net.switches.insert(map.device(ip));
-                if let Some(p) = prev {
-                    net.links.insert(map.link_into(p, ip));
-                }
-                prev = Some(ip);
-            }
-            None => prev = None,
-        }
-    }
+    let c = Crossing::of(map, t);
+    net.switches.extend(c.switches);
+    net.links.extend(c.links);
 }
 
 /// Hop distances from `start` over the map's links.

@@ -694,3 +694,44 @@ async fn a_traced_path_narrows_the_service_network_to_the_links_it_crossed() {
         srv.wait_priority(spine_s0, Priority::P2).await;
     }
 }
+
+/// A problem whose flow blame names a task puts it in that task's service network even
+/// where no trace between the task's endpoints shows the component.
+#[tokio::test(flavor = "multi_thread")]
+async fn tasks_blamed_in_the_evidence_are_affected() {
+    for (backend, db) in rocemesh_store::test_databases().await {
+        let srv = start(db.clone()).await;
+        srv.register("h0", "10.0.0.1", "t0").await;
+        srv.register("h1", "10.0.0.2", "t0").await;
+        let a = srv.task("train-a", &["h0", "h1"]).await; // under t0 alone: no uplink
+        let now = rocemesh_proto::now_unix_ms();
+        let mut p = Problem {
+            id: 0,
+            kind: ProblemKind::LinkFault,
+            component_kind: ComponentKind::Link,
+            component: "t0-s1".into(),
+            state: ProblemState::Active,
+            confidence: 0.9,
+            network: true,
+            first_seen_ms: now - 10_000,
+            last_seen_ms: now,
+            resolved_ms: None,
+            evidence: Evidence::default(),
+            priority: None,
+            affected_tasks: Vec::new(),
+        };
+        let outside = problems::insert(&db, &p).await.unwrap();
+        p.component = "t0-s0".into();
+        p.evidence.blamed = vec![rocemesh_proto::api::BlamedFlow {
+            name: "train-a".into(),
+            task_id: Some(a),
+            flows: 1,
+            bytes_per_s: None,
+            share: 1.0,
+        }];
+        let blamed = problems::insert(&db, &p).await.unwrap();
+        let got = srv.wait_priority(blamed, Priority::P1).await;
+        assert_eq!(got.affected_tasks, vec![a], "{backend}");
+        srv.wait_priority(outside, Priority::P2).await;
+    }
+}

@@ -294,6 +294,12 @@ pub enum SlaScope {
     /// An RNIC as probe target (RTT, responder delay, timeouts) and as prober
     /// (prober delay); key = RNIC id.
     Rnic,
+    /// A training task's service network: probes between two of its endpoints' RNICs;
+    /// key = task name.
+    Task,
+    /// Probes on service 5-tuples (task skeleton pairs and traced service connections,
+    /// R-Pingmesh §5); key `"service"`.
+    Service,
 }
 
 impl SlaScope {
@@ -303,7 +309,22 @@ impl SlaScope {
             Self::Cluster => "cluster",
             Self::TorPair => "tor_pair",
             Self::Rnic => "rnic",
+            Self::Task => "task",
+            Self::Service => "service",
         }
+    }
+
+    /// The scope with this [`Self::as_str`] name.
+    pub fn parse(s: &str) -> Option<Self> {
+        [
+            Self::Cluster,
+            Self::TorPair,
+            Self::Rnic,
+            Self::Task,
+            Self::Service,
+        ]
+        .into_iter()
+        .find(|v| v.as_str() == s)
     }
 }
 
@@ -337,6 +358,19 @@ pub struct SlaRow {
     pub timeouts: i64,
     /// `timeouts / probes`.
     pub timeout_rate: f64,
+    /// Timeouts on probes to or from an RNIC with an RNIC-fault problem (R-Pingmesh §5:
+    /// RNIC drops); host-down, agent-restart and host-noise timeouts are neither kind.
+    #[serde(default)]
+    pub rnic_drops: i64,
+    /// Timeouts left to the switch network (R-Pingmesh §5: switch network drops).
+    #[serde(default)]
+    pub switch_drops: i64,
+    /// `rnic_drops / probes`.
+    #[serde(default)]
+    pub rnic_drop_rate: f64,
+    /// `switch_drops / probes`.
+    #[serde(default)]
+    pub switch_drop_rate: f64,
     /// Network RTT percentiles.
     pub network_rtt_ns: Quantiles,
     /// Prober processing delay percentiles.
@@ -503,6 +537,30 @@ pub struct Evidence {
     /// Flow problems: every component that could explain the failures, most likely first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<SuspectComponent>,
+    /// Link and switch problems: the tasks and service flows whose traced 5-tuples cross
+    /// the component, largest share of its traffic first (Vedrfolnir §III-D; bounded).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub blamed: Vec<BlamedFlow>,
+}
+
+/// A task, or a service flow in no task, crossing a problem's link or switch, with its
+/// share of the traffic there.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct BlamedFlow {
+    /// Task name, or the flow as `host/ifname -> host/ifname sport N`.
+    pub name: String,
+    /// Task database id; absent for a flow in no task.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_id: Option<u32>,
+    /// Traced service 5-tuples behind it that cross the component.
+    pub flows: u32,
+    /// Estimated bytes per second it puts there (its RNICs' sampled throughput spread over
+    /// their service flows); absent when no throughput of its RNICs is known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bytes_per_s: Option<f64>,
+    /// Share in [0, 1] of the component's estimated traffic — by bytes when any crossing
+    /// flow's throughput is known, else by flow count.
+    pub share: f64,
 }
 
 /// One direction of a link: traffic leaving device `from` towards device `to` (fabric-map

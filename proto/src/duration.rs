@@ -118,8 +118,10 @@ mod tests {
         assert!(e.contains("not a whole number of seconds"), "{e}");
         // An integer (the old form) is not a duration string.
         assert!(
-            serde_json::from_str::<Sample>(r#"{"ms": 20, "ns": "1ns", "s": "1s", "signed_ms": "1s"}"#)
-                .is_err()
+            serde_json::from_str::<Sample>(
+                r#"{"ms": 20, "ns": "1ns", "s": "1s", "signed_ms": "1s"}"#
+            )
+            .is_err()
         );
         assert!(parse("twenty", "1ns", "1s").is_err());
         // 2^32 s does not fit a u32 of seconds.

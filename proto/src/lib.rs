@@ -13,10 +13,10 @@
 
 pub mod api;
 pub mod batch;
+pub mod duration;
 #[cfg(feature = "exposition")]
 pub mod exposition;
 pub mod host_key;
-pub mod duration;
 #[cfg(feature = "http-client")]
 pub mod http_client;
 pub mod packet;

@@ -37,7 +37,7 @@ pub enum Command {
     Testbed(crate::testbed_cmd::TestbedCmd),
     /// Localization suite: scenarios on fresh fabrics, scored against the ground truth.
     Eval(crate::eval::EvalArgs),
-    /// Operator CLI over the REST API: status, problems, rnic, path, verdict, tasks.
+    /// Operator CLI over the REST API: status, problems, rnic, path, advise, verdict, tasks.
     Ctl(crate::ctl::CtlArgs),
     /// Simulated fabric (leaf-spine, fat-tree, rail) driving the real controller and analyzer.
     ///

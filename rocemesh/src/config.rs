@@ -86,7 +86,8 @@ fn refuse_unit_keys(table: &toml::Table, path: &str) -> Result<()> {
     for (key, value) in table {
         let name = format!("{path}{key}");
         let old_value = value.as_integer().and_then(|v| u64::try_from(v).ok());
-        if let Some((new, human)) = rocemesh_proto::duration::replacement_of_unit_key(key, old_value)
+        if let Some((new, human)) =
+            rocemesh_proto::duration::replacement_of_unit_key(key, old_value)
         {
             let example = human
                 .or_else(|| value.as_str().map(str::to_string))
@@ -135,11 +136,23 @@ mod tests {
     #[test]
     fn old_millisecond_keys_are_refused_naming_their_replacement() {
         for (text, wanted) in [
-            ("[analyzer]\nperiod_ms = 20000\n", "`analyzer.period_ms` is no longer read: durations are strings now, write `period = \"20s\"`"),
-            ("[analyzer.diagnosis]\nnoise_delay_ns = 200000\n", "`analyzer.diagnosis.noise_delay_ns`"),
-            ("[controller]\nprobe_key_rotate_s = 86400\n", "`probe_key_rotate = \"1day\"`"),
+            (
+                "[analyzer]\nperiod_ms = 20000\n",
+                "`analyzer.period_ms` is no longer read: durations are strings now, write `period = \"20s\"`",
+            ),
+            (
+                "[analyzer.diagnosis]\nnoise_delay_ns = 200000\n",
+                "`analyzer.diagnosis.noise_delay_ns`",
+            ),
+            (
+                "[controller]\nprobe_key_rotate_s = 86400\n",
+                "`probe_key_rotate = \"1day\"`",
+            ),
             ("[alerts]\ntimeout_ms = 10000\n", "`timeout = \"10s\"`"),
-            ("[[alerts.receivers]]\nname = \"a\"\nurl = \"http://x\"\nretry_ms = 5\n", "`alerts.receivers[0].retry_ms`"),
+            (
+                "[[alerts.receivers]]\nname = \"a\"\nurl = \"http://x\"\nretry_ms = 5\n",
+                "`alerts.receivers[0].retry_ms`",
+            ),
         ] {
             let err = parse_toml::<ServerConfig>(text).unwrap_err().to_string();
             assert!(err.contains(wanted), "{text:?}: {err}");

@@ -15,6 +15,8 @@ pub fn init(json: bool, default_level: &str) {
     let _ = if json {
         builder.json().try_init()
     } else {
-        builder.with_ansi(std::io::stderr().is_terminal()).try_init()
+        builder
+            .with_ansi(std::io::stderr().is_terminal())
+            .try_init()
     };
 }

@@ -153,6 +153,10 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
             cancel.child_token(),
         )));
         analyzer = Some(a.clone());
+        if let Some(c) = controller.clone() {
+            // Flow blame weighs flows by the throughput the controller samples.
+            a.set_throughput(std::sync::Arc::new(move |rnic| c.throughput_rate(rnic)));
+        }
         // Alert webhooks follow the problems the analyzer stores.
         let alerts = rocemesh_alerts::Alerts::new(db.clone(), cfg.alerts.clone())
             .context("starting alerts")?;

@@ -116,6 +116,38 @@ fn ctl_against_a_live_server() {
     );
     assert!(path.contains("tor pair ctl-t0->ctl-t1"), "{path}");
 
+    // Source-port advice for the same pair: by name and by IP, table and JSON.
+    let advice = stdout(&ctl(
+        &url,
+        Some(READ),
+        &["advise", "ctl-host-1/r1", "127.92.2.2"],
+    ));
+    assert!(
+        advice.starts_with("ctl-host-1/r1 -> ctl-host-2/r2\n"),
+        "{advice}"
+    );
+    assert!(
+        advice.contains("advised source ports: ") || advice.contains("no advice: "),
+        "{advice}"
+    );
+    let json: rocemesh_analyzer::advice::PortAdvice = serde_json::from_str(&stdout(&ctl(
+        &url,
+        Some(READ),
+        &["--json", "advise", "ctl-host-1/r1", "ctl-host-2/r2"],
+    )))
+    .unwrap();
+    assert_eq!(
+        (json.src.as_str(), json.dst.as_str()),
+        ("ctl-host-1/r1", "ctl-host-2/r2")
+    );
+    assert!(
+        json.ports
+            .iter()
+            .all(|p| json.catalog.iter().any(|c| c.src_port == *p && c.advised))
+    );
+    let o = ctl(&url, Some(READ), &["advise", "ctl-host-1/r1", "no-such/r9"]);
+    assert!(!o.status.success(), "an unknown RNIC is an error");
+
     // Tasks: created by an admin from flags, listed and shown with a read token, an
     // endpoint marked ready with the agent token.
     let created = stdout(&ctl(
@@ -302,7 +334,9 @@ fn help_lists_every_subcommand_on_one_line() {
         ),
         (
             &["ctl", "--help"][..],
-            &["status", "problems", "rnic", "path", "verdict", "tasks"][..],
+            &[
+                "status", "problems", "rnic", "path", "advise", "verdict", "tasks",
+            ][..],
         ),
         (
             &["ctl", "tasks", "--help"][..],

@@ -471,12 +471,27 @@ fn loopback_renders_the_api_numbers(fx: &mut Fixtures) {
     let page = format!("{}/#pair=tor-a-%3Etor-b", lb.url);
     let (rows, dom) = render_consistent(&browser, &lb.url, &page);
     assert_heatmap_matches(&dom, &rows, &LOOPBACK_TORS);
-    for panel in ["heatmap-panel", "rnics-panel", "problems-panel"] {
+    for panel in [
+        "heatmap-panel",
+        "rnics-panel",
+        "problems-panel",
+        "service-panel",
+    ] {
         assert_eq!(panel_unavailable(&dom, panel), None, "{panel}");
     }
     assert!(
         by_id(&dom, "form", "auth").attrs.contains_key("hidden"),
         "no token asked for"
+    );
+    // No task here and no service probe: the service-network panel says so.
+    let service = by_id(&dom, "div", "service-sla");
+    assert!(
+        service
+            .text
+            .contains("no task or service probes in the latest period")
+            || service.inner.contains("service-sla"),
+        "{}",
+        service.inner
     );
 
     // Every registered RNIC is in the grid under its ToR and host.

@@ -52,8 +52,13 @@ pub struct Shared<'a> {
     pub hosts: Vec<(u32, Liveness)>,
 }
 
+/// A step run on each tick's findings before they become problems (the analyzer's flow
+/// blame): the diagnosis, the registry, the tick's time and the findings.
+pub type Enricher = Box<dyn Fn(&Diagnosis, &Registry, i64, &mut [Candidate]) + Send + Sync>;
+
 /// Diagnosis state shared by ingest (intake) and the tick loop (analysis).
 pub struct Diagnosis {
+    enrich: std::sync::OnceLock<Enricher>,
     map: FabricMap,
     started_ms: i64,
     /// Upload liveness and traced paths not yet filed.
@@ -97,6 +102,7 @@ impl Diagnosis {
         let mut intake = Intake::new(d.max_paths);
         intake.restore(store::load_liveness(db).await?);
         Ok(Self {
+            enrich: std::sync::OnceLock::new(),
             map,
             started_ms: now_ms,
             intake: Mutex::new(intake),
@@ -192,9 +198,17 @@ impl Diagnosis {
             outcome.candidates.retain(|c| keep(c));
         }
         label_rnic_problems(registry, &mut outcome.candidates);
+        if let Some(enrich) = self.enrich.get() {
+            enrich(self, registry, now_ms, &mut outcome.candidates);
+        }
         write(&self.baseline, Arc::new(outcome.baseline));
         lock(&self.tracker).update(now_ms, outcome.candidates);
         outcome.loss
+    }
+
+    /// Sets the [`Enricher`] (once; later calls are ignored).
+    pub fn set_enricher(&self, f: Enricher) {
+        let _ = self.enrich.set(f);
     }
 
     /// Agents new to this instance at `now_ms` re-send their traced paths: no tomography

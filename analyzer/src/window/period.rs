@@ -1,7 +1,7 @@
 //! Aggregates of one analysis period: cluster, ToR pairs and RNICs.
 
 use super::histogram::Histogram;
-use rocemesh_proto::{ProbeResult, ProbeStatus};
+use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus};
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 
@@ -108,6 +108,12 @@ pub fn split_pair_key(key: u32) -> (u16, u16) {
     ((key >> 16) as u16, key as u16)
 }
 
+/// Most RNIC pairs whose timeouts one period keeps apart; the timeouts of further pairs
+/// are counted under [`UNATTRIBUTED`] (switch-side, as no RNIC is known to be behind them).
+pub const MAX_TIMEOUT_PAIRS: usize = 1 << 20;
+/// The pair key of timeouts beyond [`MAX_TIMEOUT_PAIRS`].
+pub const UNATTRIBUTED: (u32, u32) = (u32::MAX, u32::MAX);
+
 /// Everything aggregated for one period. Slots are reused period after period,
 /// so steady-state ingest allocates nothing.
 #[derive(Debug, Default)]
@@ -121,6 +127,13 @@ pub struct Period {
     pub tor_pairs: HashMap<u32, MetricSet, BuildHasherDefault<PairHasher>>,
     /// Per RNIC id (dense).
     pub rnics: Vec<MetricSet>,
+    /// Per interned task: probes between two RNICs of that task.
+    pub tasks: HashMap<u32, MetricSet, BuildHasherDefault<PairHasher>>,
+    /// Probes of class `Service` (task pairs and traced service connections).
+    pub service: MetricSet,
+    /// Timeouts per (prober, target) RNIC pair, [all, of which service-class]: which
+    /// side dropped them is decided at finalization, against the RNICs' problems then.
+    pub pair_timeouts: HashMap<(u32, u32), [u64; 2]>,
 }
 
 impl Period {
@@ -135,6 +148,30 @@ impl Period {
         let (target, prober) = (r.target_rnic as usize, r.prober_rnic as usize);
         self.rnics[target].add_as_target(r);
         self.rnics[prober].add_as_prober(r);
+    }
+
+    /// Aggregates one record into the service-network scopes: the service class, and
+    /// every task both RNICs serve (`prober_tasks`, `target_tasks`: interned task ids).
+    #[inline]
+    pub fn add_service(&mut self, r: &ProbeResult, prober_tasks: &[u32], target_tasks: &[u32]) {
+        let service = r.class == ProbeClass::Service;
+        if service {
+            self.service.add_probe(r);
+        }
+        for t in prober_tasks.iter().filter(|t| target_tasks.contains(t)) {
+            self.tasks.entry(*t).or_default().add_probe(r);
+        }
+        if r.status != ProbeStatus::Ok {
+            let mut key = (r.prober_rnic, r.target_rnic);
+            if self.pair_timeouts.len() >= MAX_TIMEOUT_PAIRS
+                && !self.pair_timeouts.contains_key(&key)
+            {
+                key = UNATTRIBUTED;
+            }
+            let n = self.pair_timeouts.entry(key).or_default();
+            n[0] += 1;
+            n[1] += u64::from(service);
+        }
     }
 
     /// Makes room for RNIC ids below `len` (only grows when the registry grew).
@@ -166,6 +203,9 @@ impl Period {
         self.results = 0;
         self.tor_pairs.values_mut().for_each(MetricSet::reset);
         self.rnics.iter_mut().for_each(MetricSet::reset);
+        self.tasks.values_mut().for_each(MetricSet::reset);
+        self.service.reset();
+        self.pair_timeouts.clear();
     }
 }
 

@@ -43,6 +43,29 @@ pub async fn seed(db: &Db, rnics: &[(u32, u32, &str)]) {
     }
 }
 
+/// Creates task `id` named `name` with endpoints `(host, rnic)`, in order, all ready.
+pub async fn seed_task(db: &Db, id: i64, name: &str, endpoints: &[(String, String)]) {
+    sqlx::query("INSERT INTO tasks (id, name, created_at_ms, updated_at_ms) VALUES ($1, $2, 0, 0)")
+        .bind(id)
+        .bind(name)
+        .execute(db.pool())
+        .await
+        .unwrap();
+    for (pos, (host, rnic)) in endpoints.iter().enumerate() {
+        sqlx::query(
+            "INSERT INTO task_endpoints (task_id, pos, host, rnic, rail, ready) \
+             VALUES ($1, $2, $3, $4, 0, 1)",
+        )
+        .bind(id)
+        .bind(pos as i64)
+        .bind(host.as_str())
+        .bind(rnic.as_str())
+        .execute(db.pool())
+        .await
+        .unwrap();
+    }
+}
+
 /// The standard test fabric: RNICs 1, 2 on tor-a (host 1), 3 on tor-b (host 2).
 pub async fn analyzer(db: &Db) -> Arc<Analyzer> {
     seed(db, &[(1, 1, "tor-a"), (2, 1, "tor-a"), (3, 2, "tor-b")]).await;

@@ -257,6 +257,16 @@ impl ControllerState {
         })
     }
 
+    /// Mean bytes per second (sent and received) of task RNIC `rnic` over the samples held
+    /// now; `None` for an RNIC in no task or without samples (the analyzer's flow blame).
+    pub fn throughput_rate(&self, rnic: u32) -> Option<f64> {
+        self.inner
+            .throughput
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .rate(rnic)
+    }
+
     /// Infers task `id`'s skeleton from the throughput held now and applies the outcome:
     /// phase `Skeleton` when it passes the fidelity check, else `BasicFallback` with the
     /// reason. Errors (nothing changed) for an unknown task, unregistered endpoints or too

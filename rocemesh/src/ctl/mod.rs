@@ -6,6 +6,7 @@
 //! messages, [`table`] aligns columns, [`resolve`] finds RNICs and tasks by name,
 //! [`when`] reads the times of time options (`1h`, RFC 3339).
 
+mod advise;
 mod client;
 mod path;
 mod problems;
@@ -56,6 +57,8 @@ pub enum CtlCommand {
     Rnic(rnic::RnicArgs),
     /// Last traced paths and RTT between two RNICs.
     Path(path::PathArgs),
+    /// Source ports for two RNICs whose traced paths avoid every open problem.
+    Advise(advise::AdviseArgs),
     /// Is the network to blame for a task's performance?
     Verdict(verdict::VerdictArgs),
     /// Training tasks: list, show, create, ready.
@@ -72,6 +75,7 @@ pub fn run(args: CtlArgs) -> Result<()> {
         CtlCommand::Problems(a) => problems::run(&client, a, args.json)?,
         CtlCommand::Rnic(a) => rnic::run(&client, a, args.json)?,
         CtlCommand::Path(a) => path::run(&client, a, args.json)?,
+        CtlCommand::Advise(a) => advise::run(&client, a, args.json)?,
         CtlCommand::Verdict(a) => verdict::run(&client, a, args.json)?,
         CtlCommand::Tasks(c) => tasks::run(&client, c, args.json)?,
     };
