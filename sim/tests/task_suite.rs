@@ -4,8 +4,8 @@
 
 use rocemesh_sim::jobsuite;
 
-/// Jobs per run: ten of each fault class.
-const JOBS: u32 = 60;
+/// Jobs per run: twenty of each fault class.
+const JOBS: u32 = 120;
 
 fn seed() -> u64 {
     match std::env::var("ROCEMESH_EVAL_SEED") {

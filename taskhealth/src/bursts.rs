@@ -4,7 +4,7 @@
 use crate::quantile;
 
 /// Fraction of the task's burst rate above which a sample counts as active.
-const ACTIVE_FRACTION: f64 = 0.1;
+const ACTIVE_FRACTION: f64 = 0.05;
 /// Idle samples a burst may contain (peers waiting on a slow rank leave short gaps).
 const MERGE_GAP: usize = 2;
 /// A burst moving less than this fraction of the median burst's volume is the partial
@@ -32,15 +32,16 @@ impl Burst {
     }
 }
 
-/// The activity threshold of a task: a fraction of its high-percentile sample.
+/// The activity threshold of a task: a fraction of its ranks' median peak sample (a peak,
+/// not a percentile, so that a long hang does not make idle noise look like bursts).
 pub(crate) fn threshold(bytes: &[Vec<f64>]) -> Option<f64> {
-    let positive: Vec<f64> = bytes
+    let peaks: Vec<f64> = bytes
         .iter()
-        .flatten()
-        .copied()
-        .filter(|b| *b > 0.0)
+        .map(|r| r.iter().copied().fold(0.0, f64::max))
         .collect();
-    quantile(&positive, 0.9).map(|p| p * ACTIVE_FRACTION)
+    quantile(&peaks, 0.5)
+        .filter(|p| *p > 0.0)
+        .map(|p| p * ACTIVE_FRACTION)
 }
 
 /// Bursts of the series, oldest first; minor bursts are folded into the next one.
@@ -127,7 +128,7 @@ mod tests {
         ];
         let bytes = vec![r0, r1];
         let th = threshold(&bytes).unwrap();
-        assert_eq!(th, 10.0);
+        assert_eq!(th, 5.0);
         let b = bursts(&bytes, 5.0);
         assert_eq!(b.len(), 2, "{b:?}");
         assert_eq!((b[0].start, b[0].end), (2, 9));

@@ -197,6 +197,20 @@ fn hang(
                 _ => None,
             }
         });
+    // A rank whose probes mostly fail is a dead endpoint: it is the straggler whatever its
+    // peers' last transfers look like.
+    let dead = attributions
+        .iter()
+        .find(|a| a.rank.is_some() && a.blame != Blame::Connection && a.loss >= s.hang_loss / 2.0);
+    if let Some(a) = dead
+        && straggler != a.rank
+    {
+        return (
+            WindowClass::CommunicationHang,
+            a.rank,
+            format!("{head}; probes: {}", a.evidence),
+        );
+    }
     let Some(r) = straggler else {
         return (
             WindowClass::NonCommunicationHang,
