@@ -1,0 +1,75 @@
+//! The hang/slow part of a task's verdict: its ranks' throughput, judged window by window
+//! by `rocemesh-taskhealth`, with straggler and attributions named `host/rnic`.
+
+use crate::assess::Impact;
+use crate::service::Endpoint;
+use rocemesh_taskhealth::{Health, Settings, Throughput, WindowClass, assess};
+use serde::{Deserialize, Serialize};
+use utoipa::ToSchema;
+
+/// Where the ranks' throughput comes from (the controller's rings in a `server`).
+pub trait ThroughputSource: Send + Sync {
+    /// For registry RNIC ids: sampling interval (ms), end of the newest interval (ms since
+    /// the Unix epoch) and bytes per interval per RNIC in the order asked; why not.
+    fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String>;
+}
+
+/// Hang/slow windows of a task over the verdict's interval.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
+pub struct TaskHealth {
+    /// `host/rnic` of each rank; `straggler` and `rank` fields index this list.
+    pub ranks: Vec<String>,
+    /// The worst window's class (hangs over slows over healthy); null when nothing was
+    /// judged.
+    pub worst: Option<WindowClass>,
+    /// The straggler of the worst window, `host/rnic`.
+    pub straggler: Option<String>,
+    /// Every judged window and the probe attributions.
+    #[serde(flatten)]
+    pub health: Health,
+}
+
+/// The health of a task with `endpoints` over `[from, to]`; why not when it cannot be
+/// judged (no source, unregistered ranks, no samples in the interval).
+pub fn of(
+    impact: &Impact,
+    endpoints: &[Endpoint],
+    from: i64,
+    to: i64,
+) -> Result<TaskHealth, String> {
+    let source = impact
+        .throughput()
+        .ok_or("this process holds no throughput (run the controller here)")?;
+    let ids: Vec<u32> = endpoints.iter().filter_map(|e| e.rnic_id).collect();
+    if ids.len() < 2 || ids.len() != endpoints.len() {
+        return Err("fewer than two registered ranks".into());
+    }
+    let (interval_ms, end_ms, series) = source.series(&ids)?;
+    let len = series.first().map_or(0, Vec::len);
+    let start_ms = end_ms - i64::from(interval_ms) * len as i64;
+    // Keep the samples inside [from, to].
+    let first = ((from - start_ms).max(0) / i64::from(interval_ms).max(1)) as usize;
+    let last = (((to - start_ms).max(0) / i64::from(interval_ms).max(1)) as usize).min(len);
+    if first >= last {
+        return Err("no throughput samples in the interval".into());
+    }
+    let tp = Throughput {
+        interval_ms,
+        start_ms: start_ms + first as i64 * i64::from(interval_ms),
+        bytes: series.iter().map(|s| s[first..last].to_vec()).collect(),
+    };
+    // Per-pair probe outcomes are not stored; the matrix stays empty and hangs are told
+    // apart by throughput alone.
+    let health = assess(&tp, &[], &Settings::default());
+    let ranks: Vec<String> = endpoints.iter().map(Endpoint::name).collect();
+    let worst = health.worst().cloned();
+    Ok(TaskHealth {
+        straggler: worst
+            .as_ref()
+            .and_then(|w| w.straggler)
+            .and_then(|r| ranks.get(r).cloned()),
+        worst: worst.map(|w| w.class),
+        ranks,
+        health,
+    })
+}
