@@ -7,6 +7,7 @@ import { el, fmtNs, fmtPct, fmtTime, setPanelState } from './format.js';
 import { renderHeatmap } from './heatmap.js';
 import { openProblem, renderProblems } from './problems.js';
 import { renderRnics } from './rnics.js';
+import { renderTasks, renderVerdict } from './tasks.js';
 
 const REFRESH_MS = 5000;
 
@@ -14,7 +15,7 @@ const $ = (id) => document.getElementById(id);
 /** The page's link parameters: `#pair=t0->t1&problem=42` (links can be shared). */
 const linked = new URLSearchParams(location.hash.slice(1));
 
-const view = { metric: 'rtt', selected: pairFromHash(), rangeMs: 3600_000 };
+const view = { metric: 'rtt', selected: pairFromHash(), rangeMs: 3600_000, task: linked.get('task') };
 let last = null;
 
 /** `pair=t0->t1` opens that pair's drill-down. */
@@ -86,9 +87,10 @@ async function refresh() {
     getJson('/api/v1/sla/latest?scope=rnic'),
     getJson('/api/v1/rnics'),
     getJson('/api/v1/problems?state=all&limit=100'),
+    getJson('/api/v1/tasks'),
   ]);
-  const [topology, pairs, cluster, rnicRows, rnics, problems] = results.map(settled);
-  last = { topology, pairs, cluster, rnicRows, rnics, problems };
+  const [topology, pairs, cluster, rnicRows, rnics, problems, tasks] = results.map(settled);
+  last = { topology, pairs, cluster, rnicRows, rnics, problems, tasks };
 
   drawHeatmap();
 
@@ -106,6 +108,8 @@ async function refresh() {
     $('rnics').replaceChildren();
   }
 
+  await drawTasks();
+
   $('summary').replaceChildren(...summary(cluster[0], problems[0]));
   const failed = results.filter((r) => r.status === 'rejected').length;
   const stamp = $('refreshed');
@@ -115,6 +119,32 @@ async function refresh() {
   stamp.classList.toggle('bad', failed > 0);
   document.body.dataset.refreshed = String(Date.now());
   if (view.selected) await drillDown();
+}
+
+/** The task list and, for the selected task (`#task=ID`), its verdict. */
+async function drawTasks() {
+  const panel = $('tasks-panel');
+  const [tasks, err] = last.tasks;
+  setPanelState(panel, err);
+  if (!tasks) {
+    $('tasks').replaceChildren();
+    $('task-verdict').replaceChildren();
+    return;
+  }
+  renderTasks($('tasks'), tasks, view.task, (id) => {
+    view.task = String(id);
+    history.replaceState(null, '', `#task=${id}`);
+    drawTasks();
+  });
+  if (!view.task || !tasks.some((t) => String(t.id) === view.task)) {
+    $('task-verdict').replaceChildren();
+    return;
+  }
+  try {
+    renderVerdict($('task-verdict'), await getJson(`/api/v1/tasks/${view.task}/verdict`));
+  } catch (e) {
+    setPanelState(panel, e);
+  }
 }
 
 function setupControls() {

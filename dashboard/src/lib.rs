@@ -46,6 +46,7 @@ const ASSETS: &[Asset] = &[
     asset!("rnics.js", JS),
     asset!("problems.js", JS),
     asset!("drilldown.js", JS),
+    asset!("tasks.js", JS),
 ];
 
 /// Only our own files: no inline script, no third-party origin.
