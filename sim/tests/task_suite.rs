@@ -7,18 +7,10 @@ use rocemesh_sim::jobsuite;
 /// Jobs per run: twenty of each fault class.
 const JOBS: u32 = 120;
 
-fn seed() -> u64 {
-    match std::env::var("ROCEMESH_EVAL_SEED") {
-        Ok(s) => s
-            .parse()
-            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
-        Err(_) => rocemesh_proto::now_unix_ns() as u64,
-    }
-}
 
 #[test]
 fn a_fresh_task_suite_meets_the_floors() {
-    let seed = seed();
+    let seed = rocemesh_sim::rng::suite_seed();
     eprintln!("task suite seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
     let r = jobsuite::run(seed, JOBS);
     for j in r
