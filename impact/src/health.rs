@@ -3,7 +3,8 @@
 
 use crate::assess::Impact;
 use crate::service::Endpoint;
-use rocemesh_taskhealth::{Health, Settings, Throughput, WindowClass, assess};
+use anyhow::Context;
+use rocemesh_taskhealth::{Health, Settings, Throughput, WindowClass, assess, confirm_hang};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
 
@@ -29,14 +30,65 @@ pub struct TaskHealth {
     pub health: Health,
 }
 
-/// The health of a task with `endpoints` over `[from, to]`; why not when it cannot be
-/// judged (no source, unregistered ranks, no samples in the interval).
-pub fn of(
+/// The health of a task with `endpoints` over `[from, to]` (`Ok(Err(why))` when it cannot
+/// be judged: no source, unregistered ranks, no samples in the interval).
+pub async fn of(
     impact: &Impact,
     endpoints: &[Endpoint],
     from: i64,
     to: i64,
-) -> Result<TaskHealth, String> {
+) -> anyhow::Result<Result<TaskHealth, String>> {
+    let (ids, mut health) = match judge(impact, endpoints, from, to) {
+        Ok(x) => x,
+        Err(why) => return Ok(Err(why)),
+    };
+    // Per-pair outcomes are not stored: a hang's straggler is checked against its RNIC's
+    // probe totals over the hang (a dead link loses them, a stopped process does not).
+    for w in health.windows.iter_mut().filter(|w| w.class.is_hang()) {
+        let Some(id) = w.straggler.and_then(|r| ids.get(r)) else {
+            continue;
+        };
+        let (probes, lost) = rnic_probes(impact, *id, w.from_ms, w.to_ms).await?;
+        confirm_hang(w, probes, lost, &Settings::default());
+    }
+    let ranks: Vec<String> = endpoints.iter().map(Endpoint::name).collect();
+    let worst = health.worst().cloned();
+    Ok(Ok(TaskHealth {
+        straggler: worst
+            .as_ref()
+            .and_then(|w| w.straggler)
+            .and_then(|r| ranks.get(r).cloned()),
+        worst: worst.map(|w| w.class),
+        ranks,
+        health,
+    }))
+}
+
+/// Probes an RNIC took part in (as prober or target) in `[from, to]` and how many of them
+/// timed out, from its SLA rows.
+async fn rnic_probes(impact: &Impact, rnic: u32, from: i64, to: i64) -> anyhow::Result<(u64, u64)> {
+    let (probes, lost): (Option<i64>, Option<i64>) = sqlx::query_as(
+        "SELECT CAST(SUM(probes) AS BIGINT), CAST(SUM(timeouts) AS BIGINT) FROM sla_periods \
+         WHERE scope = 'rnic' AND scope_key = $1 AND period_start_ms + period_ms > $2 \
+         AND period_start_ms <= $3",
+    )
+    .bind(rnic.to_string())
+    .bind(from)
+    .bind(to)
+    .fetch_one(impact.db().pool())
+    .await
+    .context("reading a straggler's probe totals")?;
+    let n = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
+    Ok((n(probes), n(lost)))
+}
+
+/// The ranks' registry ids and their throughput judged over `[from, to]`.
+fn judge(
+    impact: &Impact,
+    endpoints: &[Endpoint],
+    from: i64,
+    to: i64,
+) -> Result<(Vec<u32>, Health), String> {
     let source = impact
         .throughput()
         .ok_or("this process holds no throughput (run the controller here)")?;
@@ -58,18 +110,6 @@ pub fn of(
         start_ms: start_ms + first as i64 * i64::from(interval_ms),
         bytes: series.iter().map(|s| s[first..last].to_vec()).collect(),
     };
-    // Per-pair probe outcomes are not stored; the matrix stays empty and hangs are told
-    // apart by throughput alone.
-    let health = assess(&tp, &[], &Settings::default());
-    let ranks: Vec<String> = endpoints.iter().map(Endpoint::name).collect();
-    let worst = health.worst().cloned();
-    Ok(TaskHealth {
-        straggler: worst
-            .as_ref()
-            .and_then(|w| w.straggler)
-            .and_then(|r| ranks.get(r).cloned()),
-        worst: worst.map(|w| w.class),
-        ranks,
-        health,
-    })
+    // Per-pair probe outcomes are not stored: the matrix stays empty.
+    Ok((ids, assess(&tp, &[], &Settings::default())))
 }

@@ -707,8 +707,9 @@ async fn a_traced_path_narrows_the_service_network_to_the_links_it_crossed() {
 
 /// Four ranks train on a 1 s rhythm (bursts of 300 ms sampled every 100 ms) until rank 2
 /// stops: its peers exchange their first chunks and stall. The verdict reads the uploaded
-/// throughput and reports a non-communication hang with h2 as the straggler, the healthy
-/// iterations before it, and no hang for a task whose ranks kept going.
+/// throughput and reports a non-communication hang with h2 as the straggler after the
+/// healthy iterations — a communication hang once h2's probes are lost during it — and
+/// healthy windows over an interval before the stop.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
     use rocemesh_taskhealth::WindowClass;
@@ -754,6 +755,40 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
         let windows = h["windows"].as_array().unwrap();
         let healthy = windows.iter().filter(|w| w["class"] == "healthy").count();
         assert_eq!(healthy, iterations, "{backend}: {v}");
+        // Before any probe result, the stopped rank's link cannot be blamed.
+        assert!(
+            windows.last().unwrap()["evidence"]
+                .as_str()
+                .unwrap()
+                .ends_with(
+                    "moved 0 % of its peers' median in the last burst; no probes on its pairs"
+                ),
+            "{backend}: {v}"
+        );
+        // Its RNIC losing most probes during the hang makes it a communication hang.
+        let hang_from = windows.last().unwrap()["from_ms"].as_i64().unwrap();
+        let mut row = rnic_sla_row(&regs[2].rnics[0].id.to_string(), hang_from, 100, 9_000);
+        row.timeouts = 90;
+        row.timeout_rate = 0.9;
+        rocemesh_analyzer::sla::persist(&srv.db, &[row])
+            .await
+            .unwrap();
+        let v: Value = srv.get(&format!("/tasks/{task}/verdict")).await;
+        let h = &v["health"];
+        assert_eq!(
+            h["worst"],
+            json!(WindowClass::CommunicationHang),
+            "{backend}: {v}"
+        );
+        assert_eq!(h["straggler"], "h2/eth1", "{backend}: {v}");
+        let last = h["windows"].as_array().unwrap().last().unwrap().clone();
+        assert!(
+            last["evidence"]
+                .as_str()
+                .unwrap()
+                .contains("90 of 100 probes on its pairs lost"),
+            "{backend}: {v}"
+        );
         // The same verdict over an interval that ends before the stop: healthy.
         let to = start_ms + (iterations as i64 * 10 - 1) * step;
         let v: Value = srv

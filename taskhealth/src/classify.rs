@@ -230,29 +230,139 @@ fn hang(
             0.0
         }
     );
-    let blamed = attributions.iter().find(|a| a.rank == Some(r));
-    if let Some(a) = blamed {
-        (
+    if let Some(a) = attributions.iter().find(|a| a.rank == Some(r)) {
+        return (
             WindowClass::CommunicationHang,
             Some(r),
             format!("{head}; {moved}; probes: {}", a.evidence),
-        )
-    } else if probes > 0 && lost as f64 >= s.hang_loss * probes as f64 {
+        );
+    }
+    let mut w = Window {
+        from_ms: 0,
+        to_ms: 0,
+        class: WindowClass::NonCommunicationHang,
+        straggler: Some(r),
+        evidence: format!("{head}; {moved}"),
+    };
+    if probes > 0 {
+        confirm_hang(&mut w, probes, lost, s);
+    }
+    (w.class, w.straggler, w.evidence)
+}
+
+/// Reads a hang window again with its straggler's probe outcomes over the window (all of
+/// its pairs, or its RNIC's totals where per-pair outcomes are not at hand): losing at
+/// least `hang_loss` of them makes it a communication hang, answering makes it a
+/// non-communication hang (the process stopped, the host and link are alive). Other
+/// windows, and hangs without a straggler, are left alone.
+pub fn confirm_hang(w: &mut Window, probes: u64, lost: u64, s: &Settings) {
+    if !w.class.is_hang() || w.straggler.is_none() {
+        return;
+    }
+    let (class, why) = if probes == 0 {
+        (w.class, "no probes on its pairs".to_string())
+    } else if lost as f64 >= s.hang_loss * probes as f64 {
         (
             WindowClass::CommunicationHang,
-            Some(r),
-            format!("{head}; {moved}; {lost} of {probes} probes on its pairs lost"),
+            format!("{lost} of {probes} probes on its pairs lost"),
         )
     } else {
-        let probed = if probes == 0 {
-            "no probes on its pairs".to_string()
-        } else {
-            format!("its pairs answer probes ({lost} of {probes} lost)")
-        };
         (
             WindowClass::NonCommunicationHang,
-            Some(r),
-            format!("{head}; {moved}; {probed}"),
+            format!("its pairs answer probes ({lost} of {probes} lost)"),
         )
+    };
+    w.class = class;
+    w.evidence = format!("{}; {why}", w.evidence);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three ranks on a 10-sample rhythm (bursts of 3), then rank 1 stops; `lost` of rank
+    /// 1's probes are lost.
+    fn stopped(lost: u64) -> Health {
+        let mut bytes = vec![vec![1.0; 100]; 3];
+        for (r, series) in bytes.iter_mut().enumerate() {
+            for it in 0..6 {
+                for s in 0..3 {
+                    series[it * 10 + s] = 1000.0;
+                }
+            }
+            if r != 1 {
+                series[60] = 500.0;
+            }
+        }
+        let tp = Throughput {
+            interval_ms: 100,
+            start_ms: 0,
+            bytes,
+        };
+        let pairs = [(0, 1), (1, 0), (1, 2), (2, 1), (0, 2), (2, 0)].map(|(src, dst)| PairHealth {
+            src,
+            dst,
+            probes: 100,
+            lost: if src == 1 || dst == 1 { lost } else { 0 },
+            rtt_us: Some(10.0),
+        });
+        assess(&tp, &pairs, &Settings::default())
+    }
+
+    #[test]
+    fn a_stopped_rank_hangs_the_job_and_its_probes_say_which_hang() {
+        let h = stopped(0);
+        assert_eq!(h.baseline_period_ms, Some(1000.0));
+        let w = h.worst().unwrap();
+        assert_eq!(
+            (w.class, w.straggler, w.from_ms),
+            (WindowClass::NonCommunicationHang, Some(1), 6000)
+        );
+        assert_eq!(
+            h.windows
+                .iter()
+                .filter(|w| w.class == WindowClass::Healthy)
+                .count(),
+            6
+        );
+        let h = stopped(100);
+        let w = h.worst().unwrap();
+        assert_eq!(
+            (w.class, w.straggler),
+            (WindowClass::CommunicationHang, Some(1))
+        );
+        assert_eq!(h.attributions[0].rank, Some(1));
+    }
+
+    #[test]
+    fn confirm_hang_reads_probe_totals_and_leaves_other_windows() {
+        let s = Settings::default();
+        let hang = Window {
+            from_ms: 0,
+            to_ms: 1,
+            class: WindowClass::NonCommunicationHang,
+            straggler: Some(3),
+            evidence: "stopped".into(),
+        };
+        let mut w = hang.clone();
+        confirm_hang(&mut w, 100, 60, &s);
+        assert_eq!(w.class, WindowClass::CommunicationHang);
+        assert!(
+            w.evidence.ends_with("60 of 100 probes on its pairs lost"),
+            "{}",
+            w.evidence
+        );
+        let mut w = hang.clone();
+        confirm_hang(&mut w, 100, 2, &s);
+        assert_eq!(w.class, WindowClass::NonCommunicationHang);
+        let mut w = Window {
+            class: WindowClass::CommunicationSlow,
+            ..hang
+        };
+        confirm_hang(&mut w, 100, 100, &s);
+        assert_eq!(
+            (w.class, w.evidence.as_str()),
+            (WindowClass::CommunicationSlow, "stopped")
+        );
     }
 }
