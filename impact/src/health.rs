@@ -13,6 +13,9 @@ pub trait ThroughputSource: Send + Sync {
     /// For registry RNIC ids: sampling interval (ms), end of the newest interval (ms since
     /// the Unix epoch) and bytes per interval per RNIC in the order asked; why not.
     fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String>;
+
+    /// Task `task`'s data-parallel groups as RNIC ids, once its skeleton is inferred.
+    fn dp_groups(&self, task: u32) -> Vec<Vec<u32>>;
 }
 
 /// Hang/slow windows of a task over the verdict's interval.
@@ -34,11 +37,12 @@ pub struct TaskHealth {
 /// be judged: no source, unregistered ranks, no samples in the interval).
 pub async fn of(
     impact: &Impact,
+    task: u32,
     endpoints: &[Endpoint],
     from: i64,
     to: i64,
 ) -> anyhow::Result<Result<TaskHealth, String>> {
-    let (ids, mut health) = match judge(impact, endpoints, from, to) {
+    let (ids, mut health) = match judge(impact, task, endpoints, from, to) {
         Ok(x) => x,
         Err(why) => return Ok(Err(why)),
     };
@@ -85,6 +89,7 @@ async fn rnic_probes(impact: &Impact, rnic: u32, from: i64, to: i64) -> anyhow::
 /// The ranks' registry ids and their throughput judged over `[from, to]`.
 fn judge(
     impact: &Impact,
+    task: u32,
     endpoints: &[Endpoint],
     from: i64,
     to: i64,
@@ -109,6 +114,15 @@ fn judge(
         interval_ms,
         start_ms: start_ms + first as i64 * i64::from(interval_ms),
         bytes: series.iter().map(|s| s[first..last].to_vec()).collect(),
+        groups: source
+            .dp_groups(task)
+            .iter()
+            .map(|g| {
+                g.iter()
+                    .filter_map(|id| ids.iter().position(|x| x == id))
+                    .collect()
+            })
+            .collect(),
     };
     // Per-pair probe outcomes are not stored: the matrix stays empty.
     Ok((ids, assess(&tp, &[], &Settings::default())))

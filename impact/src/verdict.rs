@@ -45,7 +45,7 @@ pub async fn verdict(
         .get(&task)
         .cloned()
         .unwrap_or_default();
-    let (health, health_note) = match crate::health::of(impact, &endpoints, from, to).await? {
+    let (health, health_note) = match crate::health::of(impact, task, &endpoints, from, to).await? {
         Ok(h) => (Some(h), None),
         Err(why) => (None, Some(why)),
     };

@@ -74,6 +74,10 @@ impl rocemesh_impact::health::ThroughputSource for Rings {
     fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
         self.0.task_throughput(rnics)
     }
+
+    fn dp_groups(&self, task: u32) -> Vec<Vec<u32>> {
+        self.0.task_dp_groups(task)
+    }
 }
 
 /// Controller, analyzer and impact routers on one 127.0.0.1 listener, impact loop running.

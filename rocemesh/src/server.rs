@@ -203,6 +203,10 @@ impl rocemesh_impact::health::ThroughputSource for RankThroughput {
     fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
         self.0.task_throughput(rnics)
     }
+
+    fn dp_groups(&self, task: u32) -> Vec<Vec<u32>> {
+        self.0.task_dp_groups(task)
+    }
 }
 
 /// Starts the Kubernetes loop: task discovery and node placement with the controller,

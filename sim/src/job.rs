@@ -284,6 +284,7 @@ pub fn run(spec: &JobSpec, seed: u64) -> JobRun {
             interval_ms: spec.interval_ms,
             start_ms,
             bytes,
+            groups: Vec::new(),
         },
         pairs,
         fault_at_ms: start_ms + effective.unwrap_or(end) as i64,

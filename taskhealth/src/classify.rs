@@ -41,6 +41,7 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
     let step = f64::from(tp.interval_ms.max(1));
     let at = |sample: usize| tp.start_ms + (sample as f64 * step) as i64;
     let bursts = bursts(&tp.bytes, th);
+    let peers = peers(&tp.groups, ranks);
     let periods: Vec<f64> = bursts
         .windows(2)
         .map(|w| (w[1].start - w[0].start) as f64 * step)
@@ -62,7 +63,7 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
         let w = match bursts.get(i + 1) {
             Some(next) => {
                 let period = (next.start - b.start) as f64 * step;
-                slow_or_healthy(b, period, base, step, &health.attributions, s)
+                slow_or_healthy(b, &peers, period, base, step, &health.attributions, s)
             }
             None => {
                 let silent = (len - b.start) as f64 * step;
@@ -70,7 +71,7 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
                     // The newest iteration is still running.
                     continue;
                 }
-                hang(b, silent, base, pairs, &health.attributions, s)
+                hang(b, &peers, silent, base, pairs, &health.attributions, s)
             }
         };
         let (class, straggler, evidence) = w;
@@ -90,10 +91,33 @@ fn median_of(v: impl Iterator<Item = f64>) -> f64 {
     quantile(&v.collect::<Vec<_>>(), 0.5).unwrap_or(0.0)
 }
 
+/// Each rank's peers (itself included): its data-parallel group, or every rank when the
+/// groups do not place it in a group of two or more.
+fn peers(groups: &[Vec<usize>], ranks: usize) -> Vec<Vec<usize>> {
+    let all: Vec<usize> = (0..ranks).collect();
+    (0..ranks)
+        .map(|r| {
+            groups
+                .iter()
+                .find(|g| g.len() >= 2 && g.contains(&r))
+                .map_or_else(
+                    || all.clone(),
+                    |g| g.iter().copied().filter(|p| *p < ranks).collect(),
+                )
+        })
+        .collect()
+}
+
+/// Median of `f` over `r`'s peers (itself excluded) where it is defined.
+fn peer_median(peers: &[Vec<usize>], r: usize, f: impl Fn(usize) -> Option<f64>) -> f64 {
+    median_of(peers[r].iter().filter(|p| **p != r).filter_map(|p| f(*p)))
+}
+
 type Judged = (WindowClass, Option<usize>, String);
 
 fn slow_or_healthy(
     b: &Burst,
+    peers: &[Vec<usize>],
     period: f64,
     base: f64,
     step: f64,
@@ -111,11 +135,14 @@ fn slow_or_healthy(
     let head = format!("iteration {period:.0} ms, {ratio:.2}x the healthy {base:.0} ms");
     // Communication straggler: active far longer than its peers (Pulse: actual
     // communication time).
-    let med_active = median_of(b.active.iter().map(|a| *a as f64));
-    let stretched = (0..b.active.len()).max_by(|x, y| b.active[*x].cmp(&b.active[*y]));
+    let med_active: Vec<f64> = (0..b.active.len())
+        .map(|r| peer_median(peers, r, |p| Some(b.active[p] as f64)))
+        .collect();
+    let stretch = |r: usize| b.active[r] as f64 / med_active[r].max(1e-9);
+    let stretched = (0..b.active.len()).max_by(|x, y| stretch(*x).total_cmp(&stretch(*y)));
     if let Some(r) = stretched
-        && med_active > 0.0
-        && b.active[r] as f64 >= s.comm_stretch * med_active
+        && med_active[r] > 0.0
+        && stretch(r) >= s.comm_stretch
     {
         return (
             WindowClass::CommunicationSlow,
@@ -123,7 +150,7 @@ fn slow_or_healthy(
             format!(
                 "{head}; rank {r} transferred for {:.0} ms against its peers' median {:.0} ms",
                 b.active[r] as f64 * step,
-                med_active * step
+                med_active[r] * step
             ),
         );
     }
@@ -136,23 +163,25 @@ fn slow_or_healthy(
         );
     }
     // Non-communication straggler: starts late, transfers normally.
-    let onsets: Vec<(usize, f64)> = b
+    let lags: Vec<(usize, f64)> = b
         .onset
         .iter()
         .enumerate()
-        .filter_map(|(r, o)| o.map(|o| (r, o as f64)))
+        .filter_map(|(r, o)| {
+            let med = peer_median(peers, r, |p| b.onset[p].map(|o| o as f64));
+            o.map(|o| (r, o as f64 - med))
+        })
         .collect();
-    let med_onset = median_of(onsets.iter().map(|(_, o)| *o));
     let excess = (period - base) / step;
-    if let Some(&(r, o)) = onsets.iter().max_by(|x, y| x.1.total_cmp(&y.1))
-        && o - med_onset >= (LATE_SHARE * excess).max(1.0)
+    if let Some(&(r, lag)) = lags.iter().max_by(|x, y| x.1.total_cmp(&y.1))
+        && lag >= (LATE_SHARE * excess).max(1.0)
     {
         return (
             WindowClass::NonCommunicationSlow,
             Some(r),
             format!(
                 "{head}; rank {r} started its transfers {:.0} ms after its peers, network healthy",
-                (o - med_onset) * step
+                lag * step
             ),
         );
     }
@@ -172,6 +201,7 @@ fn slow_or_healthy(
 
 fn hang(
     b: &Burst,
+    peers: &[Vec<usize>],
     silent: f64,
     base: f64,
     pairs: &[PairHealth],
@@ -182,21 +212,25 @@ fn hang(
         "no burst for {silent:.0} ms ({:.1}x the healthy period)",
         silent / base
     );
-    let med = median_of(b.volume.iter().copied());
-    let least = (0..b.volume.len()).min_by(|x, y| b.volume[*x].total_cmp(&b.volume[*y]));
-    // The rank that moved the least, or else the one that fell silent first (peers drain
-    // in-flight data after it stops).
-    let straggler = least
-        .filter(|r| b.volume[*r] < HANG_VOLUME * med)
-        .or_else(|| {
-            let mut order: Vec<(Option<usize>, usize)> =
-                b.last.iter().enumerate().map(|(r, l)| (*l, r)).collect();
-            order.sort_unstable();
-            match order.as_slice() {
-                [(first, r), (second, _), ..] if first < second => Some(*r),
-                _ => None,
-            }
-        });
+    let med: Vec<f64> = (0..b.volume.len())
+        .map(|r| peer_median(peers, r, |p| Some(b.volume[p])))
+        .collect();
+    let share = |r: usize| b.volume[r] / med[r].max(1e-9);
+    let least = (0..b.volume.len()).min_by(|x, y| share(*x).total_cmp(&share(*y)));
+    // The rank that moved the least against its peers, or else the one that fell silent
+    // first (peers drain in-flight data after it stops).
+    let straggler = least.filter(|r| share(*r) < HANG_VOLUME).or_else(|| {
+        let silent_for = |r: usize| {
+            let last = |p: usize| b.last[p].map_or(-1.0, |l| l as f64);
+            peer_median(peers, r, |p| Some(last(p))) - last(r)
+        };
+        let mut order: Vec<(f64, usize)> = (0..b.last.len()).map(|r| (silent_for(r), r)).collect();
+        order.sort_by(|x, y| y.0.total_cmp(&x.0));
+        match order.as_slice() {
+            [(first, r), (second, _), ..] if *first > 0.0 && first > second => Some(*r),
+            _ => None,
+        }
+    });
     // A rank whose probes mostly fail is a dead endpoint: it is the straggler whatever its
     // peers' last transfers look like.
     let dead = attributions
@@ -224,11 +258,7 @@ fn hang(
         .fold((0u64, 0u64), |(n, l), p| (n + p.probes, l + p.lost));
     let moved = format!(
         "rank {r} moved {:.0} % of its peers' median in the last burst",
-        if med > 0.0 {
-            100.0 * b.volume[r] / med
-        } else {
-            0.0
-        }
+        if med[r] > 0.0 { 100.0 * share(r) } else { 0.0 }
     );
     if let Some(a) = attributions.iter().find(|a| a.rank == Some(r)) {
         return (
@@ -298,6 +328,7 @@ mod tests {
             interval_ms: 100,
             start_ms: 0,
             bytes,
+            groups: Vec::new(),
         };
         let pairs = [(0, 1), (1, 0), (1, 2), (2, 1), (0, 2), (2, 0)].map(|(src, dst)| PairHealth {
             src,
@@ -332,6 +363,62 @@ mod tests {
             (WindowClass::CommunicationHang, Some(1))
         );
         assert_eq!(h.attributions[0].rank, Some(1));
+    }
+
+    /// Two pipeline stages (ranks 0, 1 and 2, 3; stage 1 bursts 6 samples after stage 0)
+    /// on a 20-sample rhythm; from iteration 6 on, rank 0's computation runs 8 samples
+    /// long: its stage peer sends a first chunk on time and waits, stage 1 follows late.
+    fn pipeline(groups: Vec<Vec<usize>>) -> Health {
+        let mut bytes = vec![vec![0.0; 16 * 20]; 4];
+        let mut start = 0;
+        for it in 0..11 {
+            let late = if it >= 6 { 8 } else { 0 };
+            for (r, series) in bytes.iter_mut().enumerate() {
+                let stage = if r < 2 { 0 } else { 6 };
+                let on = start + stage + late;
+                if r == 1 && late > 0 {
+                    series[start] = 300.0;
+                }
+                if r != 0 && r != 1 && late > 0 {
+                    series[start + stage] = 300.0;
+                }
+                for t in on..on + 4 {
+                    series[t] = 1000.0;
+                }
+            }
+            start += 20 + late;
+        }
+        for series in &mut bytes {
+            series.truncate(start + 10);
+        }
+        let tp = Throughput {
+            interval_ms: 100,
+            start_ms: 0,
+            bytes,
+            groups,
+        };
+        assess(&tp, &[], &Settings::default())
+    }
+
+    #[test]
+    fn stage_offsets_are_judged_within_each_data_parallel_group() {
+        let h = pipeline(vec![vec![0, 1], vec![2, 3]]);
+        let slow: Vec<&Window> = h
+            .windows
+            .iter()
+            .filter(|w| w.class != WindowClass::Healthy)
+            .collect();
+        assert!(!slow.is_empty(), "{h:?}");
+        for w in &slow {
+            assert_eq!(
+                (w.class, w.straggler),
+                (WindowClass::NonCommunicationSlow, Some(0)),
+                "{w:?}"
+            );
+        }
+        // Compared with every rank, the late stage hides rank 0 behind stage 1's offset.
+        let h = pipeline(Vec::new());
+        assert!(h.windows.iter().all(|w| w.straggler != Some(0)), "{h:?}");
     }
 
     #[test]

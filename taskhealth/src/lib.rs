@@ -34,6 +34,9 @@ pub struct Throughput {
     pub start_ms: i64,
     /// Bytes (tx + rx) per interval, one series per rank, all of the same length.
     pub bytes: Vec<Vec<f64>>,
+    /// Data-parallel groups (rank indices): a rank is compared with its group's peers,
+    /// since pipeline stages burst at different offsets. Empty: every rank with every rank.
+    pub groups: Vec<Vec<usize>>,
 }
 
 /// Probe outcomes of one (source rank, destination rank) skeleton pair.

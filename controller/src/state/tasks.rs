@@ -243,6 +243,15 @@ impl ControllerState {
             .aligned_at(rnics, 1)
     }
 
+    /// Task `id`'s data-parallel groups as RNIC ids, once its skeleton is inferred (empty
+    /// otherwise).
+    pub fn task_dp_groups(&self, id: u32) -> Vec<Vec<u32>> {
+        self.task(id)
+            .and_then(|t| t.skeleton)
+            .map(|s| s.groups)
+            .unwrap_or_default()
+    }
+
     /// Stores an agent's throughput series for the RNICs that belong to tasks.
     pub(crate) fn ingest_throughput(
         &self,
