@@ -382,9 +382,7 @@ mod tests {
                 if r != 0 && r != 1 && late > 0 {
                     series[start + stage] = 300.0;
                 }
-                for t in on..on + 4 {
-                    series[t] = 1000.0;
-                }
+                series[on..on + 4].fill(1000.0);
             }
             start += 20 + late;
         }
