@@ -34,9 +34,22 @@ fn a_fresh_task_suite_meets_the_floors() {
         );
     }
     eprint!("{}", r.table());
+    // Measured on 8 fresh seeds of 120 jobs: class accuracy 1.000 each, straggler accuracy
+    // >= 0.90, attribution accuracy >= 0.95; at the miss rates of 3,000 jobs each floor
+    // fails in fewer than 1 in 10,000 runs (docs/tasks.md).
     assert!(
-        r.min_accuracy() >= 0.0,
+        r.min_accuracy() >= 0.9,
         "class accuracy {}",
         r.min_accuracy()
+    );
+    assert!(
+        r.min_straggler_accuracy() >= 0.75,
+        "straggler accuracy {}",
+        r.min_straggler_accuracy()
+    );
+    assert!(
+        r.min_attribution_accuracy() >= 0.8,
+        "attribution accuracy {}",
+        r.min_attribution_accuracy()
     );
 }
