@@ -14,7 +14,7 @@ use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rocemesh::lab::{Lab, LabTiming};
-use rocemesh_proto::api::{Problem, RnicInfo, SlaRow, TaskInfo};
+use rocemesh_proto::api::{Problem, RnicInfo, SlaRow};
 use rocemesh_testbed::{Direction, Fault};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -603,6 +603,7 @@ fn auth_on_asks_for_a_token() {
 /// The task page: a task over two loopback RNICs, selected from the URL, shows the API's
 /// verdict and its hang/slow part, or why that was not judged.
 fn task_page_shows_the_verdict(fx: &mut Fixtures) {
+    use rocemesh_proto::api::TaskInfo;
     let Some(browser) = chromium("task_page_shows_the_verdict") else {
         return;
     };
