@@ -5,9 +5,9 @@ import { getJson, onUnauthorized, setToken, token } from './api.js';
 import { renderDrilldown } from './drilldown.js';
 import { el, fmtNs, fmtPct, fmtTime, setPanelState } from './format.js';
 import { renderHeatmap } from './heatmap.js';
+import { renderTasks, renderVerdict } from './tasks.js';
 import { openProblem, renderProblems } from './problems.js';
 import { renderRnics } from './rnics.js';
-import { renderTasks, renderVerdict } from './tasks.js';
 
 const REFRESH_MS = 5000;
 
@@ -87,12 +87,12 @@ async function refresh() {
     getJson('/api/v1/sla/latest?scope=rnic'),
     getJson('/api/v1/rnics'),
     getJson('/api/v1/problems?state=all&limit=100'),
-    getJson('/api/v1/tasks'),
   ]);
-  const [topology, pairs, cluster, rnicRows, rnics, problems, tasks] = results.map(settled);
-  last = { topology, pairs, cluster, rnicRows, rnics, problems, tasks };
+  const [topology, pairs, cluster, rnicRows, rnics, problems] = results.map(settled);
+  last = { topology, pairs, cluster, rnicRows, rnics, problems };
 
   drawHeatmap();
+  await drawTasks();
 
   setPanelState($('problems-panel'), problems[1]);
   if (problems[0]) renderProblems($('problems'), problems[0], rnicNames());
@@ -108,8 +108,6 @@ async function refresh() {
     $('rnics').replaceChildren();
   }
 
-  await drawTasks();
-
   $('summary').replaceChildren(...summary(cluster[0], problems[0]));
   const failed = results.filter((r) => r.status === 'rejected').length;
   const stamp = $('refreshed');
@@ -124,9 +122,12 @@ async function refresh() {
 /** The task list and, for the selected task (`#task=ID`), its verdict. */
 async function drawTasks() {
   const panel = $('tasks-panel');
-  const [tasks, err] = last.tasks;
-  setPanelState(panel, err);
-  if (!tasks) {
+  let tasks;
+  try {
+    tasks = await getJson('/api/v1/tasks');
+    setPanelState(panel, null);
+  } catch (e) {
+    setPanelState(panel, e);
     $('tasks').replaceChildren();
     $('task-verdict').replaceChildren();
     return;

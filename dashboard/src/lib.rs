@@ -42,11 +42,11 @@ const ASSETS: &[Asset] = &[
     asset!("app.js", JS),
     asset!("api.js", JS),
     asset!("format.js", JS),
+    asset!("tasks.js", JS),
     asset!("heatmap.js", JS),
     asset!("rnics.js", JS),
     asset!("problems.js", JS),
     asset!("drilldown.js", JS),
-    asset!("tasks.js", JS),
 ];
 
 /// Only our own files: no inline script, no third-party origin.

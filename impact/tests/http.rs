@@ -614,101 +614,6 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
     }
 }
 
-/// Uploads `path` the way an agent does (a heartbeat batch with a path section).
-async fn upload_path(base: &str, host: &RegisterResponse, path: TracedPath) {
-    let header = BatchHeader {
-        host_id: host.host_id,
-        epoch: host.epoch,
-        batch_seq: 1,
-        dropped: 0,
-    };
-    let body = BatchEncoder::new(header, 0).finish_with_paths(&[path]);
-    let url = format!("{base}/results");
-    let (status, text) = tokio::task::spawn_blocking(move || {
-        let agent: ureq::Agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        let mut resp = agent
-            .post(&url)
-            .header("Content-Type", CONTENT_TYPE)
-            .send(&body[..])
-            .unwrap();
-        (
-            resp.status().as_u16(),
-            resp.body_mut().read_to_string().unwrap(),
-        )
-    })
-    .await
-    .unwrap();
-    assert_eq!(status, 200, "{text}");
-}
-
-#[tokio::test(flavor = "multi_thread")]
-async fn a_traced_path_narrows_the_service_network_to_the_links_it_crossed() {
-    for (backend, db) in rocemesh_store::test_databases().await {
-        let srv = start(db.clone()).await;
-        let h0 = srv.register_host("h0", "10.0.0.1", "t0").await;
-        srv.register("h1", "10.0.1.1", "t1").await;
-        let a = srv.task("train-a", &["h0", "h1"]).await;
-        srv.analyzer.refresh_registry().await.unwrap();
-        let now = rocemesh_proto::now_unix_ms();
-        let start = now - 30_000;
-        let uplink_s0 = problem(
-            &db,
-            ProblemKind::LinkFault,
-            ComponentKind::Link,
-            "t0-s0",
-            start,
-        )
-        .await;
-        let spine_s0 = problem(
-            &db,
-            ProblemKind::SwitchFault,
-            ComponentKind::Switch,
-            "s0",
-            start,
-        )
-        .await;
-        // Untraced, A may use any uplink between t0 and t1.
-        srv.wait_priority(uplink_s0, Priority::P1).await;
-        srv.wait_priority(spine_s0, Priority::P1).await;
-
-        // t0 -> s1 (t0-s1) -> t1 (t1-s1) -> h1, as h0's agent traced it.
-        let hop = |s: &str| Some(s.parse().unwrap());
-        let path = TracedPath {
-            src: "10.0.0.1".parse().unwrap(),
-            dst: "10.0.1.1".parse().unwrap(),
-            src_port: 49_152,
-            dst_port: 4791,
-            traced_at_unix_ns: u64::try_from(now).unwrap() * 1_000_000,
-            reached: true,
-            ack_direction: false,
-            hops: vec![
-                hop("198.19.0.2"),
-                hop("198.19.0.3"),
-                hop("198.19.1.2"),
-                hop("10.0.1.1"),
-            ],
-        };
-        upload_path(&srv.base, &h0, path).await;
-        // The diagnosis tick files uploaded paths.
-        srv.analyzer.diagnose(now).await.unwrap();
-        let uplink_s1 = problem(
-            &db,
-            ProblemKind::LinkFault,
-            ComponentKind::Link,
-            "t1-s1",
-            start,
-        )
-        .await;
-        let p = srv.wait_priority(uplink_s1, Priority::P1).await;
-        assert_eq!(p.affected_tasks, vec![a], "{backend}");
-        srv.wait_priority(uplink_s0, Priority::P2).await;
-        srv.wait_priority(spine_s0, Priority::P2).await;
-    }
-}
-
 /// Four ranks train on a 1 s rhythm (bursts of 300 ms sampled every 100 ms) until rank 2
 /// stops: its peers exchange their first chunks and stall. The verdict reads the uploaded
 /// throughput and reports a non-communication hang with h2 as the straggler after the
@@ -808,5 +713,100 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
             v["health"].is_null() && v["health_note"].is_string(),
             "{backend}: {v}"
         );
+    }
+}
+
+/// Uploads `path` the way an agent does (a heartbeat batch with a path section).
+async fn upload_path(base: &str, host: &RegisterResponse, path: TracedPath) {
+    let header = BatchHeader {
+        host_id: host.host_id,
+        epoch: host.epoch,
+        batch_seq: 1,
+        dropped: 0,
+    };
+    let body = BatchEncoder::new(header, 0).finish_with_paths(&[path]);
+    let url = format!("{base}/results");
+    let (status, text) = tokio::task::spawn_blocking(move || {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        let mut resp = agent
+            .post(&url)
+            .header("Content-Type", CONTENT_TYPE)
+            .send(&body[..])
+            .unwrap();
+        (
+            resp.status().as_u16(),
+            resp.body_mut().read_to_string().unwrap(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread")]
+async fn a_traced_path_narrows_the_service_network_to_the_links_it_crossed() {
+    for (backend, db) in rocemesh_store::test_databases().await {
+        let srv = start(db.clone()).await;
+        let h0 = srv.register_host("h0", "10.0.0.1", "t0").await;
+        srv.register("h1", "10.0.1.1", "t1").await;
+        let a = srv.task("train-a", &["h0", "h1"]).await;
+        srv.analyzer.refresh_registry().await.unwrap();
+        let now = rocemesh_proto::now_unix_ms();
+        let start = now - 30_000;
+        let uplink_s0 = problem(
+            &db,
+            ProblemKind::LinkFault,
+            ComponentKind::Link,
+            "t0-s0",
+            start,
+        )
+        .await;
+        let spine_s0 = problem(
+            &db,
+            ProblemKind::SwitchFault,
+            ComponentKind::Switch,
+            "s0",
+            start,
+        )
+        .await;
+        // Untraced, A may use any uplink between t0 and t1.
+        srv.wait_priority(uplink_s0, Priority::P1).await;
+        srv.wait_priority(spine_s0, Priority::P1).await;
+
+        // t0 -> s1 (t0-s1) -> t1 (t1-s1) -> h1, as h0's agent traced it.
+        let hop = |s: &str| Some(s.parse().unwrap());
+        let path = TracedPath {
+            src: "10.0.0.1".parse().unwrap(),
+            dst: "10.0.1.1".parse().unwrap(),
+            src_port: 49_152,
+            dst_port: 4791,
+            traced_at_unix_ns: u64::try_from(now).unwrap() * 1_000_000,
+            reached: true,
+            ack_direction: false,
+            hops: vec![
+                hop("198.19.0.2"),
+                hop("198.19.0.3"),
+                hop("198.19.1.2"),
+                hop("10.0.1.1"),
+            ],
+        };
+        upload_path(&srv.base, &h0, path).await;
+        // The diagnosis tick files uploaded paths.
+        srv.analyzer.diagnose(now).await.unwrap();
+        let uplink_s1 = problem(
+            &db,
+            ProblemKind::LinkFault,
+            ComponentKind::Link,
+            "t1-s1",
+            start,
+        )
+        .await;
+        let p = srv.wait_priority(uplink_s1, Priority::P1).await;
+        assert_eq!(p.affected_tasks, vec![a], "{backend}");
+        srv.wait_priority(uplink_s0, Priority::P2).await;
+        srv.wait_priority(spine_s0, Priority::P2).await;
     }
 }
