@@ -139,6 +139,16 @@ impl ThroughputStore {
     /// The newest `n >= min` samples of each RNIC over the same intervals (ending at the
     /// earliest ring end), in `rnics` order; why not when there are too few.
     pub(crate) fn aligned(&self, rnics: &[u32], min: usize) -> Result<Vec<Vec<f64>>, String> {
+        self.aligned_at(rnics, min).map(|(_, _, s)| s)
+    }
+
+    /// [`Self::aligned`] with the sampling interval and the end of the newest interval (ms
+    /// since the Unix epoch).
+    pub(crate) fn aligned_at(
+        &self,
+        rnics: &[u32],
+        min: usize,
+    ) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
         let rings = rnics
             .iter()
             .map(|id| {
@@ -173,13 +183,14 @@ impl ThroughputStore {
                 "only {n} aligned throughput samples per RNIC, {min} needed"
             ));
         }
-        Ok(rings
+        let series = rings
             .iter()
             .map(|r| {
                 let stop = r.samples.len() - newer(r);
                 r.samples.range(stop - n..stop).map(|&b| b as f64).collect()
             })
-            .collect())
+            .collect();
+        Ok((first.interval_ms, end, series))
     }
 }
 
@@ -264,6 +275,7 @@ mod tests {
             store.aligned(&[1, 2], 3).unwrap(),
             vec![vec![3.0, 4.0, 5.0], vec![6.0, 7.0, 8.0]]
         );
+        assert_eq!(store.aligned_at(&[1, 2], 3).unwrap().1, 4000);
         assert!(store.aligned(&[1, 2], 4).unwrap_err().contains("only 3"));
         assert!(store.aligned(&[1, 3], 1).unwrap_err().contains("RNIC 3"));
         store.ingest(500, &[series(2, 9000, &[1])], &members);

@@ -5,6 +5,7 @@ import { getJson, onUnauthorized, setToken, token } from './api.js';
 import { renderDrilldown } from './drilldown.js';
 import { el, fmtNs, fmtPct, fmtTime, setPanelState } from './format.js';
 import { renderHeatmap } from './heatmap.js';
+import { renderTasks, renderVerdict } from './tasks.js';
 import { openProblem, renderProblems } from './problems.js';
 import { renderRnics } from './rnics.js';
 import { renderServiceSla } from './sla.js';
@@ -15,7 +16,7 @@ const $ = (id) => document.getElementById(id);
 /** The page's link parameters: `#pair=t0->t1&problem=42` (links can be shared). */
 const linked = new URLSearchParams(location.hash.slice(1));
 
-const view = { metric: 'rtt', selected: pairFromHash(), rangeMs: 3600_000 };
+const view = { metric: 'rtt', selected: pairFromHash(), rangeMs: 3600_000, task: linked.get('task') };
 let last = null;
 
 /** `pair=t0->t1` opens that pair's drill-down. */
@@ -94,6 +95,7 @@ async function refresh() {
   last = { topology, pairs, cluster, rnicRows, rnics, problems };
 
   drawHeatmap();
+  await drawTasks();
 
   setPanelState($('problems-panel'), problems[1]);
   if (problems[0]) renderProblems($('problems'), problems[0], rnicNames());
@@ -122,6 +124,35 @@ async function refresh() {
   stamp.classList.toggle('bad', failed > 0);
   document.body.dataset.refreshed = String(Date.now());
   if (view.selected) await drillDown();
+}
+
+/** The task list and, for the selected task (`#task=ID`), its verdict. */
+async function drawTasks() {
+  const panel = $('tasks-panel');
+  let tasks;
+  try {
+    tasks = await getJson('/api/v1/tasks');
+    setPanelState(panel, null);
+  } catch (e) {
+    setPanelState(panel, e);
+    $('tasks').replaceChildren();
+    $('task-verdict').replaceChildren();
+    return;
+  }
+  renderTasks($('tasks'), tasks, view.task, (id) => {
+    view.task = String(id);
+    history.replaceState(null, '', `#task=${id}`);
+    drawTasks();
+  });
+  if (!view.task || !tasks.some((t) => String(t.id) === view.task)) {
+    $('task-verdict').replaceChildren();
+    return;
+  }
+  try {
+    renderVerdict($('task-verdict'), await getJson(`/api/v1/tasks/${view.task}/verdict`));
+  } catch (e) {
+    setPanelState(panel, e);
+  }
 }
 
 function setupControls() {

@@ -42,6 +42,7 @@ const ASSETS: &[Asset] = &[
     asset!("app.js", JS),
     asset!("api.js", JS),
     asset!("format.js", JS),
+    asset!("tasks.js", JS),
     asset!("heatmap.js", JS),
     asset!("rnics.js", JS),
     asset!("problems.js", JS),

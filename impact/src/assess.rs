@@ -47,6 +47,8 @@ pub struct Impact {
     analyzer: Arc<Analyzer>,
     /// Also serializes assessments (the loop and verdict requests).
     cache: tokio::sync::Mutex<Cache>,
+    /// Per-RNIC throughput of task ranks, once the process holds it (the controller).
+    throughput: std::sync::OnceLock<Arc<dyn crate::health::ThroughputSource>>,
 }
 
 /// A stored problem, as much of it as placement needs.
@@ -86,7 +88,19 @@ impl Impact {
             cfg,
             analyzer,
             cache: tokio::sync::Mutex::new(Cache::default()),
+            throughput: std::sync::OnceLock::new(),
         }))
+    }
+
+    /// Gives verdicts the ranks' throughput (hang/slow windows); set once, later calls
+    /// are ignored.
+    pub fn set_throughput(&self, source: Arc<dyn crate::health::ThroughputSource>) {
+        let _ = self.throughput.set(source);
+    }
+
+    /// The throughput source, when one is set.
+    pub fn throughput(&self) -> Option<&Arc<dyn crate::health::ThroughputSource>> {
+        self.throughput.get()
     }
 
     /// The database.

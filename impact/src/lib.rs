@@ -9,11 +9,14 @@
 //! problem; P1 in a service network otherwise; P2 outside every service network.
 //! `GET .../verdict` then answers whether the network is to blame for a task's performance
 //! in an interval: "if no P0 or P1 problem is detected when service performance degrades,
-//! the network is innocent" — provided monitoring covered the task's endpoints.
+//! the network is innocent" — provided monitoring covered the task's endpoints — and, from
+//! the ranks' throughput ([`health`]), whether the task hung or slowed, in communication
+//! or computation, and which rank held it back.
 
 pub mod api;
 pub mod assess;
 pub mod config;
+pub mod health;
 pub mod judge;
 pub mod model;
 pub mod samples;

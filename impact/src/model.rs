@@ -182,6 +182,10 @@ pub struct Verdict {
     pub coverage: Coverage,
     /// P0/P1 problems affecting the task that overlapped the interval.
     pub problems: Vec<Problem>,
+    /// Hang/slow windows from the ranks' throughput; null with `health_note` saying why.
+    pub health: Option<crate::health::TaskHealth>,
+    /// Why `health` is absent.
+    pub health_note: Option<String>,
 }
 
 #[cfg(test)]

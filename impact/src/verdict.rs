@@ -39,6 +39,16 @@ pub async fn verdict(
     });
     let coverage = coverage(impact, task, from, to).await?;
     let (verdict, reason) = decide(&problems, degraded, &metric, &coverage);
+    let endpoints = impact
+        .tasks()
+        .await?
+        .get(&task)
+        .cloned()
+        .unwrap_or_default();
+    let (health, health_note) = match crate::health::of(impact, task, &endpoints, from, to).await? {
+        Ok(h) => (Some(h), None),
+        Err(why) => (None, Some(why)),
+    };
     Ok(Some(Verdict {
         task_id: task,
         from,
@@ -49,6 +59,8 @@ pub async fn verdict(
         metric,
         coverage,
         problems,
+        health,
+        health_note,
     }))
 }
 

@@ -67,6 +67,19 @@ impl Drop for Server {
     }
 }
 
+/// The controller's throughput rings as verdicts read them (the server's wiring).
+struct Rings(ControllerState);
+
+impl rocemesh_impact::health::ThroughputSource for Rings {
+    fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
+        self.0.task_throughput(rnics)
+    }
+
+    fn dp_groups(&self, task: u32) -> Vec<Vec<u32>> {
+        self.0.task_dp_groups(task)
+    }
+}
+
 /// Controller, analyzer and impact routers on one 127.0.0.1 listener, impact loop running.
 async fn start(db: Db) -> Server {
     let dir = tempfile::tempdir().unwrap();
@@ -89,6 +102,7 @@ async fn start(db: Db) -> Server {
         ..Default::default()
     };
     let impact = Impact::new(db.clone(), cfg, analyzer.clone()).unwrap();
+    impact.set_throughput(Arc::new(Rings(controller.clone())));
     let app = rocemesh_controller::router(controller)
         .merge(rocemesh_analyzer::router(analyzer.clone()))
         .merge(rocemesh_impact::router(impact.clone()));
@@ -597,6 +611,108 @@ async fn bad_input_is_refused_clearly_and_stores_nothing() {
         let stored: Value = serde_json::from_str(&b).unwrap();
         assert!(stored["at_ms"].as_i64().unwrap() >= now, "{stored}");
         assert_eq!(srv.samples_stored().await, 1);
+    }
+}
+
+/// Four ranks train on a 1 s rhythm (bursts of 300 ms sampled every 100 ms) until rank 2
+/// stops: its peers exchange their first chunks and stall. The verdict reads the uploaded
+/// throughput and reports a non-communication hang with h2 as the straggler after the
+/// healthy iterations — a communication hang once h2's probes are lost during it — and
+/// healthy windows over an interval before the stop.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
+    use rocemesh_taskhealth::WindowClass;
+    for (backend, db) in rocemesh_store::test_databases().await {
+        let srv = start(db).await;
+        let hosts = ["h0", "h1", "h2", "h3"];
+        let mut regs = Vec::new();
+        for (i, h) in hosts.iter().enumerate() {
+            regs.push(
+                srv.register_host(h, &format!("10.0.0.{}", i + 1), "t0")
+                    .await,
+            );
+        }
+        let task = srv.task("train", &hosts).await;
+        let (iterations, tail, step) = (8usize, 60usize, 100i64);
+        let len = iterations * 10 + tail;
+        let start_ms = rocemesh_proto::now_unix_ms() - len as i64 * step;
+        for (r, reg) in regs.iter().enumerate() {
+            let mut tx = vec![1_000u64; len];
+            for it in 0..iterations {
+                for s in 0..3 {
+                    tx[it * 10 + s] = 50_000_000;
+                }
+            }
+            // The stalled collective: first chunks between running neighbours only.
+            if r != 2 {
+                tx[iterations * 10] = 20_000_000;
+            }
+            let body = json!({"host_id": reg.host_id, "epoch": reg.epoch, "interval_ms": step,
+                "series": [{"rnic_id": reg.rnics[0].id, "start_ms": start_ms,
+                            "tx_bytes": tx, "rx_bytes": vec![0u64; len]}]});
+            let (s, b) = srv.send("POST", "/throughput", body).await;
+            assert_eq!(s, 200, "{backend}: {b}");
+        }
+        let v: Value = srv.get(&format!("/tasks/{task}/verdict")).await;
+        let h = &v["health"];
+        assert_eq!(
+            h["worst"],
+            json!(WindowClass::NonCommunicationHang),
+            "{backend}: {v}"
+        );
+        assert_eq!(h["straggler"], "h2/eth1", "{backend}: {v}");
+        let windows = h["windows"].as_array().unwrap();
+        let healthy = windows.iter().filter(|w| w["class"] == "healthy").count();
+        assert_eq!(healthy, iterations, "{backend}: {v}");
+        // Before any probe result, the stopped rank's link cannot be blamed.
+        assert!(
+            windows.last().unwrap()["evidence"]
+                .as_str()
+                .unwrap()
+                .ends_with(
+                    "moved 0 % of its peers' median in the last burst; no probes on its pairs"
+                ),
+            "{backend}: {v}"
+        );
+        // Its RNIC losing most probes during the hang makes it a communication hang.
+        let hang_from = windows.last().unwrap()["from_ms"].as_i64().unwrap();
+        let mut row = rnic_sla_row(&regs[2].rnics[0].id.to_string(), hang_from, 100, 9_000);
+        row.timeouts = 90;
+        row.timeout_rate = 0.9;
+        rocemesh_analyzer::sla::persist(&srv.db, &[row])
+            .await
+            .unwrap();
+        let v: Value = srv.get(&format!("/tasks/{task}/verdict")).await;
+        let h = &v["health"];
+        assert_eq!(
+            h["worst"],
+            json!(WindowClass::CommunicationHang),
+            "{backend}: {v}"
+        );
+        assert_eq!(h["straggler"], "h2/eth1", "{backend}: {v}");
+        let last = h["windows"].as_array().unwrap().last().unwrap().clone();
+        assert!(
+            last["evidence"]
+                .as_str()
+                .unwrap()
+                .contains("90 of 100 probes on its pairs lost"),
+            "{backend}: {v}"
+        );
+        // The same verdict over an interval that ends before the stop: healthy.
+        let to = start_ms + (iterations as i64 * 10 - 1) * step;
+        let v: Value = srv
+            .get(&format!("/tasks/{task}/verdict?from={start_ms}&to={to}"))
+            .await;
+        assert_eq!(v["health"]["worst"], "healthy", "{backend}: {v}");
+        // A task without samples says why.
+        srv.register("h4", "10.0.0.5", "t0").await;
+        srv.register("h5", "10.0.0.6", "t0").await;
+        let other = srv.task("idle", &["h4", "h5"]).await;
+        let v: Value = srv.get(&format!("/tasks/{other}/verdict")).await;
+        assert!(
+            v["health"].is_null() && v["health_note"].is_string(),
+            "{backend}: {v}"
+        );
     }
 }
 

@@ -170,6 +170,10 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
             // Priorities need both the tasks (controller) and the traced paths (analyzer).
             let impact = rocemesh_impact::Impact::new(db.clone(), cfg.impact.clone(), a.clone())
                 .context("starting impact")?;
+            if let Some(c) = &controller {
+                // Verdicts judge hang/slow windows on the controller's throughput rings.
+                impact.set_throughput(std::sync::Arc::new(RankThroughput(c.clone())));
+            }
             app = app.merge(rocemesh_impact::router(impact.clone()));
             background.push(tokio::spawn(rocemesh_impact::run(
                 impact,
@@ -194,6 +198,19 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
         analyzer,
         background,
     })
+}
+
+/// The controller's throughput rings, as the impact verdict reads them.
+struct RankThroughput(ControllerState);
+
+impl rocemesh_impact::health::ThroughputSource for RankThroughput {
+    fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
+        self.0.task_throughput(rnics)
+    }
+
+    fn dp_groups(&self, task: u32) -> Vec<Vec<u32>> {
+        self.0.task_dp_groups(task)
+    }
 }
 
 /// Starts the Kubernetes loop: task discovery and node placement with the controller,

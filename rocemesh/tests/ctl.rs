@@ -259,6 +259,16 @@ fn ctl_against_a_live_server() {
     let v: serde_json::Value = serde_json::from_str(&verdict).unwrap();
     let (from, to) = (v["from"].as_i64().unwrap(), v["to"].as_i64().unwrap());
     assert!((to - from - 7_200_000).abs() < 5_000, "{verdict}");
+    // The hang/slow part: judged, or the reason it is not, on its own line.
+    let text = stdout(&ctl(&url, Some(READ), &["verdict", "job-1"]));
+    let line = text
+        .lines()
+        .find(|l| l.starts_with("health    "))
+        .unwrap_or_else(|| panic!("{text}"));
+    match v["health"].as_object() {
+        None => assert!(line.contains("not judged: "), "{text}"),
+        Some(_) => assert!(line.contains("straggler"), "{text}"),
+    }
     let at = "2026-01-02T03:04:05Z";
     let v: serde_json::Value = serde_json::from_str(&stdout(&ctl(
         &url,

@@ -427,6 +427,7 @@ impl Fixtures {
 fn loopback_cases() {
     let mut fixtures = Fixtures::default();
     loopback_renders_the_api_numbers(&mut fixtures);
+    task_page_shows_the_verdict(&mut fixtures);
     degraded_endpoints_leave_the_rest_working(&mut fixtures);
     dead_agent_marks_its_rnics(&mut fixtures);
 }
@@ -603,9 +604,73 @@ fn auth_on_asks_for_a_token() {
         !by_id(&dom, "form", "auth").attrs.contains_key("hidden"),
         "token field shown"
     );
-    for panel in ["heatmap-panel", "rnics-panel", "problems-panel"] {
+    for panel in [
+        "heatmap-panel",
+        "rnics-panel",
+        "problems-panel",
+        "tasks-panel",
+    ] {
         let why = panel_unavailable(&dom, panel).unwrap_or_else(|| panic!("{panel} claims data"));
         assert!(why.contains("enter an API token"), "{panel}: {why}");
+    }
+}
+
+/// The task page: a task over two loopback RNICs, selected from the URL, shows the API's
+/// verdict and its hang/slow part, or why that was not judged.
+fn task_page_shows_the_verdict(fx: &mut Fixtures) {
+    use rocemesh_proto::api::TaskInfo;
+    let Some(browser) = chromium("task_page_shows_the_verdict") else {
+        return;
+    };
+    let lb = fx.loopback();
+    let spec = serde_json::json!({"name": "dash-train", "endpoints": [
+        {"host": "dash-host-1", "rnic": "r1"}, {"host": "dash-host-3", "rnic": "r1"}]});
+    let task: TaskInfo = ureq::post(&format!("{}/api/v1/tasks", lb.url))
+        .send_json(&spec)
+        .unwrap()
+        .body_mut()
+        .read_json()
+        .unwrap();
+    let dom = dump_dom(&browser, &format!("{}/#task={}", lb.url, task.id));
+    assert_eq!(panel_unavailable(&dom, "tasks-panel"), None);
+    let row = nodes(&dom, "tr", "task-row")
+        .into_iter()
+        .find(|r| r.attr("data-task-id") == task.id.to_string())
+        .expect("a row for the task");
+    assert!(
+        row.has_class("selected") && row.text.contains("dash-train"),
+        "{row:?}"
+    );
+    let v: serde_json::Value = get_json(&format!("{}/api/v1/tasks/{}/verdict", lb.url, task.id));
+    let shown = nodes(&dom, "p", "verdict");
+    assert_eq!(shown.len(), 1, "one verdict shown");
+    assert_eq!(
+        shown[0].attr("data-verdict"),
+        v["verdict"].as_str().unwrap()
+    );
+    // The hang/slow part: judged windows (a class or none yet) or the reason it is not.
+    let health = nodes(&dom, "p", "health");
+    assert_eq!(health.len(), 1, "one health line");
+    if health[0].has_class("none") {
+        assert!(
+            health[0].text.contains("Hang/slow not judged: "),
+            "{:?}",
+            health[0]
+        );
+    } else {
+        let worst = health[0].attr("data-worst");
+        assert!(
+            [
+                "",
+                "healthy",
+                "communication_slow",
+                "non_communication_slow",
+                "communication_hang",
+                "non_communication_hang"
+            ]
+            .contains(&worst),
+            "{worst}"
+        );
     }
 }
 

@@ -12,6 +12,8 @@
 //! every localization evaluation (this simulator's and the namespace testbed's): the
 //! problems found against the truth, and R-Pingmesh's Algorithm 1 on the same data.
 //! [`random`] draws seeded random scenarios (shapes, faults, positions) to score on.
+//! [`job`] models training-job traffic with faults; [`jobsuite`] scores task-health
+//! verdicts on it.
 
 pub mod agent;
 pub mod control;
@@ -19,6 +21,8 @@ pub mod ecmp;
 pub mod faults;
 pub mod http;
 pub mod inproc;
+pub mod job;
+pub mod jobsuite;
 pub mod latency;
 pub mod random;
 pub mod rng;

@@ -20,6 +20,17 @@ pub fn unit(h: u64) -> f64 {
     (h >> 11) as f64 / (1u64 << 53) as f64
 }
 
+/// The seed of a randomized suite: `ROCEMESH_EVAL_SEED` when set (a replay), else a fresh
+/// one from the clock. Panics on a value that is not a number (test and CLI use only).
+pub fn suite_seed() -> u64 {
+    match std::env::var("ROCEMESH_EVAL_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
+        Err(_) => rocemesh_proto::now_unix_ns() as u64,
+    }
+}
+
 /// A seeded random stream (SplitMix64).
 #[derive(Debug, Clone)]
 pub struct Rng {

@@ -232,6 +232,26 @@ impl ControllerState {
         self.tasks_read().tasks().map(|t| t.name.clone()).collect()
     }
 
+    /// The throughput held for `rnics` (registry ids) over their common intervals: the
+    /// sampling interval, the end of the newest interval (ms since the Unix epoch) and one
+    /// series of bytes per interval per RNIC, in `rnics` order; why not when there is none.
+    pub fn task_throughput(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
+        self.inner
+            .throughput
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .aligned_at(rnics, 1)
+    }
+
+    /// Task `id`'s data-parallel groups as RNIC ids, once its skeleton is inferred (empty
+    /// otherwise).
+    pub fn task_dp_groups(&self, id: u32) -> Vec<Vec<u32>> {
+        self.task(id)
+            .and_then(|t| t.skeleton)
+            .map(|s| s.groups)
+            .unwrap_or_default()
+    }
+
     /// Stores an agent's throughput series for the RNICs that belong to tasks.
     pub(crate) fn ingest_throughput(
         &self,

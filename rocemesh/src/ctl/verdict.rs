@@ -75,6 +75,7 @@ pub fn run(client: &Client, args: &VerdictArgs, json: bool) -> Result<String> {
             f("tolerable_degradation"),
         ));
     }
+    out.push_str(&health(&v));
     let list: Vec<Problem> = v
         .get("problems")
         .map(|p| serde_json::from_value(p.clone()))
@@ -83,4 +84,112 @@ pub fn run(client: &Client, args: &VerdictArgs, json: bool) -> Result<String> {
     out.push('\n');
     out.push_str(&problems::table(&list));
     Ok(out)
+}
+
+/// Bad windows listed in full; older ones are counted.
+const MAX_BAD_WINDOWS: usize = 5;
+
+/// The hang/slow lines of a verdict: worst class and straggler, windows per class, the
+/// newest bad windows with their evidence, probe attributions.
+fn health(v: &Value) -> String {
+    let Some(h) = v.get("health").filter(|h| !h.is_null()) else {
+        let why = v
+            .get("health_note")
+            .and_then(Value::as_str)
+            .unwrap_or("not judged");
+        return format!("health    not judged: {why}\n");
+    };
+    let s = |x: &Value| x.as_str().unwrap_or("-").replace('_', " ");
+    let ranks: Vec<&str> = h["ranks"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let rank = |x: &Value| {
+        x.as_u64()
+            .and_then(|i| ranks.get(i as usize))
+            .map_or("-".to_string(), |n| (*n).to_string())
+    };
+    let windows = h["windows"].as_array().cloned().unwrap_or_default();
+    let mut counts: std::collections::BTreeMap<String, usize> = Default::default();
+    for w in &windows {
+        *counts.entry(s(&w["class"])).or_default() += 1;
+    }
+    let mut out = format!(
+        "health    {} (straggler {}), healthy period {}\n",
+        s(&h["worst"]),
+        h["straggler"].as_str().unwrap_or("-"),
+        h["baseline_period_ms"]
+            .as_f64()
+            .map_or("-".into(), |p| format!("{p:.0} ms"))
+    );
+    if let Some(note) = h["note"].as_str() {
+        out.push_str(&format!("          {note}\n"));
+    }
+    let tally: Vec<String> = counts.iter().map(|(c, n)| format!("{n} {c}")).collect();
+    if !tally.is_empty() {
+        out.push_str(&format!("windows   {}\n", tally.join(", ")));
+    }
+    let bad: Vec<&Value> = windows.iter().filter(|w| w["class"] != "healthy").collect();
+    for w in bad.iter().rev().take(MAX_BAD_WINDOWS) {
+        out.push_str(&format!(
+            "  {} {:<24} {:<16} {}\n",
+            w["from_ms"].as_i64().map_or("?".into(), time),
+            s(&w["class"]),
+            rank(&w["straggler"]),
+            w["evidence"].as_str().unwrap_or("")
+        ));
+    }
+    if bad.len() > MAX_BAD_WINDOWS {
+        out.push_str(&format!(
+            "  ({} older bad windows)\n",
+            bad.len() - MAX_BAD_WINDOWS
+        ));
+    }
+    for a in h["attributions"].as_array().into_iter().flatten() {
+        let target = match a["pair"].as_array() {
+            Some(p) if p.len() == 2 => format!("{} -> {}", rank(&p[0]), rank(&p[1])),
+            _ => rank(&a["rank"]),
+        };
+        out.push_str(&format!(
+            "blame     {} {target}: {}\n",
+            s(&a["blame"]),
+            a["evidence"].as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn health_lines_name_ranks_and_say_why_when_absent() {
+        let v = json!({"health": {
+            "ranks": ["h0/eth1", "h1/eth1"], "worst": "non_communication_hang",
+            "straggler": "h1/eth1", "baseline_period_ms": 1000.0, "note": null,
+            "windows": [
+                {"from_ms": 0, "to_ms": 1000, "class": "healthy", "straggler": null, "evidence": "ok"},
+                {"from_ms": 1000, "to_ms": 9000, "class": "non_communication_hang", "straggler": 1,
+                 "evidence": "no burst for 8000 ms"}],
+            "attributions": [{"blame": "connection", "rank": null, "pair": [0, 1],
+                              "evidence": "pair 0 -> 1 bad"}]}});
+        let out = health(&v);
+        assert!(
+            out.contains("non communication hang (straggler h1/eth1), healthy period 1000 ms"),
+            "{out}"
+        );
+        assert!(out.contains("1 healthy, 1 non communication hang"), "{out}");
+        assert!(
+            out.contains("h1/eth1") && out.contains("no burst for 8000 ms"),
+            "{out}"
+        );
+        assert!(
+            out.contains("blame     connection h0/eth1 -> h1/eth1: pair 0 -> 1 bad"),
+            "{out}"
+        );
+        let out = health(&json!({"health": null, "health_note": "no throughput samples"}));
+        assert_eq!(out, "health    not judged: no throughput samples\n");
+    }
 }

@@ -8,6 +8,7 @@ pub mod random;
 pub mod scenarios;
 mod score;
 mod skeleton;
+mod tasks;
 
 use crate::lab::{Lab, LabTiming};
 use anyhow::{Result, bail};
@@ -24,6 +25,9 @@ pub enum Suite {
     Skeleton,
     /// Latency anomaly detectors on labelled synthetic RNIC-pair series.
     Latency,
+    /// Task hang/slow verdicts and attributions on simulated training jobs (--random N
+    /// jobs, --seed).
+    Tasks,
 }
 
 /// Options of the evaluation run.
@@ -84,6 +88,9 @@ pub fn lab_spec(prefix: &str) -> FabricSpec {
 
 /// Runs the selected suite and prints the report.
 pub fn run(args: EvalArgs) -> Result<()> {
+    if args.suite == Suite::Tasks {
+        return tasks::run(&args);
+    }
     if args.suite == Suite::Latency {
         let report = latency::run()?;
         println!(

@@ -1,0 +1,238 @@
+//! The task-health suite: seeded random jobs ([`crate::job`]), each assessed by
+//! `rocemesh-taskhealth` and scored against its truth — the class of every iteration
+//! window, the straggler of every faulty window, and the probe-matrix attributions.
+
+use crate::job::{self, JobFault, JobRun};
+use rocemesh_taskhealth::{Blame, Health, Settings, WindowClass, assess};
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// Fault classes a suite cycles through (see [`job::draw`]).
+pub const FAULTS: u32 = 6;
+
+/// Score of one job.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobOutcome {
+    /// Scenario index.
+    pub index: u32,
+    /// Fault name.
+    pub fault: &'static str,
+    /// The class its faulty windows should get.
+    pub class: WindowClass,
+    /// Faulty rank, when there is one.
+    pub rank: Option<usize>,
+    /// Ranks of the job.
+    pub ranks: usize,
+    /// Sampling interval, ms.
+    pub interval_ms: u32,
+    /// Healthy windows scored.
+    pub healthy_windows: u32,
+    /// ... classified healthy.
+    pub healthy_right: u32,
+    /// Windows whose truth is the fault's class (a missed hang counts as one).
+    pub faulty_windows: u32,
+    /// ... classified as that class.
+    pub faulty_right: u32,
+    /// ... with the right straggler.
+    pub straggler_right: u32,
+    /// The attributions were right: the faulty rank's link as an endpoint (or the lossy
+    /// pair as a connection), and nothing else blamed.
+    pub attribution_right: bool,
+    /// Classes found where the truth differed (for replays).
+    pub wrong: Vec<String>,
+}
+
+/// Per-class totals.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ClassScore {
+    /// Windows whose truth is this class.
+    pub windows: u32,
+    /// Of those, classified as this class.
+    pub correct: u32,
+    /// `correct / windows`.
+    pub accuracy: Option<f64>,
+    /// Faulty windows classified right.
+    pub faulty_right: u32,
+    /// ... naming the right straggler.
+    pub straggler_right: u32,
+    /// `straggler_right / faulty_right`.
+    pub straggler_accuracy: Option<f64>,
+}
+
+/// A whole suite's score.
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    /// Seed (replays the suite).
+    pub seed: u64,
+    /// Per-class window accuracy, by class name.
+    pub classes: BTreeMap<&'static str, ClassScore>,
+    /// Per-fault attribution accuracy (jobs whose attributions were right / jobs).
+    pub attribution: BTreeMap<&'static str, (u32, u32)>,
+    /// Every job.
+    pub jobs: Vec<JobOutcome>,
+}
+
+impl Report {
+    /// The smallest per-class window accuracy.
+    pub fn min_accuracy(&self) -> f64 {
+        self.classes
+            .values()
+            .filter_map(|c| c.accuracy)
+            .fold(1.0, f64::min)
+    }
+
+    /// The smallest per-class straggler accuracy.
+    pub fn min_straggler_accuracy(&self) -> f64 {
+        self.classes
+            .values()
+            .filter_map(|c| c.straggler_accuracy)
+            .fold(1.0, f64::min)
+    }
+
+    /// The smallest per-fault attribution accuracy.
+    pub fn min_attribution_accuracy(&self) -> f64 {
+        self.attribution
+            .values()
+            .map(|(r, n)| f64::from(*r) / f64::from((*n).max(1)))
+            .fold(1.0, f64::min)
+    }
+
+    /// The report as a plain-text table.
+    pub fn table(&self) -> String {
+        let mut out = format!(
+            "{:<24} {:>8} {:>8} {:>9} {:>10}\n",
+            "class", "windows", "correct", "accuracy", "straggler"
+        );
+        let pct = |a: Option<f64>| a.map_or("-".to_string(), |a| format!("{a:.3}"));
+        for (name, c) in &self.classes {
+            out.push_str(&format!(
+                "{name:<24} {:>8} {:>8} {:>9} {:>10}\n",
+                c.windows,
+                c.correct,
+                pct(c.accuracy),
+                pct(c.straggler_accuracy)
+            ));
+        }
+        out.push_str(&format!(
+            "\n{:<24} {:>8} {:>8}\n",
+            "attribution", "jobs", "right"
+        ));
+        for (fault, (right, n)) in &self.attribution {
+            out.push_str(&format!("{fault:<24} {n:>8} {right:>8}\n"));
+        }
+        out
+    }
+}
+
+/// The truth of a window `[from, to)`: the fault's class once it began, healthy before;
+/// a window straddling the start is not scored, unless it runs to the end of a hung job
+/// (it holds the hang).
+fn truth(run: &JobRun, from: i64, to: i64) -> Option<WindowClass> {
+    let class = run.spec.fault.class();
+    if to <= run.fault_at_ms {
+        Some(WindowClass::Healthy)
+    } else if from >= run.fault_at_ms || (class.is_hang() && to >= run.end_ms) {
+        Some(class)
+    } else {
+        None
+    }
+}
+
+fn attribution_right(fault: &JobFault, h: &Health) -> bool {
+    let a = &h.attributions;
+    match *fault {
+        JobFault::LinkLoss { rank, .. } | JobFault::LinkDown { rank } => {
+            a.len() == 1 && a[0].rank == Some(rank) && a[0].blame == Blame::Endpoint
+        }
+        JobFault::PathLoss { src, dst, .. } => {
+            a.len() == 1 && a[0].pair == Some((src, dst)) && a[0].blame == Blame::Connection
+        }
+        _ => a.is_empty(),
+    }
+}
+
+/// Runs scenario `index` of `seed` and scores it.
+pub fn run_one(seed: u64, index: u32) -> (JobOutcome, Health) {
+    let spec = job::draw(seed, index, index % FAULTS);
+    let run = job::run(&spec, seed ^ u64::from(index));
+    let h = assess(&run.throughput, &run.pairs, &Settings::default());
+    let mut o = JobOutcome {
+        index,
+        fault: spec.fault.name(),
+        class: spec.fault.class(),
+        rank: spec.fault.rank(),
+        ranks: spec.ranks,
+        interval_ms: spec.interval_ms,
+        healthy_windows: 0,
+        healthy_right: 0,
+        faulty_windows: 0,
+        faulty_right: 0,
+        straggler_right: 0,
+        attribution_right: attribution_right(&spec.fault, &h),
+        wrong: Vec::new(),
+    };
+    for w in &h.windows {
+        let Some(t) = truth(&run, w.from_ms, w.to_ms) else {
+            continue;
+        };
+        let right = w.class == t;
+        if t == WindowClass::Healthy {
+            o.healthy_windows += 1;
+            o.healthy_right += u32::from(right);
+        } else {
+            o.faulty_windows += 1;
+            o.faulty_right += u32::from(right);
+            o.straggler_right += u32::from(right && w.straggler == spec.fault.rank());
+        }
+        if !right {
+            o.wrong.push(format!(
+                "{} as {}: {}",
+                t.as_str(),
+                w.class.as_str(),
+                w.evidence
+            ));
+        }
+    }
+    if spec.fault.class().is_hang() && !h.windows.iter().any(|w| w.class.is_hang()) {
+        // A hang nobody reported is a missed window.
+        o.faulty_windows += 1;
+        o.wrong
+            .push(format!("{} not reported", spec.fault.class().as_str()));
+    }
+    (o, h)
+}
+
+/// Runs scenarios `0..n` of `seed`.
+pub fn run(seed: u64, n: u32) -> Report {
+    let mut classes: BTreeMap<&'static str, ClassScore> = BTreeMap::new();
+    let mut attribution: BTreeMap<&'static str, (u32, u32)> = BTreeMap::new();
+    let mut jobs = Vec::new();
+    for i in 0..n {
+        let (o, _) = run_one(seed, i);
+        let a = attribution.entry(o.fault).or_default();
+        a.0 += u32::from(o.attribution_right);
+        a.1 += 1;
+        let h = classes.entry(WindowClass::Healthy.as_str()).or_default();
+        h.windows += o.healthy_windows;
+        h.correct += o.healthy_right;
+        if o.faulty_windows > 0 {
+            let c = classes.entry(o.class.as_str()).or_default();
+            c.windows += o.faulty_windows;
+            c.correct += o.faulty_right;
+            c.faulty_right += o.faulty_right;
+            c.straggler_right += o.straggler_right;
+        }
+        jobs.push(o);
+    }
+    for c in classes.values_mut() {
+        c.accuracy = (c.windows > 0).then(|| f64::from(c.correct) / f64::from(c.windows));
+        c.straggler_accuracy =
+            (c.faulty_right > 0).then(|| f64::from(c.straggler_right) / f64::from(c.faulty_right));
+    }
+    Report {
+        seed,
+        classes,
+        attribution,
+        jobs,
+    }
+}

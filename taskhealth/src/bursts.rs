@@ -1,0 +1,141 @@
+//! Communication bursts in a task's throughput: runs of samples in which some rank moves
+//! data, with per-rank onset, active time and volume.
+
+use crate::quantile;
+
+/// Fraction of the task's burst rate above which a sample counts as active.
+const ACTIVE_FRACTION: f64 = 0.05;
+/// Idle samples a burst may contain (peers waiting on a slow rank leave short gaps).
+const MERGE_GAP: usize = 2;
+/// A burst moving less than this fraction of the median burst's volume is the partial
+/// start of the next one (peers sent a first chunk and wait for a late rank).
+const MINOR_VOLUME: f64 = 0.3;
+
+/// One burst: samples `start..end`, per-rank statistics.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Burst {
+    pub(crate) start: usize,
+    pub(crate) end: usize,
+    /// First active sample of each rank (`None`: the rank never became active).
+    pub(crate) onset: Vec<Option<usize>>,
+    /// Last active sample of each rank.
+    pub(crate) last: Vec<Option<usize>>,
+    /// Active samples of each rank.
+    pub(crate) active: Vec<usize>,
+    /// Bytes each rank moved.
+    pub(crate) volume: Vec<f64>,
+}
+
+impl Burst {
+    pub(crate) fn total(&self) -> f64 {
+        self.volume.iter().sum()
+    }
+}
+
+/// The activity threshold of a task: a fraction of its ranks' median peak sample (a peak,
+/// not a percentile, so that a long hang does not make idle noise look like bursts).
+pub(crate) fn threshold(bytes: &[Vec<f64>]) -> Option<f64> {
+    let peaks: Vec<f64> = bytes
+        .iter()
+        .map(|r| r.iter().copied().fold(0.0, f64::max))
+        .collect();
+    quantile(&peaks, 0.5)
+        .filter(|p| *p > 0.0)
+        .map(|p| p * ACTIVE_FRACTION)
+}
+
+/// Bursts of the series, oldest first; minor bursts are folded into the next one.
+pub(crate) fn bursts(bytes: &[Vec<f64>], threshold: f64) -> Vec<Burst> {
+    let len = bytes.iter().map(Vec::len).min().unwrap_or(0);
+    let busy = |t: usize| bytes.iter().any(|r| r[t] > threshold);
+    let mut spans: Vec<(usize, usize)> = Vec::new();
+    let mut t = 0;
+    while t < len {
+        if !busy(t) {
+            t += 1;
+            continue;
+        }
+        let start = t;
+        let mut end = t + 1;
+        let mut idle = 0;
+        let mut u = t + 1;
+        while u < len && idle <= MERGE_GAP {
+            if busy(u) {
+                end = u + 1;
+                idle = 0;
+            } else {
+                idle += 1;
+            }
+            u += 1;
+        }
+        spans.push((start, end));
+        t = end;
+    }
+    let mut out: Vec<Burst> = spans
+        .iter()
+        .map(|&(s, e)| stats(bytes, threshold, s, e))
+        .collect();
+    let volumes: Vec<f64> = out.iter().map(Burst::total).collect();
+    let Some(median) = quantile(&volumes, 0.5) else {
+        return out;
+    };
+    let mut i = 0;
+    while i + 1 < out.len() {
+        if out[i].total() < MINOR_VOLUME * median {
+            let merged = stats(bytes, threshold, out[i].start, out[i + 1].end);
+            out.splice(i..i + 2, [merged]);
+        } else {
+            i += 1;
+        }
+    }
+    out
+}
+
+fn stats(bytes: &[Vec<f64>], threshold: f64, start: usize, end: usize) -> Burst {
+    let mut b = Burst {
+        start,
+        end,
+        onset: Vec::with_capacity(bytes.len()),
+        last: Vec::with_capacity(bytes.len()),
+        active: Vec::with_capacity(bytes.len()),
+        volume: Vec::with_capacity(bytes.len()),
+    };
+    for r in bytes {
+        let s = &r[start..end];
+        b.onset
+            .push(s.iter().position(|x| *x > threshold).map(|p| start + p));
+        b.last
+            .push(s.iter().rposition(|x| *x > threshold).map(|p| start + p));
+        b.active.push(s.iter().filter(|x| **x > threshold).count());
+        b.volume.push(s.iter().sum());
+    }
+    b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bursts_merge_short_gaps_and_fold_partial_starts() {
+        // Rank 0 sends a first chunk at 2, waits for rank 1, then both burst at 6..9;
+        // a second burst at 14..16 with a one-sample gap.
+        let r0 = vec![
+            0., 0., 10., 0., 0., 0., 100., 100., 100., 0., 0., 0., 0., 0., 100., 0., 100., 0.,
+        ];
+        let r1 = vec![
+            0., 0., 0., 0., 0., 0., 100., 100., 100., 0., 0., 0., 0., 0., 100., 0., 100., 0.,
+        ];
+        let bytes = vec![r0, r1];
+        let th = threshold(&bytes).unwrap();
+        assert_eq!(th, 5.0);
+        let b = bursts(&bytes, 5.0);
+        assert_eq!(b.len(), 2, "{b:?}");
+        assert_eq!((b[0].start, b[0].end), (2, 9));
+        assert_eq!(b[0].onset, vec![Some(2), Some(6)]);
+        assert_eq!(b[0].active, vec![4, 3]);
+        assert_eq!(b[0].last, vec![Some(8), Some(8)]);
+        assert_eq!((b[1].start, b[1].end), (14, 17));
+        assert_eq!(b[1].volume, vec![200., 200.]);
+    }
+}

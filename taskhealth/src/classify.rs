@@ -1,0 +1,453 @@
+//! Iteration windows of a task and their verdicts.
+
+use crate::bursts::{Burst, bursts, threshold};
+use crate::matrix::attribute;
+use crate::{
+    Attribution, Blame, Health, PairHealth, Settings, Throughput, Window, WindowClass, quantile,
+};
+
+/// Complete iterations needed to learn the healthy period.
+const MIN_ITERATIONS: usize = 3;
+/// Quantile of the iteration periods taken as the healthy one (robust to a fault that
+/// covers up to half the interval).
+const BASELINE_QUANTILE: f64 = 0.25;
+/// A rank that moved less than this fraction of its peers' median in the last burst
+/// stopped first.
+const HANG_VOLUME: f64 = 0.5;
+/// A rank starting this fraction of a slow window's excess after its peers' median onset
+/// held the window back.
+const LATE_SHARE: f64 = 0.5;
+
+/// Judges every iteration window of `tp` (with the probe health of the task's skeleton
+/// pairs over the same interval).
+pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
+    let ranks = tp.bytes.len();
+    let attributions = attribute(ranks, pairs, s);
+    let mut health = Health {
+        baseline_period_ms: None,
+        windows: Vec::new(),
+        attributions,
+        note: None,
+    };
+    let len = tp.bytes.iter().map(Vec::len).min().unwrap_or(0);
+    if ranks < 2 || len == 0 {
+        health.note = Some("fewer than two ranks with throughput samples".into());
+        return health;
+    }
+    let Some(th) = threshold(&tp.bytes) else {
+        health.note = Some("no traffic in the interval".into());
+        return health;
+    };
+    let step = f64::from(tp.interval_ms.max(1));
+    let at = |sample: usize| tp.start_ms + (sample as f64 * step) as i64;
+    let bursts = bursts(&tp.bytes, th);
+    let peers = peers(&tp.groups, ranks);
+    let periods: Vec<f64> = bursts
+        .windows(2)
+        .map(|w| (w[1].start - w[0].start) as f64 * step)
+        .collect();
+    let base = s.baseline_period_ms.or_else(|| {
+        (periods.len() >= MIN_ITERATIONS)
+            .then(|| quantile(&periods, BASELINE_QUANTILE))
+            .flatten()
+    });
+    let Some(base) = base.filter(|b| *b > 0.0) else {
+        health.note = Some(format!(
+            "{} bursts: too few iterations to learn the task's rhythm",
+            bursts.len()
+        ));
+        return health;
+    };
+    health.baseline_period_ms = Some(base);
+    for (i, b) in bursts.iter().enumerate() {
+        let w = match bursts.get(i + 1) {
+            Some(next) => {
+                let period = (next.start - b.start) as f64 * step;
+                slow_or_healthy(b, &peers, period, base, step, &health.attributions, s)
+            }
+            None => {
+                let silent = (len - b.start) as f64 * step;
+                if silent <= s.hang_factor * base {
+                    // The newest iteration is still running.
+                    continue;
+                }
+                hang(b, &peers, silent, base, pairs, &health.attributions, s)
+            }
+        };
+        let (class, straggler, evidence) = w;
+        let to = bursts.get(i + 1).map_or(len, |n| n.start);
+        health.windows.push(Window {
+            from_ms: at(b.start),
+            to_ms: at(to),
+            class,
+            straggler,
+            evidence,
+        });
+    }
+    health
+}
+
+fn median_of(v: impl Iterator<Item = f64>) -> f64 {
+    quantile(&v.collect::<Vec<_>>(), 0.5).unwrap_or(0.0)
+}
+
+/// Each rank's peers (itself included): its data-parallel group, or every rank when the
+/// groups do not place it in a group of two or more.
+fn peers(groups: &[Vec<usize>], ranks: usize) -> Vec<Vec<usize>> {
+    let all: Vec<usize> = (0..ranks).collect();
+    (0..ranks)
+        .map(|r| {
+            groups
+                .iter()
+                .find(|g| g.len() >= 2 && g.contains(&r))
+                .map_or_else(
+                    || all.clone(),
+                    |g| g.iter().copied().filter(|p| *p < ranks).collect(),
+                )
+        })
+        .collect()
+}
+
+/// Median of `f` over `r`'s peers (itself excluded) where it is defined.
+fn peer_median(peers: &[Vec<usize>], r: usize, f: impl Fn(usize) -> Option<f64>) -> f64 {
+    median_of(peers[r].iter().filter(|p| **p != r).filter_map(|p| f(*p)))
+}
+
+type Judged = (WindowClass, Option<usize>, String);
+
+fn slow_or_healthy(
+    b: &Burst,
+    peers: &[Vec<usize>],
+    period: f64,
+    base: f64,
+    step: f64,
+    attributions: &[Attribution],
+    s: &Settings,
+) -> Judged {
+    let ratio = period / base;
+    if ratio <= s.slow_factor {
+        return (
+            WindowClass::Healthy,
+            None,
+            format!("iteration {:.0} ms, {ratio:.2}x the healthy period", period),
+        );
+    }
+    let head = format!("iteration {period:.0} ms, {ratio:.2}x the healthy {base:.0} ms");
+    // Communication straggler: active far longer than its peers (Pulse: actual
+    // communication time).
+    let med_active: Vec<f64> = (0..b.active.len())
+        .map(|r| peer_median(peers, r, |p| Some(b.active[p] as f64)))
+        .collect();
+    let stretch = |r: usize| b.active[r] as f64 / med_active[r].max(1e-9);
+    let stretched = (0..b.active.len()).max_by(|x, y| stretch(*x).total_cmp(&stretch(*y)));
+    if let Some(r) = stretched
+        && med_active[r] > 0.0
+        && stretch(r) >= s.comm_stretch
+    {
+        return (
+            WindowClass::CommunicationSlow,
+            Some(r),
+            format!(
+                "{head}; rank {r} transferred for {:.0} ms against its peers' median {:.0} ms",
+                b.active[r] as f64 * step,
+                med_active[r] * step
+            ),
+        );
+    }
+    // Probe evidence naming a rank.
+    if let Some(a) = attributions.iter().find(|a| a.blame != Blame::Connection) {
+        return (
+            WindowClass::CommunicationSlow,
+            a.rank,
+            format!("{head}; probes: {}", a.evidence),
+        );
+    }
+    // Non-communication straggler: starts late, transfers normally.
+    let lags: Vec<(usize, f64)> = b
+        .onset
+        .iter()
+        .enumerate()
+        .filter_map(|(r, o)| {
+            let med = peer_median(peers, r, |p| b.onset[p].map(|o| o as f64));
+            o.map(|o| (r, o as f64 - med))
+        })
+        .collect();
+    let excess = (period - base) / step;
+    if let Some(&(r, lag)) = lags.iter().max_by(|x, y| x.1.total_cmp(&y.1))
+        && lag >= (LATE_SHARE * excess).max(1.0)
+    {
+        return (
+            WindowClass::NonCommunicationSlow,
+            Some(r),
+            format!(
+                "{head}; rank {r} started its transfers {:.0} ms after its peers, network healthy",
+                lag * step
+            ),
+        );
+    }
+    if let Some(a) = attributions.first() {
+        return (
+            WindowClass::CommunicationSlow,
+            a.pair.map(|p| p.0),
+            format!("{head}; probes: {}", a.evidence),
+        );
+    }
+    (
+        WindowClass::NonCommunicationSlow,
+        None,
+        format!("{head}; every rank slowed alike and the probes are healthy"),
+    )
+}
+
+fn hang(
+    b: &Burst,
+    peers: &[Vec<usize>],
+    silent: f64,
+    base: f64,
+    pairs: &[PairHealth],
+    attributions: &[Attribution],
+    s: &Settings,
+) -> Judged {
+    let head = format!(
+        "no burst for {silent:.0} ms ({:.1}x the healthy period)",
+        silent / base
+    );
+    let med: Vec<f64> = (0..b.volume.len())
+        .map(|r| peer_median(peers, r, |p| Some(b.volume[p])))
+        .collect();
+    let share = |r: usize| b.volume[r] / med[r].max(1e-9);
+    let least = (0..b.volume.len()).min_by(|x, y| share(*x).total_cmp(&share(*y)));
+    // The rank that moved the least against its peers, or else the one that fell silent
+    // first (peers drain in-flight data after it stops).
+    let straggler = least.filter(|r| share(*r) < HANG_VOLUME).or_else(|| {
+        let silent_for = |r: usize| {
+            let last = |p: usize| b.last[p].map_or(-1.0, |l| l as f64);
+            peer_median(peers, r, |p| Some(last(p))) - last(r)
+        };
+        let mut order: Vec<(f64, usize)> = (0..b.last.len()).map(|r| (silent_for(r), r)).collect();
+        order.sort_by(|x, y| y.0.total_cmp(&x.0));
+        match order.as_slice() {
+            [(first, r), (second, _), ..] if *first > 0.0 && first > second => Some(*r),
+            _ => None,
+        }
+    });
+    // A rank whose probes mostly fail is a dead endpoint: it is the straggler whatever its
+    // peers' last transfers look like.
+    let dead = attributions
+        .iter()
+        .find(|a| a.rank.is_some() && a.blame != Blame::Connection && a.loss >= s.hang_loss / 2.0);
+    if let Some(a) = dead
+        && straggler != a.rank
+    {
+        return (
+            WindowClass::CommunicationHang,
+            a.rank,
+            format!("{head}; probes: {}", a.evidence),
+        );
+    }
+    let Some(r) = straggler else {
+        return (
+            WindowClass::NonCommunicationHang,
+            None,
+            format!("{head}; every rank finished the last burst alike"),
+        );
+    };
+    let (probes, lost) = pairs
+        .iter()
+        .filter(|p| p.src == r || p.dst == r)
+        .fold((0u64, 0u64), |(n, l), p| (n + p.probes, l + p.lost));
+    let moved = format!(
+        "rank {r} moved {:.0} % of its peers' median in the last burst",
+        if med[r] > 0.0 { 100.0 * share(r) } else { 0.0 }
+    );
+    if let Some(a) = attributions.iter().find(|a| a.rank == Some(r)) {
+        return (
+            WindowClass::CommunicationHang,
+            Some(r),
+            format!("{head}; {moved}; probes: {}", a.evidence),
+        );
+    }
+    let mut w = Window {
+        from_ms: 0,
+        to_ms: 0,
+        class: WindowClass::NonCommunicationHang,
+        straggler: Some(r),
+        evidence: format!("{head}; {moved}"),
+    };
+    if probes > 0 {
+        confirm_hang(&mut w, probes, lost, s);
+    }
+    (w.class, w.straggler, w.evidence)
+}
+
+/// Reads a hang window again with its straggler's probe outcomes over the window (all of
+/// its pairs, or its RNIC's totals where per-pair outcomes are not at hand): losing at
+/// least `hang_loss` of them makes it a communication hang, answering makes it a
+/// non-communication hang (the process stopped, the host and link are alive). Other
+/// windows, and hangs without a straggler, are left alone.
+pub fn confirm_hang(w: &mut Window, probes: u64, lost: u64, s: &Settings) {
+    if !w.class.is_hang() || w.straggler.is_none() {
+        return;
+    }
+    let (class, why) = if probes == 0 {
+        (w.class, "no probes on its pairs".to_string())
+    } else if lost as f64 >= s.hang_loss * probes as f64 {
+        (
+            WindowClass::CommunicationHang,
+            format!("{lost} of {probes} probes on its pairs lost"),
+        )
+    } else {
+        (
+            WindowClass::NonCommunicationHang,
+            format!("its pairs answer probes ({lost} of {probes} lost)"),
+        )
+    };
+    w.class = class;
+    w.evidence = format!("{}; {why}", w.evidence);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Three ranks on a 10-sample rhythm (bursts of 3), then rank 1 stops; `lost` of rank
+    /// 1's probes are lost.
+    fn stopped(lost: u64) -> Health {
+        let mut bytes = vec![vec![1.0; 100]; 3];
+        for (r, series) in bytes.iter_mut().enumerate() {
+            for it in 0..6 {
+                for s in 0..3 {
+                    series[it * 10 + s] = 1000.0;
+                }
+            }
+            if r != 1 {
+                series[60] = 500.0;
+            }
+        }
+        let tp = Throughput {
+            interval_ms: 100,
+            start_ms: 0,
+            bytes,
+            groups: Vec::new(),
+        };
+        let pairs = [(0, 1), (1, 0), (1, 2), (2, 1), (0, 2), (2, 0)].map(|(src, dst)| PairHealth {
+            src,
+            dst,
+            probes: 100,
+            lost: if src == 1 || dst == 1 { lost } else { 0 },
+            rtt_us: Some(10.0),
+        });
+        assess(&tp, &pairs, &Settings::default())
+    }
+
+    #[test]
+    fn a_stopped_rank_hangs_the_job_and_its_probes_say_which_hang() {
+        let h = stopped(0);
+        assert_eq!(h.baseline_period_ms, Some(1000.0));
+        let w = h.worst().unwrap();
+        assert_eq!(
+            (w.class, w.straggler, w.from_ms),
+            (WindowClass::NonCommunicationHang, Some(1), 6000)
+        );
+        assert_eq!(
+            h.windows
+                .iter()
+                .filter(|w| w.class == WindowClass::Healthy)
+                .count(),
+            6
+        );
+        let h = stopped(100);
+        let w = h.worst().unwrap();
+        assert_eq!(
+            (w.class, w.straggler),
+            (WindowClass::CommunicationHang, Some(1))
+        );
+        assert_eq!(h.attributions[0].rank, Some(1));
+    }
+
+    /// Two pipeline stages (ranks 0, 1 and 2, 3; stage 1 bursts 6 samples after stage 0)
+    /// on a 20-sample rhythm; from iteration 6 on, rank 0's computation runs 8 samples
+    /// long: its stage peer sends a first chunk on time and waits, stage 1 follows late.
+    fn pipeline(groups: Vec<Vec<usize>>) -> Health {
+        let mut bytes = vec![vec![0.0; 16 * 20]; 4];
+        let mut start = 0;
+        for it in 0..11 {
+            let late = if it >= 6 { 8 } else { 0 };
+            for (r, series) in bytes.iter_mut().enumerate() {
+                let stage = if r < 2 { 0 } else { 6 };
+                let on = start + stage + late;
+                if r == 1 && late > 0 {
+                    series[start] = 300.0;
+                }
+                if r != 0 && r != 1 && late > 0 {
+                    series[start + stage] = 300.0;
+                }
+                series[on..on + 4].fill(1000.0);
+            }
+            start += 20 + late;
+        }
+        for series in &mut bytes {
+            series.truncate(start + 10);
+        }
+        let tp = Throughput {
+            interval_ms: 100,
+            start_ms: 0,
+            bytes,
+            groups,
+        };
+        assess(&tp, &[], &Settings::default())
+    }
+
+    #[test]
+    fn stage_offsets_are_judged_within_each_data_parallel_group() {
+        let h = pipeline(vec![vec![0, 1], vec![2, 3]]);
+        let slow: Vec<&Window> = h
+            .windows
+            .iter()
+            .filter(|w| w.class != WindowClass::Healthy)
+            .collect();
+        assert!(!slow.is_empty(), "{h:?}");
+        for w in &slow {
+            assert_eq!(
+                (w.class, w.straggler),
+                (WindowClass::NonCommunicationSlow, Some(0)),
+                "{w:?}"
+            );
+        }
+        // Compared with every rank, the late stage hides rank 0 behind stage 1's offset.
+        let h = pipeline(Vec::new());
+        assert!(h.windows.iter().all(|w| w.straggler != Some(0)), "{h:?}");
+    }
+
+    #[test]
+    fn confirm_hang_reads_probe_totals_and_leaves_other_windows() {
+        let s = Settings::default();
+        let hang = Window {
+            from_ms: 0,
+            to_ms: 1,
+            class: WindowClass::NonCommunicationHang,
+            straggler: Some(3),
+            evidence: "stopped".into(),
+        };
+        let mut w = hang.clone();
+        confirm_hang(&mut w, 100, 60, &s);
+        assert_eq!(w.class, WindowClass::CommunicationHang);
+        assert!(
+            w.evidence.ends_with("60 of 100 probes on its pairs lost"),
+            "{}",
+            w.evidence
+        );
+        let mut w = hang.clone();
+        confirm_hang(&mut w, 100, 2, &s);
+        assert_eq!(w.class, WindowClass::NonCommunicationHang);
+        let mut w = Window {
+            class: WindowClass::CommunicationSlow,
+            ..hang
+        };
+        confirm_hang(&mut w, 100, 100, &s);
+        assert_eq!(
+            (w.class, w.evidence.as_str()),
+            (WindowClass::CommunicationSlow, "stopped")
+        );
+    }
+}
