@@ -172,8 +172,11 @@ async fn uploaded_results_are_queryable_over_http() {
 async fn the_write_ahead_log_is_bounded_and_trimmed_once_periods_are_stored() {
     let (_, db) = rocemesh_store::test_databases().await.remove(0);
     seed(&db, &[(1, 1, "tor-a"), (2, 1, "tor-a")]).await;
+    // A long period: on a loaded machine the posts below may take seconds, and records of a
+    // period already closed would be dropped as late instead of meeting the full log.
+    let period = 60_000;
     let cfg = rocemesh_analyzer::AnalyzerConfig {
-        period_ms: 1_000,
+        period_ms: period as u64,
         grace_ms: 0,
         wal_max_bytes: 20_000,
         ..Default::default()
@@ -210,7 +213,7 @@ async fn the_write_ahead_log_is_bounded_and_trimmed_once_periods_are_stored() {
         "the refused batch changed nothing"
     );
     // Once the period is stored, its batches leave the log and uploads are taken again.
-    a.tick(now + 1_000).await.unwrap();
+    a.tick(now + period).await.unwrap();
     assert_eq!(logged().await, 0);
     let (s, b) = post(&base, Some(CONTENT_TYPE), batch(1, 1, 5, &records)).await;
     assert_eq!(s, 200, "{b}");
