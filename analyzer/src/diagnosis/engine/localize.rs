@@ -89,7 +89,8 @@ impl Engine {
         let blamable = |e: &Element| !matches!(e, Element::Rnic(r) if vouched.contains(r));
         let gap = policy::hold_gap_ms(c.tick_ms);
         self.flow_holds.forget_before(inp.now_ms - gap);
-        for f in explain_away(&loss, &loss_params, blamable) {
+        let part_of = |part: &Element, whole: &Element| part_of(inp, part, whole);
+        for f in explain_away(&loss, &loss_params, blamable, part_of) {
             if let Some(k) = f.flow {
                 // One flow's failures single out none of its components: a flow problem,
                 // once it has lasted (a fault's first failures may come from one flow).
@@ -114,14 +115,12 @@ impl Engine {
                     )
                 }
                 Element::Link(l) => (ProblemKind::LinkFault, ComponentKind::Link, l.clone()),
+                Element::Switch(d) => (ProblemKind::SwitchFault, ComponentKind::Switch, d.clone()),
             };
             found.push((kind, ck, name, f));
         }
-        for f in explain_away(&slow, &slow_params, |_| true) {
-            let (ck, name) = match &f.element {
-                Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, *r)),
-                Element::Link(l) => (ComponentKind::Link, l.clone()),
-            };
+        for f in explain_away(&slow, &slow_params, |_| true, part_of) {
+            let (ck, name) = component(inp, &f.element);
             found.push((ProblemKind::HighLatency, ck, name, f));
         }
         // Switches that answered the fresh traces of failed probes are alive: their
@@ -193,17 +192,13 @@ impl Engine {
         }
         out.baseline = alg1_votes(&loss)
             .into_iter()
-            .map(|(e, votes)| match e {
-                Element::Rnic(r) => BaselineVote {
-                    component_kind: ComponentKind::Rnic,
-                    component: rnic_name(inp, r),
+            .map(|(e, votes)| {
+                let (component_kind, component) = component(inp, &e);
+                BaselineVote {
+                    component_kind,
+                    component,
                     votes,
-                },
-                Element::Link(l) => BaselineVote {
-                    component_kind: ComponentKind::Link,
-                    component: l,
-                    votes,
-                },
+                }
             })
             .collect();
     }
@@ -281,6 +276,30 @@ pub(super) fn confirm_links(
             report
         })
         .collect()
+}
+
+/// How a problem names a component.
+fn component(inp: &Inputs, e: &Element) -> (ComponentKind, String) {
+    match e {
+        Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, *r)),
+        Element::Link(l) => (ComponentKind::Link, l.clone()),
+        Element::Switch(d) => (ComponentKind::Switch, d.clone()),
+    }
+}
+
+/// True when `part` is a part of switch `whole`: one of its links, or an RNIC under it.
+fn part_of(inp: &Inputs, part: &Element, whole: &Element) -> bool {
+    let Element::Switch(d) = whole else {
+        return false;
+    };
+    match part {
+        Element::Link(l) => inp.map.link(l).is_some_and(|l| l.devices.contains(d)),
+        Element::Rnic(r) => inp
+            .registry
+            .get(*r)
+            .is_some_and(|e| inp.registry.tor_name(e.tor) == d),
+        Element::Switch(_) => false,
+    }
 }
 
 fn evidence(f: &Finding, what: &str) -> Evidence {
@@ -430,10 +449,7 @@ fn flow_problem(
     let candidates = flow_suspects(loss, k)
         .into_iter()
         .map(|(e, confidence)| {
-            let (component_kind, component) = match e {
-                Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, r)),
-                Element::Link(l) => (ComponentKind::Link, l),
-            };
+            let (component_kind, component) = component(inp, &e);
             SuspectComponent {
                 component_kind,
                 component,
