@@ -115,8 +115,7 @@ impl Window {
     /// whose refused uploads are still owed); refusals older than their hold are forgotten.
     fn hold_until(&mut self, now_ms: i64) -> i64 {
         let bound = self.refusal_hold_ms;
-        self.refused
-            .retain(|_, at| at.saturating_add(bound) > now_ms);
+        self.refused.retain(|_, at| at.saturating_add(bound) > now_ms);
         self.refused
             .values()
             .map(|at| at.saturating_add(bound))
@@ -171,6 +170,7 @@ impl Window {
             .saturating_mul(self.period_ms)
             .saturating_add(self.grace_ms)
     }
+
 
     /// Start (ms) of the newest finalized period, if any.
     pub fn finalized_through_ms(&self) -> Option<i64> {
@@ -284,8 +284,8 @@ mod tests {
     #[test]
     fn a_refused_upload_holds_its_periods_open_until_the_host_caught_up() {
         // 2 s periods, 1 s grace, 60 s backfill; a refusal holds at most 30 s.
-        let mut w =
-            Window::catching_up(2_000, 1_000, None, 60_000, i64::MIN).with_refusal_hold(30_000);
+        let mut w = Window::catching_up(2_000, 1_000, None, 60_000, i64::MIN)
+            .with_refusal_hold(30_000);
         let t0 = 100_000;
         assert!(matches!(put(&mut w, t0, t0), Placement::Open(_)));
         // Host 7's upload of a later period is refused: the log is down for 8 s.
@@ -295,10 +295,7 @@ mod tests {
         w.finalize(Some(t0 + 9_000), |p| seen.push(p.index));
         assert!(seen.is_empty(), "held while host 7 owes results");
         // Its held results arrive late, still land in their periods.
-        assert!(matches!(
-            put(&mut w, t0 + 2_100, t0 + 9_500),
-            Placement::Open(_)
-        ));
+        assert!(matches!(put(&mut w, t0 + 2_100, t0 + 9_500), Placement::Open(_)));
         // A batch of older records only: still owed. One past the refusal: caught up.
         w.delivered(7, t0 + 7_000);
         w.finalize(Some(t0 + 10_000), |p| seen.push(p.index));
@@ -308,10 +305,7 @@ mod tests {
         assert_eq!(seen, [50, 51], "both periods after the catch-up");
         // A host that never comes back holds for the bound only.
         w.refused(9, t0 + 20_000);
-        assert!(matches!(
-            put(&mut w, t0 + 20_000, t0 + 20_000),
-            Placement::Open(_)
-        ));
+        assert!(matches!(put(&mut w, t0 + 20_000, t0 + 20_000), Placement::Open(_)));
         w.finalize(Some(t0 + 49_999), |p| seen.push(p.index));
         assert_eq!(seen, [50, 51]);
         w.finalize(Some(t0 + 50_000), |p| seen.push(p.index));
