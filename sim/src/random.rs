@@ -29,6 +29,16 @@ pub const WARMUP_S: u32 = 20;
 /// Seconds the faults last (to the end of the run).
 pub const FAULT_S: u32 = 30;
 
+/// The seed of a random run: `ROCEMESH_EVAL_SEED` when set (a replay), else a fresh one.
+pub fn seed_from_env() -> u64 {
+    match std::env::var("ROCEMESH_EVAL_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
+        Err(_) => rocemesh_proto::now_unix_ns() as u64,
+    }
+}
+
 /// One drawn scenario.
 #[derive(Debug, Clone)]
 pub struct Drawn {

@@ -5,28 +5,12 @@
 use rocemesh_analyzer::AnalyzerConfig;
 use rocemesh_controller::ControllerConfig;
 use rocemesh_sim::faults::FaultSpec;
+use rocemesh_sim::random;
 use rocemesh_sim::rng::{Rng, hash};
 use rocemesh_sim::scenario::{Scenario, run_in_process};
 use rocemesh_sim::score::Score;
 use rocemesh_sim::sim::SimConfig;
 use rocemesh_sim::topology::{Fabric, Shape, Tier};
-
-fn seed() -> u64 {
-    match std::env::var("ROCEMESH_EVAL_SEED") {
-        Ok(s) => s
-            .parse()
-            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
-        Err(_) => rocemesh_proto::now_unix_ns() as u64,
-    }
-}
-
-/// A generator for the class named `class`, seeded from the run's seed.
-fn rng(class: &str) -> (u64, Rng) {
-    let seed = seed();
-    eprintln!("{class}: seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
-    let salt = class.bytes().fold(0u64, |h, b| h.wrapping_mul(31) ^ u64::from(b));
-    (seed, Rng::new(hash(&[seed, salt])))
-}
 
 fn between(rng: &mut Rng, lo: u32, hi: u32) -> u32 {
     lo + rng.below(u64::from(hi - lo + 1)) as u32
@@ -41,14 +25,22 @@ fn leaf_spine(rng: &mut Rng, tors: (u32, u32), spines: (u32, u32)) -> Shape {
     }
 }
 
-/// Runs `faults` (drawn on `shape`'s fabric) 30 s after a 20 s warm-up.
+/// Runs the faults `faults` draws on the fabric `shape` draws, 30 s after a 20 s
+/// warm-up, from the run's seed salted with `class`; returns the score and what ran.
 async fn run(
-    seed: u64,
-    shape: Shape,
-    faults: impl FnOnce(&Fabric) -> Vec<FaultSpec>,
+    class: &str,
+    shape: impl FnOnce(&mut Rng) -> Shape,
+    faults: impl FnOnce(&mut Rng, &Fabric) -> Vec<FaultSpec>,
 ) -> (Score, String) {
+    let seed = random::seed_from_env();
+    eprintln!("{class}: seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
+    let salt = class
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31) ^ u64::from(b));
+    let mut rng = Rng::new(hash(&[seed, salt]));
+    let shape = shape(rng);
     let fabric = Fabric::new(shape.clone()).unwrap();
-    let faults = faults(&fabric);
+    let faults = faults(rng, &fabric);
     let what = format!("seed {seed}: {shape:?} {faults:?}");
     eprintln!("{what}");
     let s = Scenario {
@@ -66,60 +58,68 @@ async fn run(
 
 fn pick_switch(rng: &mut Rng, f: &Fabric, tier: Tier) -> String {
     let of_tier: Vec<_> = f.switches.iter().filter(|s| s.tier == tier).collect();
-    of_tier[rng.below(of_tier.len() as u64) as usize].name.clone()
+    of_tier[rng.below(of_tier.len() as u64) as usize]
+        .name
+        .clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_link_down_at_its_lower_end_is_that_link_alone() {
-    let (seed, mut rng) = rng("lower end");
-    let shape = leaf_spine(&mut rng, (3, 6), (2, 4));
-    let (score, what) = run(seed, shape, |f| {
-        let l = &f.links[rng.below(f.links.len() as u64) as usize];
-        vec![FaultSpec::LinkDown {
-            link: l.name.clone(),
-            at: Some(f.switches[l.lower as usize].name.clone()),
-        }]
-    })
+    let (score, what) = run(
+        "lower end",
+        |rng| leaf_spine(rng, (3, 6), (2, 4)),
+        |rng, f| {
+            let l = &f.links[rng.below(f.links.len() as u64) as usize];
+            vec![FaultSpec::LinkDown {
+                link: l.name.clone(),
+                at: Some(f.switches[l.lower as usize].name.clone()),
+            }]
+        },
+    )
     .await;
     assert!(score.correct, "{what}: {score:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lower_end_link_down_beside_a_lossy_link_of_another_spine_is_two_links() {
-    let (seed, mut rng) = rng("two faults");
-    let shape = leaf_spine(&mut rng, (3, 6), (2, 4));
-    let (score, what) = run(seed, shape, |f| {
-        let down = &f.links[rng.below(f.links.len() as u64) as usize];
-        let others: Vec<_> = f.links.iter().filter(|l| l.upper != down.upper).collect();
-        let lossy = others[rng.below(others.len() as u64) as usize];
-        vec![
-            FaultSpec::LinkDown {
-                link: down.name.clone(),
-                at: Some(f.switches[down.lower as usize].name.clone()),
-            },
-            FaultSpec::LinkLoss {
-                link: lossy.name.clone(),
-                percent: 2.0 + rng.unit(),
-                toward: None,
-            },
-        ]
-    })
+    let (score, what) = run(
+        "two faults",
+        |rng| leaf_spine(rng, (3, 6), (2, 4)),
+        |rng, f| {
+            let down = &f.links[rng.below(f.links.len() as u64) as usize];
+            let others: Vec<_> = f.links.iter().filter(|l| l.upper != down.upper).collect();
+            let lossy = others[rng.below(others.len() as u64) as usize];
+            vec![
+                FaultSpec::LinkDown {
+                    link: down.name.clone(),
+                    at: Some(f.switches[down.lower as usize].name.clone()),
+                },
+                FaultSpec::LinkLoss {
+                    link: lossy.name.clone(),
+                    percent: 2.0 + rng.unit(),
+                    toward: None,
+                },
+            ]
+        },
+    )
     .await;
     assert!(score.correct, "{what}: {score:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_five_tuple_dropped_on_its_ack_path_is_a_flow_problem() {
-    let (seed, mut rng) = rng("flow drop");
-    let shape = leaf_spine(&mut rng, (3, 5), (2, 4));
-    let (score, what) = run(seed, shape, |f| {
-        vec![FaultSpec::FlowDrop {
-            prober: f.rnic_name(rng.below(f.rnics.len() as u64) as u32),
-            pick: rng.next_u64() as u32,
-            ack: true,
-            hop: rng.below(5) as u32,
-        }]
-    })
+    let (score, what) = run(
+        "flow drop",
+        |rng| leaf_spine(rng, (3, 5), (2, 4)),
+        |rng, f| {
+            vec![FaultSpec::FlowDrop {
+                prober: f.rnic_name(rng.below(f.rnics.len() as u64) as u32),
+                pick: rng.next_u64() as u32,
+                ack: true,
+                hop: rng.below(5) as u32,
+            }]
+        },
+    )
     .await;
     // Counted right only as a flow problem listing the true switch among its candidates.
     assert_eq!(score.recall, Some(1.0), "{what}: {score:?}");
@@ -131,31 +131,35 @@ async fn a_five_tuple_dropped_on_its_ack_path_is_a_flow_problem() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_switch_dropping_one_percent_of_everything_is_that_switch() {
-    let (seed, mut rng) = rng("switch loss");
-    let shape = leaf_spine(&mut rng, (4, 6), (3, 4));
-    let (score, what) = run(seed, shape, |f| {
-        vec![FaultSpec::SwitchLoss {
-            switch: pick_switch(&mut rng, f, Tier::Spine),
-            percent: 1.0,
-        }]
-    })
+    let (score, what) = run(
+        "switch loss",
+        |rng| leaf_spine(rng, (4, 6), (3, 4)),
+        |rng, f| {
+            vec![FaultSpec::SwitchLoss {
+                switch: pick_switch(rng, f, Tier::Spine),
+                percent: 1.0,
+            }]
+        },
+    )
     .await;
     assert!(score.correct, "{what}: {score:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_percent_loss_on_one_link_of_a_three_spine_fabric_is_found_promptly() {
-    let (seed, mut rng) = rng("two percent");
-    let shape = leaf_spine(&mut rng, (3, 5), (3, 3));
-    let (score, what) = run(seed, shape, |f| {
-        vec![FaultSpec::LinkLoss {
-            link: f.links[rng.below(f.links.len() as u64) as usize]
-                .name
-                .clone(),
-            percent: 2.0,
-            toward: None,
-        }]
-    })
+    let (score, what) = run(
+        "two percent",
+        |rng| leaf_spine(rng, (3, 5), (3, 3)),
+        |rng, f| {
+            vec![FaultSpec::LinkLoss {
+                link: f.links[rng.below(f.links.len() as u64) as usize]
+                    .name
+                    .clone(),
+                percent: 2.0,
+                toward: None,
+            }]
+        },
+    )
     .await;
     assert!(score.correct, "{what}: {score:?}");
     assert!(

@@ -7,18 +7,9 @@ use rocemesh_sim::random::{self, Scale, Totals};
 
 const SCENARIOS: u32 = 30;
 
-fn seed() -> u64 {
-    match std::env::var("ROCEMESH_EVAL_SEED") {
-        Ok(s) => s
-            .parse()
-            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
-        Err(_) => rocemesh_proto::now_unix_ns() as u64,
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_random_suite_meets_the_floors() {
-    let seed = seed();
+    let seed = random::seed_from_env();
     eprintln!("random suite seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
     let mut outcomes = Vec::new();
     for i in 0..SCENARIOS {
