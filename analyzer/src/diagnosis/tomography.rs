@@ -261,25 +261,28 @@ fn take(
     (examples, flow.flatten())
 }
 
-/// True when switch `sw` explains the live failures better than its parts
-/// (`part_of(part, switch)`: its links, a ToR's RNICs) do on their own: explained part
-/// by part, they need at least two faulty parts, and the switch's likelihood gain minus
-/// one sparsity prior is at least theirs minus one prior each, all against the same
-/// background (the switch's: both explain the same failures). A switch dropping a
-/// little of everything thus beats the dozen links it spreads over, and two dead links
-/// of one spine stay two links.
+/// True when switch `sw` explains the live failures it covers better than the best
+/// explanation without any switch: those failures (with every arrival) explained
+/// greedily by links and RNICs alone, against the same background (the switch's: both
+/// explain the same failures), must need at least two of them, and the switch's
+/// likelihood gain minus one sparsity prior must be at least theirs minus one prior
+/// each. A switch dropping a little of everything thus beats the dozen links it spreads
+/// over; two dead links of one spine stay two links, and two lossy links on either side
+/// of a 2-ToR fabric (whose every flow crosses both ToRs) are not a ToR.
 fn switch_beats_parts(
     obs: &[FlowObs],
     c: &Compiled,
     (live, allowed): (&[bool], &[bool]),
     sw: &Best,
     (p, min_score): (&Params, f64),
-    part_of: &impl Fn(&Element, &Element) -> bool,
 ) -> bool {
     let parts: Vec<bool> = (0..c.elements.len())
-        .map(|e| allowed[e] && part_of(c.elements[e], c.elements[sw.element]))
+        .map(|e| allowed[e] && !matches!(c.elements[e], Element::Switch(_)))
         .collect();
-    let mut live = live.to_vec();
+    let covered = |i: usize| c.fail[i].iter().any(|(e, _)| *e == sw.element);
+    let mut live: Vec<bool> = (0..obs.len())
+        .map(|i| live[i] && (obs[i].fail <= 0.0 || covered(i)))
+        .collect();
     let (mut n, mut total) = (0usize, 0.0);
     while let Some(b) = best(obs, c, &live, &parts, p, min_score) {
         let x = b.tally;
@@ -299,9 +302,9 @@ fn switch_beats_parts(
 /// (NetBouncer, Sherlock): each round blames the component whose own loss ratio gains
 /// the most log-likelihood over the background, if the gain pays the sparsity prior
 /// (`min_score`, plus ln m for m components beyond a hundred, so a large healthy fabric
-/// stays silent), and removes the failures it explains. A switch competes with its
-/// links and RNICs (`part_of(part, switch)`) on the same terms: blamed when it beats
-/// them in total ([`switch_beats_parts`]), else left to its parts.
+/// stays silent), and removes the failures it explains. A switch competes with the
+/// links and RNICs on the same terms: blamed when it beats the best explanation of its
+/// failures without switches ([`switch_beats_parts`]), else ruled out.
 ///
 /// A component needs `min_failures` failures of flows whose path is known: those of
 /// untraced flows (one of a ToR's ECMP uplinks, or either RNIC, failed) only add to
@@ -319,7 +322,6 @@ pub fn explain_away(
     obs: &[FlowObs],
     p: &Params,
     eligible: impl Fn(&Element) -> bool,
-    part_of: impl Fn(&Element, &Element) -> bool,
 ) -> Vec<Finding> {
     let c = compile(obs);
     let mut live: Vec<bool> = obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect();
@@ -334,7 +336,7 @@ pub fn explain_away(
     // bounded by their number.
     while let Some(b) = best(obs, &c, &live, &allowed, p, min_score) {
         if matches!(c.elements[b.element], Element::Switch(_))
-            && !switch_beats_parts(obs, &c, (&live, &allowed), &b, (p, min_score), &part_of)
+            && !switch_beats_parts(obs, &c, (&live, &allowed), &b, (p, min_score))
         {
             allowed[b.element] = false;
             continue;
@@ -460,11 +462,6 @@ mod tests {
         Element::Link(n.into())
     }
 
-    /// [`explain_away`] over observations that name no switch.
-    fn cover(obs: &[FlowObs], p: &Params, eligible: impl Fn(&Element) -> bool) -> Vec<Finding> {
-        explain_away(obs, p, eligible, |_, _| false)
-    }
-
     /// A flow over ToR `a` -> spine `s` -> ToR `b` (2-tier Clos), `ok` arrivals, `fail` losses.
     fn flow(id: usize, a: u32, s: u32, b: u32, ok: f64, fail: f64) -> FlowObs {
         let elems = vec![
@@ -531,7 +528,7 @@ mod tests {
                 0.0
             }
         });
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
     }
 
     #[test]
@@ -541,7 +538,7 @@ mod tests {
             0 if a == 2 || b == 2 => 0.1,
             _ => 0.0,
         });
-        let mut got = blamed(&cover(&obs, &P, |_| true));
+        let mut got = blamed(&explain_away(&obs, &P, |_| true));
         got.sort();
         assert_eq!(got, [link("t0-s1"), link("t2-s0")]);
     }
@@ -556,17 +553,17 @@ mod tests {
                 0.0
             }
         });
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), [link("t3-s0")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t3-s0")]);
         // Noise: one timeout on each of 8 random flows all over the fabric.
         let mut noise = fabric(|_, _, _| 0.0);
         for i in (0..noise.len()).step_by(noise.len() / 8) {
             noise[i].fail = 1.0;
         }
-        assert!(cover(&noise, &P, |_| true).is_empty());
+        assert!(explain_away(&noise, &P, |_| true).is_empty());
         // A lone burst of two timeouts is not enough either.
         let mut burst = fabric(|_, _, _| 0.0);
         burst[5].fail = 2.0;
-        assert!(cover(&burst, &P, |_| true).is_empty());
+        assert!(explain_away(&burst, &P, |_| true).is_empty());
     }
 
     #[test]
@@ -582,12 +579,12 @@ mod tests {
                 0.0
             }
         });
-        let found = cover(&obs, &P, |_| true);
+        let found = explain_away(&obs, &P, |_| true);
         assert_eq!(blamed(&found), [link("t0-s1")]);
         assert!(found[0].background < 0.002, "{found:?}");
         // The same loss spread evenly over every link is background, not a fault.
         let even = fabric_of(3, |_, _, _| 0.01);
-        assert!(cover(&even, &P, |_| true).is_empty());
+        assert!(explain_away(&even, &P, |_| true).is_empty());
     }
 
     #[test]
@@ -607,7 +604,7 @@ mod tests {
         for _ in 0..3 {
             obs.push(broke_after("t1", "t1-s0", 10.0));
         }
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), [link("t1-s0")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t1-s0")]);
     }
 
     #[test]
@@ -629,10 +626,10 @@ mod tests {
         let mut obs = fabric(|_, _, _| 0.0);
         obs.extend((0..8).map(|_| untraced(0.0, 10.0)));
         obs.extend((0..8).map(|_| untraced(10.0, 0.0)));
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), []);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), []);
         // One fresh trace breaking after t0 towards s1 separates them.
         obs.push(broke_after("t0", "t0-s1", 10.0));
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
     }
 
     #[test]
@@ -670,13 +667,13 @@ mod tests {
         ] {
             obs.push(traced_ok(l, ok));
         }
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), []);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), []);
         // Traced failures name the culprit; the untraced ones then add to its evidence
         // and are explained by it, blaming no sibling.
         for _ in 0..3 {
             obs.push(broke_after("t0", "t0-s1", 20.0));
         }
-        let found = cover(&obs, &P, |_| true);
+        let found = explain_away(&obs, &P, |_| true);
         assert_eq!(blamed(&found), [link("t0-s1")]);
         assert!(
             found[0].failures > 60.0,
@@ -695,7 +692,7 @@ mod tests {
             break_device: Some("t0".into()),
             ..obs[0].clone()
         };
-        let f = cover(&obs, &P, |_| true);
+        let f = explain_away(&obs, &P, |_| true);
         assert_eq!(blamed(&f), [link("t0-s0")]);
     }
 
@@ -717,7 +714,7 @@ mod tests {
         obs[i].fail_elems = vec![(link("t2-s1"), 1.0)];
         obs[i].located = true;
         obs[i].break_device = Some("t2".into());
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
         // The same lone located break without the link fault is blamed (a silent drop).
         let mut alone = fabric(|_, _, _| 0.0);
         alone[i] = FlowObs {
@@ -725,7 +722,7 @@ mod tests {
             ok: 0.0,
             ..obs[i].clone()
         };
-        assert_eq!(blamed(&cover(&alone, &P, |_| true)), [link("t2-s1")]);
+        assert_eq!(blamed(&explain_away(&alone, &P, |_| true)), [link("t2-s1")]);
     }
 
     #[test]
@@ -771,7 +768,7 @@ mod tests {
             .filter(|o| t1_s1(o))
             .fold((0.0, 0.0), |(f, k), o| (f + o.fail, k + o.ok));
         assert!(fail > ok, "the reproduction needs mostly failures on t1-s1");
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
         // A second dead link on the other spine (its flows cross neither) is found too.
         for o in obs
             .iter_mut()
@@ -779,7 +776,7 @@ mod tests {
         {
             (o.ok, o.fail) = (0.0, 100.0);
         }
-        let mut got = blamed(&cover(&obs, &P, |_| true));
+        let mut got = blamed(&explain_away(&obs, &P, |_| true));
         got.sort();
         assert_eq!(got, [link("t0-s1"), link("t3-s0")]);
     }
@@ -794,8 +791,11 @@ mod tests {
         {
             (o.ok, o.fail) = (0.0, 100.0);
         }
-        assert_eq!(blamed(&cover(&obs, &P, |_| true)), [Element::Rnic(1)]);
-        let f = cover(&obs, &P, |e| *e != Element::Rnic(1));
+        assert_eq!(
+            blamed(&explain_away(&obs, &P, |_| true)),
+            [Element::Rnic(1)]
+        );
+        let f = explain_away(&obs, &P, |e| *e != Element::Rnic(1));
         assert!(f.iter().all(|f| f.element != Element::Rnic(1)));
     }
 
@@ -869,7 +869,7 @@ mod tests {
                     }
                 }
             }
-            let found = blamed(&cover(&obs, &P, |_| true));
+            let found = blamed(&explain_away(&obs, &P, |_| true));
             let truth: Vec<Element> = faults.iter().map(|(l, _)| link(l)).collect();
             if found.iter().any(|e| !truth.contains(e)) || truth.iter().any(|e| !found.contains(e))
             {
@@ -903,11 +903,6 @@ mod tests {
         let mut rng = StdRng::seed_from_u64(seed);
         let sw = |n: String| Element::Switch(n);
         let tor_of = |r: u32| r / 2;
-        let part_of = |part: &Element, whole: &Element| match (part, whole) {
-            (Element::Link(l), Element::Switch(s)) => l.split('-').any(|end| end == s),
-            (Element::Rnic(r), Element::Switch(s)) => *s == format!("t{}", tor_of(*r)),
-            _ => false,
-        };
         let mut wrong = Vec::new();
         for case in 0..60 {
             let (tors, spines) = (rng.random_range(4..=6u32), rng.random_range(2..=4u32));
@@ -998,7 +993,7 @@ mod tests {
                     });
                 }
             }
-            let mut found = blamed(&explain_away(&obs, &P, |_| true, part_of));
+            let mut found = blamed(&explain_away(&obs, &P, |_| true));
             found.sort();
             let mut truth: Vec<Element> = match &switch {
                 Some((n, _)) => vec![sw(n.clone())],

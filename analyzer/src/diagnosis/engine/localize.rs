@@ -89,8 +89,7 @@ impl Engine {
         let blamable = |e: &Element| !matches!(e, Element::Rnic(r) if vouched.contains(r));
         let gap = policy::hold_gap_ms(c.tick_ms);
         self.flow_holds.forget_before(inp.now_ms - gap);
-        let part_of = |part: &Element, whole: &Element| part_of(inp, part, whole);
-        for f in explain_away(&loss, &loss_params, blamable, part_of) {
+        for f in explain_away(&loss, &loss_params, blamable) {
             if let Some(k) = f.flow {
                 // One flow's failures single out none of its components: a flow problem,
                 // once it has lasted (a fault's first failures may come from one flow).
@@ -119,7 +118,7 @@ impl Engine {
             };
             found.push((kind, ck, name, f));
         }
-        for f in explain_away(&slow, &slow_params, |_| true, part_of) {
+        for f in explain_away(&slow, &slow_params, |_| true) {
             let (ck, name) = component(inp, &f.element);
             found.push((ProblemKind::HighLatency, ck, name, f));
         }
@@ -284,21 +283,6 @@ fn component(inp: &Inputs, e: &Element) -> (ComponentKind, String) {
         Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, *r)),
         Element::Link(l) => (ComponentKind::Link, l.clone()),
         Element::Switch(d) => (ComponentKind::Switch, d.clone()),
-    }
-}
-
-/// True when `part` is a part of switch `whole`: one of its links, or an RNIC under it.
-fn part_of(inp: &Inputs, part: &Element, whole: &Element) -> bool {
-    let Element::Switch(d) = whole else {
-        return false;
-    };
-    match part {
-        Element::Link(l) => inp.map.link(l).is_some_and(|l| l.devices.contains(d)),
-        Element::Rnic(r) => inp
-            .registry
-            .get(*r)
-            .is_some_and(|e| inp.registry.tor_name(e.tor) == d),
-        Element::Switch(_) => false,
     }
 }
 
