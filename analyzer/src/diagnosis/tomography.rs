@@ -906,8 +906,9 @@ mod tests {
         let mut wrong = Vec::new();
         for case in 0..60 {
             let (tors, spines) = (rng.random_range(4..=6u32), rng.random_range(2..=4u32));
-            // What fails: (switch, loss) or links with their loss.
-            let (switch, links): (Option<(String, f64)>, Vec<(String, f64)>) = match case % 3 {
+            // What fails: a switch with its loss, or links with theirs.
+            type Lossy = (String, f64);
+            let (switch, links): (Option<Lossy>, Vec<Lossy>) = match case % 3 {
                 0 => {
                     let name = if rng.random_bool(0.5) {
                         format!("t{}", rng.random_range(0..tors))
