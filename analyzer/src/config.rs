@@ -253,10 +253,7 @@ pub struct DiagnosisConfig {
     /// before enough slow delays arrive to call it host noise; if the host turns noisy
     /// meanwhile, the verdict is dropped. An RNIC that is simply dead shows no slow delays
     /// and is reported at once.
-    #[serde(
-        rename = "strained_rnic_hold",
-        with = "rocemesh_proto::duration::millis"
-    )]
+    #[serde(rename = "strained_rnic_hold", with = "rocemesh_proto::duration::millis")]
     pub strained_rnic_hold_ms: u64,
     /// Tomography: least evidence (Chernoff bound exponent, ~ -ln p) to blame a component.
     pub min_score: u32,
@@ -448,7 +445,12 @@ mod tests {
             period_ms: 0,
             ..AnalyzerConfig::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("period"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("period")
+        );
         let bad = AnalyzerConfig {
             grace_ms: 100_000,
             ..AnalyzerConfig::default()
@@ -484,7 +486,12 @@ mod tests {
             window_ms: 1,
             ..DiagnosisConfig::default()
         };
-        assert!(bad.validate().unwrap_err().to_string().contains("window"));
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .to_string()
+                .contains("window")
+        );
     }
 
     #[test]
