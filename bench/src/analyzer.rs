@@ -33,6 +33,7 @@ fn faults(n: usize) -> Vec<FaultSpec> {
     [
         FaultSpec::LinkDown {
             link: "t5-s2".into(),
+            at: None,
         },
         FaultSpec::RnicDown {
             rnic: "h100/r3".into(),

@@ -73,8 +73,30 @@ impl Ecmp {
 
     /// The route of `tuple` from ToR `src_tor` to ToR `dst_tor`.
     pub fn route(&self, fabric: &Fabric, src_tor: u32, dst_tor: u32, tuple: &FiveTuple) -> Route {
+        self.route_avoiding(fabric, src_tor, dst_tor, tuple, |_, _| false)
+    }
+
+    /// [`Self::route`] where a switch leaves out of its equal-cost group the links
+    /// `withdrawn(switch, link)` names (a port it saw go down), as long as another
+    /// candidate is left; with none withdrawn the route is [`Self::route`]'s.
+    pub fn route_avoiding(
+        &self,
+        fabric: &Fabric,
+        src_tor: u32,
+        dst_tor: u32,
+        tuple: &FiveTuple,
+        withdrawn: impl Fn(u32, u32) -> bool,
+    ) -> Route {
         let h = tuple.l4_hash();
-        fabric.route(src_tor, dst_tor, |sw, n| self.pick(sw, h, n))
+        fabric.route(src_tor, dst_tor, |sw, first, n| {
+            let up = |i: &u32| !withdrawn(sw, first + i);
+            let alive = (0..n).filter(up).count() as u32;
+            if alive == n || alive == 0 {
+                return self.pick(sw, h, n);
+            }
+            let k = self.pick(sw, h, alive) as usize;
+            (0..n).filter(up).nth(k).unwrap_or(0)
+        })
     }
 }
 
@@ -135,5 +157,47 @@ mod tests {
             moved > 32,
             "only {moved} of 64 tuples changed path with the seed"
         );
+    }
+
+    #[test]
+    fn a_withdrawn_link_is_left_only_by_the_switch_that_withdrew_it() {
+        let f = Fabric::new(Shape::LeafSpine {
+            tors: 4,
+            spines: 3,
+            hosts_per_tor: 1,
+            rnics_per_host: 1,
+        })
+        .unwrap();
+        let ecmp = Ecmp::new(7);
+        let dead = f.link_by_name("t1-s2").unwrap();
+        let lower = f.links[dead as usize].lower;
+        let withdrawn = |sw: u32, l: u32| sw == lower && l == dead;
+        let (mut up, mut down, mut before) = (0, 0, 0);
+        for sport in 49_152..51_152u16 {
+            let t = |src: u32, dst: u32| FiveTuple {
+                src: f.rnic_ip(src),
+                dst: f.rnic_ip(dst),
+                sport,
+                dport: 4791,
+            };
+            let (a, b) = (f.rnics[1].tor, f.rnics[3].tor);
+            let out = ecmp.route_avoiding(&f, a, b, &t(1, 3), withdrawn);
+            assert!(!out.links().contains(&dead), "the ToR routes around it");
+            before += usize::from(ecmp.route(&f, a, b, &t(1, 3)).links().contains(&dead));
+            let back = ecmp.route_avoiding(&f, b, a, &t(3, 1), withdrawn);
+            down += usize::from(back.links().contains(&dead));
+            up += usize::from(out.links()[0] != f.link_by_name("t1-s0").unwrap());
+        }
+        // The far end still hashes a third of its traffic into the dead link, the ToR
+        // spreads its own over the two links left.
+        assert!(
+            (500..830).contains(&down),
+            "{down} of 2000 into the dead link"
+        );
+        assert!(
+            (500..830).contains(&before),
+            "{before} of 2000 used it before"
+        );
+        assert!((800..1200).contains(&up), "{up} of 2000 over t1-s1");
     }
 }

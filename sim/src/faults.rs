@@ -42,10 +42,16 @@ pub enum FaultSpec {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         toward: Option<String>,
     },
-    /// A switch link is down (a black hole: routes do not converge around it).
+    /// A switch link is down. Without `at` a black hole: routes do not converge around
+    /// it. With `at`, the port at that end went down: that switch withdraws the link from
+    /// its equal-cost groups (its traffic takes its other links), while the far end keeps
+    /// sending into the dead link.
     LinkDown {
         /// Link name.
         link: String,
+        /// The end (switch name) that saw its port go down, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        at: Option<String>,
     },
     /// A switch link goes down for `down_ms`, up for `up_ms`, repeatedly.
     LinkFlap {
@@ -233,6 +239,8 @@ pub struct Fault {
     pub effect: Effect,
     /// A link fault in one direction only: the switch that direction enters.
     pub toward: Option<u32>,
+    /// A link down at one end: the switch at that end, which routes around the link.
+    pub withdrawn_at: Option<u32>,
     /// A flow drop: the dropped 5-tuple's route.
     pub route: Option<Route>,
     /// Start, ms (virtual time).
@@ -279,7 +287,7 @@ impl Fault {
                 Target::Link(fabric.link_by_name(link)?),
                 Effect::Loss(percent(*p)?),
             ),
-            FaultSpec::LinkDown { link } => {
+            FaultSpec::LinkDown { link, .. } => {
                 (Target::Link(fabric.link_by_name(link)?), Effect::Down)
             }
             FaultSpec::LinkFlap {
@@ -374,29 +382,32 @@ impl Fault {
         if let Some(end) = end_ms {
             ensure!(end > start_ms, "a fault must end after it starts");
         }
-        let toward = match (&spec, target) {
+        let end_of = |end: &str, l: u32| {
+            let sw = fabric.switch_by_name(end)?;
+            let link = &fabric.links[l as usize];
+            ensure!(
+                sw == link.lower || sw == link.upper,
+                "{end} is not an end of link {}",
+                link.name
+            );
+            Ok(Some(sw))
+        };
+        let (toward, withdrawn_at) = match (&spec, target) {
             (
                 FaultSpec::LinkLoss {
                     toward: Some(end), ..
                 },
                 Target::Link(l),
-            ) => {
-                let sw = fabric.switch_by_name(end)?;
-                let link = &fabric.links[l as usize];
-                ensure!(
-                    sw == link.lower || sw == link.upper,
-                    "{end} is not an end of link {}",
-                    link.name
-                );
-                Some(sw)
-            }
-            _ => None,
+            ) => (end_of(end, l)?, None),
+            (FaultSpec::LinkDown { at: Some(end), .. }, Target::Link(l)) => (None, end_of(end, l)?),
+            _ => (None, None),
         };
         Ok(Self {
             spec,
             target,
             effect,
             toward,
+            withdrawn_at,
             route: None,
             start_ms,
             end_ms,
@@ -418,6 +429,11 @@ impl Fault {
             Target::Switch(s) => switches.contains(&s),
             Target::Host(_) | Target::Flow { .. } => false,
         }
+    }
+
+    /// True when switch `sw` routes around link `l` at `t_ms` because of this fault.
+    pub fn withdraws(&self, sw: u32, l: u32, t_ms: i64) -> bool {
+        self.withdrawn_at == Some(sw) && self.target == Target::Link(l) && self.active(t_ms)
     }
 
     /// True when this fault drops `tuple` at a switch of `switches` at `t_ms`.

@@ -16,7 +16,7 @@
 //! d.register_all()?;
 //! d.run_for(std::time::Duration::from_secs(20))?;
 //! let onset = rocemesh_proto::now_unix_ms();
-//! d.sim_mut().inject(FaultSpec::LinkDown { link: "t3-s1".into() }, onset, None)?;
+//! d.sim_mut().inject(FaultSpec::LinkDown { link: "t3-s1".into(), at: None }, onset, None)?;
 //! d.run_for(std::time::Duration::from_secs(20))?;
 //! let score = d.score(onset)?;
 //! # Ok(()) }

@@ -134,7 +134,7 @@ mod tests {
             rnics_per_host: 1,
         })
         .unwrap();
-        let r = f.route(0, 1, |_, _| 0);
+        let r = f.route(0, 1, |_, _, _| 0);
         let mut rng = Rng::new(3);
         let quiet: Vec<f64> = (0..1_000)
             .map(|_| m.one_way_ns(&mut rng, &f, 99, &r, 500))

@@ -305,9 +305,16 @@ fn one_fault(rng: &mut Rng, f: &Fabric, taken: &mut Taken) -> Option<FaultSpec> 
                 hop: rng.below(5) as u32,
             }
         }
-        0 => FaultSpec::LinkDown {
-            link: f.links[link(rng, taken)? as usize].name.clone(),
-        },
+        0 => {
+            // Down at either end: at the lower one its switch routes around the link
+            // while the upper one keeps sending into it.
+            let l = &f.links[link(rng, taken)? as usize];
+            let end = if rng.chance(0.5) { l.lower } else { l.upper };
+            FaultSpec::LinkDown {
+                link: l.name.clone(),
+                at: Some(f.switches[end as usize].name.clone()),
+            }
+        }
         1 | 2 => FaultSpec::LinkLoss {
             link: f.links[link(rng, taken)? as usize].name.clone(),
             percent: percent(rng, 0.5, 3.0),

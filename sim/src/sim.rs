@@ -195,13 +195,16 @@ impl World {
         }
     }
 
-    fn route(&self, src: u32, dst: u32, tuple: &FiveTuple) -> Route {
+    /// The route of `tuple` from RNIC `src` to RNIC `dst` at `t_ms`, around the links
+    /// their switches saw go down.
+    fn route(&self, src: u32, dst: u32, tuple: &FiveTuple, t_ms: i64) -> Route {
         let f = &self.fabric;
-        self.ecmp.route(
+        self.ecmp.route_avoiding(
             f,
             f.rnics[src as usize].tor,
             f.rnics[dst as usize].tor,
             tuple,
+            |sw, l| self.faults.iter().any(|x| x.withdraws(sw, l, t_ms)),
         )
     }
 
@@ -251,8 +254,8 @@ impl World {
         };
         let tuple = self.tuple(&fwd_key);
         let (fwd, rev) = (
-            self.route(prober, dst, &tuple),
-            self.route(dst, prober, &tuple.ack()),
+            self.route(prober, dst, &tuple, t_ms),
+            self.route(dst, prober, &tuple.ack(), t_ms),
         );
         let ends = [prober, dst];
         let dst_host = self.fabric.rnics[dst as usize].host;
@@ -318,9 +321,9 @@ impl World {
     }
 
     /// TRACE packets a trace of `key` takes when nothing is lost.
-    fn trace_cost(&self, key: &TraceKey) -> f64 {
+    fn trace_cost(&self, key: &TraceKey, t_ms: i64) -> f64 {
         (self
-            .route(key.src, key.dst, &self.tuple(key))
+            .route(key.src, key.dst, &self.tuple(key), t_ms)
             .switches()
             .len()
             + SILENT_STOP) as f64
@@ -331,7 +334,7 @@ impl World {
     /// triggered it (then the trailing silence is not listed).
     fn trace(&self, rng: &mut Rng, key: &TraceKey, t_ms: i64, anomaly: bool) -> TracedPath {
         let tuple = self.tuple(key);
-        let route = self.route(key.src, key.dst, &tuple);
+        let route = self.route(key.src, key.dst, &tuple, t_ms);
         let n = route.switches().len();
         let mut hops: Vec<Option<IpAddr>> = Vec::with_capacity(n + SILENT_STOP);
         let mut silent = 0;
@@ -493,7 +496,7 @@ impl Sim {
                 ack,
                 hop,
             } => {
-                let (tuple, route) = self.probed_flow(prober, pick, ack)?;
+                let (tuple, route) = self.probed_flow(prober, pick, ack, start_ms)?;
                 let switches = route.switches();
                 let switch = switches[hop as usize % switches.len()];
                 let mut f = Fault::on(
@@ -522,6 +525,7 @@ impl Sim {
         prober: &str,
         pick: u32,
         ack: bool,
+        t_ms: i64,
     ) -> anyhow::Result<(FiveTuple, Route)> {
         let w = &self.world;
         let start = w.fabric.rnic_by_name(prober)?;
@@ -544,9 +548,9 @@ impl Sim {
             }
             let (dst, tuple) = flows[pick as usize % flows.len()];
             return Ok(if ack {
-                (tuple.ack(), w.route(dst, r, &tuple.ack()))
+                (tuple.ack(), w.route(dst, r, &tuple.ack(), t_ms))
             } else {
-                (tuple, w.route(r, dst, &tuple))
+                (tuple, w.route(r, dst, &tuple, t_ms))
             });
         }
         anyhow::bail!(
@@ -762,7 +766,7 @@ impl Sim {
         let due = agent
             .traces
             .due_traces(now_ms, cfg.trace_pps, cfg.trace_refresh_ms, |k| {
-                world.trace_cost(k)
+                world.trace_cost(k, now_ms)
             });
         self.stats.traces += due.len() as u64;
         for (at, key, urgent) in due {

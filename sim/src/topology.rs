@@ -484,9 +484,9 @@ impl Fabric {
         }
     }
 
-    /// The route from ToR `src` to ToR `dst`, `pick(switch, candidates)` choosing the
-    /// index of each equal-cost step.
-    pub fn route(&self, src: u32, dst: u32, mut pick: impl FnMut(u32, u32) -> u32) -> Route {
+    /// The route from ToR `src` to ToR `dst`, `pick(switch, first link, candidates)`
+    /// choosing the index of each equal-cost step among links `first..first + candidates`.
+    pub fn route(&self, src: u32, dst: u32, mut pick: impl FnMut(u32, u32, u32) -> u32) -> Route {
         let mut r = Route {
             switches: [0; MAX_ROUTE_SWITCHES],
             links: [0; MAX_ROUTE_SWITCHES - 1],
@@ -497,7 +497,7 @@ impl Fabric {
         while let Some(step) = self.step(at, dst) {
             let link = match step {
                 Step::Single(l) => l,
-                Step::Choice { first, count } => first + pick(at, count).min(count - 1),
+                Step::Choice { first, count } => first + pick(at, first, count).min(count - 1),
             };
             let i = usize::from(r.len);
             if i >= MAX_ROUTE_SWITCHES {
@@ -539,7 +539,7 @@ mod tests {
         assert_eq!(f.switches.len(), 48 * 24 * 2 + 24 * 24);
         // Inter-pod: edge, agg, core, agg, edge, each link joining its neighbours.
         let (src, dst) = (f.rnics[0].tor, f.rnics[55_295].tor);
-        let r = f.route(src, dst, |_, n| n - 1);
+        let r = f.route(src, dst, |_, _, n| n - 1);
         assert_eq!(r.switches().len(), 5);
         for (i, &l) in r.links().iter().enumerate() {
             let link = &f.links[l as usize];
@@ -548,7 +548,7 @@ mod tests {
         }
         assert_eq!(f.switches[r.switches()[2] as usize].tier, Tier::Spine);
         // Intra-pod: edge, agg, edge.
-        let r = f.route(0, 1, |_, _| 0);
+        let r = f.route(0, 1, |_, _, _| 0);
         assert_eq!(
             r.switches()
                 .iter()
@@ -556,7 +556,7 @@ mod tests {
                 .collect::<Vec<_>>(),
             ["p0e0", "p0a0", "p0e1"]
         );
-        assert_eq!(f.route(3, 3, |_, _| 0).switches(), [3]);
+        assert_eq!(f.route(3, 3, |_, _, _| 0).switches(), [3]);
     }
 
     #[test]

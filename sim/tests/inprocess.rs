@@ -60,6 +60,7 @@ async fn a_link_down_is_localized_to_that_link_and_scored_against_the_truth() {
         .inject(
             FaultSpec::LinkDown {
                 link: "t3-s1".into(),
+                at: None,
             },
             onset,
             None,

@@ -7,7 +7,6 @@ use rocemesh_sim::random::{self, Scale, Totals};
 
 const SCENARIOS: u32 = 30;
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_random_suite_meets_the_floors() {
     let seed = rocemesh_sim::rng::suite_seed();
@@ -46,9 +45,9 @@ async fn a_fresh_random_suite_meets_the_floors() {
     );
 }
 
-/// Floors below what the engine on main reached on each of 20 measured seeds (lowest:
-/// precision 0.45, recall 0.58, top-1 0.56; docs/localization.md): raise them as it
-/// improves.
-const PRECISION_FLOOR: f64 = 0.30;
-const RECALL_FLOOR: f64 = 0.45;
-const TOP1_FLOOR: f64 = 0.40;
+/// Floors below what the engine reaches on every seed measured: over the 30-scenario
+/// suites of seeds 3001–3020 its lowest were precision 0.64, recall 0.64, top-1 0.73
+/// (docs/localization.md); a margin of ~0.15 keeps a fresh seed from flaking.
+const PRECISION_FLOOR: f64 = 0.50;
+const RECALL_FLOOR: f64 = 0.50;
+const TOP1_FLOOR: f64 = 0.55;

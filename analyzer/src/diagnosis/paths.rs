@@ -24,6 +24,9 @@ pub enum Element {
     Rnic(u32),
     /// A switch-to-switch link (map name or `"<ip>-><ip>"`).
     Link(String),
+    /// A switch of the fabric map, every port of it: crossed by whatever crosses one of
+    /// its links, and, for a ToR, by whatever its RNICs send or receive.
+    Switch(String),
 }
 
 /// A traced 5-tuple (UDP).

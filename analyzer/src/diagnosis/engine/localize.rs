@@ -114,14 +114,12 @@ impl Engine {
                     )
                 }
                 Element::Link(l) => (ProblemKind::LinkFault, ComponentKind::Link, l.clone()),
+                Element::Switch(d) => (ProblemKind::SwitchFault, ComponentKind::Switch, d.clone()),
             };
             found.push((kind, ck, name, f));
         }
         for f in explain_away(&slow, &slow_params, |_| true) {
-            let (ck, name) = match &f.element {
-                Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, *r)),
-                Element::Link(l) => (ComponentKind::Link, l.clone()),
-            };
+            let (ck, name) = component(inp, &f.element);
             found.push((ProblemKind::HighLatency, ck, name, f));
         }
         // Switches that answered the fresh traces of failed probes are alive: their
@@ -193,17 +191,13 @@ impl Engine {
         }
         out.baseline = alg1_votes(&loss)
             .into_iter()
-            .map(|(e, votes)| match e {
-                Element::Rnic(r) => BaselineVote {
-                    component_kind: ComponentKind::Rnic,
-                    component: rnic_name(inp, r),
+            .map(|(e, votes)| {
+                let (component_kind, component) = component(inp, &e);
+                BaselineVote {
+                    component_kind,
+                    component,
                     votes,
-                },
-                Element::Link(l) => BaselineVote {
-                    component_kind: ComponentKind::Link,
-                    component: l,
-                    votes,
-                },
+                }
             })
             .collect();
     }
@@ -281,6 +275,15 @@ pub(super) fn confirm_links(
             report
         })
         .collect()
+}
+
+/// How a problem names a component.
+fn component(inp: &Inputs, e: &Element) -> (ComponentKind, String) {
+    match e {
+        Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, *r)),
+        Element::Link(l) => (ComponentKind::Link, l.clone()),
+        Element::Switch(d) => (ComponentKind::Switch, d.clone()),
+    }
 }
 
 fn evidence(f: &Finding, what: &str) -> Evidence {
@@ -430,10 +433,7 @@ fn flow_problem(
     let candidates = flow_suspects(loss, k)
         .into_iter()
         .map(|(e, confidence)| {
-            let (component_kind, component) = match e {
-                Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, r)),
-                Element::Link(l) => (ComponentKind::Link, l),
-            };
+            let (component_kind, component) = component(inp, &e);
             SuspectComponent {
                 component_kind,
                 component,

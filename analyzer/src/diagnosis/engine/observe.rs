@@ -212,14 +212,14 @@ fn observe(
 ) {
     let with_text = f.timeouts + f.ack2 + f.slow > 0;
     let (fwd, ack) = routes(inp, ends, k, with_text);
-    let ok_elems = union(&[&fwd.ok, &ack.ok]);
+    let ok_elems = with_switches(inp, ends, union(&[&fwd.ok, &ack.ok]));
     if want.loss {
         let (fail_elems, located) = loss_elements(&fwd, &ack);
         out.loss.push(FlowObs {
             ok: f64::from(f.ok),
             fail: f64::from(f.timeouts),
             ok_elems: ok_elems.clone(),
-            fail_elems,
+            fail_elems: with_switches(inp, ends, fail_elems),
             located,
             break_device: fwd
                 .break_device
@@ -234,8 +234,8 @@ fn observe(
                 ok: 0.0,
                 fail: f64::from(f.ack2),
                 // Never counted as arrivals (ok = 0): the path, for explain-away.
-                ok_elems: ack.ok.clone(),
-                fail_elems: ack.fail.clone(),
+                ok_elems: with_switches(inp, ends, ack.ok.clone()),
+                fail_elems: with_switches(inp, ends, ack.fail.clone()),
                 located: ack.break_device.is_some(),
                 break_device: ack.break_device.clone(),
                 text: ack.text.clone(),
@@ -260,6 +260,47 @@ fn observe(
     }
 }
 
+/// `elems` (one direction's or a flow's components) with the switches they cross: the
+/// ends of each link at the link's weight, and the ToR of each end RNIC (surely
+/// crossed, whatever ECMP chose), each switch at its largest weight. Switches the map
+/// does not know are left out.
+fn with_switches(
+    inp: &Inputs,
+    ends: (&End, &End),
+    mut elems: Vec<(Element, f64)>,
+) -> Vec<(Element, f64)> {
+    let mut switches: Vec<(Element, f64)> = Vec::new();
+    let mut add = |name: &str, w: f64| {
+        if !inp.map.knows_device(name) {
+            return;
+        }
+        match switches
+            .iter_mut()
+            .find(|(e, _)| matches!(e, Element::Switch(s) if s == name))
+        {
+            Some((_, old)) => *old = old.max(w),
+            None => switches.push((Element::Switch(name.to_string()), w)),
+        }
+    };
+    for (e, w) in &elems {
+        match e {
+            Element::Rnic(r) => {
+                for end in [ends.0, ends.1].into_iter().filter(|end| end.rnic == *r) {
+                    add(end.tor, *w);
+                }
+            }
+            Element::Link(l) => {
+                for d in inp.map.link(l).map(|l| &l.devices[..]).unwrap_or_default() {
+                    add(d, *w);
+                }
+            }
+            Element::Switch(_) => {}
+        }
+    }
+    elems.extend(switches);
+    elems
+}
+
 /// Elements of several lists, each at its largest weight.
 fn union(lists: &[&Vec<(Element, f64)>]) -> Vec<(Element, f64)> {
     let mut v: Vec<(Element, f64)> = Vec::new();
@@ -276,7 +317,7 @@ fn union(lists: &[&Vec<(Element, f64)>]) -> Vec<(Element, f64)> {
 #[derive(Debug, Default)]
 struct ElementSet {
     rnics: Vec<bool>,
-    links: HashSet<String>,
+    others: HashSet<Element>,
     len: usize,
 }
 
@@ -290,7 +331,7 @@ impl ElementSet {
                 }
                 !std::mem::replace(&mut self.rnics[r], true)
             }
-            Element::Link(l) => !self.links.contains(l) && self.links.insert(l.clone()),
+            e => !self.others.contains(e) && self.others.insert(e.clone()),
         };
         self.len += usize::from(new);
     }
@@ -298,7 +339,7 @@ impl ElementSet {
     fn contains(&self, e: &Element) -> bool {
         match e {
             Element::Rnic(r) => self.rnics.get(*r as usize).copied().unwrap_or(false),
-            Element::Link(l) => self.links.contains(l),
+            e => self.others.contains(e),
         }
     }
 }
@@ -348,16 +389,17 @@ impl Rest {
     fn add(&mut self, inp: &Inputs, ends: (&End, &End), k: &FlowKey, ok: u32) {
         let ok = f64::from(ok);
         if ends.0.tor == ends.1.tor {
-            let both = [
+            let both = vec![
                 (Element::Rnic(ends.0.rnic), 1.0),
                 (Element::Rnic(ends.1.rnic), 1.0),
             ];
+            let both = with_switches(inp, ends, both);
             self.add_elements(&both, &both, ok);
         } else {
             let (fwd, ack) = routes(inp, ends, k, false);
-            let ok_elems = union(&[&fwd.ok, &ack.ok]);
+            let ok_elems = with_switches(inp, ends, union(&[&fwd.ok, &ack.ok]));
             let (fail_elems, _) = loss_elements(&fwd, &ack);
-            self.add_elements(&ok_elems, &fail_elems, ok);
+            self.add_elements(&ok_elems, &with_switches(inp, ends, fail_elems), ok);
         }
     }
 

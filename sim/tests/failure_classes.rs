@@ -1,0 +1,148 @@
+//! The failure classes localization once got wrong, each on a fabric and at a position
+//! drawn from a fresh seed every run (printed; `ROCEMESH_EVAL_SEED=<seed>` replays
+//! them), never the components any fixed scenario names.
+
+use rocemesh_analyzer::AnalyzerConfig;
+use rocemesh_controller::ControllerConfig;
+use rocemesh_sim::faults::FaultSpec;
+use rocemesh_sim::rng::{Rng, hash};
+use rocemesh_sim::scenario::{Scenario, run_in_process};
+use rocemesh_sim::score::Score;
+use rocemesh_sim::sim::SimConfig;
+use rocemesh_sim::topology::{Fabric, Shape, Tier};
+
+fn between(rng: &mut Rng, lo: u32, hi: u32) -> u32 {
+    lo + rng.below(u64::from(hi - lo + 1)) as u32
+}
+
+fn leaf_spine(rng: &mut Rng, tors: (u32, u32), spines: (u32, u32)) -> Shape {
+    Shape::LeafSpine {
+        tors: between(rng, tors.0, tors.1),
+        spines: between(rng, spines.0, spines.1),
+        hosts_per_tor: between(rng, 2, 3),
+        rnics_per_host: between(rng, 1, 2),
+    }
+}
+
+/// Runs the faults `faults` draws on the fabric `shape` draws, 30 s after a 20 s
+/// warm-up, from the run's seed salted with `class`; returns the score and what ran.
+async fn run(
+    class: &str,
+    shape: impl FnOnce(&mut Rng) -> Shape,
+    faults: impl FnOnce(&mut Rng, &Fabric) -> Vec<FaultSpec>,
+) -> (Score, String) {
+    let seed = rocemesh_sim::rng::suite_seed();
+    eprintln!("{class}: seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
+    let salt = class
+        .bytes()
+        .fold(0u64, |h, b| h.wrapping_mul(31) ^ u64::from(b));
+    let mut rng = Rng::new(hash(&[seed, salt]));
+    let shape = shape(&mut rng);
+    let fabric = Fabric::new(shape.clone()).unwrap();
+    let faults = faults(&mut rng, &fabric);
+    let what = format!("seed {seed}: {shape:?} {faults:?}");
+    eprintln!("{what}");
+    let s = Scenario {
+        config: SimConfig::new(shape, seed),
+        faults,
+        warmup_s: 20,
+        seconds: 50,
+    };
+    let r = run_in_process(&s, ControllerConfig::default(), AnalyzerConfig::default())
+        .await
+        .unwrap();
+    eprintln!("{}: found {:?}", r.score.summary(), r.score.found);
+    (r.score, what)
+}
+
+fn pick_switch(rng: &mut Rng, f: &Fabric, tier: Tier) -> String {
+    let of_tier: Vec<_> = f.switches.iter().filter(|s| s.tier == tier).collect();
+    of_tier[rng.below(of_tier.len() as u64) as usize]
+        .name
+        .clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_down_at_its_lower_end_is_found_first() {
+    let (score, what) = run(
+        "lower end",
+        |rng| leaf_spine(rng, (3, 6), (2, 4)),
+        |rng, f| {
+            let l = &f.links[rng.below(f.links.len() as u64) as usize];
+            vec![FaultSpec::LinkDown {
+                link: l.name.clone(),
+                at: Some(f.switches[l.lower as usize].name.clone()),
+            }]
+        },
+    )
+    .await;
+    // The link is found and is the most confident verdict (a sibling link beside it,
+    // in about one run in four, is a known weakness: docs/localization.md).
+    assert_eq!(score.recall, Some(1.0), "{what}: {score:?}");
+    assert_eq!(score.top1, Some(true), "{what}: {score:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_five_tuple_dropped_on_its_ack_path_is_a_flow_problem() {
+    let (score, what) = run(
+        "flow drop",
+        |rng| leaf_spine(rng, (3, 5), (2, 4)),
+        |rng, f| {
+            vec![FaultSpec::FlowDrop {
+                prober: f.rnic_name(rng.below(f.rnics.len() as u64) as u32),
+                pick: rng.next_u64() as u32,
+                ack: true,
+                hop: rng.below(5) as u32,
+            }]
+        },
+    )
+    .await;
+    // Counted right only as a flow problem listing the true switch among its candidates.
+    assert_eq!(score.recall, Some(1.0), "{what}: {score:?}");
+    assert!(
+        score.found.iter().all(|f| f.starts_with("flow:")),
+        "{what}: no guessed component: {score:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_switch_dropping_one_percent_of_everything_is_named_first() {
+    let (score, what) = run(
+        "switch loss",
+        |rng| leaf_spine(rng, (4, 6), (3, 4)),
+        |rng, f| {
+            vec![FaultSpec::SwitchLoss {
+                switch: pick_switch(rng, f, Tier::Spine),
+                percent: 1.0,
+            }]
+        },
+    )
+    .await;
+    // The switch is named and is the most confident verdict (one of its links reported
+    // beside it, before the switch's evidence sufficed, is a known weakness).
+    assert_eq!(score.recall, Some(1.0), "{what}: {score:?}");
+    assert_eq!(score.top1, Some(true), "{what}: {score:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_percent_loss_on_one_link_of_a_three_spine_fabric_is_found_promptly() {
+    let (score, what) = run(
+        "two percent",
+        |rng| leaf_spine(rng, (3, 5), (3, 3)),
+        |rng, f| {
+            vec![FaultSpec::LinkLoss {
+                link: f.links[rng.below(f.links.len() as u64) as usize]
+                    .name
+                    .clone(),
+                percent: 2.0,
+                toward: None,
+            }]
+        },
+    )
+    .await;
+    assert!(score.correct, "{what}: {score:?}");
+    assert!(
+        score.time_to_localize_s.is_some_and(|s| s <= 20.0),
+        "{what}: {score:?}"
+    );
+}
