@@ -75,22 +75,20 @@ fn run(program: &str, args: &[&str]) -> Result<()> {
     Ok(())
 }
 
+/// Runs `argv` in namespace `ns` (the root namespace when `None`).
+fn run_in(ns: Option<&str>, argv: &[&str]) -> Result<()> {
+    match ns {
+        Some(ns) => run("ip", &[&["netns", "exec", ns][..], argv].concat()),
+        None => run(argv[0], &argv[1..]),
+    }
+}
+
 /// GRO (veth NAPI) and threaded NAPI on `dev` (in namespace `ns`, root when `None`).
 fn napi_thread(ns: Option<&str>, dev: &str) -> Result<()> {
-    let mut gro = Vec::new();
-    if let Some(ns) = ns {
-        gro.extend(["netns", "exec", ns]);
-    }
-    gro.extend(["ethtool", "-K", dev, "gro", "on"]);
-    run("ip", &gro).context("enabling GRO (veth NAPI) needs ethtool")?;
-    let path = format!("/sys/class/net/{dev}/threaded");
-    let mut sh = Vec::new();
-    if let Some(ns) = ns {
-        sh.extend(["netns", "exec", ns]);
-    }
-    let cmd = format!("echo 1 > {path}");
-    sh.extend(["sh", "-c", cmd.as_str()]);
-    run("ip", &sh).context("switching the veth NAPI to a kernel thread")
+    run_in(ns, &["ethtool", "-K", dev, "gro", "on"])
+        .context("enabling GRO (veth NAPI) needs ethtool")?;
+    let cmd = format!("echo 1 > /sys/class/net/{dev}/threaded");
+    run_in(ns, &["sh", "-c", &cmd]).context("switching the veth NAPI to a kernel thread")
 }
 
 impl Pair {
