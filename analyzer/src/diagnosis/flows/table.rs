@@ -62,9 +62,6 @@ pub struct Flow {
     live: bool,
 }
 
-/// Least number of flows the table grows by.
-const MIN_GROWTH: usize = 64;
-
 /// A prober's flow in its sorted list: (target, source port, destination port) and the
 /// flow's index.
 type Entry = (u32, u16, u16, u32);
@@ -149,7 +146,6 @@ impl FlowTable {
                 i
             }
             None => {
-                self.reserve_one();
                 self.flows.push(flow);
                 self.slots
                     .resize(self.flows.len() * self.slots_per_flow, Slot::EMPTY);
@@ -160,25 +156,6 @@ impl FlowTable {
         grown(&mut self.by_prober, key.prober).insert(at, (key.target, key.sport, key.dport, i));
         grown(&mut self.by_target, key.target).push(i);
         Some(i)
-    }
-
-    /// Room for one more flow, growing by a quarter rather than doubling: the two arrays
-    /// are the analyzer's largest (millions of flows at 50k RNICs), and doubling left up
-    /// to half of them allocated and unused. Large blocks grow in place (mremap), so
-    /// the extra growth steps copy little.
-    fn reserve_one(&mut self) {
-        if self.flows.len() < self.flows.capacity() {
-            return;
-        }
-        let more = (self.flows.len() / 4).max(MIN_GROWTH);
-        self.flows.reserve_exact(more);
-        self.slots.reserve_exact(more * self.slots_per_flow);
-    }
-
-    /// Flows the table has room for without growing.
-    #[cfg(test)]
-    pub(super) fn capacity(&self) -> usize {
-        self.flows.capacity()
     }
 
     /// A flow by index.
