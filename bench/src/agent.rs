@@ -55,9 +55,8 @@ impl AgentProc {
         ips: &[Ipv4Addr],
         probing: bool,
     ) -> Result<Self> {
-        let mut toml = format!(
-            "host = \"{host}\"\ncontroller_url = \"{url}\"\nprobing = {probing}\n"
-        );
+        let mut toml =
+            format!("host = \"{host}\"\ncontroller_url = \"{url}\"\nprobing = {probing}\n");
         for (i, ip) in ips.iter().enumerate() {
             toml.push_str(&format!(
                 "[[rnics]]\nname = \"r{i}\"\nip = \"{ip}\"\ntor = \"bench-tor-{i}\"\n"
@@ -105,7 +104,12 @@ fn measure(procs: &[&AgentProc], warmup: Duration, window: Duration) -> Result<V
     loop {
         let t = start.elapsed();
         if first.is_none() && t >= warmup {
-            first = Some(procs.iter().map(|p| procfs::cpu(p.pid())).collect::<Result<_>>()?);
+            first = Some(
+                procs
+                    .iter()
+                    .map(|p| procfs::cpu(p.pid()))
+                    .collect::<Result<_>>()?,
+            );
         }
         if t >= warmup + window {
             break;
@@ -162,7 +166,12 @@ pub fn run(opts: &Opts) -> Result<Vec<Row>> {
     // Otherwise the busy agents would also probe the dead one inter-ToR.
     rt.block_on(decommission(&client, "bench-idle"))?;
 
-    let responder = spawn(pair.responder.name, "bench-responder", &pair.responder.ips, false)?;
+    let responder = spawn(
+        pair.responder.name,
+        "bench-responder",
+        &pair.responder.ips,
+        false,
+    )?;
     let prober = spawn(pair.prober.name, "bench-prober", &pair.prober.ips, true)?;
     let used = measure(
         &[&prober, &responder],
@@ -210,9 +219,14 @@ pub fn run(opts: &Opts) -> Result<Vec<Row>> {
     ];
     for (side, u) in [("prober", p), ("responder", r)] {
         rows.push(
-            Row::new(SECTION, format!("{side} agent RSS, steady state"), u.rss_mb, "MB")
-                .at_most(RSS_TARGET_MB)
-                .baseline(format!("idle agent: {:.1} MB", idle_use.rss_mb)),
+            Row::new(
+                SECTION,
+                format!("{side} agent RSS, steady state"),
+                u.rss_mb,
+                "MB",
+            )
+            .at_most(RSS_TARGET_MB)
+            .baseline(format!("idle agent: {:.1} MB", idle_use.rss_mb)),
         );
         rows.push(
             Row::new(

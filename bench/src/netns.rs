@@ -108,19 +108,36 @@ impl Pair {
                 ips: (1..=rnics).map(|i| Ipv4Addr::new(10, 251, 2, i)).collect(),
             },
         };
-        ip(&["link", "add", BRIDGE, "type", "bridge"]).context("creating the bench bridge (root needed)")?;
-        ip(&["addr", "add", &format!("{BRIDGE_IP}/{PREFIX_LEN}"), "dev", BRIDGE])?;
+        ip(&["link", "add", BRIDGE, "type", "bridge"])
+            .context("creating the bench bridge (root needed)")?;
+        ip(&[
+            "addr",
+            "add",
+            &format!("{BRIDGE_IP}/{PREFIX_LEN}"),
+            "dev",
+            BRIDGE,
+        ])?;
         ip(&["link", "set", BRIDGE, "up"])?;
         for side in [&pair.prober, &pair.responder] {
             let ns = side.name;
             let root_end = format!("{ns}0");
             ip(&["netns", "add", ns])?;
-            ip(&["link", "add", &root_end, "type", "veth", "peer", "name", "eth0", "netns", ns])?;
+            ip(&[
+                "link", "add", &root_end, "type", "veth", "peer", "name", "eth0", "netns", ns,
+            ])?;
             ip(&["link", "set", &root_end, "master", BRIDGE, "up"])?;
             ip(&["-n", ns, "link", "set", "lo", "up"])?;
             ip(&["-n", ns, "link", "set", "eth0", "up"])?;
             for a in &side.ips {
-                ip(&["-n", ns, "addr", "add", &format!("{a}/{PREFIX_LEN}"), "dev", "eth0"])?;
+                ip(&[
+                    "-n",
+                    ns,
+                    "addr",
+                    "add",
+                    &format!("{a}/{PREFIX_LEN}"),
+                    "dev",
+                    "eth0",
+                ])?;
             }
             napi_thread(None, &root_end)?;
             napi_thread(Some(ns), "eth0")?;
