@@ -15,6 +15,8 @@ command -v clang >/dev/null 2>&1 || need+=(clang)
 [ -e /usr/include/bpf/bpf_helpers.h ] || need+=(libbpf-dev)
 [ -e /usr/include/infiniband/verbs.h ] || need+=(libibverbs-dev rdma-core ibverbs-providers)
 python3 -c 'import sys, venv, ensurepip; assert sys.version_info >= (3, 11)' 2>/dev/null || need+=(python3 python3-venv)
+# The agent section's two namespaces: veth GRO (NAPI) is switched on with ethtool.
+command -v ethtool >/dev/null 2>&1 || need+=(ethtool)
 if [ ${#need[@]} -gt 0 ]; then
   echo "bench.sh: installing ${need[*]}"
   as_root apt-get update -qq

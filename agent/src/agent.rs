@@ -241,6 +241,7 @@ pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
         engines: engines.clone(),
         analyzer_override: cfg.analyzer_url.clone(),
         registration: registration.clone(),
+        probing: cfg.probing,
         counters: counters.clone(),
         stop: stop_control.clone(),
     };

@@ -37,6 +37,11 @@ pub struct AgentConfig {
     /// Try to switch the NICs to hardware timestamping (`SIOCSHWTSTAMP`, needs root).
     #[serde(default)]
     pub hardware_timestamps: bool,
+    /// Send the probes of the controller's pinglists. `false` keeps this host a responder
+    /// only: it registers, answers and traces its ACK paths but sends no probes (a host
+    /// that must stay reachable without adding probe load, or one side of a cost benchmark).
+    #[serde(default = "default_true")]
+    pub probing: bool,
     /// Trace the path of every probe and ACK 5-tuple (traceroute on the 5-tuple itself).
     #[serde(default = "default_true")]
     pub trace_enabled: bool,
@@ -201,6 +206,7 @@ impl AgentConfig {
             dscp: None,
             buffer_capacity: DEFAULT_BUFFER_CAPACITY,
             hardware_timestamps: false,
+            probing: true,
             trace_enabled: true,
             trace_max_hops: DEFAULT_TRACE_MAX_HOPS,
             trace_pps: DEFAULT_TRACE_PPS,

@@ -171,6 +171,8 @@ pub struct ControlLoop {
     pub analyzer_override: Option<String>,
     /// Shared registration state.
     pub registration: SharedRegistration,
+    /// Hand the engines their pinglists (`false`: a responder-only host probes nothing).
+    pub probing: bool,
     /// Counters.
     pub counters: Arc<Counters>,
     /// Shutdown.
@@ -311,6 +313,7 @@ impl ControlLoop {
         let timeout = Duration::from_millis(list.timeout_ms.clamp(1, 60_000));
         for ((name, engine), id) in self.engines.iter().zip(&reg.rnic_ids) {
             let lists = id
+                .filter(|_| self.probing)
                 .and_then(|id| list.rnics.iter().find(|r| r.rnic_id == id))
                 .map(|r| r.lists.clone())
                 .unwrap_or_default();

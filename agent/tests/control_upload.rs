@@ -486,3 +486,49 @@ fn an_ip_not_on_this_host_is_a_clear_error() {
         "{err}"
     );
 }
+
+#[test]
+fn a_responder_only_agent_answers_but_sends_no_probes() {
+    let state = Arc::new(Mutex::new(Controller::default()));
+    let uploads = Arc::new(Mutex::new(Vec::new()));
+    let ctl = controller(state.clone(), None, 100.0);
+    let ana = analyzer(uploads, Arc::new(AtomicU8::new(1)));
+    let url = serve(move |req| {
+        if req.path == "/api/v1/results" {
+            ana(req)
+        } else {
+            ctl(req)
+        }
+    });
+    let port = 47_945;
+    let mut cfg = config(url, "127.0.7.20", port);
+    cfg.probing = false;
+    let agent = start(cfg).unwrap();
+    // The pinglist (the RNIC probing itself at 100/s) arrives but is not acted on.
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while agent.stats().pinglist_updates == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(500));
+    let s = agent.stats();
+    assert_eq!((s.pinglist_updates, s.probes_sent), (1, 0), "{s:?}");
+    // It still answers: a probe from a peer gets its ACK1 back at the peer's main port.
+    let qpn = state.lock().unwrap().registrations.last().unwrap().rnics[0].qpn;
+    let peer = std::net::UdpSocket::bind(("127.0.7.21", port)).unwrap();
+    peer.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    let probe = rocemesh_proto::Packet::probe(ProbeClass::TorMesh, 1, 5, 0x55, RNIC_ID, qpn, 9);
+    let mut buf = [0u8; 256];
+    let ack = (0..50).find_map(|_| {
+        peer.send_to(&probe.encode(), ("127.0.7.20", port)).unwrap();
+        let (n, _) = peer.recv_from(&mut buf).ok()?;
+        rocemesh_proto::Packet::decode(&buf[..n]).ok()
+    });
+    let ack = ack.expect("no ACK from the responder-only agent");
+    assert_eq!(
+        (ack.kind, ack.seq, ack.responder_qpn),
+        (rocemesh_proto::PacketKind::Ack1, 1, qpn)
+    );
+    assert_eq!(agent.stats().probes_sent, 0);
+    agent.shutdown().unwrap();
+}

@@ -1,70 +1,82 @@
-//! Section "agent": CPU share and memory of a real `rocemesh agent` process with 8 RNICs
-//! (loopback addresses, one ToR) probing each other at 150 probes/s each on the UDP
-//! transport and answering the same, against the same binary idle (one RNIC, no peers)
-//! as the in-run baseline. The server is a real `rocemesh server` process.
-//!
-//! Loopback caveat: the kernel's receive path for loopback traffic runs in the sender's
-//! context, so the agent is also charged for work a real NIC would do.
+//! Section "agent": CPU share and memory of real `rocemesh agent` processes at 8 RNICs ×
+//! 150 probes/s on the UDP transport, tracing on. The prober side and the responder side
+//! run as two processes in two network namespaces on a bridge ([`crate::netns`]): one
+//! agent (8 RNICs, each under its own ToR with one RNIC of the other) probes, the other
+//! (`probing = false`) only answers, so each process pays its own side and the sum is
+//! what one agent of a symmetric mesh pays (it probes as much as it is probed). Receive
+//! paths run in threaded NAPI, as on a NIC, not in the sender's context as on loopback.
+//! Baseline: the same binary idle (one RNIC, no peers). The server is a real
+//! `rocemesh server` process on the bridge.
 
 use crate::http::Client;
+use crate::netns::{BRIDGE_IP, Pair};
+use crate::procfs::CpuSample;
 use crate::report::Row;
 use crate::server_proc::{Scratch, ServerProc};
 use crate::{Opts, procfs, runtime};
 use anyhow::{Context, Result};
 use hyper::Method;
 use rocemesh_proto::api::{API_PREFIX, HostInfo, SlaRow};
+use std::net::Ipv4Addr;
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 const SECTION: &str = "agent";
 const RNICS: u8 = 8;
 const PPS: f64 = 150.0;
-/// Targets of issue 7 / the foundation issue.
+/// Targets of issue 19.
 const CPU_TARGET_PCT: f64 = 1.0;
 const RSS_TARGET_MB: f64 = 20.0;
+/// How often memory is sampled (the peak also comes from VmHWM).
+const SAMPLE_EVERY: Duration = Duration::from_millis(250);
 
-/// Server settings: every RNIC probes its ToR at [`PPS`]; short periods so one has
-/// finished within the measurement.
+/// Server settings: every RNIC probes its ToR at [`PPS`]; inter-ToR lists at a rate too
+/// low to matter (the controller has no switch to turn them off); short periods so one
+/// has finished within the measurement.
 fn server_sections() -> String {
     format!(
-        "[controller]\ntormesh_pps = {PPS}\npinglist_poll = \"1s\"\n[analyzer]\nperiod = \"10s\"\ngrace = \"6s\"\n"
+        "[controller]\ntormesh_pps = {PPS}\nintertor_link_pps = 0.01\npinglist_poll = \"1s\"\n\
+         [analyzer]\nperiod = \"10s\"\ngrace = \"6s\"\n"
     )
 }
 
-/// A `rocemesh agent` process; killed on drop.
+/// A `rocemesh agent` process in a namespace; killed on drop.
 struct AgentProc(Child);
 
 impl AgentProc {
-    fn spawn(opts: &Opts, url: &str, rnics: u8) -> Result<Self> {
-        let mut cmd = Command::new(&opts.rocemesh);
-        cmd.env("RUST_LOG", "warn").stdout(Stdio::null()).args([
-            "agent",
-            "--controller",
-            url,
-            "--host",
-            &format!("bench-{rnics}"),
-        ]);
-        for r in 1..=rnics {
-            cmd.args([
-                "--rnic",
-                &format!("r{r}=127.99.{rnics}.{r},tor=bench-tor-{rnics}"),
-            ]);
+    /// Starts an agent in `ns` named `host` over `ips` (RNIC i under ToR `bench-tor-i`).
+    fn spawn(
+        opts: &Opts,
+        dir: &Path,
+        ns: &str,
+        url: &str,
+        host: &str,
+        ips: &[Ipv4Addr],
+        probing: bool,
+    ) -> Result<Self> {
+        let mut toml =
+            format!("host = \"{host}\"\ncontroller_url = \"{url}\"\nprobing = {probing}\n");
+        for (i, ip) in ips.iter().enumerate() {
+            toml.push_str(&format!(
+                "[[rnics]]\nname = \"r{i}\"\nip = \"{ip}\"\ntor = \"bench-tor-{i}\"\n"
+            ));
         }
+        let config = dir.join(format!("{host}.toml"));
+        std::fs::write(&config, toml).context("writing an agent config")?;
+        let mut cmd = Command::new("ip");
+        // `ip netns exec` execs the program: the child's pid is the agent's.
+        cmd.args(["netns", "exec", ns])
+            .arg(&opts.rocemesh)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .args(["agent", "--config"])
+            .arg(&config);
         Ok(Self(cmd.spawn().context("spawning rocemesh agent")?))
     }
 
-    /// (CPU % of one core over `window` after `warmup`, RSS MB, peak RSS MB).
-    fn measure(&self, warmup: Duration, window: Duration) -> Result<(f64, f64, f64)> {
-        let pid = self.0.id();
-        std::thread::sleep(warmup);
-        let a = procfs::cpu(pid)?;
-        std::thread::sleep(window);
-        let b = procfs::cpu(pid)?;
-        Ok((
-            procfs::cpu_percent(&a, &b),
-            procfs::rss_mb(pid)?,
-            procfs::status_mb(pid, "VmHWM:")?,
-        ))
+    fn pid(&self) -> u32 {
+        self.0.id()
     }
 }
 
@@ -75,31 +87,106 @@ impl Drop for AgentProc {
     }
 }
 
+/// What one process used over a window.
+struct Usage {
+    cpu_pct: f64,
+    /// Resident memory at the end of the window, MB.
+    rss_mb: f64,
+    /// Highest resident memory since the process started (VmHWM), MB.
+    peak_mb: f64,
+}
+
+/// Samples `procs` from their start: after `warmup` CPU is counted over `window`;
+/// memory is watched throughout (so a start-up peak shows in VmHWM).
+fn measure(procs: &[&AgentProc], warmup: Duration, window: Duration) -> Result<Vec<Usage>> {
+    let start = Instant::now();
+    let mut first: Option<Vec<CpuSample>> = None;
+    loop {
+        let t = start.elapsed();
+        if first.is_none() && t >= warmup {
+            first = Some(
+                procs
+                    .iter()
+                    .map(|p| procfs::cpu(p.pid()))
+                    .collect::<Result<_>>()?,
+            );
+        }
+        if t >= warmup + window {
+            break;
+        }
+        for p in procs {
+            procfs::rss_mb(p.pid()).context("an agent exited during the measurement")?;
+        }
+        std::thread::sleep(SAMPLE_EVERY);
+    }
+    let first = first.context("no first CPU sample")?;
+    procs
+        .iter()
+        .zip(first)
+        .map(|(p, a)| {
+            let b = procfs::cpu(p.pid())?;
+            Ok(Usage {
+                cpu_pct: procfs::cpu_percent(&a, &b),
+                rss_mb: procfs::rss_mb(p.pid())?,
+                peak_mb: procfs::status_mb(p.pid(), "VmHWM:")?,
+            })
+        })
+        .collect()
+}
+
 /// Runs the section.
 pub fn run(opts: &Opts) -> Result<Vec<Row>> {
     // The busy window stays 30 s even in quick runs: the analyzer's last finished period
-    // (10 s + 6 s grace) must lie wholly after the agent's start-up.
+    // (10 s + 6 s grace) must lie wholly after the agents' start-up.
     let (idle_window, busy_window) = if opts.quick { (5, 30) } else { (10, 30) };
     let scratch = Scratch::new(SECTION)?;
-    let server = ServerProc::start(&opts.rocemesh, scratch.path(), &server_sections())?;
+    let pair = Pair::up(RNICS)?;
+    let server = ServerProc::start_on(
+        &opts.rocemesh,
+        scratch.path(),
+        &server_sections(),
+        BRIDGE_IP.into(),
+    )?;
     let rt = runtime()?;
     let client = Client::new(server.url());
+    let spawn = |ns, host, ips: &[Ipv4Addr], probing| {
+        AgentProc::spawn(opts, scratch.path(), ns, server.url(), host, ips, probing)
+    };
 
-    let idle = AgentProc::spawn(opts, server.url(), 1)?;
-    let (idle_cpu, idle_rss, _) =
-        idle.measure(Duration::from_secs(3), Duration::from_secs(idle_window))?;
+    // The idle agent borrows the prober's first address; it is gone (and decommissioned)
+    // before the prober starts.
+    let idle = spawn(pair.prober.name, "bench-idle", &pair.prober.ips[..1], true)?;
+    let idle_use = measure(
+        &[&idle],
+        Duration::from_secs(3),
+        Duration::from_secs(idle_window),
+    )?
+    .remove(0);
     drop(idle);
-    // Otherwise the busy agent would also probe the dead one inter-ToR.
-    rt.block_on(decommission(&client, "bench-1"))?;
+    // Otherwise the busy agents would also probe the dead one inter-ToR.
+    rt.block_on(decommission(&client, "bench-idle"))?;
 
-    let busy = AgentProc::spawn(opts, server.url(), RNICS)?;
-    let (cpu, rss, hwm) = busy.measure(Duration::from_secs(5), Duration::from_secs(busy_window))?;
+    let responder = spawn(
+        pair.responder.name,
+        "bench-responder",
+        &pair.responder.ips,
+        false,
+    )?;
+    let prober = spawn(pair.prober.name, "bench-prober", &pair.prober.ips, true)?;
+    let used = measure(
+        &[&prober, &responder],
+        Duration::from_secs(5),
+        Duration::from_secs(busy_window),
+    )?;
     let rate = rt.block_on(probes_per_second(&client))?;
-    drop(busy);
+    drop((prober, responder));
     server.stop();
+    drop(pair);
 
-    let scale = format!("{RNICS} RNICs x {PPS} probes/s, UDP on loopback");
-    Ok(vec![
+    let scale = format!("{RNICS} RNICs x {PPS} probes/s, UDP, tracing on");
+    let idle_cpu = format!("idle agent (1 RNIC, no peers): {:.2} %", idle_use.cpu_pct);
+    let (p, r) = (&used[0], &used[1]);
+    let mut rows = vec![
         Row::new(
             SECTION,
             format!("probes/s completed (analyzer, last period; {scale})"),
@@ -109,18 +196,50 @@ pub fn run(opts: &Opts) -> Result<Vec<Row>> {
         .at_least(f64::from(RNICS) * PPS * 0.95),
         Row::new(
             SECTION,
-            format!("agent CPU, % of one core ({scale})"),
-            cpu,
+            format!("prober agent CPU, % of one core ({scale})"),
+            p.cpu_pct,
+            "%",
+        )
+        .baseline(idle_cpu.clone()),
+        Row::new(
+            SECTION,
+            format!("responder agent CPU, % of one core (answering {scale})"),
+            r.cpu_pct,
+            "%",
+        )
+        .baseline(idle_cpu.clone()),
+        Row::new(
+            SECTION,
+            "agent CPU, prober + responder (one agent of a symmetric mesh)",
+            p.cpu_pct + r.cpu_pct,
             "%",
         )
         .at_most(CPU_TARGET_PCT)
-        .baseline(format!("idle agent (1 RNIC, no peers): {idle_cpu:.2} %")),
-        Row::new(SECTION, "agent RSS, steady state", rss, "MB")
+        .baseline(idle_cpu),
+    ];
+    for (side, u) in [("prober", p), ("responder", r)] {
+        rows.push(
+            Row::new(
+                SECTION,
+                format!("{side} agent RSS, steady state"),
+                u.rss_mb,
+                "MB",
+            )
             .at_most(RSS_TARGET_MB)
-            .baseline(format!("idle agent: {idle_rss:.1} MB")),
-        Row::new(SECTION, "agent peak RSS (VmHWM, incl. start-up)", hwm, "MB")
-            .at_most(RSS_TARGET_MB),
-    ])
+            .baseline(format!("idle agent: {:.1} MB", idle_use.rss_mb)),
+        );
+        rows.push(
+            Row::new(
+                SECTION,
+                format!("{side} agent peak RSS (VmHWM, incl. start-up)"),
+                u.peak_mb,
+                "MB",
+            )
+            .at_most(RSS_TARGET_MB)
+            .baseline(format!("idle agent: {:.1} MB", idle_use.peak_mb)),
+        );
+    }
+    Ok(rows)
 }
 
 /// Deletes the host named `host` from the registry.

@@ -5,6 +5,7 @@
 
 mod agent;
 mod analyzer;
+mod analyzer_proc;
 mod bounded;
 mod controller;
 mod fleet;
@@ -12,6 +13,7 @@ mod http;
 mod kernels;
 mod latency;
 mod load;
+mod netns;
 mod procfs;
 mod report;
 mod server_proc;

@@ -3,6 +3,7 @@
 
 use anyhow::{Context, Result, bail};
 use std::io::{BufRead, BufReader};
+use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -37,7 +38,7 @@ impl Drop for Scratch {
     }
 }
 
-/// A running `rocemesh server`; stopped (SIGTERM, then SIGKILL) on drop.
+/// A running `rocemesh server` (or one of its roles); stopped (SIGTERM, then SIGKILL) on drop.
 #[derive(Debug)]
 pub struct ServerProc {
     child: Child,
@@ -51,17 +52,36 @@ impl ServerProc {
     /// `sections` (TOML `[controller]` / `[analyzer]` tables) as its config; waits until it
     /// listens. The log goes to `dir/server.log`.
     pub fn start(rocemesh: &Path, dir: &Path, sections: &str) -> Result<Self> {
+        Self::start_on(rocemesh, dir, sections, IpAddr::from([127, 0, 0, 1]))
+    }
+
+    /// [`Self::start`] listening on `ip` (a free port).
+    pub fn start_on(rocemesh: &Path, dir: &Path, sections: &str, ip: IpAddr) -> Result<Self> {
+        Self::start_role(rocemesh, dir, "server", sections, ip)
+    }
+
+    /// Starts `rocemesh <role>` (`server`, `controller` or `analyzer`) on `ip`; processes
+    /// of one `dir` share its database. Config and log are named after the role.
+    pub fn start_role(
+        rocemesh: &Path,
+        dir: &Path,
+        role: &str,
+        sections: &str,
+        ip: IpAddr,
+    ) -> Result<Self> {
         let db = dir.join("bench.db");
-        let config = dir.join("server.toml");
+        let config = dir.join(format!("{role}.toml"));
         let text = format!(
-            "listen = \"127.0.0.1:0\"\ndatabase = \"sqlite://{}\"\n{sections}",
+            "listen = \"{}\"\ndatabase = \"sqlite://{}\"\n{sections}",
+            SocketAddr::new(ip, 0),
             db.display()
         );
         std::fs::write(&config, text).context("writing server config")?;
-        let log = std::fs::File::create(dir.join("server.log")).context("creating server log")?;
+        let log_path = dir.join(format!("{role}.log"));
+        let log = std::fs::File::create(&log_path).context("creating server log")?;
         let started = Instant::now();
         let mut child = Command::new(rocemesh)
-            .args(["server", "--config"])
+            .args([role, "--config"])
             .arg(&config)
             .env("RUST_LOG", "warn")
             .stdin(Stdio::null())
@@ -86,8 +106,8 @@ impl ServerProc {
         match rx.recv_timeout(START_TIMEOUT) {
             Ok(url) => server.url = url,
             Err(_) => bail!(
-                "server did not listen within {START_TIMEOUT:?}; see {}",
-                dir.join("server.log").display()
+                "{role} did not listen within {START_TIMEOUT:?}; see {}",
+                log_path.display()
             ),
         }
         server.started_in = started.elapsed();
