@@ -358,8 +358,10 @@ impl Registry {
             return Vec::new();
         };
         self.rnics_of(host_id)
-            .map(|r| Placement::of(r, name, topology))
-            .filter(|p| self.rnics.get(&p.id).is_some_and(|r| !p.same_as(r)))
+            .filter_map(|r| {
+                let p = Placement::of(r, name, topology);
+                (!p.same_as(r)).then_some(p)
+            })
             .collect()
     }
 
