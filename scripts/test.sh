@@ -25,6 +25,10 @@ export ROCEMESH_TEST_PG_URL="postgres://postgres@127.0.0.1:$pgport/postgres"
 echo "test.sh: PostgreSQL on port $pgport"
 
 # --- tests -----------------------------------------------------------------------
+# A fresh build: incremental caches would only cost disk (gigabytes) and time.
+export CARGO_INCREMENTAL=0
+disk() { echo "test.sh: disk $1: $(df -h --output=avail . | tail -n1 | tr -d ' ') free, target $(du -sh target 2>/dev/null | cut -f1)"; }
+disk start
 cargo check --workspace --locked --benches
 # The localization suite (root) measures seconds-scale detection: run it on a release build.
 cargo build --release --locked -p rocemesh
@@ -46,6 +50,7 @@ bash scripts/fresh_build_check.sh 2>&1 | tee -a "$log"
 bash scripts/fuzz.sh 5 packet batch paths ebpf_events agent_config api_json 2>&1 | tee -a "$log"
 [ "${PIPESTATUS[0]}" = 0 ] || status=1
 set -e
+disk end
 # Artifacts the tests keep (the dashboard screenshot taken during an injected fault).
 for f in target/test-artifacts/*; do [ -e "$f" ] && echo "test.sh: artifact $PWD/$f"; done
 # One closing line for the whole run (cargo prints one per test binary).
