@@ -160,9 +160,11 @@ def layer_problems(builder: list[tuple[str, str]], skeleton: list[tuple[str, str
 
 def targets(manifest: Path) -> tuple[set[tuple[str, str, str]], dict]:
     """(package, kind, name) of every target of the workspace at `manifest`, via `cargo
-    metadata --locked` (which fails if the manifests no longer fit Cargo.lock)."""
+    metadata --locked` (which fails if the manifests no longer fit Cargo.lock). Not offline:
+    metadata reads the manifests of every platform's dependencies, and a fresh machine's build
+    has fetched only its own platform's."""
     r = subprocess.run(
-        ["cargo", "metadata", "--format-version", "1", "--locked", "--offline", "--manifest-path", str(manifest)],
+        ["cargo", "metadata", "--format-version", "1", "--locked", "--manifest-path", str(manifest)],
         capture_output=True, text=True,
     )
     if r.returncode != 0:

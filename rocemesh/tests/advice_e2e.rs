@@ -253,18 +253,30 @@ fn probes_on_advised_ports_avoid_a_lossy_spine_link() {
     );
     // Flow blame: the task is on the link's list exactly when its flow's path crosses it.
     let (prober, target, sport) = &service_flow;
-    let traced: PathsReply = lab
-        .get(&format!(
-            "/api/v1/paths?src_rnic={prober}&dst_rnic={target}&limit=1000"
-        ))
-        .expect("paths");
-    let task_path: Vec<&Vec<String>> = traced
-        .paths
-        .iter()
-        .filter(|p| p.direction == PathDirection::Probe && p.src_port == *sport)
-        .map(|p| &p.hop_names)
-        .collect();
-    assert!(!task_path.is_empty(), "task flow untraced: {traced:#?}");
+    let task_paths = || -> Option<Vec<Vec<String>>> {
+        let traced: PathsReply = lab
+            .get(&format!(
+                "/api/v1/paths?src_rnic={prober}&dst_rnic={target}&limit=1000"
+            ))
+            .ok()?;
+        let hops: Vec<Vec<String>> = traced
+            .paths
+            .into_iter()
+            .filter(|p| p.direction == PathDirection::Probe && p.src_port == *sport)
+            .map(|p| p.hop_names)
+            .collect();
+        (!hops.is_empty()).then_some(hops)
+    };
+    // The tracer paces itself, so on a loaded machine the task's 5-tuple may be traced
+    // after the fault is found.
+    let task_path = wait(Duration::from_secs(40), task_paths).unwrap_or_else(|| {
+        panic!(
+            "task flow {service_flow:?} untraced: {:#?}",
+            lab.get::<PathsReply>(&format!(
+                "/api/v1/paths?src_rnic={prober}&dst_rnic={target}&limit=1000"
+            ))
+        )
+    });
     let crosses = task_path.iter().any(|h| h.iter().any(|x| x == "s1"));
     let blames_task = |p: &Problem| p.evidence.blamed.iter().any(|b| b.name == "job");
     let link = wait(Duration::from_secs(30), || {
