@@ -65,6 +65,8 @@ pub struct TraceTable {
     urgent: VecDeque<TraceKey>,
     refresh: Duration,
     capacity: usize,
+    /// The last 5-tuple handed out was urgent: a due one goes next if there is one.
+    served_urgent: bool,
 }
 
 impl TraceTable {
@@ -76,6 +78,7 @@ impl TraceTable {
             urgent: VecDeque::new(),
             refresh,
             capacity,
+            served_urgent: false,
         }
     }
 
@@ -167,17 +170,36 @@ impl TraceTable {
         AnomalyOutcome::Queued
     }
 
-    /// The next 5-tuple to trace at `now` (urgent ones first) and whether it is urgent;
-    /// it is marked active until [`TraceTable::finished`].
+    /// The next 5-tuple to trace at `now` and whether it is urgent; it is marked active
+    /// until [`TraceTable::finished`]. Urgent ones go first, but never twice in a row
+    /// while a periodic one is due: the timeouts of a lossy link re-queue their 5-tuples
+    /// every second and would otherwise keep a tuple that was never traced untraced.
     pub fn next(&mut self, now: Instant) -> Option<(TraceKey, bool)> {
+        let picked = if self.served_urgent {
+            self.next_periodic(now).map(|k| (k, false))
+        } else {
+            None
+        };
+        let picked = picked
+            .or_else(|| self.next_urgent().map(|k| (k, true)))
+            .or_else(|| self.next_periodic(now).map(|k| (k, false)))?;
+        self.served_urgent = picked.1;
+        Some(picked)
+    }
+
+    fn next_urgent(&mut self) -> Option<TraceKey> {
         while let Some(key) = self.urgent.pop_front() {
             if let Some(e) = self.entries.get_mut(&key).filter(|e| e.urgent && !e.active) {
                 e.urgent = false;
                 e.active = true;
                 self.due.remove(&(e.due, key));
-                return Some((key, true));
+                return Some(key);
             }
         }
+        None
+    }
+
+    fn next_periodic(&mut self, now: Instant) -> Option<TraceKey> {
         let &(due, key) = self.due.first().filter(|(due, _)| *due <= now)?;
         self.due.remove(&(due, key));
         if let Some(e) = self.entries.get_mut(&key) {
@@ -185,7 +207,7 @@ impl TraceTable {
             e.active = true;
             e.urgent = false;
         }
-        Some((key, false))
+        Some(key)
     }
 
     /// When the next periodic trace is due (urgent ones are due at once).
@@ -371,6 +393,37 @@ mod tests {
             t.due.len(),
             t.entries.values().filter(|e| !e.active).count()
         );
+    }
+
+    #[test]
+    fn anomalies_that_keep_coming_do_not_starve_a_never_traced_tuple() {
+        let t0 = Instant::now();
+        let mut t = TraceTable::new(REFRESH, 100);
+        let lossy: Vec<TraceKey> = (0..20).map(|i| key(i, false)).collect();
+        t.set_pinglist(lossy[0].src, &lossy, t0);
+        let mut now = t0;
+        while let Some((k, _)) = t.next(now) {
+            t.finished(k, now, None);
+        }
+        // A new tuple joins while every lossy one times out again each time it may.
+        let fresh = key(100, false);
+        let all: Vec<TraceKey> = lossy.iter().copied().chain([fresh]).collect();
+        t.set_pinglist(fresh.src, &all, now);
+        let mut picks = 0;
+        loop {
+            now += URGENT_MIN_GAP;
+            lossy.iter().for_each(|k| {
+                t.anomaly(*k, now);
+            });
+            let (k, urgent) = t.next(now).expect("something to trace");
+            picks += 1;
+            t.finished(k, now, None);
+            if k == fresh {
+                assert!(!urgent);
+                break;
+            }
+            assert!(picks <= 2, "the new tuple waited {picks} picks behind anomalies");
+        }
     }
 
     #[test]
