@@ -470,9 +470,8 @@ fn loopback_renders_the_api_numbers(fx: &mut Fixtures) {
     };
     let lb = fx.loopback();
     let page = format!("{}/#pair=tor-a-%3Etor-b", lb.url);
-    let all_problems = || -> Vec<Problem> {
-        get_json(&format!("{}/api/v1/problems?state=all&limit=100", lb.url))
-    };
+    let all_problems =
+        || -> Vec<Problem> { get_json(&format!("{}/api/v1/problems?state=all&limit=100", lb.url)) };
     // Problems are never forgotten (state=all), so one seen before the render is on the
     // page, and none seen after it means none was there to draw.
     let problems_before = all_problems();

@@ -39,7 +39,10 @@ fn the_task_suite_reports_every_class_for_the_seed_given() {
         .unwrap();
     assert!(text.status.success());
     let out = String::from_utf8_lossy(&text.stdout);
-    assert!(out.starts_with("class ") && out.contains("\nattribution "), "{out}");
+    assert!(
+        out.starts_with("class ") && out.contains("\nattribution "),
+        "{out}"
+    );
     let none = bin()
         .args(["eval", "--suite", "tasks", "--random", "0"])
         .output()

@@ -209,10 +209,14 @@ async fn two_analyzers_two_controllers_one_fault_reported_once_across_a_failover
         .lock()
         .unwrap()
         .sim_mut()
-        .inject(FaultSpec::LinkDown {
-            link: LINK.into(),
-            at: None,
-        }, onset, None)
+        .inject(
+            FaultSpec::LinkDown {
+                link: LINK.into(),
+                at: None,
+            },
+            onset,
+            None,
+        )
         .unwrap();
     let first = wait_for("the link fault", Duration::from_secs(45), || {
         let f = active_link_faults(&a1);

@@ -7,7 +7,6 @@ use rocemesh_sim::jobsuite;
 /// Jobs per run: twenty of each fault class.
 const JOBS: u32 = 120;
 
-
 #[test]
 fn a_fresh_task_suite_meets_the_floors() {
     let seed = rocemesh_sim::rng::suite_seed();

@@ -422,7 +422,10 @@ mod tests {
                 assert!(!urgent);
                 break;
             }
-            assert!(picks <= 2, "the new tuple waited {picks} picks behind anomalies");
+            assert!(
+                picks <= 2,
+                "the new tuple waited {picks} picks behind anomalies"
+            );
         }
     }
 
