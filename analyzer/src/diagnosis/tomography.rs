@@ -217,8 +217,8 @@ const DIRECTION_PRIOR: f64 = 6.0;
 /// `min_score` (the sparsity prior: what one more faulty component must buy).
 ///
 /// A link offers three hypotheses: its two directions and both (the link itself, over
-/// every probe crossing it either way). A direction that wins is blamed only when it
-/// beats its link by [`DIRECTION_PRIOR`]; else the link is, on its own tally.
+/// every probe crossing it either way). When one of them wins, a direction is blamed
+/// only when it beats the link by [`DIRECTION_PRIOR`]; else the link is, on its own tally.
 struct Best {
     element: usize,
     score: f64,
@@ -266,12 +266,25 @@ fn best(
                 .then_with(|| c.elements[b.1.element].cmp(c.elements[a.1.element]))
         })
         .map(|(_, b)| b)?;
-    match c.link_of[winner.element]
-        .filter(|&l| allowed[l])
+    // A link's three hypotheses compete by likelihood alone (a located break's bonus
+    // ranks components, not one link's directions): the best direction when it beats
+    // both by the prior, else both.
+    let link = match c.elements[winner.element] {
+        Element::Link(_) => winner.element,
+        _ => match c.link_of[winner.element].filter(|&l| allowed[l]) {
+            Some(l) => l,
+            None => return Some(winner),
+        },
+    };
+    let both = scored(link);
+    let way = (0..c.elements.len())
+        .filter(|&d| c.link_of[d] == Some(link) && allowed[d])
         .map(scored)
-    {
-        Some(link) if link.score + DIRECTION_PRIOR >= winner.score => Some(link),
-        _ => Some(winner),
+        .filter(|d| d.tally.fail - d.tally.alternative >= p.min_failures)
+        .max_by(|a, b| a.score.total_cmp(&b.score));
+    match way {
+        Some(d) if d.score > both.score + DIRECTION_PRIOR => Some(d),
+        _ => Some(both),
     }
 }
 
