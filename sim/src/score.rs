@@ -180,6 +180,9 @@ pub struct TruthOutcome {
     pub localized_s: Option<f64>,
     /// A one-direction fault whose matching verdict named a direction: was it right.
     pub direction_right: Option<bool>,
+    /// The direction the first matching verdict that names one named (any truth).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub direction: Option<LinkDirection>,
 }
 
 /// The scored outcome of one run (one scenario).
@@ -247,11 +250,11 @@ pub fn score_verdicts(truth: &[Truth], verdicts: &[Verdict]) -> Score {
         .iter()
         .map(|t| {
             let hits: Vec<&&Verdict> = counted.iter().filter(|v| t.matches(v)).collect();
-            let direction_right = t.direction.as_ref().and_then(|want| {
-                hits.iter()
-                    .find_map(|v| v.direction.as_ref())
-                    .map(|got| got == want)
-            });
+            let named = hits.iter().find_map(|v| v.direction.clone());
+            let direction_right = t
+                .direction
+                .as_ref()
+                .and_then(|want| named.as_ref().map(|got| got == want));
             TruthOutcome {
                 component: t.component.label(),
                 required: t.required,
@@ -262,6 +265,7 @@ pub fn score_verdicts(truth: &[Truth], verdicts: &[Verdict]) -> Score {
                     .min()
                     .map(|ms| ms as f64 / 1e3),
                 direction_right,
+                direction: named,
             }
         })
         .collect();

@@ -22,11 +22,54 @@ use std::sync::Arc;
 pub enum Element {
     /// An RNIC with its cable and ToR port (by registry id).
     Rnic(u32),
-    /// A switch-to-switch link (map name or `"<ip>-><ip>"`).
+    /// A switch-to-switch link (map name or `"<ip>-><ip>"`), both directions of it.
     Link(String),
+    /// One direction of a map link: packets crossing `link` towards the device `to`. A
+    /// refinement of [`Element::Link`], not a component of its own: every crossing names
+    /// both, so the link keeps all its evidence and its directions compete with it.
+    Direction {
+        /// The link's map name.
+        link: String,
+        /// The device the crossing heads to.
+        to: String,
+    },
     /// A switch of the fabric map, every port of it: crossed by whatever crosses one of
     /// its links, and, for a ToR, by whatever its RNICs send or receive.
     Switch(String),
+}
+
+impl Element {
+    /// True for one direction of a link (a refinement of the link, not a component).
+    pub fn is_direction(&self) -> bool {
+        matches!(self, Element::Direction { .. })
+    }
+}
+
+/// Crossing link `name` towards device `to`, at weight `w`: the link, and that direction
+/// of it when the map knows the link (a `"<ip>-><ip>"` link is directed by its name).
+fn cross(map: &FabricMap, name: &str, to: &str, w: f64, out: &mut Vec<(Element, f64)>) {
+    out.push((Element::Link(name.to_string()), w));
+    if map
+        .link(name)
+        .is_some_and(|l| l.devices.iter().any(|d| d == to))
+    {
+        out.push((
+            Element::Direction {
+                link: name.to_string(),
+                to: to.to_string(),
+            },
+            w,
+        ));
+    }
+}
+
+/// The end of `l` that is not `device`.
+fn far_end<'m>(l: &'m MapLink, device: &str) -> &'m str {
+    if l.devices[0] == device {
+        &l.devices[1]
+    } else {
+        &l.devices[0]
+    }
 }
 
 /// A traced 5-tuple (UDP).
@@ -206,26 +249,22 @@ fn link_elements(map: &FabricMap, hops: &[Option<IpAddr>], out: &mut Vec<(Elemen
     for w in answered.windows(2) {
         let ((i, a), (j, b)) = (w[0], w[1]);
         if j == i + 1 {
-            out.push((Element::Link(map.link_into(a, b)), 1.0));
+            cross(map, &map.link_into(a, b), &map.device(b), 1.0, out);
         } else if j == i + 2 {
             let (da, db) = (map.device(a), map.device(b));
-            let via: Vec<(String, String)> = map
+            let via: Vec<(&MapLink, &str, &MapLink)> = map
                 .links_of(&da)
                 .filter_map(|l1| {
-                    let x = if l1.devices[0] == da {
-                        &l1.devices[1]
-                    } else {
-                        &l1.devices[0]
-                    };
+                    let x = far_end(l1, &da);
                     map.links_of(x)
                         .find(|l2| l2.devices.contains(&db))
-                        .map(|l2| (l1.name.clone(), l2.name.clone()))
+                        .map(|l2| (l1, x, l2))
                 })
                 .collect();
             let w = 1.0 / via.len().max(1) as f64;
-            for (l1, l2) in via {
-                out.push((Element::Link(l1), w));
-                out.push((Element::Link(l2), w));
+            for (l1, x, l2) in via {
+                cross(map, &l1.name, x, w, out);
+                cross(map, &l2.name, &db, w, out);
             }
         }
     }
@@ -262,10 +301,14 @@ fn ecmp_candidates(map: &FabricMap, src: &End, dst: &End, out: &mut Vec<(Element
     if src.tor == dst.tor {
         return;
     }
-    for tor in [src.tor, dst.tor] {
-        let links: Vec<&str> = map.links_of(tor).map(|l| l.name.as_str()).collect();
+    // The source ToR's uplinks are crossed away from it, the destination's towards it.
+    for (tor, up) in [(src.tor, true), (dst.tor, false)] {
+        let links: Vec<&MapLink> = map.links_of(tor).collect();
         let w = 1.0 / links.len().max(1) as f64;
-        out.extend(links.into_iter().map(|l| (Element::Link(l.to_string()), w)));
+        for l in links {
+            let to = if up { far_end(l, tor) } else { tor };
+            cross(map, &l.name, to, w, out);
+        }
     }
 }
 
@@ -283,15 +326,18 @@ fn consistent(partial: &[Option<IpAddr>], complete: &[Option<IpAddr>]) -> bool {
 /// that link too, half each. A switch that cannot route onwards (its link down to the
 /// destination's ToR is gone) answers a TTL-limited probe with a rate-limited
 /// "unreachable" or not at all, so its silence does not prove the link into it broke.
-fn silent_next_hop(map: &FabricMap, into: String, next: IpAddr, dst: &End) -> Vec<(Element, f64)> {
+fn silent_next_hop(map: &FabricMap, into: &str, next: IpAddr, dst: &End) -> Vec<(Element, f64)> {
+    let device = map.device(next);
     let beyond = map
-        .link_between(&map.device(next), dst.tor)
-        .filter(|l| l.name != into)
-        .map(|l| l.name.clone());
-    match beyond {
-        Some(b) => vec![(Element::Link(into), 0.5), (Element::Link(b), 0.5)],
-        None => vec![(Element::Link(into), 1.0)],
+        .link_between(&device, dst.tor)
+        .filter(|l| l.name != into);
+    let mut v = Vec::new();
+    let w = if beyond.is_some() { 0.5 } else { 1.0 };
+    cross(map, into, &device, w, &mut v);
+    if let Some(b) = beyond {
+        cross(map, &b.name, dst.tor, w, &mut v);
     }
+    v
 }
 
 /// The component right after hop `k` of the partial trace `hops`, using the
@@ -319,7 +365,7 @@ fn break_candidates(
     {
         let elems = match c.get(k + 1) {
             None => vec![(Element::Rnic(dst.rnic), 1.0)],
-            Some(Some(next)) => silent_next_hop(map, map.link_into(last, *next), *next, dst),
+            Some(Some(next)) => silent_next_hop(map, &map.link_into(last, *next), *next, dst),
             Some(None) => Vec::new(),
         };
         if !elems.is_empty() {
@@ -336,7 +382,9 @@ fn break_candidates(
         .link_between(&device, dst.tor)
         .filter(|l| incoming.as_deref() != Some(l.name.as_str()))
     {
-        return (vec![(Element::Link(l.name.clone()), 1.0)], Some(device));
+        let mut v = Vec::new();
+        cross(map, &l.name, dst.tor, 1.0, &mut v);
+        return (v, Some(device));
     }
     let links: Vec<&MapLink> = map
         .links_of(&device)
@@ -348,14 +396,14 @@ fn break_candidates(
     // of its way, the next switch's link down to the destination's ToR.
     let mut cands: Vec<(Element, f64)> = Vec::new();
     for l in links {
-        cands.push((Element::Link(l.name.clone()), w));
-        let next = l.devices.iter().find(|d| **d != device);
-        if let Some(down) = next.and_then(|n| map.link_between(n, dst.tor))
+        let next = far_end(l, &device);
+        cross(map, &l.name, next, w, &mut cands);
+        if let Some(down) = map.link_between(next, dst.tor)
             && !cands
                 .iter()
                 .any(|(e, _)| *e == Element::Link(down.name.clone()))
         {
-            cands.push((Element::Link(down.name.clone()), w));
+            cross(map, &down.name, dst.tor, w, &mut cands);
         }
     }
     (cands, Some(device))
@@ -490,6 +538,14 @@ mod tests {
         Element::Link(n.into())
     }
 
+    /// Link `n` crossed towards `to`.
+    fn way(n: &str, to: &str) -> Element {
+        Element::Direction {
+            link: n.into(),
+            to: to.into(),
+        }
+    }
+
     #[test]
     fn complete_trace_names_every_component() {
         let map = FabricMap::parse(MAP).unwrap();
@@ -509,12 +565,15 @@ mod tests {
         };
         let r = route(&map, store.get(&key), &a, &b, true);
         let names: Vec<_> = r.fail.iter().map(|(e, _)| e.clone()).collect();
+        // Each link with the direction it is crossed in: up into s1, down into t1.
         assert_eq!(
             names,
             [
                 Element::Rnic(1),
                 link("t0-s1"),
+                way("t0-s1", "s1"),
                 link("t1-s1"),
+                way("t1-s1", "t1"),
                 Element::Rnic(2)
             ]
         );
@@ -541,15 +600,23 @@ mod tests {
         // could not route on (a silent s1 may just have lost its link down to t1).
         store.insert(trace(&["198.18.0.0", "*", "*"], false, 2));
         let r = route(&map, store.get(&key), &a, &b, true);
-        assert_eq!(r.fail, [(link("t0-s1"), 0.5), (link("t1-s1"), 0.5)]);
+        assert_eq!(
+            r.fail,
+            [
+                (link("t0-s1"), 0.5),
+                (way("t0-s1", "s1"), 0.5),
+                (link("t1-s1"), 0.5),
+                (way("t1-s1", "t1"), 0.5)
+            ]
+        );
         assert_eq!(r.break_device.as_deref(), Some("t0"));
-        assert_eq!(r.ok.len(), 4, "arrivals still vouch for the complete path");
+        assert_eq!(r.ok.len(), 6, "arrivals still vouch for the complete path");
         // Silent after the destination ToR: as likely arrival (a re-trace after a lost
         // ACK looks like this), so no break is located and the whole path votes.
         store.insert(trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], false, 3));
         let r = route(&map, store.get(&key), &a, &b, true);
         assert_eq!(r.break_device, None);
-        assert_eq!(r.fail.len(), 4);
+        assert_eq!(r.fail.len(), 6);
         assert_eq!(r.fail, r.ok);
         // Nothing answered: the prober's own RNIC.
         store.insert(trace(&["*", "*"], false, 4));
@@ -563,10 +630,14 @@ mod tests {
     fn unknown_parts_spread_over_candidates() {
         let map = FabricMap::parse(MAP).unwrap();
         let (a, b) = ends();
-        // No trace: either RNIC, or any uplink of either ToR at 1/2 each.
+        // No trace: either RNIC, or any uplink of either ToR at 1/2 each, crossed up from
+        // the source's ToR and down into the destination's.
         let r = route(&map, None, &a, &b, true);
-        assert_eq!(r.fail.len(), 6);
+        assert_eq!(r.fail.len(), 10);
         assert!(r.fail.contains(&(link("t1-s0"), 0.5)));
+        assert!(r.fail.contains(&(way("t1-s0", "t1"), 0.5)));
+        assert!(r.fail.contains(&(way("t0-s0", "s0"), 0.5)));
+        assert!(!r.fail.contains(&(way("t0-s0", "t0"), 0.5)));
         // Partial trace without a complete one: t0's links except the one it came in on.
         let mut store = PathStore::new(100);
         store.insert(trace(&["198.18.0.0", "*"], false, 1));
@@ -583,21 +654,29 @@ mod tests {
             r.fail,
             [
                 (link("t0-s0"), 0.5),
+                (way("t0-s0", "s0"), 0.5),
                 (link("t1-s0"), 0.5),
+                (way("t1-s0", "t1"), 0.5),
                 (link("t0-s1"), 0.5),
-                (link("t1-s1"), 0.5)
+                (way("t0-s1", "s1"), 0.5),
+                (link("t1-s1"), 0.5),
+                (way("t1-s1", "t1"), 0.5)
             ]
         );
         // Broke right after a spine (the hop before it silent, so the way in is unknown):
         // the spine's link down to the destination's ToR, not any of its links.
         store.insert(trace(&["*", "198.19.0.3", "*"], false, 2));
         let r = route(&map, store.get(&key), &a, &b, true);
-        assert_eq!(r.fail, [(link("t1-s1"), 1.0)]);
+        assert_eq!(r.fail, [(link("t1-s1"), 1.0), (way("t1-s1", "t1"), 1.0)]);
         assert_eq!(r.break_device.as_deref(), Some("s1"));
         // An unanswered spine between two known ToRs: either spine's pair of links.
         store.insert(trace(&["198.18.0.0", "*", "198.19.0.6"], true, 3));
         let r = route(&map, store.get(&key), &a, &b, true);
         assert!(r.fail.contains(&(link("t0-s1"), 0.5)) && r.fail.contains(&(link("t1-s0"), 0.5)));
+        assert!(
+            r.fail.contains(&(way("t0-s1", "s1"), 0.5))
+                && r.fail.contains(&(way("t1-s0", "t1"), 0.5))
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! Binary network tomography over the paths of failed and successful probes.
 //!
 //! [`explain_away`] is the localizer, one rule for every kind of component (RNICs,
-//! links, switches): it scores every component by the log-likelihood its failures gain
+//! links in one direction or both, switches): it scores every component by the log-likelihood its failures gain
 //! from a loss ratio of its own over the fabric's background (the binomial
 //! log-likelihood ratio at the MLE, which is also the Chernoff exponent of the tail,
 //! so the score is ~ `-ln p`), blames the best one if the gain pays a sparsity prior,
@@ -110,6 +110,15 @@ struct Compiled<'a> {
     elements: Vec<&'a Element>,
     ok: Vec<Vec<(usize, f64)>>,
     fail: Vec<Vec<(usize, f64)>>,
+    /// For each direction of a link, the link's id.
+    link_of: Vec<Option<usize>>,
+}
+
+impl Compiled<'_> {
+    /// Components named, a link's directions not counted apart from the link.
+    fn components(&self) -> usize {
+        self.elements.iter().filter(|e| !e.is_direction()).count()
+    }
 }
 
 fn compile(obs: &[FlowObs]) -> Compiled<'_> {
@@ -136,7 +145,19 @@ fn compile(obs: &[FlowObs]) -> Compiled<'_> {
         ok.push(intern(&o.ok_elems, &mut ids, &mut elements));
         fail.push(intern(&o.fail_elems, &mut ids, &mut elements));
     }
-    Compiled { elements, ok, fail }
+    let link_of = elements
+        .iter()
+        .map(|e| match e {
+            Element::Direction { link, .. } => ids.get(&Element::Link(link.clone())).copied(),
+            _ => None,
+        })
+        .collect();
+    Compiled {
+        elements,
+        ok,
+        fail,
+        link_of,
+    }
 }
 
 fn tally(obs: &[FlowObs], c: &Compiled, live: &[bool]) -> Vec<Tally> {
@@ -182,10 +203,22 @@ fn background_outside(totals: (f64, f64), x: &Tally, floor: f64) -> f64 {
     ((fail + 1.0) / (n + 2.0)).max(floor).min(0.5)
 }
 
+/// Log-likelihood (nats) a direction of a link must gain over the whole link (both
+/// directions, one loss ratio) to be blamed instead of it (odds of ~400 to 1). The gain
+/// comes from the probes crossing the link the other way only: under "both" they should
+/// have failed at the link's ratio too. A one-way fault is named once they carry about
+/// six failures' worth of arrivals (600 probes at 1 % loss); a symmetric fault whose
+/// other direction shows no failure by chance, as likely as e^-6, is not.
+const DIRECTION_PRIOR: f64 = 6.0;
+
 /// The component that best explains the live failures among those `allowed`: the
 /// largest log-likelihood gain of giving it a loss ratio of its own (the MLE of its
 /// failures over its probes) against the background ([`chernoff_score`]), at least
 /// `min_score` (the sparsity prior: what one more faulty component must buy).
+///
+/// A link offers three hypotheses: its two directions and both (the link itself, over
+/// every probe crossing it either way). When one of them wins, a direction is blamed
+/// only when it beats the link by [`DIRECTION_PRIOR`]; else the link is, on its own tally.
 struct Best {
     element: usize,
     score: f64,
@@ -203,7 +236,18 @@ fn best(
 ) -> Option<Best> {
     let t = tally(obs, c, live);
     let totals = live_totals(obs, live);
-    t.iter()
+    let scored = |e: usize| {
+        let x = t[e];
+        let p0 = background_outside(totals, &x, p.floor);
+        Best {
+            element: e,
+            score: chernoff_score(x.fail, x.fail + x.ok, p0),
+            background: p0,
+            tally: x,
+        }
+    };
+    let winner = t
+        .iter()
         .enumerate()
         .filter(|(e, x)| {
             // Known-path failures alone reach `min_failures` (so all failures do).
@@ -212,23 +256,36 @@ fn best(
                 && x.fail >= p.min_share * (x.fail + x.ok)
         })
         .map(|(e, x)| {
-            let p0 = background_outside(totals, x, p.floor);
-            let score = chernoff_score(x.fail, x.fail + x.ok, p0);
+            let b = scored(e);
             // A break located by a fresh trace beats a tie of whole paths.
-            let rank = score * (1.0 + 0.1 * x.located / x.fail);
-            (rank, score, p0, e, *x)
+            (b.score * (1.0 + 0.1 * x.located / x.fail), b)
         })
-        .filter(|(_, score, _, _, _)| *score >= min_score)
+        .filter(|(_, b)| b.score >= min_score)
         .max_by(|a, b| {
             a.0.total_cmp(&b.0)
-                .then_with(|| c.elements[b.3].cmp(c.elements[a.3]))
+                .then_with(|| c.elements[b.1.element].cmp(c.elements[a.1.element]))
         })
-        .map(|(_, score, background, element, tally)| Best {
-            element,
-            score,
-            background,
-            tally,
-        })
+        .map(|(_, b)| b)?;
+    // A link's three hypotheses compete by likelihood alone (a located break's bonus
+    // ranks components, not one link's directions): the best direction when it beats
+    // both by the prior, else both.
+    let link = match c.elements[winner.element] {
+        Element::Link(_) => winner.element,
+        _ => match c.link_of[winner.element].filter(|&l| allowed[l]) {
+            Some(l) => l,
+            None => return Some(winner),
+        },
+    };
+    let both = scored(link);
+    let way = (0..c.elements.len())
+        .filter(|&d| c.link_of[d] == Some(link) && allowed[d])
+        .map(scored)
+        .filter(|d| d.tally.fail - d.tally.alternative >= p.min_failures)
+        .max_by(|a, b| a.score.total_cmp(&b.score));
+    match way {
+        Some(d) if d.score > both.score + DIRECTION_PRIOR => Some(d),
+        _ => Some(both),
+    }
 }
 
 /// Marks the live failed observations `element` explains as explained; returns up to
@@ -304,7 +361,10 @@ fn switch_beats_parts(
 /// (`min_score`, plus ln m for m components beyond a hundred, so a large healthy fabric
 /// stays silent), and removes the failures it explains. A switch competes with the
 /// links and RNICs on the same terms: blamed when it beats the best explanation of its
-/// failures without switches ([`switch_beats_parts`]), else ruled out.
+/// failures without switches ([`switch_beats_parts`]), else ruled out. A link competes
+/// as three hypotheses, each direction (the probes crossing it that way) and both (every
+/// probe crossing it): a direction is blamed when it beats both ([`DIRECTION_PRIOR`]),
+/// and then explains only the failures of the probes crossing the link that way.
 ///
 /// A component needs `min_failures` failures of flows whose path is known: those of
 /// untraced flows (one of a ToR's ECMP uplinks, or either RNIC, failed) only add to
@@ -327,7 +387,7 @@ pub fn explain_away(
     let mut live: Vec<bool> = obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect();
     // Many components tested at once: beyond a hundred, each needs more evidence
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
-    let tested = p.tested.unwrap_or(c.elements.len());
+    let tested = p.tested.unwrap_or_else(|| c.components());
     let min_score = p.min_score + (tested as f64 / 100.0).max(1.0).ln();
     let mut allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
     let mut blamed: Vec<usize> = Vec::new();
@@ -432,7 +492,7 @@ pub fn alg1_votes(obs: &[FlowObs]) -> Vec<(Element, u64)> {
         for (e, _) in o
             .fail_elems
             .iter()
-            .filter(|(e, _)| !matches!(e, Element::Switch(_)))
+            .filter(|(e, _)| matches!(e, Element::Rnic(_) | Element::Link(_)))
         {
             *votes.entry(e).or_default() += o.fail.round() as u64;
         }
@@ -966,23 +1026,14 @@ mod tests {
                     let (fs, bs) = (rng.random_range(0..spines), rng.random_range(0..spines));
                     let (fwd, ack) = (dir(ta, tb, fs), dir(tb, ta, bs));
                     let arrive = survive(&fwd) * survive(&ack);
-                    let fail = (0..200).filter(|_| !rng.random_bool(arrive)).count() as f64;
-                    let mut elems = vec![(Element::Rnic(a), 1.0), (Element::Rnic(b), 1.0)];
-                    for n in fwd.iter().chain(&ack) {
-                        let e = if n.contains('-') {
+                    let elems = fwd.iter().chain(&ack).map(|n| {
+                        if n.contains('-') {
                             link(n)
                         } else {
                             sw(n.clone())
-                        };
-                        if !elems.iter().any(|(x, _)| *x == e) {
-                            elems.push((e, 1.0));
                         }
-                    }
+                    });
                     obs.push(FlowObs {
-                        ok: 200.0 - fail,
-                        fail,
-                        ok_elems: elems.clone(),
-                        fail_elems: elems,
                         text: format!("case {case} {a}->{b}"),
                         flow: Some(FlowKey {
                             prober: a,
@@ -990,7 +1041,7 @@ mod tests {
                             sport: 1,
                             dport: 4791,
                         }),
-                        ..FlowObs::default()
+                        ..drawn_flow(&mut rng, (a, b), arrive, elems)
                     });
                 }
             }
@@ -1009,6 +1060,113 @@ mod tests {
         }
         println!("{}", wrong.join("\n"));
         assert!(wrong.len() <= 3, "seed {seed}: {} of 60 wrong", wrong.len());
+    }
+
+    /// Flow `a` -> `b` over its RNICs and `elems` (repeats dropped): 200 probes, each
+    /// arriving with probability `arrive`.
+    fn drawn_flow(
+        rng: &mut rand::rngs::StdRng,
+        (a, b): (u32, u32),
+        arrive: f64,
+        elems: impl IntoIterator<Item = Element>,
+    ) -> FlowObs {
+        use rand::Rng;
+        let fail = (0..200).filter(|_| !rng.random_bool(arrive)).count() as f64;
+        let mut v = vec![(Element::Rnic(a), 1.0), (Element::Rnic(b), 1.0)];
+        for e in elems {
+            if !v.iter().any(|(x, _)| *x == e) {
+                v.push((e, 1.0));
+            }
+        }
+        FlowObs {
+            ok: 200.0 - fail,
+            fail,
+            ok_elems: v.clone(),
+            fail_elems: v,
+            text: format!("{a}->{b}"),
+            ..FlowObs::default()
+        }
+    }
+
+    /// Link `n` crossed towards `to`.
+    fn way(n: &str, to: &str) -> Element {
+        Element::Direction {
+            link: n.into(),
+            to: to.into(),
+        }
+    }
+
+    /// Every RNIC pair of a `tors` x `spines` leaf-spine (two RNICs per ToR), three flows
+    /// each, their probes and ACKs hashed onto spines independently, 200 probes a flow
+    /// with losses drawn binomially: each crossing of a link loses `loss(link, towards)`.
+    fn directed_fabric(
+        seed: u64,
+        (tors, spines): (u32, u32),
+        loss: impl Fn(&str, &str) -> f64,
+    ) -> Vec<FlowObs> {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut obs = Vec::new();
+        for a in 0..tors * 2 {
+            for b in (0..tors * 2).filter(|b| b / 2 != a / 2) {
+                for _ in 0..3 {
+                    // (link, towards) of each crossing: up from a's ToR, down into b's,
+                    // and the ACK's way back over a spine of its own.
+                    let (fs, bs) = (rng.random_range(0..spines), rng.random_range(0..spines));
+                    let (ta, tb) = (a / 2, b / 2);
+                    let crossings = [
+                        (format!("t{ta}-s{fs}"), format!("s{fs}")),
+                        (format!("t{tb}-s{fs}"), format!("t{tb}")),
+                        (format!("t{tb}-s{bs}"), format!("s{bs}")),
+                        (format!("t{ta}-s{bs}"), format!("t{ta}")),
+                    ];
+                    let arrive: f64 = crossings.iter().map(|(l, to)| 1.0 - loss(l, to)).product();
+                    let elems = crossings.iter().flat_map(|(l, to)| [link(l), way(l, to)]);
+                    obs.push(drawn_flow(&mut rng, (a, b), arrive, elems));
+                }
+            }
+        }
+        obs
+    }
+
+    #[test]
+    fn a_link_is_blamed_in_the_direction_that_loses() {
+        // (fabric, faults as (link, towards or "both", loss)): each fault's link must be
+        // blamed, in its direction when it has one, and nothing else, on every seed.
+        type Case = ((u32, u32), &'static [(&'static str, &'static str, f64)]);
+        let cases: &[Case] = &[
+            // One direction, up into the spine or down into the ToR.
+            ((4, 2), &[("t1-s0", "s0", 0.02)]),
+            ((4, 2), &[("t1-s0", "t1", 0.02)]),
+            ((5, 3), &[("t3-s2", "s2", 0.02)]),
+            ((4, 2), &[("t0-s1", "t0", 1.0)]),
+            // Both directions.
+            ((4, 2), &[("t1-s0", "both", 0.02)]),
+            ((5, 3), &[("t3-s2", "both", 0.01)]),
+            ((3, 2), &[("t2-s1", "both", 0.01)]),
+            // Two faulty links, one of them one way only.
+            ((4, 2), &[("t0-s0", "t0", 0.03), ("t2-s1", "both", 0.02)]),
+            ((5, 3), &[("t1-s2", "s2", 0.02), ("t4-s0", "both", 0.03)]),
+        ];
+        for (i, ((tors, spines), faults)) in cases.iter().enumerate() {
+            let mut want: Vec<Element> = faults
+                .iter()
+                .map(|&(l, dir, _)| if dir == "both" { link(l) } else { way(l, dir) })
+                .collect();
+            want.sort();
+            for seed in 0..10 {
+                let obs = directed_fabric(seed, (*tors, *spines), |l, to| {
+                    faults
+                        .iter()
+                        .filter(|(x, dir, _)| *x == l && (*dir == "both" || *dir == to))
+                        .map(|f| f.2)
+                        .sum()
+                });
+                let mut got = blamed(&explain_away(&obs, &P, |_| true));
+                got.sort();
+                assert_eq!(got, want, "case {i} seed {seed}: {faults:?}");
+            }
+        }
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! Step 5 of a tick: tomography of the timeouts and slow probes nothing else
-//! explains, over the traced paths; findings become link, RNIC and switch problems.
+//! explains, over the traced paths; findings become link, RNIC and switch problems (a
+//! link problem names the faulty direction when one direction alone is blamed).
 
 use super::observe::{MIN_SLOW, Observations, observations};
 use super::{BaselineVote, Candidate, Engine, Facts, Inputs, Outcome, rnic_name};
@@ -10,7 +11,7 @@ use crate::diagnosis::paths::Element;
 use crate::diagnosis::policy::{self, Onset};
 use crate::diagnosis::tomography::FlowObs;
 use crate::diagnosis::tomography::{Finding, Params, alg1_votes, explain_away, located_suspects};
-use rocemesh_proto::api::{ComponentKind, Evidence, ProblemKind, SuspectComponent};
+use rocemesh_proto::api::{ComponentKind, Evidence, LinkDirection, ProblemKind, SuspectComponent};
 use std::collections::{HashMap, HashSet};
 
 /// Background share of slow probes assumed at least.
@@ -113,7 +114,9 @@ impl Engine {
                         rnic_name(inp, *r),
                     )
                 }
-                Element::Link(l) => (ProblemKind::LinkFault, ComponentKind::Link, l.clone()),
+                Element::Link(l) | Element::Direction { link: l, .. } => {
+                    (ProblemKind::LinkFault, ComponentKind::Link, l.clone())
+                }
                 Element::Switch(d) => (ProblemKind::SwitchFault, ComponentKind::Switch, d.clone()),
             };
             found.push((kind, ck, name, f));
@@ -177,6 +180,9 @@ impl Engine {
                 e
             });
             e.example_paths.truncate(5);
+            if ck == ComponentKind::Link {
+                e.direction = blamed_direction(inp.map, &f);
+            }
             if kind == ProblemKind::HighLatency {
                 let own = &slow[..slow_pairs.len()];
                 super::latency::attach_pairs(inp, own, &slow_pairs, &f, &mut e);
@@ -281,9 +287,29 @@ pub(super) fn confirm_links(
 fn component(inp: &Inputs, e: &Element) -> (ComponentKind, String) {
     match e {
         Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, *r)),
-        Element::Link(l) => (ComponentKind::Link, l.clone()),
+        Element::Link(l) | Element::Direction { link: l, .. } => (ComponentKind::Link, l.clone()),
         Element::Switch(d) => (ComponentKind::Switch, d.clone()),
     }
+}
+
+/// The direction `e` names, when it is one direction of a map link.
+fn link_direction(map: &FabricMap, e: &Element) -> Option<LinkDirection> {
+    let Element::Direction { link, to } = e else {
+        return None;
+    };
+    let from = map.link(link)?.devices.iter().find(|d| *d != to)?;
+    Some(LinkDirection {
+        from: from.clone(),
+        to: to.clone(),
+    })
+}
+
+/// The one direction a link problem's findings blame: none when one of them blames both
+/// directions of the link, or they blame one each.
+fn blamed_direction(map: &FabricMap, found: &[Finding]) -> Option<LinkDirection> {
+    let mut dirs = found.iter().map(|f| link_direction(map, &f.element));
+    let first = dirs.next()??;
+    dirs.all(|d| d.as_ref() == Some(&first)).then_some(first)
 }
 
 fn evidence(f: &Finding, what: &str) -> Evidence {
@@ -391,20 +417,33 @@ fn group_by_switch(
 
 /// Confidence of each suspect of a flow problem: every component on the flow's paths
 /// (both directions) can drop its 5-tuple alone, so each gets one share, and a component
-/// a fresh trace located the break at gets two more per located failure share.
-fn flow_suspects(loss: &[FlowObs], k: FlowKey) -> Vec<(Element, f64)> {
+/// a fresh trace located the break at gets two more per located failure share. A link
+/// comes with the direction the flow crosses it in, when it crosses it one way only.
+fn flow_suspects(
+    map: &FabricMap,
+    loss: &[FlowObs],
+    k: FlowKey,
+) -> Vec<(Element, f64, Option<LinkDirection>)> {
     let mut weight: Vec<(Element, f64)> = Vec::new();
+    let mut ways: Vec<&Element> = Vec::new();
     let mut add = |e: &Element, w: f64| match weight.iter_mut().find(|(x, _)| x == e) {
         Some((_, old)) => *old += w,
         None => weight.push((e.clone(), w)),
     };
     for o in loss.iter().filter(|o| o.flow == Some(k)) {
-        for (e, _) in o.ok_elems.iter().chain(&o.fail_elems) {
+        let (dirs, parts): (Vec<_>, Vec<_>) = o
+            .ok_elems
+            .iter()
+            .chain(&o.fail_elems)
+            .partition(|(e, _)| e.is_direction());
+        ways.extend(dirs.into_iter().map(|(e, _)| e));
+        for (e, _) in parts {
             add(e, 0.0);
         }
-        let fails: f64 = o.fail_elems.iter().map(|(_, w)| w).sum();
+        let located = || o.fail_elems.iter().filter(|(e, _)| !e.is_direction());
+        let fails: f64 = located().map(|(_, w)| w).sum();
         if o.located && o.fail > 0.0 && fails > 0.0 {
-            for (e, w) in &o.fail_elems {
+            for (e, w) in located() {
                 add(e, 2.0 * w / fails);
             }
         }
@@ -413,11 +452,20 @@ fn flow_suspects(loss: &[FlowObs], k: FlowKey) -> Vec<(Element, f64)> {
         *w += 1.0;
     }
     let total: f64 = weight.iter().map(|(_, w)| w).sum();
-    for (_, w) in &mut weight {
-        *w /= total;
-    }
     weight.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     weight
+        .into_iter()
+        .map(|(e, w)| {
+            let mut crossed = ways
+                .iter()
+                .filter(|d| matches!((d, &e), (Element::Direction { link, .. }, Element::Link(l)) if link == l))
+                .filter_map(|d| link_direction(map, d));
+            let one_way = crossed
+                .next()
+                .filter(|first| crossed.all(|d| d == *first));
+            (e, w / total, one_way)
+        })
+        .collect()
 }
 
 /// A flow problem: the 5-tuple `k` fails, and its failures single out none of the
@@ -430,14 +478,14 @@ fn flow_problem(
     c: &DiagnosisConfig,
 ) -> Candidate {
     let (prober, target) = (rnic_name(inp, k.prober), rnic_name(inp, k.target));
-    let candidates = flow_suspects(loss, k)
+    let candidates = flow_suspects(inp.map, loss, k)
         .into_iter()
-        .map(|(e, confidence)| {
+        .map(|(e, confidence, direction)| {
             let (component_kind, component) = component(inp, &e);
             SuspectComponent {
                 component_kind,
                 component,
-                direction: None,
+                direction,
                 confidence,
             }
         })

@@ -294,7 +294,7 @@ fn with_switches(
                     add(d, *w);
                 }
             }
-            Element::Switch(_) => {}
+            Element::Switch(_) | Element::Direction { .. } => {}
         }
     }
     elems.extend(switches);
@@ -318,6 +318,7 @@ fn union(lists: &[&Vec<(Element, f64)>]) -> Vec<(Element, f64)> {
 struct ElementSet {
     rnics: Vec<bool>,
     others: HashSet<Element>,
+    /// Components held, a link's directions not counted apart from the link.
     len: usize,
 }
 
@@ -333,7 +334,7 @@ impl ElementSet {
             }
             e => !self.others.contains(e) && self.others.insert(e.clone()),
         };
-        self.len += usize::from(new);
+        self.len += usize::from(new && !e.is_direction());
     }
 
     fn contains(&self, e: &Element) -> bool {

@@ -7,6 +7,7 @@ use crate::diagnosis::intake::Liveness;
 use crate::diagnosis::paths::Element;
 use crate::diagnosis::tomography::Finding;
 use crate::registry::{RnicEntry, RnicMeta};
+use rocemesh_proto::api::LinkDirection;
 use rocemesh_proto::path::TracedPath;
 use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
 use std::collections::{HashSet, VecDeque};
@@ -1006,7 +1007,8 @@ fn healthy_flows_added_up_change_no_finding() {
 }
 
 /// Added up, the healthy flows still count every component the observations of all
-/// flows name (the number tested sets the bar of a finding).
+/// flows name (the number tested sets the bar of a finding; a link's directions are
+/// hypotheses about the link, not components of their own).
 #[test]
 fn added_up_flows_keep_the_number_of_components_tested() {
     use super::observe::observations;
@@ -1049,6 +1051,7 @@ fn added_up_flows_keep_the_number_of_components_tested() {
     let named = |obs: &[FlowObs]| {
         obs.iter()
             .flat_map(|o| o.ok_elems.iter().chain(&o.fail_elems))
+            .filter(|(e, _)| !e.is_direction())
             .map(|(e, _)| e.clone())
             .collect::<HashSet<Element>>()
             .len()
@@ -1135,6 +1138,32 @@ fn one_dropped_5_tuple_is_a_flow_problem_naming_the_components_of_both_paths() {
                     "{what}: {l} missing"
                 );
             }
+        }
+        // Each link comes with the direction the flow crosses it in, none when both.
+        let (fs, bs) = (spine(p, t, sport), spine(t, p, sport));
+        let crossings = [
+            (tor_of(p), fs, true),
+            (tor_of(t), fs, false),
+            (tor_of(t), bs, true),
+            (tor_of(p), bs, false),
+        ];
+        for &(tor, s, up) in &crossings {
+            let l = format!("t{tor}-s{s}");
+            let (tor, s) = (format!("t{tor}"), format!("s{s}"));
+            let one_way = crossings
+                .iter()
+                .filter(|c| format!("t{}-s{}", c.0, c.1) == l)
+                .count()
+                == 1;
+            let want = one_way.then(|| {
+                let (from, to) = if up { (tor, s) } else { (s, tor) };
+                LinkDirection { from, to }
+            });
+            let got = suspects
+                .iter()
+                .find(|x| x.component == l)
+                .map(|x| &x.direction);
+            assert_eq!(got, Some(&want), "{what}: {l}");
         }
         let total: f64 = suspects.iter().map(|x| x.confidence).sum();
         assert!((total - 1.0).abs() < 1e-9, "{what}: {suspects:?}");
