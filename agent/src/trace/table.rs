@@ -175,14 +175,13 @@ impl TraceTable {
     /// while a periodic one is due: the timeouts of a lossy link re-queue their 5-tuples
     /// every second and would otherwise keep a tuple that was never traced untraced.
     pub fn next(&mut self, now: Instant) -> Option<(TraceKey, bool)> {
+        let urgent = |t: &mut Self| t.next_urgent().map(|k| (k, true));
+        let periodic = |t: &mut Self| t.next_periodic(now).map(|k| (k, false));
         let picked = if self.served_urgent {
-            self.next_periodic(now).map(|k| (k, false))
+            periodic(self).or_else(|| urgent(self))
         } else {
-            None
-        };
-        let picked = picked
-            .or_else(|| self.next_urgent().map(|k| (k, true)))
-            .or_else(|| self.next_periodic(now).map(|k| (k, false)))?;
+            urgent(self).or_else(|| periodic(self))
+        }?;
         self.served_urgent = picked.1;
         Some(picked)
     }

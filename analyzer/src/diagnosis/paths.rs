@@ -64,7 +64,7 @@ fn cross(map: &FabricMap, name: &str, to: &str, w: f64, out: &mut Vec<(Element, 
 }
 
 /// The end of `l` that is not `device`.
-fn far_end<'m>(l: &'m MapLink, device: &str) -> &'m str {
+pub(crate) fn far_end<'m>(l: &'m MapLink, device: &str) -> &'m str {
     if l.devices[0] == device {
         &l.devices[1]
     } else {

@@ -7,7 +7,7 @@ use super::{BaselineVote, Candidate, Engine, Facts, Inputs, Outcome, rnic_name};
 use crate::config::DiagnosisConfig;
 use crate::diagnosis::fabric::FabricMap;
 use crate::diagnosis::flows::table::FlowKey;
-use crate::diagnosis::paths::Element;
+use crate::diagnosis::paths::{Element, far_end};
 use crate::diagnosis::policy::{self, Onset};
 use crate::diagnosis::tomography::FlowObs;
 use crate::diagnosis::tomography::{Finding, Params, alg1_votes, explain_away, located_suspects};
@@ -297,9 +297,8 @@ fn link_direction(map: &FabricMap, e: &Element) -> Option<LinkDirection> {
     let Element::Direction { link, to } = e else {
         return None;
     };
-    let from = map.link(link)?.devices.iter().find(|d| *d != to)?;
     Some(LinkDirection {
-        from: from.clone(),
+        from: far_end(map.link(link)?, to).to_string(),
         to: to.clone(),
     })
 }
