@@ -3,7 +3,7 @@
 #   helm-python-sdk      Helm's own Go engine (libhelm_c over the Helm v4 SDK): render + lint
 #   kubernetes-validate  the Kubernetes OpenAPI JSON schemas, strict validation
 # then helm/tests/check_chart.py checks what the agent and the server need in the rendered
-# objects. With a built binary (ROCEMESH_BIN, else ROCEMESH_EVAL_BIN, else target/release or
+# objects. With a built binary (ROCEMESH_BIN, else target/release or
 # target/debug rocemesh) it also runs the server and an agent with the rendered config, args
 # and env over 127.0.0.1. Prints a cargo-style `test result:` line; exit 1 on any failure.
 set -euo pipefail
@@ -29,7 +29,7 @@ if [ "$(cat "$venv/.requirements" 2>/dev/null)" != "$reqs" ]; then
   echo "$reqs" >"$venv/.requirements"
 fi
 
-bin=${ROCEMESH_BIN:-${ROCEMESH_EVAL_BIN:-}}
+bin=${ROCEMESH_BIN:-}
 if [ -z "$bin" ]; then
   for b in target/release/rocemesh target/debug/rocemesh; do
     if [ -x "$b" ]; then bin=$b; break; fi

@@ -4,7 +4,7 @@
 #   build  compile the workspace: gcc + libc6-dev (rustc links through cc; ring and
 #          libsqlite3-sys compile C), clang + libbpf-dev (ebpf/build.rs compiles the BPF
 #          object), libibverbs-dev (ebpf/build.rs reads struct offsets from <infiniband/verbs.h>);
-#   demo   run `rocemesh demo`: iproute2 (ip netns, tc), nftables (fault injection), procps (sysctl);
+#   demo   run `rocemesh-lab demo`: iproute2 (ip netns, tc), nftables (fault injection), procps (sysctl);
 #   test   scripts/test.sh: PostgreSQL, iptables, faketime (clock steps), chromium (dashboard
 #          screenshots), rdma-core + ibverbs-providers (libibverbs at run time), g++ (libFuzzer
 #          in scripts/fuzz.sh), python3-venv + ca-certificates (check_helm.sh and the kernel

@@ -30,13 +30,24 @@ export CARGO_INCREMENTAL=0
 disk() { echo "test.sh: disk $1: $(df -h --output=avail . | tail -n1 | tr -d ' ') free, target $(du -sh target 2>/dev/null | cut -f1)"; }
 disk start
 cargo check --workspace --locked --benches
-# The localization suite (root) measures seconds-scale detection: run it on a release build.
-cargo build --release --locked -p rocemesh
-export ROCEMESH_EVAL_BIN="$PWD/target/release/rocemesh"
+# The localization suite (root) measures seconds-scale detection: run it on a release build
+# (the lab binary, whose labs run agents from the `rocemesh` binary beside it).
+cargo build --release --locked -p rocemesh -p rocemesh-lab
+export ROCEMESH_EVAL_BIN="$PWD/target/release/rocemesh-lab"
 log="$pgdir/cargo-test.log"
 set +e
 cargo test --workspace --locked --no-fail-fast 2>&1 | tee "$log"
 status=${PIPESTATUS[0]}
+# The product binary (and its image) links neither the namespace testbed nor the simulator:
+# they belong to the lab binary. A `test result:` line joins the tally below.
+tree=$(cargo tree --locked -p rocemesh -e normal,build --prefix none) || tree="cargo tree failed"
+lab_deps=$(grep -E '^(rocemesh-(testbed|sim|lab) |cargo tree failed)' <<<"$tree" | sort -u || true)
+if [ -n "$lab_deps" ]; then
+  echo "test.sh: the rocemesh binary depends on lab crates:"; echo "$lab_deps"
+  echo "test result: FAILED. 0 passed; 1 failed; 0 ignored" | tee -a "$log"; status=1
+else
+  echo "test result: ok. 1 passed; 0 failed; 0 ignored (rocemesh links no lab crate)" | tee -a "$log"
+fi
 # Helm chart + Dockerfile: real Helm engine, Kubernetes schemas, the release binary run with
 # the rendered config; its `test result:` line joins the tally below.
 bash scripts/check_helm.sh 2>&1 | tee -a "$log"

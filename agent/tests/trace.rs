@@ -108,8 +108,8 @@ fn expected_hops(
     let (_, d) = t.rnic_by_ip(dst).unwrap();
     let spine = f
         .spine_for(&FiveTuple {
-            src,
-            dst,
+            src: src.into(),
+            dst: dst.into(),
             sport,
             dport,
         })
@@ -146,8 +146,8 @@ fn probe_and_ack_paths_follow_ecmp_and_timeouts_retrace_at_once() {
     // for both spines, and a third tuple probing a stale QPN (every probe times out).
     let spine_of = |sp| {
         f.spine_for(&FiveTuple {
-            src: a.ip,
-            dst: b.ip,
+            src: a.ip.into(),
+            dst: b.ip.into(),
             sport: sp,
             dport: PORT,
         })

@@ -1,5 +1,5 @@
 //! Scoring both detectors on synthetic pairs with known faults, for tests and
-//! `rocemesh eval --suite latency`.
+//! `rocemesh-lab eval --suite latency`.
 //!
 //! Labels: every window from a fault's onset on is anomalous (latency really
 //! is above the pre-fault baseline), every other window is normal.

@@ -1,6 +1,6 @@
 //! Deterministic synthetic RTTs of one RNIC pair, window by window, with the
 //! ground truth of when latency became anomalous. For tests, benches and
-//! `rocemesh eval --suite latency`; windows are time-compressed (a window is
+//! `rocemesh-lab eval --suite latency`; windows are time-compressed (a window is
 //! `samples_per_window` probes, whatever its nominal 30 s).
 //!
 //! Sample model: `ln rtt = ln base + level(w) + jitter(w) + sigma * N(0,1)`,

@@ -5,6 +5,8 @@
 //! - [`batch`]: the binary result batches agents upload to the analyzer;
 //! - [`path`]: traced paths, uploaded in a batch's optional path section;
 //! - [`api`]: JSON types of the REST API;
+//! - [`flow`]: the UDP 5-tuple ECMP routes by;
+//! - [`fabric_map`]: the fabric map file (switch addresses, switch-to-switch links);
 //! - `http_client` (feature `http-client`): the HTTP(S) client every component builds;
 //! - `exposition` (feature `exposition`): the `/metrics` text every process serves;
 //! - [`utc`]: timestamps as RFC 3339 text;
@@ -16,6 +18,8 @@ pub mod batch;
 pub mod duration;
 #[cfg(feature = "exposition")]
 pub mod exposition;
+pub mod fabric_map;
+pub mod flow;
 pub mod host_key;
 #[cfg(feature = "http-client")]
 pub mod http_client;

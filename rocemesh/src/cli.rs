@@ -30,30 +30,15 @@ pub enum Command {
     Analyzer(ServerArgs),
     /// Controller and analyzer in one process.
     Server(ServerArgs),
-    /// One-command demonstration (namespace fabric as root; `--loopback` without root).
-    Demo(crate::demo::DemoArgs),
-    /// Network-namespace fabric and fault injection.
-    #[command(subcommand)]
-    Testbed(crate::testbed_cmd::TestbedCmd),
-    /// Localization suite: scenarios on fresh fabrics, scored against the ground truth.
-    Eval(crate::eval::EvalArgs),
     /// Operator CLI over the REST API: status, problems, rnic, path, advise, verdict, tasks.
     Ctl(crate::ctl::CtlArgs),
-    /// Simulated fabric (leaf-spine, fat-tree, rail) driving the real controller and analyzer.
-    ///
-    /// Scores what was found against the injected faults.
-    Sim(crate::sim_cmd::SimArgs),
 }
 
 impl Command {
     /// Daemons log at info; the interactive tools print their own output and log warnings only.
     pub fn default_log_level(&self) -> &'static str {
         match self {
-            Command::Demo(_)
-            | Command::Eval(_)
-            | Command::Testbed(_)
-            | Command::Ctl(_)
-            | Command::Sim(_) => "warn",
+            Command::Ctl(_) => "warn",
             _ => "info",
         }
     }
@@ -97,11 +82,7 @@ pub fn run(cli: Cli) -> Result<()> {
         Command::Controller(args) => serve(args, Roles::Controller),
         Command::Analyzer(args) => serve(args, Roles::Analyzer),
         Command::Server(args) => serve(args, Roles::Both),
-        Command::Demo(args) => crate::demo::run(args),
-        Command::Testbed(cmd) => crate::testbed_cmd::run(cmd),
-        Command::Eval(args) => crate::eval::run(args),
         Command::Ctl(args) => crate::ctl::run(args),
-        Command::Sim(args) => crate::sim_cmd::run(args),
     }
 }
 
@@ -122,7 +103,7 @@ fn serve(args: ServerArgs, roles: Roles) -> Result<()> {
     })
 }
 
-/// The multi-threaded tokio runtime used by the server roles and the demo.
+/// The multi-threaded tokio runtime of the server roles (and of the labs that start them).
 pub fn runtime() -> Result<tokio::runtime::Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .enable_all()

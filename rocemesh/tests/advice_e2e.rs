@@ -8,9 +8,9 @@
 
 mod support;
 
-use rocemesh::lab::{Lab, LabTiming};
 use rocemesh_analyzer::advice::PortAdvice;
 use rocemesh_analyzer::api::{PathDirection, PathsReply};
+use rocemesh_lab::lab::{Lab, LabTiming};
 use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{ComponentKind, HostInfo, Pinglist, Problem, ProblemState};
 use rocemesh_testbed::{Direction, FabricSpec, Fault, netns};

@@ -13,7 +13,7 @@ mod support;
 use axum::extract::{Request, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use rocemesh::lab::{Lab, LabTiming};
+use rocemesh_lab::lab::{Lab, LabTiming};
 use rocemesh_proto::api::{Problem, ProblemKind, RnicInfo, SlaRow};
 use rocemesh_testbed::{Direction, Fault};
 use std::collections::HashMap;
@@ -751,7 +751,11 @@ fn lab_fault_is_shown_and_screenshotted() {
     let Some(browser) = chromium("lab_fault_is_shown_and_screenshotted") else {
         return;
     };
-    let lab = Lab::up(rocemesh::eval::lab_spec(LAB_PREFIX), &LabTiming::default()).expect("lab up");
+    let lab = Lab::up(
+        rocemesh_lab::eval::lab_spec(LAB_PREFIX),
+        &LabTiming::default(),
+    )
+    .expect("lab up");
     lab.wait_ready(Duration::from_secs(30))
         .expect("agents ready");
     let tors = ["t0", "t1", "t2"];

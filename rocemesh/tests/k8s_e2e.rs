@@ -71,7 +71,7 @@ fn pods_become_a_task_and_an_rnic_fault_marks_its_node() {
     let api = rt.block_on(ApiServer::start(Duration::from_secs(1)));
     let kubeconfig = support::scratch_dir("k8s-e2e").join("kubeconfig");
     api.write_kubeconfig(&kubeconfig);
-    let spec = rocemesh::eval::lab_spec(PREFIX);
+    let spec = rocemesh_lab::eval::lab_spec(PREFIX);
     let hosts: Vec<String> = (0..usize::from(spec.tors) * usize::from(spec.hosts_per_tor))
         .map(|i| format!("h{i}"))
         .collect();
@@ -87,18 +87,19 @@ fn pods_become_a_task_and_an_rnic_fault_marks_its_node() {
     for (rank, h) in hosts.iter().enumerate() {
         api.put_pod(&pod(h, rank, false));
     }
-    let lab = rocemesh::lab::Lab::up_with(spec, &rocemesh::lab::LabTiming::default(), |cfg| {
-        // An RNIC verdict stays a minute after its evidence by default; the repair is to
-        // show within this test's deadline.
-        cfg.analyzer.diagnosis.rnic_sticky_ms = 5_000;
-        cfg.kubernetes = KubernetesConfig {
-            enabled: true,
-            kubeconfig: Some(kubeconfig.clone()),
-            resync: Duration::from_millis(500),
-            ..Default::default()
-        };
-    })
-    .expect("lab up");
+    let lab =
+        rocemesh_lab::lab::Lab::up_with(spec, &rocemesh_lab::lab::LabTiming::default(), |cfg| {
+            // An RNIC verdict stays a minute after its evidence by default; the repair is to
+            // show within this test's deadline.
+            cfg.analyzer.diagnosis.rnic_sticky_ms = 5_000;
+            cfg.kubernetes = KubernetesConfig {
+                enabled: true,
+                kubeconfig: Some(kubeconfig.clone()),
+                resync: Duration::from_millis(500),
+                ..Default::default()
+            };
+        })
+        .expect("lab up");
     lab.wait_ready(Duration::from_secs(60))
         .expect("agents ready");
 

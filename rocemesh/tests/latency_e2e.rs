@@ -8,7 +8,7 @@
 
 mod support;
 
-use rocemesh::lab::{Lab, LabTiming};
+use rocemesh_lab::lab::{Lab, LabTiming};
 use rocemesh_proto::api::{Problem, ProblemKind, ProblemState};
 use rocemesh_testbed::{Direction, Fault};
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ fn latency_step_and_creep_are_found_and_stable_traffic_is_quiet() {
         eprintln!("skipping latency_e2e: needs root (network namespaces)");
         return;
     }
-    let spec = rocemesh::eval::lab_spec("rmlat");
+    let spec = rocemesh_lab::eval::lab_spec("rmlat");
     let lab = Lab::up_with(spec, &LabTiming::default(), |cfg| {
         let l = &mut cfg.analyzer.latency;
         l.short_window_ms = 1_000;

@@ -4,8 +4,8 @@
 
 mod support;
 
-use rocemesh::lab::{Lab, LabTiming};
 use rocemesh_analyzer::IngestStats;
+use rocemesh_lab::lab::{Lab, LabTiming};
 use rocemesh_proto::api::{ComponentKind, Problem, ProblemKind};
 use std::time::{Duration, Instant};
 use support::self_fault::assert_no_false_alarm;
@@ -29,7 +29,8 @@ fn agent_crash_is_an_agent_restart_not_a_network_fault() {
         println!("skipping self_fault_agent: needs root (network namespaces)");
         return;
     }
-    let mut lab = Lab::up(rocemesh::eval::lab_spec(PREFIX), &LabTiming::default()).expect("lab up");
+    let mut lab =
+        Lab::up(rocemesh_lab::eval::lab_spec(PREFIX), &LabTiming::default()).expect("lab up");
     lab.wait_ready(Duration::from_secs(60))
         .expect("agents ready");
     std::thread::sleep(Duration::from_secs(5)); // baseline

@@ -7,7 +7,7 @@
 
 mod support;
 
-use rocemesh::lab::Lab;
+use rocemesh_lab::lab::Lab;
 use rocemesh_proto::api::{Problem, ProblemState};
 use rocemesh_testbed::Fault;
 use std::time::{Duration, Instant};

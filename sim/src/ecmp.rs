@@ -5,51 +5,28 @@
 
 use crate::rng::{hash, mix};
 use crate::topology::{Fabric, Route};
+use rocemesh_proto::flow::FiveTuple;
 use std::net::IpAddr;
 
 /// IP protocol number of UDP (RoCEv2 and the probes).
 const UDP: u64 = 17;
 
-/// A UDP 5-tuple.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct FiveTuple {
-    /// Source address.
-    pub src: IpAddr,
-    /// Destination address.
-    pub dst: IpAddr,
-    /// Source port.
-    pub sport: u16,
-    /// Destination port.
-    pub dport: u16,
-}
-
-impl FiveTuple {
-    /// The tuple of the answers: addresses swapped, ports kept (ACKs leave from the probe's
-    /// own source port towards the prober's responder port, as RC ACKs do).
-    pub fn ack(self) -> Self {
-        Self {
-            src: self.dst,
-            dst: self.src,
-            ..self
+/// The L4 hash a switch seeds: the 5-tuple and the protocol.
+fn l4_hash(t: &FiveTuple) -> u64 {
+    let ip = |a: IpAddr| match a {
+        IpAddr::V4(v4) => u64::from(u32::from(v4)),
+        IpAddr::V6(v6) => {
+            let b = u128::from(v6);
+            (b as u64) ^ ((b >> 64) as u64)
         }
-    }
-
-    fn l4_hash(&self) -> u64 {
-        let ip = |a: IpAddr| match a {
-            IpAddr::V4(v4) => u64::from(u32::from(v4)),
-            IpAddr::V6(v6) => {
-                let b = u128::from(v6);
-                (b as u64) ^ ((b >> 64) as u64)
-            }
-        };
-        hash(&[
-            ip(self.src),
-            ip(self.dst),
-            u64::from(self.sport),
-            u64::from(self.dport),
-            UDP,
-        ])
-    }
+    };
+    hash(&[
+        ip(t.src),
+        ip(t.dst),
+        u64::from(t.sport),
+        u64::from(t.dport),
+        UDP,
+    ])
 }
 
 /// The hash functions of a fabric's switches (one seed per switch, from the run's seed).
@@ -87,7 +64,7 @@ impl Ecmp {
         tuple: &FiveTuple,
         withdrawn: impl Fn(u32, u32) -> bool,
     ) -> Route {
-        let h = tuple.l4_hash();
+        let h = l4_hash(tuple);
         fabric.route(src_tor, dst_tor, |sw, first, n| {
             let up = |i: &u32| !withdrawn(sw, first + i);
             let alive = (0..n).filter(up).count() as u32;

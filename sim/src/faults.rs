@@ -4,11 +4,11 @@
 //! as the analyzer names it — fabric-map link and switch names, `"<host>/<ifname>"`
 //! RNICs, host names).
 
-use crate::ecmp::FiveTuple;
 use crate::score::{Component, Truth};
 use crate::topology::{Fabric, Route};
 use anyhow::{bail, ensure};
 use rocemesh_proto::api::{ComponentKind, LinkDirection, ProblemKind};
+use rocemesh_proto::flow::FiveTuple;
 use serde::{Deserialize, Serialize};
 
 fn default_flap_ms() -> u64 {

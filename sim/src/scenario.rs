@@ -1,6 +1,6 @@
 //! One scored run in process: build the fabric, register every agent, a fault-free
 //! warm-up, the faults from then to the end, and the score of what the analyzer and
-//! Algorithm 1 reported from the onset on. Shared by `rocemesh sim` and the bench.
+//! Algorithm 1 reported from the onset on. Shared by `rocemesh-lab sim` and the bench.
 
 use crate::faults::FaultSpec;
 use crate::inproc::{InProcess, Timing};

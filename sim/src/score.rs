@@ -1,5 +1,5 @@
 //! The one scorer of every localization evaluation (the simulator's runs and the
-//! namespace testbed's `rocemesh eval`): reported problems against one ground-truth type,
+//! namespace testbed's `rocemesh-lab eval`): reported problems against one ground-truth type,
 //! and R-Pingmesh's Algorithm 1 (plain voting) on the same data. Nothing is assumed.
 //!
 //! Rules, applied to each truth independently:

@@ -5,16 +5,17 @@
 //! registrations between the agents and the real controller and analyzer.
 
 use crate::agent::{Agent, ListSchedule, TraceKey};
-use crate::ecmp::{Ecmp, FiveTuple};
+use crate::ecmp::Ecmp;
 use crate::faults::{Effect, Fault, FaultSpec, Target};
 use crate::latency::LatencyModel;
 use crate::rng::{Rng, hash};
 use crate::score::Truth;
 use crate::topology::{Fabric, Route, Shape};
 use anyhow::{Context, ensure};
-use rocemesh_analyzer::diagnosis::fabric::{LinkDef, LinkEnd, MapFile, SwitchDef};
 use rocemesh_proto::api::{Pinglist, RegisterRequest, RegisterResponse, RnicRegistration};
 use rocemesh_proto::batch::{BatchEncoder, BatchHeader};
+use rocemesh_proto::fabric_map::{LinkDef, LinkEnd, MapFile, SwitchDef};
+use rocemesh_proto::flow::FiveTuple;
 use rocemesh_proto::path::TracedPath;
 use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
 //! A random suite of lab-sized simulated scenarios on a fresh seed every run (printed;
-//! `ROCEMESH_EVAL_SEED=<seed>` replays it, `rocemesh sim --random 30 --scale lab --seed
+//! `ROCEMESH_EVAL_SEED=<seed>` replays it, `rocemesh-lab sim --random 30 --scale lab --seed
 //! <seed> --only <i>` replays one scenario), scored by the shared scorer against floors
 //! the current engine reaches on every seed measured (docs/localization.md).
 

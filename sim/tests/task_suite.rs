@@ -1,5 +1,5 @@
 //! The task-health suite on fresh seeds every run (printed; `ROCEMESH_EVAL_SEED=<seed>`
-//! replays it, `rocemesh eval --suite tasks --seed <seed>` too), against floors measured
+//! replays it, `rocemesh-lab eval --suite tasks --seed <seed>` too), against floors measured
 //! over many seeds with margin (docs/tasks.md).
 
 use rocemesh_sim::jobsuite;

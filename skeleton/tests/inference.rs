@@ -258,7 +258,7 @@ fn mixed_hosts_are_grouped_rail_by_rail() {
 
 #[test]
 fn testbed_shaped_job_is_recovered_on_a_short_window() {
-    // The root e2e run's shape (rocemesh/src/lab/skeleton_job.rs): 250 ms samples, 2 s
+    // The root e2e run's shape (lab/src/lab/skeleton_job.rs): 250 ms samples, 2 s
     // iterations, stage 1 one sample after stage 0, bursts shorter than a sample, 24 s of
     // samples, 16 s STFT window (4 iterations in 32 samples leave the comb too wide).
     let job = SyntheticJob {

@@ -10,19 +10,7 @@ use crate::netns;
 use crate::spec::FabricSpec;
 use crate::state::{State, StateLock};
 use crate::topology::{Host, Link, NodeKind, Rnic, Topology, tor_prefix};
-
-/// A UDP flow: the 5-tuple ECMP hashes on (protocol is always UDP).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
-pub struct FiveTuple {
-    /// Source RNIC address.
-    pub src: Ipv4Addr,
-    /// Destination RNIC address.
-    pub dst: Ipv4Addr,
-    /// UDP source port.
-    pub sport: u16,
-    /// UDP destination port.
-    pub dport: u16,
-}
+use rocemesh_proto::flow::FiveTuple;
 
 /// How fault helpers (NFQUEUE delay/corruption, background traffic) are started: `program`
 /// followed by `args`, then the helper's own arguments (see [`crate::helper::run`]).

@@ -20,9 +20,11 @@ pub mod spec;
 pub mod state;
 pub mod topology;
 
-pub use fabric::{Fabric, FiveTuple, HelperCommand};
-pub use faults::{Background, ComponentKind, Direction, Fault, FaultHandle, GroundTruth};
+pub use fabric::{Fabric, HelperCommand};
+pub use faults::{Background, Direction, Fault, FaultHandle, GroundTruth};
 pub use job::{JobHandle, JobSpec, JobTruth, RnicRole};
+/// The flow of [`Fault::FlowDrop`] and [`Fabric::spine_for`].
+pub use rocemesh_proto::flow::FiveTuple;
 pub use spec::FabricSpec;
 pub use state::ActiveFault;
 pub use topology::{Endpoint, Host, Link, NodeKind, Rnic, Router, Topology};

@@ -43,8 +43,8 @@ pub struct ActiveFault {
     pub id: u16,
     /// What was asked for.
     pub fault: Fault,
-    /// The component at fault, for scoring localization.
-    pub truth: GroundTruth,
+    /// The component at fault (`None`: none of the fabric's), as [`crate::FaultHandle`] has it.
+    pub truth: Option<GroundTruth>,
     /// Steps that remove it, in the order they were applied (run in reverse).
     pub undo: Vec<Undo>,
 }

@@ -7,8 +7,10 @@
 //! - ToR t – spine s link (index i = t·spines + s): 198.19.0.0 + 2i on the ToR, + 2i + 1 on the
 //!   spine, /31.
 
-use std::net::Ipv4Addr;
+use std::collections::BTreeMap;
+use std::net::{IpAddr, Ipv4Addr};
 
+use rocemesh_proto::fabric_map::{LinkDef, LinkEnd, MapFile, SwitchDef};
 use serde::{Deserialize, Serialize};
 
 use crate::spec::FabricSpec;
@@ -244,10 +246,14 @@ impl Topology {
     }
 
     /// The RNIC owning this address and its host.
-    pub fn rnic_by_ip(&self, ip: Ipv4Addr) -> Option<(&Host, &Rnic)> {
-        self.hosts
-            .iter()
-            .find_map(|h| h.rnics.iter().find(|r| r.ip == ip).map(|r| (h, r)))
+    pub fn rnic_by_ip(&self, ip: impl Into<IpAddr>) -> Option<(&Host, &Rnic)> {
+        let ip = ip.into();
+        self.hosts.iter().find_map(|h| {
+            h.rnics
+                .iter()
+                .find(|r| IpAddr::V4(r.ip) == ip)
+                .map(|r| (h, r))
+        })
     }
 
     /// The router (ToR or spine) with this short name.
@@ -263,6 +269,41 @@ impl Topology {
         self.links
             .iter()
             .filter(move |l| l.a.node == node || l.b.node == node)
+    }
+
+    /// The analyzer's fabric map of this fabric (switch interface addresses, switch-to-switch
+    /// links), as an operator would write it from the fabric's IP plan.
+    pub fn fabric_map(&self) -> MapFile {
+        let is_switch = |node: &str| self.tors.iter().chain(&self.spines).any(|r| r.name == node);
+        let is_spine = |node: &str| self.spines.iter().any(|s| s.name == node);
+        let mut addresses: BTreeMap<String, Vec<IpAddr>> = BTreeMap::new();
+        for l in &self.links {
+            for e in [&l.a, &l.b].into_iter().filter(|e| is_switch(&e.node)) {
+                addresses
+                    .entry(e.node.clone())
+                    .or_default()
+                    .push(IpAddr::V4(e.ip));
+            }
+        }
+        let end = |e: &Endpoint| LinkEnd {
+            device: e.node.clone(),
+            ip: IpAddr::V4(e.ip),
+        };
+        MapFile {
+            switch: addresses
+                .into_iter()
+                .map(|(name, addresses)| SwitchDef { name, addresses })
+                .collect(),
+            link: self
+                .links
+                .iter()
+                .filter(|l| is_switch(&l.a.node) && is_spine(&l.b.node))
+                .map(|l| LinkDef {
+                    name: l.name.clone(),
+                    ends: [end(&l.a), end(&l.b)],
+                })
+                .collect(),
+        }
     }
 }
 

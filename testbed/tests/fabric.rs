@@ -46,8 +46,8 @@ fn ecmp_spreads_source_ports_and_is_deterministic() {
     let (src, dst) = (f.ip("h0r0"), f.ip("h2r0"));
     let spine = |sport| {
         f.0.spine_for(&FiveTuple {
-            src,
-            dst,
+            src: src.into(),
+            dst: dst.into(),
             sport,
             dport: 4791,
         })
@@ -63,8 +63,8 @@ fn ecmp_spreads_source_ports_and_is_deterministic() {
     assert_eq!(first, again, "same 5-tuple, same spine");
     // Same-ToR flows use no spine.
     let local = FiveTuple {
-        src,
-        dst: f.ip("h1r0"),
+        src: src.into(),
+        dst: f.ip("h1r0").into(),
         sport: 1,
         dport: 2,
     };
@@ -156,8 +156,8 @@ fn ttl_limited_udp_gets_time_exceeded_from_each_hop() {
     let f = Fixture::default("tbtrace");
     let spine =
         f.0.spine_for(&FiveTuple {
-            src: f.ip("h0r0"),
-            dst: f.ip("h2r0"),
+            src: f.ip("h0r0").into(),
+            dst: f.ip("h2r0").into(),
             sport: 33000,
             dport: 33434,
         })

@@ -6,9 +6,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Fixture, root_or_skip};
-use rocemesh_testbed::{
-    Background, ComponentKind, Direction, Fabric, Fault, FiveTuple, GroundTruth,
-};
+use rocemesh_proto::api::ComponentKind;
+use rocemesh_testbed::{Background, Direction, Fabric, Fault, FiveTuple, GroundTruth};
 
 fn truth(kind: ComponentKind, name: &str) -> GroundTruth {
     GroundTruth {
@@ -30,7 +29,7 @@ fn loss_drops_the_requested_share_until_cleared() {
             percent: 30,
         })
         .unwrap();
-    assert_eq!(h.truth, truth(ComponentKind::Link, "h0r0-t0"));
+    assert_eq!(h.truth, Some(truth(ComponentKind::Link, "h0r0-t0")));
     let got = f.deliver("h0r0", 5000, "h2r0", 6000, 1000, Duration::ZERO);
     assert!((620..=780).contains(&got), "30 % loss delivered {got}/1000");
     // Only the requested direction is lossy.
@@ -56,13 +55,13 @@ fn flow_drop_drops_only_that_five_tuple() {
     }
     let f = Fixture::default("tbflow");
     let flow = FiveTuple {
-        src: f.ip("h0r0"),
-        dst: f.ip("h2r0"),
+        src: f.ip("h0r0").into(),
+        dst: f.ip("h2r0").into(),
         sport: 5000,
         dport: 6000,
     };
     let h = f.0.apply(&Fault::FlowDrop { flow, at: None }).unwrap();
-    assert_eq!(h.truth, truth(ComponentKind::Switch, "t0"));
+    assert_eq!(h.truth, Some(truth(ComponentKind::Switch, "t0")));
     assert_eq!(f.deliver("h0r0", 5000, "h2r0", 6000, 50, Duration::ZERO), 0);
     assert_eq!(
         f.deliver("h0r0", 5001, "h2r0", 6000, 50, Duration::ZERO),
@@ -212,7 +211,7 @@ fn link_down_blackholes_only_flows_hashed_onto_it() {
             link: "t0-s1".into(),
         })
         .unwrap();
-    assert_eq!(h.truth, truth(ComponentKind::Link, "t0-s1"));
+    assert_eq!(h.truth, Some(truth(ComponentKind::Link, "t0-s1")));
     for &p in &via_s1 {
         assert_eq!(
             f.deliver("h0r0", p, "h2r0", 6000, 10, Duration::ZERO),
@@ -229,8 +228,8 @@ fn link_down_blackholes_only_flows_hashed_onto_it() {
     }
     // The hash still picks s1 for those flows: the route was not withdrawn.
     let flow = FiveTuple {
-        src: f.ip("h0r0"),
-        dst: f.ip("h2r0"),
+        src: f.ip("h0r0").into(),
+        dst: f.ip("h2r0").into(),
         sport: via_s1[0],
         dport: 6000,
     };
@@ -263,12 +262,12 @@ fn a_link_down_at_its_lower_end_reroutes_up_and_blackholes_down() {
             link: "t0-s1".into(),
         })
         .unwrap();
-    assert_eq!(h.truth, truth(ComponentKind::Link, "t0-s1"));
+    assert_eq!(h.truth, Some(truth(ComponentKind::Link, "t0-s1")));
     for &p in &up_via_s1 {
         // t0 withdrew its route over the dead port: its flows take s0 now.
         let flow = FiveTuple {
-            src: f.ip("h0r0"),
-            dst: f.ip("h2r0"),
+            src: f.ip("h0r0").into(),
+            dst: f.ip("h2r0").into(),
             sport: p,
             dport: 6000,
         };
@@ -306,7 +305,7 @@ fn spine_and_rnic_down_and_flaps_are_visible_and_cleared() {
     let via_s0 = f.sports_via("h1r0", "h3r0", 6000, "s0", 5000, 2);
     let via_s1 = f.sports_via("h1r0", "h3r0", 6000, "s1", 5000, 2);
     let spine = f.0.apply(&Fault::SpineDown { spine: "s0".into() }).unwrap();
-    assert_eq!(spine.truth, truth(ComponentKind::Switch, "s0"));
+    assert_eq!(spine.truth, Some(truth(ComponentKind::Switch, "s0")));
     assert_eq!(
         f.deliver("h1r0", via_s0[0], "h3r0", 6000, 10, Duration::ZERO),
         0
@@ -326,7 +325,7 @@ fn spine_and_rnic_down_and_flaps_are_visible_and_cleared() {
             rnic: "h3r0".into(),
         })
         .unwrap();
-    assert_eq!(rnic.truth, truth(ComponentKind::Rnic, "h3r0"));
+    assert_eq!(rnic.truth, Some(truth(ComponentKind::Rnic, "h3r0")));
     assert_eq!(f.deliver("h1r0", 5000, "h3r0", 6000, 10, Duration::ZERO), 0);
     assert_eq!(
         f.deliver("h1r0", 5000, "h2r0", 6000, 10, Duration::ZERO),
@@ -406,7 +405,7 @@ fn cpu_starvation_caps_the_process_until_cleared() {
         std::thread::sleep(Duration::from_millis(10));
     }
     let h = f.0.apply(&Fault::CpuStarve { pid, percent: 10 }).unwrap();
-    assert_eq!(h.truth, truth(ComponentKind::Host, "h1"));
+    assert_eq!(h.truth, Some(truth(ComponentKind::Host, "h1")));
     let starved = cpu_share(pid, Duration::from_millis(1500));
     assert!(starved < 0.15, "starved share {starved}");
     f.0.clear(h.id).unwrap();

@@ -7,56 +7,13 @@
 //! address itself (device) and `"<a>-><b>"` (link).
 
 use anyhow::{Context, bail, ensure};
-use serde::{Deserialize, Serialize};
+use rocemesh_proto::fabric_map::MapFile;
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
 
 /// Largest fabric map file read (a 100k-link fabric fits in a few MiB).
 const MAX_MAP_BYTES: u64 = 64 << 20;
-
-/// The fabric map file (TOML) as written by operators or by the lab from a testbed
-/// topology: switches with their interface addresses, switch-to-switch links.
-#[derive(Debug, Clone, Default, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct MapFile {
-    /// Switches.
-    #[serde(default)]
-    pub switch: Vec<SwitchDef>,
-    /// Switch-to-switch links.
-    #[serde(default)]
-    pub link: Vec<LinkDef>,
-}
-
-/// One switch and every interface address it answers traceroute from.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct SwitchDef {
-    /// Switch name (e.g. "s1").
-    pub name: String,
-    /// Its interface addresses.
-    pub addresses: Vec<IpAddr>,
-}
-
-/// One switch-to-switch link.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinkDef {
-    /// Link name (e.g. "t0-s1").
-    pub name: String,
-    /// Its two ends.
-    pub ends: [LinkEnd; 2],
-}
-
-/// One end of a link: the device and its interface address on the link.
-#[derive(Debug, Clone, Deserialize, Serialize)]
-#[serde(deny_unknown_fields)]
-pub struct LinkEnd {
-    /// Device name.
-    pub device: String,
-    /// Interface address.
-    pub ip: IpAddr,
-}
 
 /// A switch-to-switch link of the map.
 #[derive(Debug, Clone, PartialEq, Eq)]

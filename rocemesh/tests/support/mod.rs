@@ -90,18 +90,6 @@ pub fn loopback_agent(controller: &str, host: &str, net: &str, tor: &str) -> Com
     cmd
 }
 
-/// Runs an `eval ... --json` command, asserts it succeeded and returns its report
-/// (printed, for the test log).
-pub fn eval_report(cmd: &mut Command) -> serde_json::Value {
-    let out = cmd.output().expect("run rocemesh eval");
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "eval failed: {stderr}");
-    let report: serde_json::Value =
-        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stderr}"));
-    eprintln!("{}", serde_json::to_string_pretty(&report).expect("JSON"));
-    report
-}
-
 /// Serves `app` on 127.0.0.1 from a runtime of its own on a background thread (for the
 /// stand-ins tests put between real processes); returns its base URL.
 pub fn serve_in_background(app: axum::Router) -> String {
@@ -180,7 +168,7 @@ pub fn lab_with_receiver(
 ) -> (
     tokio::runtime::Runtime,
     rocemesh_alerts::testing::TestReceiver,
-    rocemesh::lab::Lab,
+    rocemesh_lab::lab::Lab,
 ) {
     use rocemesh_alerts::{AlertsConfig, ReceiverConfig};
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -192,9 +180,9 @@ pub fn lab_with_receiver(
         .block_on(rocemesh_alerts::testing::TestReceiver::start())
         .expect("webhook receiver");
     let url = rx.url.clone();
-    let lab = rocemesh::lab::Lab::up_with(
-        rocemesh::eval::lab_spec(prefix),
-        &rocemesh::lab::LabTiming::default(),
+    let lab = rocemesh_lab::lab::Lab::up_with(
+        rocemesh_lab::eval::lab_spec(prefix),
+        &rocemesh_lab::lab::LabTiming::default(),
         |cfg| {
             cfg.alerts = AlertsConfig {
                 external_url: "http://rocemesh.e2e:8080".into(),

@@ -1,4 +1,4 @@
-//! Fault helper process of the rocemesh testbed (NFQUEUE delay/corruption, background
+//! Fault helper process of the rocemesh-lab testbed (NFQUEUE delay/corruption, background
 //! traffic); started by `Fabric::apply` inside a fabric namespace.
 
 fn main() {

@@ -13,11 +13,13 @@ use std::process::Command;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::fabric::{Fabric, FiveTuple};
+use crate::fabric::Fabric;
 use crate::netns;
 use crate::process::TrackedProcess;
 use crate::state::{ActiveFault, StateLock, Undo, log_path};
 use crate::topology::{Endpoint, Link};
+use rocemesh_proto::api::ComponentKind;
+use rocemesh_proto::flow::FiveTuple;
 
 /// Which way across a link a fault acts. Links are named lower tier first ("h3r0-t0",
 /// "t0-s1"): `Up` is host→ToR / ToR→spine, `Down` the reverse.
@@ -148,23 +150,8 @@ pub enum Fault {
     },
 }
 
-/// Kind of component a fault is attributed to.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum ComponentKind {
-    /// A link, named like "t0-s1" or "h3r0-t0".
-    Link,
-    /// A ToR or spine, named like "t0".
-    Switch,
-    /// An RNIC, named like "h3r0".
-    Rnic,
-    /// A host, named like "h3".
-    Host,
-    /// A process outside the fabric's hosts, named by its pid.
-    Process,
-}
-
-/// The component at fault, for scoring rocemesh's localization.
+/// The fabric component a fault was applied to, in the testbed's names: a link like
+/// "t0-s1" or "h3r0-t0", a switch like "t0", an RNIC like "h3r0", a host like "h3".
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct GroundTruth {
     /// What kind of component.
@@ -178,8 +165,9 @@ pub struct GroundTruth {
 pub struct FaultHandle {
     /// Pass to [`Fabric::clear`].
     pub id: u16,
-    /// The component at fault.
-    pub truth: GroundTruth,
+    /// The component at fault; `None` when it is none of the fabric's (a CPU-starved
+    /// process outside every host).
+    pub truth: Option<GroundTruth>,
 }
 
 /// What an installer needs: the fabric, the fault id, and the undo list it appends to.
@@ -275,16 +263,16 @@ pub(crate) fn undo_all(steps: &[Undo], best_effort: bool) -> Option<anyhow::Erro
 
 impl Fault {
     /// Validates names and returns the component at fault.
-    fn ground_truth(&self, fabric: &Fabric) -> Result<GroundTruth> {
+    fn ground_truth(&self, fabric: &Fabric) -> Result<Option<GroundTruth>> {
         let t = fabric.topology();
         let link = |name: &str| {
             t.link(name)
-                .map(|_| truth(ComponentKind::Link, name))
+                .map(|_| Some(truth(ComponentKind::Link, name)))
                 .with_context(|| format!("unknown link {name:?}"))
         };
         let rnic = |name: &str| {
             t.rnic(name)
-                .map(|_| truth(ComponentKind::Rnic, name))
+                .map(|_| Some(truth(ComponentKind::Rnic, name)))
                 .with_context(|| format!("unknown RNIC {name:?}"))
         };
         match self {
@@ -318,10 +306,10 @@ impl Fault {
             }
             Fault::FlowDrop { flow, at } => {
                 let at = nft::flow_drop_router(fabric, flow, at.as_deref())?;
-                Ok(truth(ComponentKind::Switch, &at.name))
+                Ok(Some(truth(ComponentKind::Switch, &at.name)))
             }
             Fault::SpineDown { spine } => match t.spines.iter().find(|s| &s.name == spine) {
-                Some(_) => Ok(truth(ComponentKind::Switch, spine)),
+                Some(_) => Ok(Some(truth(ComponentKind::Switch, spine))),
                 None => bail!("unknown spine {spine:?}"),
             },
             Fault::CpuStarve { pid, percent } => {

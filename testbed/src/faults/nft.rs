@@ -4,9 +4,10 @@
 use anyhow::{Context, Result, bail};
 
 use super::{Direction, Install, receivers};
-use crate::fabric::{Fabric, FiveTuple};
+use crate::fabric::Fabric;
 use crate::netns;
 use crate::topology::Router;
+use rocemesh_proto::flow::FiveTuple;
 
 /// Loads `ruleset` into namespace `ns` and records deletion of table `family name`.
 fn add_table(ctx: &mut Install, ns: &str, family: &str, name: &str, ruleset: &str) -> Result<()> {

@@ -145,8 +145,8 @@ impl Fixture {
         (base..base + 200)
             .filter(|&sport| {
                 let flow = rocemesh_testbed::FiveTuple {
-                    src,
-                    dst,
+                    src: src.into(),
+                    dst: dst.into(),
                     sport,
                     dport,
                 };

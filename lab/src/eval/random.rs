@@ -1,4 +1,4 @@
-//! Seeded random scenarios for the namespace testbed (`rocemesh eval --random N --seed
+//! Seeded random scenarios for the namespace testbed (`rocemesh-lab eval --random N --seed
 //! S`): the fabric's shape (2–6 ToRs × 2–4 spines, 1–2 RNICs per host, rail-optimized
 //! too), the faults' kinds, positions, directions and strengths, and how many run at once
 //! (0–3; fault-free runs carry training-job traffic) are drawn from `(seed, index)`
@@ -315,8 +315,8 @@ pub fn probed_inter_tor_flows(lab: &Lab, host: &str) -> Result<Vec<(FiveTuple, S
                 continue;
             };
             let flow = FiveTuple {
-                src,
-                dst,
+                src: src.into(),
+                dst: e.ip,
                 sport: e.src_port,
                 dport: e.port,
             };
@@ -543,15 +543,7 @@ fn flow_drop(
         }
         let (probe, ..) = flows[rng.below(flows.len() as u64) as usize];
         // The ACKs go back from the responder to the prober on the same ports.
-        let flow = if ack_path {
-            FiveTuple {
-                src: probe.dst,
-                dst: probe.src,
-                ..probe
-            }
-        } else {
-            probe
-        };
+        let flow = if ack_path { probe.ack() } else { probe };
         let tor = |ip| {
             topo.rnic_by_ip(ip)
                 .map(|(_, r)| topo.tors[usize::from(r.tor)].name.clone())

@@ -1,4 +1,4 @@
-//! `rocemesh eval --suite tasks` as the binary runs it (no root: simulated jobs): the seed
+//! `rocemesh-lab eval --suite tasks` as the binary runs it (no root: simulated jobs): the seed
 //! given is the seed reported, every job and class is in the JSON report, the text report
 //! is the table, and a suite of no jobs is refused.
 

@@ -1,4 +1,4 @@
-//! `rocemesh eval --suite tasks`: hang/slow verdicts, stragglers and probe-matrix
+//! `rocemesh-lab eval --suite tasks`: hang/slow verdicts, stragglers and probe-matrix
 //! attributions on seeded random training jobs in the simulator (ranks, sampling interval,
 //! rhythm, skeleton pairs, fault and faulty rank drawn from the seed), scored per class.
 

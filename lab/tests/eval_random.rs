@@ -1,6 +1,6 @@
 //! Two random namespace-testbed scenarios on a fresh seed every run (root only: it builds
 //! namespace fabrics). The seed is printed; `ROCEMESH_EVAL_SEED=<seed>` replays the run,
-//! `rocemesh eval --random 2 --seed <seed> --only <i>` one scenario. Asserted: the suite
+//! `rocemesh-lab eval --random 2 --seed <seed> --only <i>` one scenario. Asserted: the suite
 //! runs end to end on drawn shapes and faults (a fresh lab each), every fault has its
 //! truth with its onset and end, and both the analyzer and Alg. 1 are scored on it.
 

@@ -1,4 +1,4 @@
-//! `rocemesh eval --suite latency`: the short-term (LOF) and long-term (log-normal) latency
+//! `rocemesh-lab eval --suite latency`: the short-term (LOF) and long-term (log-normal) latency
 //! detectors over a synthetic mixed suite of RNIC pairs (stable, periodic bursts, steps,
 //! steps under bursts, slow creep) with labelled windows; precision and recall per kind.
 

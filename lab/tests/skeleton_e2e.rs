@@ -1,7 +1,7 @@
 //! Training-task skeleton inference end to end (issue #5): an emulated TP=2 PP=2 DP=4 job on
 //! a rail-optimized namespace fabric (4 hosts × 4 RNICs, 4 rail ToRs) sends real UDP
 //! traffic; the real agents sample their interfaces' counters every 250 ms and upload
-//! them; the controller infers the task's groups. Runs `rocemesh eval --suite skeleton
+//! them; the controller infers the task's groups. Runs `rocemesh-lab eval --suite skeleton
 //! --scenario testbed` (the lab runs agents and helpers through the binary) and checks
 //! what it read back over the REST API against the job's ground truth. Root only.
 

@@ -1,4 +1,4 @@
-//! `rocemesh demo`: one command that shows the whole loop working.
+//! `rocemesh-lab demo`: one command that shows the whole loop working.
 //!
 //! Default (root): a network-namespace fabric, a server and one agent per host; after a
 //! baseline a fault is injected and the problem found is printed (what and where).

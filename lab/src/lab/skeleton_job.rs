@@ -1,7 +1,7 @@
 //! Training-task skeleton inference end to end (SkeletonHunter §5.1) on a lab: an emulated
 //! job's real UDP traffic is sampled by the real agents, uploaded to the controller, and the
 //! controller infers the task's parallel groups; everything is read back over the REST API
-//! and set against the job's ground truth. The root test and `rocemesh eval --suite
+//! and set against the job's ground truth. The root test and `rocemesh-lab eval --suite
 //! skeleton` both run it.
 
 use super::{Lab, LabTiming};

@@ -1,4 +1,4 @@
-//! `rocemesh eval --suite skeleton`: traffic-skeleton inference on synthetic jobs with
+//! `rocemesh-lab eval --suite skeleton`: traffic-skeleton inference on synthetic jobs with
 //! known parallel groups (SkeletonHunter Fig. 8 shape and others), scored against the
 //! generator's ground truth; pinglist reduction against the full mesh. The `testbed` case
 //! (root) runs an emulated job on a namespace fabric instead, so the groups come from

@@ -161,7 +161,7 @@ pub fn one_line(o: &Outcome) -> String {
     )
 }
 
-/// The whole report printed by `rocemesh eval --json`.
+/// The whole report printed by `rocemesh-lab eval --json`.
 #[derive(Debug, Clone, Serialize)]
 pub struct Report {
     /// The random suite's seed (`None`: the fixed scenarios).

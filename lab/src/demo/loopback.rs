@@ -1,9 +1,9 @@
 //! The no-root demo: server + agents on 127.0.0.0/8, live SLA table, one agent stopped.
 
 use super::{DemoArgs, table};
-use crate::config::ServerConfig;
-use crate::server::{self, Roles};
 use anyhow::{Context, Result, bail};
+use rocemesh::config::ServerConfig;
+use rocemesh::server::{self, Roles};
 use rocemesh_agent::{AgentConfig, AgentHandle, RnicConfig};
 use rocemesh_proto::api::SlaRow;
 use std::net::{IpAddr, Ipv4Addr};
@@ -84,11 +84,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
     cfg.analyzer.grace_ms = 1_500;
     cfg.analyzer.diagnosis.paths_settle_ms = 1_500;
 
-    let rt = crate::cli::runtime()?;
+    let rt = rocemesh::cli::runtime()?;
     let srv = rt.block_on(server::start(cfg, Roles::Both))?;
     let url = srv.url();
     println!(
-        "rocemesh demo: server {url} (try {url}/api/v1/rnics), {} agents x {} RNICs on 127.77.x.y under {} ToRs, SQLite {}",
+        "rocemesh-lab demo: server {url} (try {url}/api/v1/rnics), {} agents x {} RNICs on 127.77.x.y under {} ToRs, SQLite {}",
         args.hosts,
         args.rnics_per_host,
         args.tors,

@@ -1,4 +1,4 @@
-//! `rocemesh testbed up|down|fault|clear|status|map`: drive the namespace fabric by hand.
+//! `rocemesh-lab testbed up|down|fault|clear|status|map`: drive the namespace fabric by hand.
 
 use crate::lab::{helper_command, require_root};
 use anyhow::{Context, Result};
@@ -141,7 +141,7 @@ pub fn run(cmd: TestbedCmd) -> Result<()> {
     if let TestbedCmd::Helper { args } = &cmd {
         return rocemesh_testbed::helper::run(args);
     }
-    require_root("rocemesh testbed")?;
+    require_root("rocemesh-lab testbed")?;
     match cmd {
         TestbedCmd::Up(args) => {
             let fabric = Fabric::up(&args.spec()?)?;
@@ -167,7 +167,7 @@ pub fn run(cmd: TestbedCmd) -> Result<()> {
         }
         TestbedCmd::Map(p) => print!(
             "{}",
-            crate::lab::fabric_map::render(open(&p.prefix)?.topology())?
+            crate::lab::fabric_map_toml(open(&p.prefix)?.topology())?
         ),
         TestbedCmd::Job(JobCmd::Start { prefix, spec }) => {
             let spec: rocemesh_testbed::JobSpec =

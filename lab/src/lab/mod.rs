@@ -2,14 +2,13 @@
 //! over the fabric's management network, and one real agent process per host. The root
 //! demo and the evaluation suite both run on it.
 
-pub mod fabric_map;
 pub mod skeleton_job;
 
-use crate::config::ServerConfig;
-use crate::server::{self, Roles, RunningServer};
 use anyhow::{Context, Result, bail};
+use rocemesh::config::ServerConfig;
+use rocemesh::server::{self, Roles, RunningServer};
 use rocemesh_proto::api::{HostInfo, Problem};
-use rocemesh_testbed::{Fabric, FabricSpec, HelperCommand, netns};
+use rocemesh_testbed::{Fabric, FabricSpec, HelperCommand, Topology, netns};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Stdio};
@@ -36,36 +35,47 @@ impl Default for LabTiming {
     }
 }
 
-/// The helper command that runs fault helpers through the rocemesh binary.
+/// The helper command that runs fault helpers through the `rocemesh-lab` binary.
 pub fn helper_command() -> Result<HelperCommand> {
     Ok(HelperCommand {
-        program: rocemesh_exe()?,
+        program: sibling_exe("rocemesh-lab", "ROCEMESH_LAB_BIN")?,
         args: vec!["testbed".into(), "helper".into()],
     })
 }
 
-/// The rocemesh binary that agents and fault helpers run from: `ROCEMESH_BIN` when set,
-/// else this process when it is rocemesh, else the `rocemesh` that cargo builds next to a
-/// test binary (`target/<profile>/deps/test-…` → `target/<profile>/rocemesh`).
+/// The product binary the lab's agents run from: `ROCEMESH_BIN` when set, else the
+/// `rocemesh` cargo builds next to this one.
 pub fn rocemesh_exe() -> Result<PathBuf> {
-    if let Some(bin) = std::env::var_os("ROCEMESH_BIN") {
+    sibling_exe("rocemesh", "ROCEMESH_BIN")
+}
+
+/// Binary `name`: `$env` when set, else this process when it is `name`, else the `name`
+/// cargo builds next to this executable or to a test binary (`target/<profile>/deps/test-…`
+/// → `target/<profile>/name`).
+fn sibling_exe(name: &str, env: &str) -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os(env) {
         return Ok(PathBuf::from(bin));
     }
-    let me = std::env::current_exe().context("locating the rocemesh binary")?;
-    if me.file_stem().is_some_and(|s| s == "rocemesh") {
+    let me = std::env::current_exe().with_context(|| format!("locating the {name} binary"))?;
+    if me.file_stem().is_some_and(|s| s == name) {
         return Ok(me);
     }
-    let sibling = me
-        .parent()
-        .and_then(|deps| deps.parent())
-        .map(|profile| profile.join("rocemesh"))
-        .filter(|p| p.is_file());
-    sibling.with_context(|| {
-        format!(
-            "{} is not rocemesh and no rocemesh binary is next to it: set ROCEMESH_BIN",
-            me.display()
-        )
-    })
+    me.ancestors()
+        .skip(1)
+        .take(2)
+        .map(|dir| dir.join(name))
+        .find(|p| p.is_file())
+        .with_context(|| {
+            format!(
+                "no {name} binary next to {}: build it (`cargo build -p {name}`) or set {env}",
+                me.display()
+            )
+        })
+}
+
+/// The analyzer's fabric map of `t` as the TOML file its `fabric_map` setting reads.
+pub fn fabric_map_toml(t: &Topology) -> Result<String> {
+    toml::to_string(&t.fabric_map()).context("rendering the fabric map")
 }
 
 /// Fails with a clear message unless running as root (namespaces need it).
@@ -73,7 +83,7 @@ pub fn require_root(what: &str) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
         bail!(
-            "{what} builds network namespaces and needs root; without root use `rocemesh demo --loopback`"
+            "{what} builds network namespaces and needs root; without root use `rocemesh-lab demo --loopback`"
         );
     }
     Ok(())
@@ -119,7 +129,7 @@ impl Lab {
         ));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let map_path = dir.join("fabric-map.toml");
-        std::fs::write(&map_path, fabric_map::render(fabric.topology())?)?;
+        std::fs::write(&map_path, fabric_map_toml(fabric.topology())?)?;
 
         let mut cfg = ServerConfig {
             listen: (fabric.management_ip(), 0).into(),
@@ -142,7 +152,7 @@ impl Lab {
         cfg.analyzer.diagnosis.host_silent_ms = 5 * timing.upload_period_ms.max(1_000) / 2;
         cfg.analyzer.diagnosis.resolve_after_ms = 5_000;
         configure(&mut cfg);
-        let rt = crate::cli::runtime()?;
+        let rt = rocemesh::cli::runtime()?;
         let server = rt.block_on(server::start(cfg.clone(), Roles::Both))?;
         let url = server.url();
         // Agent settings without a command-line flag go in a config file; flags override it.
@@ -317,5 +327,28 @@ impl Drop for Lab {
         }
         let _ = Fabric::down(&self.fabric.spec().prefix);
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rocemesh_analyzer::diagnosis::fabric::FabricMap;
+    use rocemesh_testbed::{FabricSpec, Topology};
+
+    #[test]
+    fn the_rendered_map_is_what_the_analyzer_reads() {
+        let t = Topology::new(&FabricSpec {
+            tors: 3,
+            ..FabricSpec::default()
+        });
+        let map = FabricMap::parse(&super::fabric_map_toml(&t).unwrap()).unwrap();
+        let link = t.link("t2-s1").unwrap();
+        assert!(map.link("t2-s1").is_some());
+        assert_eq!(map.device(link.b.ip.into()), "s1");
+        assert_eq!(map.device(link.a.ip.into()), "t2");
+        assert!(
+            map.link("h0r0-t0").is_none(),
+            "RNIC links belong to the RNIC, not the map"
+        );
     }
 }

@@ -66,10 +66,10 @@ fn print_sla(lab: &Lab) {
 /// Runs the fabric demo.
 pub fn run(args: DemoArgs) -> Result<()> {
     let fault: Fault = serde_json::from_str(&args.fault)
-        .context("--fault is not a valid fault (JSON, see `rocemesh testbed fault --help`)")?;
+        .context("--fault is not a valid fault (JSON, see `rocemesh-lab testbed fault --help`)")?;
     let spec = crate::eval::lab_spec("rmdemo");
     println!(
-        "rocemesh demo: building a {}-ToR x {}-spine fabric with {} hosts in network namespaces ...",
+        "rocemesh-lab demo: building a {}-ToR x {}-spine fabric with {} hosts in network namespaces ...",
         spec.tors,
         spec.spines,
         spec.host_count()
@@ -91,10 +91,11 @@ pub fn run(args: DemoArgs) -> Result<()> {
         if onset.is_none() && started.elapsed() >= Duration::from_secs(args.baseline_secs) {
             let handle = lab.fabric.apply(&fault)?;
             onset = Some(now_unix_ms());
-            println!(
-                ">>> injected {} (ground truth: {:?} {})",
-                args.fault, handle.truth.kind, handle.truth.name
-            );
+            let truth = match &handle.truth {
+                Some(t) => format!("{:?} {}", t.kind, t.name),
+                None => "a process outside the fabric".into(),
+            };
+            println!(">>> injected {} (ground truth: {truth})", args.fault);
         }
         print_new_problems(&lab, &mut seen, onset)?;
         if last_sla.elapsed() >= Duration::from_secs(5) {

@@ -1,12 +1,12 @@
-//! `rocemesh eval`: the localization suite. Each scenario runs on a fresh lab (fabric,
+//! `rocemesh-lab eval`: the localization suite. Each scenario runs on a fresh lab (fabric,
 //! server, agents): baseline → fault → recovery; the problems the analyzer reported are
 //! scored against the injected ground truth, never assumed. Plain R-Pingmesh Alg. 1
 //! voting, computed by the analyzer on the same data, is scored alongside as a baseline.
 
 mod latency;
 pub mod random;
+mod run;
 pub mod scenarios;
-mod score;
 mod skeleton;
 mod tasks;
 
@@ -143,10 +143,10 @@ pub fn run(args: EvalArgs) -> Result<()> {
     }
     for name in &args.scenarios {
         if !all.iter().any(|s| s.name == name) {
-            bail!("unknown scenario {name:?}; `rocemesh eval --list` shows them");
+            bail!("unknown scenario {name:?}; `rocemesh-lab eval --list` shows them");
         }
     }
-    crate::lab::require_root("rocemesh eval")?;
+    crate::lab::require_root("rocemesh-lab eval")?;
     let selected: Vec<_> = all
         .iter()
         .filter(|s| {
@@ -162,22 +162,22 @@ pub fn run(args: EvalArgs) -> Result<()> {
     for s in selected {
         eprintln!("eval: {} ...", s.name);
         let mut lab = Lab::up(lab_spec(&args.prefix), &LabTiming::default())?;
-        let outcome = score::run_scenario(&mut lab, s.name, |l| s.inject(l), &phases)?;
-        eprintln!("eval: {}", score::one_line(&outcome));
+        let outcome = run::run_scenario(&mut lab, s.name, |l| s.inject(l), &phases)?;
+        eprintln!("eval: {}", run::one_line(&outcome));
         outcomes.push(outcome);
     }
-    print_report(&score::Report::new(None, outcomes), args.json)
+    print_report(&run::Report::new(None, outcomes), args.json)
 }
 
-fn phases(args: &EvalArgs) -> score::Phases {
-    score::Phases {
+fn phases(args: &EvalArgs) -> run::Phases {
+    run::Phases {
         baseline: Duration::from_secs(args.baseline_secs),
         fault: Duration::from_secs(args.fault_secs),
         recovery: Duration::from_secs(args.recovery_secs),
     }
 }
 
-fn print_report(report: &score::Report, json: bool) -> Result<()> {
+fn print_report(report: &run::Report, json: bool) -> Result<()> {
     if json {
         println!("{}", serde_json::to_string_pretty(report)?);
     } else {
@@ -200,7 +200,7 @@ fn run_random(args: &EvalArgs, n: u32) -> Result<()> {
         .into_iter()
         .map(|i| random::draw(seed, i, &args.prefix))
         .collect::<Result<Vec<_>>>()?;
-    crate::lab::require_root("rocemesh eval --random")?;
+    crate::lab::require_root("rocemesh-lab eval --random")?;
     eprintln!("eval: random suite, seed {seed} (replay: --random {n} --seed {seed} [--only I])");
     let phases = phases(args);
     let mut outcomes = Vec::new();
@@ -217,9 +217,9 @@ fn run_random(args: &EvalArgs, n: u32) -> Result<()> {
         );
         let mut lab = Lab::up(d.spec.clone(), &LabTiming::default())?;
         let name = format!("random-{}", d.index);
-        let outcome = score::run_scenario(&mut lab, &name, |l| random::inject(l, d), &phases)?;
-        eprintln!("eval: {}", score::one_line(&outcome));
+        let outcome = run::run_scenario(&mut lab, &name, |l| random::inject(l, d), &phases)?;
+        eprintln!("eval: {}", run::one_line(&outcome));
         outcomes.push(outcome);
     }
-    print_report(&score::Report::new(Some(seed), outcomes), args.json)
+    print_report(&run::Report::new(Some(seed), outcomes), args.json)
 }

@@ -1,4 +1,4 @@
-//! `rocemesh sim`: a simulated fabric (leaf-spine, fat-tree or rail) driving the real
+//! `rocemesh-lab sim`: a simulated fabric (leaf-spine, fat-tree or rail) driving the real
 //! controller and analyzer, in process and in virtual time, or a running server over
 //! HTTP (`--server`, wall-clock time); prints what was found against the injected
 //! ground truth with precision, recall, top-1 and time to localize, and the same scores
@@ -26,7 +26,7 @@ pub enum Topology {
     Rail,
 }
 
-/// Options of `rocemesh sim`.
+/// Options of `rocemesh-lab sim`.
 #[derive(Debug, Args)]
 pub struct SimArgs {
     /// Fabric kind.
@@ -142,7 +142,7 @@ impl SimArgs {
     }
 }
 
-/// Runs `rocemesh sim`.
+/// Runs `rocemesh-lab sim`.
 pub fn run(args: SimArgs) -> Result<()> {
     if let Some(n) = args.random {
         return random_suite(&args, n);
@@ -162,7 +162,7 @@ pub fn run(args: SimArgs) -> Result<()> {
     if let Some(url) = &args.server {
         return over_http(&scenario, url, args.token.as_deref(), args.json);
     }
-    let report = crate::cli::runtime()?.block_on(run_in_process(
+    let report = rocemesh::cli::runtime()?.block_on(run_in_process(
         &scenario,
         ControllerConfig::default(),
         AnalyzerConfig::default(),
@@ -246,7 +246,7 @@ fn random_suite(args: &SimArgs, n: u32) -> Result<()> {
         Some(i) => vec![i],
         None => (0..n).collect(),
     };
-    let rt = crate::cli::runtime()?;
+    let rt = rocemesh::cli::runtime()?;
     let mut outcomes = Vec::with_capacity(indices.len());
     for i in indices {
         let o = rt.block_on(random::run(args.seed, i, scale))?;
@@ -273,7 +273,7 @@ fn random_suite(args: &SimArgs, n: u32) -> Result<()> {
             .collect();
         if !wrong.is_empty() {
             println!(
-                "wrong: {} (replay one: rocemesh sim --random {n} --seed {} --scale {} --only I)",
+                "wrong: {} (replay one: rocemesh-lab sim --random {n} --seed {} --scale {} --only I)",
                 wrong.join(" "),
                 args.seed,
                 if scale == Scale::Lab { "lab" } else { "large" }

@@ -1,0 +1,30 @@
+//! Helpers for the `rocemesh-lab` binary's tests: real processes, JSON reports.
+#![allow(dead_code)]
+
+use std::process::Command;
+
+/// The lab binary under test; the agents its labs start run from the `rocemesh` binary
+/// beside it.
+pub fn bin() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_rocemesh-lab"));
+    c.env("RUST_LOG", "warn");
+    c
+}
+
+/// Whether the test runs as root (namespace fabrics need it).
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// Runs an `eval ... --json` command, asserts it succeeded and returns its report
+/// (printed, for the test log).
+pub fn eval_report(cmd: &mut Command) -> serde_json::Value {
+    let out = cmd.output().expect("run rocemesh-lab eval");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "eval failed: {stderr}");
+    let report: serde_json::Value =
+        serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stderr}"));
+    eprintln!("{}", serde_json::to_string_pretty(&report).expect("JSON"));
+    report
+}
