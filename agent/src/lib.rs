@@ -10,6 +10,7 @@
 //! [`sample`] samples every RNIC's throughput for the controller's skeleton inference;
 //! [`agent`] wires it all together behind [`start`].
 #![warn(missing_docs)]
+#![deny(unsafe_code)]
 
 mod agent;
 pub mod config;
@@ -22,6 +23,7 @@ pub mod sample;
 pub mod service;
 pub mod stats;
 mod stop;
+mod sys;
 pub mod trace;
 pub mod transport;
 pub mod upload;

@@ -99,8 +99,7 @@ mod tests {
     /// A real process in another network namespace (needs root for `unshare -n`).
     #[test]
     fn process_in_another_netns_is_not_ours() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !crate::sys::is_root() {
             println!("skipping: unshare -n needs root");
             return;
         }
