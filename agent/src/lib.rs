@@ -9,7 +9,6 @@
 //! [`service`] discovers service RC connections with eBPF and probes their 5-tuples;
 //! [`sample`] samples every RNIC's throughput for the controller's skeleton inference;
 //! [`agent`] wires it all together behind [`start`].
-#![warn(missing_docs)]
 #![deny(unsafe_code)]
 
 mod agent;

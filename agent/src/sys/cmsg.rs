@@ -20,7 +20,7 @@ impl Default for ControlBuf {
 ///
 /// # Safety
 /// Implement only for `Copy` types without padding invariants, references or enums.
-pub unsafe trait Pod: Copy {}
+pub(crate) unsafe trait Pod: Copy {}
 
 // SAFETY: integers, and C structs and arrays made only of integers without padding.
 unsafe impl Pod for u32 {}
@@ -32,7 +32,7 @@ unsafe impl Pod for libc::sockaddr_storage {}
 unsafe impl Pod for libc::cmsghdr {}
 
 /// Reads a plain-old-data `T` from the start of `data`, if it is long enough.
-pub fn read_pod<T: Pod>(data: &[u8]) -> Option<T> {
+pub(crate) fn read_pod<T: Pod>(data: &[u8]) -> Option<T> {
     // SAFETY: the length is checked; `Pod` types are valid for any bits; read_unaligned
     // needs no alignment.
     (data.len() >= size_of::<T>())
@@ -41,13 +41,13 @@ pub fn read_pod<T: Pod>(data: &[u8]) -> Option<T> {
 
 /// The cmsgs of a received message as (level, type, data) with the data clipped to the
 /// bytes the buffer really holds: a lying `cmsg_len` can never make a read overrun.
-pub struct Cmsgs<'a> {
+pub(crate) struct Cmsgs<'a> {
     buf: &'a [u8],
     at: usize,
 }
 
 /// Iterates over the first `controllen` bytes of `control`.
-pub fn cmsgs(control: &ControlBuf, controllen: usize) -> Cmsgs<'_> {
+pub(crate) fn cmsgs(control: &ControlBuf, controllen: usize) -> Cmsgs<'_> {
     Cmsgs {
         buf: &control.0[..controllen.min(CONTROL_LEN)],
         at: 0,
@@ -75,14 +75,14 @@ impl<'a> Iterator for Cmsgs<'a> {
 }
 
 /// The bytes of a plain-old-data value.
-pub fn pod_bytes<T: Pod>(value: &T) -> &[u8] {
+pub(crate) fn pod_bytes<T: Pod>(value: &T) -> &[u8] {
     // SAFETY: a Pod value is `size_of::<T>()` initialized bytes borrowed for the slice's life.
     unsafe { std::slice::from_raw_parts((value as *const T).cast::<u8>(), size_of::<T>()) }
 }
 
 /// Appends one cmsg at `*used` the way the kernel lays it out (tests); `data` must fit.
 #[cfg(test)]
-pub fn put_cmsg(buf: &mut ControlBuf, used: &mut usize, level: i32, ty: i32, data: &[u8]) {
+pub(crate) fn put_cmsg(buf: &mut ControlBuf, used: &mut usize, level: i32, ty: i32, data: &[u8]) {
     // SAFETY: CMSG_* are pure arithmetic.
     let (hdr_len, len, space) = unsafe {
         (

@@ -6,11 +6,11 @@ use std::time::Duration;
 
 /// An epoll instance; closed on drop.
 #[derive(Debug)]
-pub struct Epoll(OwnedFd);
+pub(crate) struct Epoll(OwnedFd);
 
 impl Epoll {
     /// A new close-on-exec epoll instance.
-    pub fn new() -> io::Result<Self> {
+    pub(crate) fn new() -> io::Result<Self> {
         // SAFETY: plain syscall; the fd is owned below.
         let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
         if ep < 0 {
@@ -21,7 +21,7 @@ impl Epoll {
     }
 
     /// Watches `fd` for input (and errors), reporting it under `key`.
-    pub fn add(&self, fd: RawFd, key: u64) -> io::Result<()> {
+    pub(crate) fn add(&self, fd: RawFd, key: u64) -> io::Result<()> {
         let mut ev = libc::epoll_event {
             events: libc::EPOLLIN as u32,
             u64: key,
@@ -37,7 +37,11 @@ impl Epoll {
     /// Waits up to `timeout` (rounded up to whole milliseconds, so a wake-up is never early
     /// and never spins until due) for ready descriptors, written to the start of `ready`;
     /// returns how many. An interrupted wait is an `Interrupted` error.
-    pub fn wait(&self, ready: &mut [libc::epoll_event], timeout: Duration) -> io::Result<usize> {
+    pub(crate) fn wait(
+        &self,
+        ready: &mut [libc::epoll_event],
+        timeout: Duration,
+    ) -> io::Result<usize> {
         let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
         let max = ready.len().min(i32::MAX as usize) as i32;
         // SAFETY: `ready` has room for `max` entries, the most the kernel writes.

@@ -67,14 +67,14 @@ unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
 
 /// Lets the kernel defer the calling thread's timer wake-ups by up to `ns` nanoseconds, to
 /// coalesce them with other wake-ups (best effort).
-pub fn set_timer_slack(ns: u64) {
+pub(crate) fn set_timer_slack(ns: u64) {
     // SAFETY: prctl(PR_SET_TIMERSLACK) takes a plain integer and affects only this thread.
     unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, ns as libc::c_ulong) };
 }
 
 /// Whether the process runs as root (tests that need namespaces skip otherwise).
 #[cfg(test)]
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }

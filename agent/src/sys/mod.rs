@@ -8,14 +8,15 @@ mod epoll;
 mod host;
 mod socket;
 
-pub use cmsg::{ControlBuf, cmsgs, read_pod};
+pub(crate) use cmsg::{ControlBuf, cmsgs, read_pod};
 #[cfg(test)]
-pub use cmsg::{Pod, pod_bytes, put_cmsg};
-pub use epoll::Epoll;
+pub(crate) use cmsg::{Pod, pod_bytes, put_cmsg};
+pub(crate) use epoll::Epoll;
 #[cfg(test)]
-pub use host::is_root;
-pub use host::{hostname, interface_addresses, set_timer_slack};
-pub use socket::{
-    RawReceived, RecvBuffers, recv_raw, send_without_stamp, set_hardware_timestamping, setsockopt,
-    sockaddr_from_bytes,
+pub(crate) use host::is_root;
+pub(crate) use host::set_timer_slack;
+pub use host::{hostname, interface_addresses};
+pub(crate) use socket::{
+    RawReceived, RecvBuffers, recv_raw, send_without_stamp, set_hardware_timestamping,
+    setsockopt, sockaddr_from_bytes,
 };

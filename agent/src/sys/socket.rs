@@ -9,7 +9,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::RawFd;
 
 /// Sets a socket option to `value` (an integer or a C struct of integers).
-pub fn setsockopt<T: Copy>(
+pub(crate) fn setsockopt<T: Copy>(
     fd: RawFd,
     level: libc::c_int,
     name: libc::c_int,
@@ -33,7 +33,7 @@ pub fn setsockopt<T: Copy>(
 }
 
 /// `SIOCSHWTSTAMP` on interface `ifname` through socket `fd`.
-pub fn set_hardware_timestamping(
+pub(crate) fn set_hardware_timestamping(
     fd: RawFd,
     ifname: &str,
     mut cfg: libc::hwtstamp_config,
@@ -62,7 +62,11 @@ pub fn set_hardware_timestamping(
 
 /// Sends `payload` to `dest` with a per-message `SO_TIMESTAMPING` cmsg clearing the TX
 /// flags: no stamp is generated and no `OPT_ID` consumed for this send.
-pub fn send_without_stamp(fd: RawFd, payload: &[u8], dest: &socket2::SockAddr) -> io::Result<()> {
+pub(crate) fn send_without_stamp(
+    fd: RawFd,
+    payload: &[u8],
+    dest: &socket2::SockAddr,
+) -> io::Result<()> {
     let mut control = ControlBuf::default();
     // SAFETY: every pointer refers to a live buffer of the stated length for the call; the
     // cmsg is written inside `control` (CMSG_SPACE(4) <= its length).
@@ -104,7 +108,7 @@ pub struct RawReceived {
 
 /// Non-blocking `recvmsg` into `buf`; `errqueue` reads the socket's error queue instead.
 /// The cmsgs stay in `control` for the caller to walk.
-pub fn recv_raw(
+pub(crate) fn recv_raw(
     fd: RawFd,
     buf: &mut [u8],
     errqueue: bool,
@@ -150,7 +154,7 @@ pub fn recv_raw(
 
 /// Buffers for one `recvmmsg` of up to `N` datagrams of `LEN` bytes each (longer ones are
 /// cut, their real length reported).
-pub struct RecvBuffers<const LEN: usize, const N: usize> {
+pub(crate) struct RecvBuffers<const LEN: usize, const N: usize> {
     data: [[u8; LEN]; N],
     control: [ControlBuf; N],
     addrs: [libc::sockaddr_storage; N],
@@ -164,7 +168,7 @@ unsafe impl<const LEN: usize, const N: usize> Send for RecvBuffers<LEN, N> {}
 
 impl<const LEN: usize, const N: usize> RecvBuffers<LEN, N> {
     /// Empty buffers (boxed: they are large).
-    pub fn new() -> Box<Self> {
+    pub(crate) fn new() -> Box<Self> {
         // SAFETY: all fields are plain old data for which zero is valid (null pointers
         // are replaced before use).
         Box::new(unsafe { zeroed() })
@@ -172,7 +176,7 @@ impl<const LEN: usize, const N: usize> RecvBuffers<LEN, N> {
 
     /// Reads up to `N` datagrams without blocking; returns how many (an error such as
     /// `WouldBlock` when there was none).
-    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+    pub(crate) fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         for i in 0..N {
             self.iovs[i] = libc::iovec {
                 iov_base: self.data[i].as_mut_ptr().cast(),
@@ -209,7 +213,7 @@ impl<const LEN: usize, const N: usize> RecvBuffers<LEN, N> {
     }
 
     /// Datagram `i` of the last call: its bytes, what `recvmsg` said, and its cmsgs.
-    pub fn get(&self, i: usize) -> (&[u8; LEN], RawReceived, &ControlBuf) {
+    pub(crate) fn get(&self, i: usize) -> (&[u8; LEN], RawReceived, &ControlBuf) {
         let m = &self.msgs[i];
         let raw = RawReceived {
             len: m.msg_len as usize,
@@ -227,7 +231,7 @@ fn sockaddr_to_std(addr: &libc::sockaddr_storage) -> Option<SocketAddr> {
 
 /// The address in raw sockaddr bytes (such as `SO_EE_OFFENDER`), if they hold a whole
 /// IPv4 or IPv6 one.
-pub fn sockaddr_from_bytes(bytes: &[u8]) -> Option<SocketAddr> {
+pub(crate) fn sockaddr_from_bytes(bytes: &[u8]) -> Option<SocketAddr> {
     let family = u16::from_ne_bytes(bytes.get(..2)?.try_into().ok()?);
     match i32::from(family) {
         libc::AF_INET => {

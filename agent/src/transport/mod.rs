@@ -104,6 +104,10 @@ impl RxDatagram {
 
 /// Something the transport observed.
 #[derive(Debug, Clone, Copy)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "events queue by value on the packet path; boxing would allocate per datagram"
+)]
 pub enum TransportEvent {
     /// A datagram arrived.
     Rx(RxDatagram),

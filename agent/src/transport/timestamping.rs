@@ -8,7 +8,7 @@ use std::io;
 use std::net::SocketAddr;
 use std::os::fd::RawFd;
 
-pub use crate::sys::ControlBuf;
+pub(crate) use crate::sys::ControlBuf;
 
 /// Every stamp we may use: TX and RX, software and raw hardware, with an ID per send
 /// and no payload copy on the error queue.
