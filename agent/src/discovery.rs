@@ -3,10 +3,10 @@
 use anyhow::Result;
 use std::net::{IpAddr, Ipv4Addr};
 
-pub use crate::sys::{hostname, interface_addresses};
+pub(crate) use crate::sys::{hostname, interface_addresses};
 
 /// The first IPv4 address of `ifname` (IPv6 if it has no IPv4).
-pub fn interface_ip(ifname: &str) -> Result<IpAddr> {
+pub(crate) fn interface_ip(ifname: &str) -> Result<IpAddr> {
     let addrs = interface_addresses()?;
     let mine = addrs.iter().filter(|(n, _)| n == ifname).map(|(_, ip)| *ip);
     let mut v6 = None;
@@ -21,7 +21,7 @@ pub fn interface_ip(ifname: &str) -> Result<IpAddr> {
 }
 
 /// The interface carrying `ip`, if it is listed (127.x aliases of `lo` are not).
-pub fn interface_of(ip: IpAddr) -> Option<String> {
+pub(crate) fn interface_of(ip: IpAddr) -> Option<String> {
     interface_addresses()
         .ok()?
         .into_iter()
@@ -30,7 +30,7 @@ pub fn interface_of(ip: IpAddr) -> Option<String> {
 }
 
 /// Default gateway of `ifname` from `/proc/net/route`, if it has one.
-pub fn gateway(ifname: &str) -> Option<IpAddr> {
+pub(crate) fn gateway(ifname: &str) -> Option<IpAddr> {
     let table = std::fs::read_to_string("/proc/net/route").ok()?;
     parse_route_gateway(&table, ifname)
 }

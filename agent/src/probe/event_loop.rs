@@ -19,7 +19,7 @@ use std::time::{Duration, Instant};
 /// Grid of the timer wake-ups of a shared loop (10 ms: 3.5 % of a core in the load
 /// example against 4 % at 5 ms; 20 ms gains nothing measurable). Below the schedule's
 /// catch-up window, so no probe slot is skipped.
-pub const TICK: Duration = Duration::from_millis(10);
+pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Timer slack of loop threads: how late the kernel may wake us to batch wake-ups.
 const TIMER_SLACK_NS: u64 = 2_000_000;
 /// epoll events fetched per wait.
@@ -49,11 +49,11 @@ pub(super) trait Driven: Send {
 
 /// The join handle of a loop thread, shared by the handles of its engines.
 #[derive(Debug, Default)]
-pub struct LoopThread(Mutex<Option<JoinHandle<()>>>);
+pub(crate) struct LoopThread(Mutex<Option<JoinHandle<()>>>);
 
 impl LoopThread {
     /// Joins the thread (once); a panic is an error.
-    pub fn join(self) -> anyhow::Result<()> {
+    pub(crate) fn join(self) -> anyhow::Result<()> {
         match self.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(t) => t
                 .join()

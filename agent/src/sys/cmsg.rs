@@ -7,7 +7,7 @@ const CONTROL_LEN: usize = 256;
 
 /// A cmsg buffer aligned for `cmsghdr`.
 #[repr(C, align(8))]
-pub struct ControlBuf(pub [u8; CONTROL_LEN]);
+pub(crate) struct ControlBuf(pub [u8; CONTROL_LEN]);
 
 impl Default for ControlBuf {
     fn default() -> Self {

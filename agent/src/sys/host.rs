@@ -5,7 +5,7 @@ use std::ffi::CStr;
 use std::net::IpAddr;
 
 /// The machine's host name (`gethostname`), or `"localhost"` if it cannot be read.
-pub fn hostname() -> String {
+pub(crate) fn hostname() -> String {
     let mut buf = [0u8; 256];
     // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
     let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
@@ -17,7 +17,7 @@ pub fn hostname() -> String {
 }
 
 /// Every (interface, address) pair of the host, from `getifaddrs`.
-pub fn interface_addresses() -> Result<Vec<(String, IpAddr)>> {
+pub(crate) fn interface_addresses() -> Result<Vec<(String, IpAddr)>> {
     let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
     // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
     if unsafe { libc::getifaddrs(&mut head) } != 0 {

@@ -15,8 +15,8 @@ pub(crate) use epoll::Epoll;
 #[cfg(test)]
 pub(crate) use host::is_root;
 pub(crate) use host::set_timer_slack;
-pub use host::{hostname, interface_addresses};
+pub(crate) use host::{hostname, interface_addresses};
 pub(crate) use socket::{
-    RawReceived, RecvBuffers, recv_raw, send_without_stamp, set_hardware_timestamping,
-    setsockopt, sockaddr_from_bytes,
+    RawReceived, RecvBuffers, recv_raw, send_without_stamp, set_hardware_timestamping, setsockopt,
+    sockaddr_from_bytes,
 };

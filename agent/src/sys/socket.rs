@@ -97,7 +97,7 @@ pub(crate) fn send_without_stamp(
 
 /// What `recvmsg` returned, with the ancillary data left unparsed in the caller's buffer.
 #[derive(Debug, Clone, Copy)]
-pub struct RawReceived {
+pub(crate) struct RawReceived {
     /// Real datagram length (`MSG_TRUNC`; for error-queue messages the returned payload length).
     pub len: usize,
     /// Sender, for normal datagrams.

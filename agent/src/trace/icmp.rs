@@ -16,7 +16,7 @@ const ICMPV6_PORT_UNREACH: u8 = 4;
 
 /// What an ICMP error says about the packet it quotes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IcmpKind {
+pub(crate) enum IcmpKind {
     /// A router on the way dropped it because its TTL ran out: that router is a hop.
     TimeExceeded,
     /// The destination host answered: nobody listens on the port (agent not running).
@@ -27,7 +27,7 @@ pub enum IcmpKind {
 
 /// One ICMP error read from an error queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IcmpAnswer {
+pub(crate) struct IcmpAnswer {
     /// The address of the node that sent the error (`SO_EE_OFFENDER`).
     pub from: IpAddr,
     /// What kind of error.
@@ -40,7 +40,7 @@ pub struct IcmpAnswer {
 /// Parses one error-queue message: its cmsgs (`controllen` valid bytes of `control`) and
 /// the quoted payload. Anything that is not an ICMP error with a usable offender (TX
 /// stamps, local errors, garbage) is `None`.
-pub fn parse_icmp_error(
+pub(crate) fn parse_icmp_error(
     control: &ControlBuf,
     controllen: usize,
     quoted: &[u8],

@@ -9,10 +9,10 @@ use std::io;
 use std::os::fd::RawFd;
 
 /// Datagrams read per call.
-pub const BATCH: usize = 16;
+pub(crate) const BATCH: usize = 16;
 
 /// Buffers for one `recvmmsg` of up to [`BATCH`] datagrams.
-pub struct RecvBatch(Box<RecvBuffers<RX_BUF_LEN, BATCH>>);
+pub(crate) struct RecvBatch(Box<RecvBuffers<RX_BUF_LEN, BATCH>>);
 
 /// Empty buffers (boxed inside: about 8 KiB).
 impl Default for RecvBatch {
@@ -24,12 +24,12 @@ impl Default for RecvBatch {
 impl RecvBatch {
     /// Reads up to [`BATCH`] datagrams without blocking; returns how many (an error such
     /// as `WouldBlock` when there was none).
-    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+    pub(crate) fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
         self.0.recv(fd)
     }
 
     /// Datagram `i` of the last call: its bytes (at most [`RX_BUF_LEN`]) and what came with it.
-    pub fn get(&self, i: usize) -> (&[u8; RX_BUF_LEN], Received) {
+    pub(crate) fn get(&self, i: usize) -> (&[u8; RX_BUF_LEN], Received) {
         let (data, raw, control) = self.0.get(i);
         (data, Received::parse(raw, control))
     }

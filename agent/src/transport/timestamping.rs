@@ -12,7 +12,7 @@ pub(crate) use crate::sys::ControlBuf;
 
 /// Every stamp we may use: TX and RX, software and raw hardware, with an ID per send
 /// and no payload copy on the error queue.
-pub const TIMESTAMPING_FLAGS: u32 = libc::SOF_TIMESTAMPING_TX_SOFTWARE
+pub(crate) const TIMESTAMPING_FLAGS: u32 = libc::SOF_TIMESTAMPING_TX_SOFTWARE
     | libc::SOF_TIMESTAMPING_TX_HARDWARE
     | libc::SOF_TIMESTAMPING_RX_SOFTWARE
     | libc::SOF_TIMESTAMPING_RX_HARDWARE
@@ -25,13 +25,13 @@ pub const TIMESTAMPING_FLAGS: u32 = libc::SOF_TIMESTAMPING_TX_SOFTWARE
 const SCM_TSTAMP_SND: u32 = 0;
 
 /// Turns `SO_TIMESTAMPING` on for a socket (resets its OPT_ID counter to 0).
-pub fn enable(fd: RawFd) -> io::Result<()> {
+pub(crate) fn enable(fd: RawFd) -> io::Result<()> {
     let flags = TIMESTAMPING_FLAGS as libc::c_int;
     setsockopt(fd, libc::SOL_SOCKET, libc::SO_TIMESTAMPING, &flags)
 }
 
 /// Asks the NIC behind `ifname` to timestamp every packet in hardware (`SIOCSHWTSTAMP`).
-pub fn enable_hardware(fd: RawFd, ifname: &str) -> io::Result<()> {
+pub(crate) fn enable_hardware(fd: RawFd, ifname: &str) -> io::Result<()> {
     let cfg = libc::hwtstamp_config {
         flags: 0,
         tx_type: libc::HWTSTAMP_TX_ON as libc::c_int,
@@ -42,7 +42,7 @@ pub fn enable_hardware(fd: RawFd, ifname: &str) -> io::Result<()> {
 
 /// What the ancillary data of one message said.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct ControlInfo {
+pub(crate) struct ControlInfo {
     /// The timestamp (raw hardware if non-zero, else software).
     pub stamp: Option<Stamp>,
     /// For error-queue messages: the OPT_ID of the send this TX stamp belongs to.
@@ -72,7 +72,7 @@ fn pick_stamp(ts: &[libc::timespec; 3]) -> Option<Stamp> {
 }
 
 /// Walks the cmsgs of a received message (`controllen` bytes of `control` are valid).
-pub fn parse_control(control: &ControlBuf, controllen: usize) -> ControlInfo {
+pub(crate) fn parse_control(control: &ControlBuf, controllen: usize) -> ControlInfo {
     let mut info = ControlInfo::default();
     for (level, ty, data) in cmsgs(control, controllen) {
         match (level, ty) {
@@ -98,7 +98,7 @@ pub fn parse_control(control: &ControlBuf, controllen: usize) -> ControlInfo {
 
 /// One `recvmsg` result.
 #[derive(Debug, Clone, Copy)]
-pub struct Received {
+pub(crate) struct Received {
     /// Real datagram length (`MSG_TRUNC`), 0 for error-queue messages.
     pub len: usize,
     /// Sender, for normal datagrams.
@@ -108,7 +108,7 @@ pub struct Received {
 }
 
 /// Non-blocking `recvmsg` into `buf`; `errqueue` reads the socket's error queue instead.
-pub fn recv(
+pub(crate) fn recv(
     fd: RawFd,
     buf: &mut [u8],
     errqueue: bool,
@@ -120,7 +120,7 @@ pub fn recv(
 
 impl Received {
     /// What `recvmsg` said, with the cmsgs it left in `control` parsed.
-    pub fn parse(raw: RawReceived, control: &ControlBuf) -> Self {
+    pub(crate) fn parse(raw: RawReceived, control: &ControlBuf) -> Self {
         Self {
             len: raw.len,
             peer: raw.peer,

@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Default bound of the per-source-port send socket cache.
-pub const DEFAULT_SEND_SOCKETS: usize = 512;
+pub(crate) const DEFAULT_SEND_SOCKETS: usize = 512;
 /// epoll key of the main socket (send sockets use their port, < 2^16).
 const MAIN_KEY: u64 = 1 << 32;
 /// epoll events fetched per wait.

@@ -1,7 +1,7 @@
 //! What the uploader tests share: numbered results and a destination.
 #![allow(dead_code)]
 
-use rocemesh_agent::upload::Destination;
+use rocemesh_agent::Destination;
 use rocemesh_proto::ProbeResult;
 use rocemesh_proto::testing::probe_result;
 
