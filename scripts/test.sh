@@ -29,7 +29,13 @@ echo "test.sh: PostgreSQL on port $pgport"
 export CARGO_INCREMENTAL=0
 disk() { echo "test.sh: disk $1: $(df -h --output=avail . | tail -n1 | tr -d ' ') free, target $(du -sh target 2>/dev/null | cut -f1)"; }
 disk start
-cargo check --workspace --locked --benches
+# Style and lints first (the workspace lints of Cargo.toml, warnings as errors): a
+# formatting slip or a lint fails here in minutes, not after the whole suite. Clippy also
+# type-checks every target, benches included.
+command -v rustfmt >/dev/null && cargo clippy --version >/dev/null 2>&1 ||
+  rustup component add rustfmt clippy
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 # The localization suite (root) measures seconds-scale detection: run it on a release build
 # (the lab binary, whose labs run agents from the `rocemesh` binary beside it).
 cargo build --release --locked -p rocemesh -p rocemesh-lab

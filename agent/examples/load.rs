@@ -3,12 +3,12 @@
 //!
 //! `cargo run --release -p rocemesh-agent --example load [seconds]`
 
-use rocemesh_agent::probe::engine::{Command, EngineIdentity};
-use rocemesh_agent::probe::event_loop::EventLoop;
-use rocemesh_agent::stats::Counters;
-use rocemesh_agent::trace::{TracerHandle, TracerOptions};
-use rocemesh_agent::transport::{UdpOptions, UdpTransport};
-use rocemesh_agent::upload::buffer::ResultBuffer;
+use rocemesh_agent::Counters;
+use rocemesh_agent::EventLoop;
+use rocemesh_agent::ResultBuffer;
+use rocemesh_agent::{Command, EngineIdentity};
+use rocemesh_agent::{TracerHandle, TracerOptions};
+use rocemesh_agent::{UdpOptions, UdpTransport};
 use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{PingTarget, ProbeList};
 use std::sync::Arc;

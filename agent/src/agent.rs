@@ -60,7 +60,8 @@ pub struct AgentHandle {
 /// registers, uploads and traces service flows in the background.
 pub fn start(cfg: AgentConfig) -> Result<AgentHandle> {
     cfg.validate()?;
-    raise_fd_limit();
+    // Send sockets need many descriptors (512 per RNIC): failure is logged, not fatal.
+    let _ = rocemesh_httpd::raise_fd_limit();
     let counters = Arc::new(Counters::default());
     let buffer = Arc::new(ResultBuffer::new(cfg.buffer_capacity, counters.clone()));
     let metrics = match cfg.metrics_listen {
@@ -316,21 +317,6 @@ fn upload_loop(mut uploader: Uploader, registration: &SharedRegistration, stop: 
     if let Some(reg) = current() {
         uploader.set_timeout(FINAL_UPLOAD_TIMEOUT);
         uploader.upload_chunk(&reg.destination(), Marks::ALL);
-    }
-}
-
-/// Send sockets need many descriptors (512 per RNIC): lift the soft limit to the hard one.
-fn raise_fd_limit() {
-    let mut lim = libc::rlimit {
-        rlim_cur: 0,
-        rlim_max: 0,
-    };
-    // SAFETY: plain syscalls on a valid rlimit struct.
-    unsafe {
-        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
-            lim.rlim_cur = lim.rlim_max;
-            libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
-        }
     }
 }
 

@@ -7,9 +7,9 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 
 /// Default UDP port of every responder (RoCE uses 4791; we sit next to it).
-pub const DEFAULT_PORT: u16 = 4792;
+pub(crate) const DEFAULT_PORT: u16 = 4792;
 /// Default capacity of the result buffer, in records.
-pub const DEFAULT_BUFFER_CAPACITY: usize = 100_000;
+pub(crate) const DEFAULT_BUFFER_CAPACITY: usize = 100_000;
 
 /// Everything the agent needs to start.
 #[derive(Clone, Debug, Deserialize)]
@@ -151,11 +151,11 @@ impl std::str::FromStr for ServiceTracing {
 }
 
 /// Default highest TTL of a trace: a 3-tier Clos is at most 5 routers deep.
-pub const DEFAULT_TRACE_MAX_HOPS: u8 = 8;
+pub(crate) const DEFAULT_TRACE_MAX_HOPS: u8 = 8;
 /// Default TRACE packets per second per agent.
-pub const DEFAULT_TRACE_PPS: f64 = 40.0;
+pub(crate) const DEFAULT_TRACE_PPS: f64 = 40.0;
 /// Default refresh period of every traced path.
-pub const DEFAULT_TRACE_REFRESH_MS: u64 = 60_000;
+pub(crate) const DEFAULT_TRACE_REFRESH_MS: u64 = 60_000;
 
 fn default_true() -> bool {
     true
@@ -174,9 +174,9 @@ fn default_trace_refresh_ms() -> u64 {
 }
 
 /// Default throughput sampling interval.
-pub const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 1_000;
+pub(crate) const DEFAULT_SAMPLE_INTERVAL_MS: u64 = 1_000;
 /// Default upload period of throughput samples.
-pub const DEFAULT_SAMPLE_UPLOAD_MS: u64 = 10_000;
+pub(crate) const DEFAULT_SAMPLE_UPLOAD_MS: u64 = 10_000;
 
 fn default_sample_interval_ms() -> u64 {
     DEFAULT_SAMPLE_INTERVAL_MS

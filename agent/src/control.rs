@@ -16,11 +16,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// First registration retry delay; doubles up to [`BACKOFF_MAX`].
-pub const BACKOFF_MIN: Duration = Duration::from_millis(500);
+pub(crate) const BACKOFF_MIN: Duration = Duration::from_millis(500);
 /// Longest registration retry delay.
-pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+pub(crate) const BACKOFF_MAX: Duration = Duration::from_secs(10);
 /// Timeout of every controller request.
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
+pub(crate) const REQUEST_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest pinglist body accepted.
 const MAX_PINGLIST_BYTES: u64 = 32 * 1024 * 1024;
 /// Shortest poll/upload period honoured, whatever the controller says.
@@ -28,7 +28,7 @@ const MIN_PERIOD: Duration = Duration::from_millis(100);
 
 /// What the agent learned from its last registration.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Registration {
+pub(crate) struct Registration {
     /// Controller-assigned host id.
     pub host_id: u32,
     /// Where results go.
@@ -45,7 +45,7 @@ pub struct Registration {
 
 impl Registration {
     /// Where result batches go, as this host.
-    pub fn destination(&self) -> Destination<'_> {
+    pub(crate) fn destination(&self) -> Destination<'_> {
         Destination {
             analyzer_url: &self.analyzer_url,
             host_id: self.host_id,
@@ -55,12 +55,12 @@ impl Registration {
 }
 
 /// Registration state shared between the control thread, the uploader and the handle.
-pub type SharedRegistration = Arc<Mutex<Option<Registration>>>;
+pub(crate) type SharedRegistration = Arc<Mutex<Option<Registration>>>;
 
 /// Result of one pinglist poll: what happened to the list, and the analyzer the
 /// controller named, if any.
 #[derive(Debug)]
-pub struct PollReply {
+pub(crate) struct PollReply {
     /// The list's fate.
     pub outcome: Poll,
     /// A usable `http(s)://` URL from the `x-rocemesh-analyzer` header ([`named_analyzer`]).
@@ -69,7 +69,7 @@ pub struct PollReply {
 
 /// What a pinglist poll did to the list.
 #[derive(Debug)]
-pub enum Poll {
+pub(crate) enum Poll {
     /// 304: what we have is current.
     Unchanged,
     /// 200: a new pinglist and its ETag.
@@ -80,7 +80,7 @@ pub enum Poll {
 
 /// Blocking client of the controller API.
 #[derive(Debug)]
-pub struct ControlClient {
+pub(crate) struct ControlClient {
     http: ureq::Agent,
     base: String,
     request: RegisterRequest,
@@ -88,7 +88,7 @@ pub struct ControlClient {
 
 impl ControlClient {
     /// A client registering `request` at `controller_url`.
-    pub fn new(controller_url: &str, request: RegisterRequest) -> Self {
+    pub(crate) fn new(controller_url: &str, request: RegisterRequest) -> Self {
         Self {
             http: http_agent(REQUEST_TIMEOUT),
             base: controller_url.trim_end_matches('/').to_string(),
@@ -97,7 +97,7 @@ impl ControlClient {
     }
 
     /// `POST /api/v1/agents/register`.
-    pub fn register(&self) -> Result<RegisterResponse> {
+    pub(crate) fn register(&self) -> Result<RegisterResponse> {
         let url = format!("{}{API_PREFIX}/agents/register", self.base);
         let mut resp = self
             .http
@@ -127,7 +127,7 @@ impl ControlClient {
     }
 
     /// `GET /api/v1/pinglists/{host_id}?epoch=` with `If-None-Match`.
-    pub fn poll(&self, host_id: u32, etag: Option<&str>) -> Result<PollReply> {
+    pub(crate) fn poll(&self, host_id: u32, etag: Option<&str>) -> Result<PollReply> {
         let url = format!(
             "{}{API_PREFIX}/pinglists/{host_id}?epoch={}",
             self.base, self.request.epoch
@@ -162,7 +162,7 @@ impl ControlClient {
 }
 
 /// The control thread's state: engines by RNIC name, in configuration order.
-pub struct ControlLoop {
+pub(crate) struct ControlLoop {
     /// Controller client.
     pub client: ControlClient,
     /// (RNIC name, engine) pairs.
@@ -181,7 +181,7 @@ pub struct ControlLoop {
 
 impl ControlLoop {
     /// Registers, then polls the pinglist until stopped, re-registering when told to.
-    pub fn run(self) {
+    pub(crate) fn run(self) {
         while let Some(mut reg) = self.register_with_backoff() {
             let mut etag: Option<String> = None;
             let mut failing = false;

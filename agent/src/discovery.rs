@@ -1,73 +1,12 @@
 //! What the agent learns from the host itself: its name, interface addresses, gateways.
 
-use anyhow::{Result, bail};
-use std::ffi::CStr;
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use anyhow::Result;
+use std::net::{IpAddr, Ipv4Addr};
 
-/// The machine's host name (`gethostname`), or `"localhost"` if it cannot be read.
-pub fn hostname() -> String {
-    let mut buf = [0u8; 256];
-    // SAFETY: the buffer is valid for its length; gethostname NUL-terminates on success.
-    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
-    if rc != 0 {
-        return "localhost".to_string();
-    }
-    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
-    String::from_utf8_lossy(&buf[..end]).into_owned()
-}
-
-/// Every (interface, address) pair of the host, from `getifaddrs`.
-pub fn interface_addresses() -> Result<Vec<(String, IpAddr)>> {
-    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
-    // SAFETY: getifaddrs fills `head` with a list we free below with freeifaddrs.
-    if unsafe { libc::getifaddrs(&mut head) } != 0 {
-        bail!("getifaddrs: {}", std::io::Error::last_os_error());
-    }
-    let mut out = Vec::new();
-    let mut cur = head;
-    while !cur.is_null() {
-        // SAFETY: `cur` is a node of the list getifaddrs returned and is not freed yet.
-        let ifa = unsafe { &*cur };
-        if let Some(ip) = unsafe { sockaddr_ip(ifa.ifa_addr) } {
-            // SAFETY: ifa_name is a NUL-terminated string owned by the list.
-            let name = unsafe { CStr::from_ptr(ifa.ifa_name) }
-                .to_string_lossy()
-                .into_owned();
-            out.push((name, ip));
-        }
-        cur = ifa.ifa_next;
-    }
-    // SAFETY: `head` came from getifaddrs and is freed exactly once.
-    unsafe { libc::freeifaddrs(head) };
-    Ok(out)
-}
-
-/// # Safety
-/// `sa` must be null or point to a sockaddr of the length its family implies.
-unsafe fn sockaddr_ip(sa: *const libc::sockaddr) -> Option<IpAddr> {
-    if sa.is_null() {
-        return None;
-    }
-    // SAFETY: non-null sockaddr from getifaddrs, read according to its family.
-    unsafe {
-        match (*sa).sa_family as i32 {
-            libc::AF_INET => {
-                let sin = &*(sa as *const libc::sockaddr_in);
-                Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
-                    sin.sin_addr.s_addr,
-                ))))
-            }
-            libc::AF_INET6 => {
-                let sin6 = &*(sa as *const libc::sockaddr_in6);
-                Some(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)))
-            }
-            _ => None,
-        }
-    }
-}
+pub(crate) use crate::sys::{hostname, interface_addresses};
 
 /// The first IPv4 address of `ifname` (IPv6 if it has no IPv4).
-pub fn interface_ip(ifname: &str) -> Result<IpAddr> {
+pub(crate) fn interface_ip(ifname: &str) -> Result<IpAddr> {
     let addrs = interface_addresses()?;
     let mine = addrs.iter().filter(|(n, _)| n == ifname).map(|(_, ip)| *ip);
     let mut v6 = None;
@@ -82,7 +21,7 @@ pub fn interface_ip(ifname: &str) -> Result<IpAddr> {
 }
 
 /// The interface carrying `ip`, if it is listed (127.x aliases of `lo` are not).
-pub fn interface_of(ip: IpAddr) -> Option<String> {
+pub(crate) fn interface_of(ip: IpAddr) -> Option<String> {
     interface_addresses()
         .ok()?
         .into_iter()
@@ -91,7 +30,7 @@ pub fn interface_of(ip: IpAddr) -> Option<String> {
 }
 
 /// Default gateway of `ifname` from `/proc/net/route`, if it has one.
-pub fn gateway(ifname: &str) -> Option<IpAddr> {
+pub(crate) fn gateway(ifname: &str) -> Option<IpAddr> {
     let table = std::fs::read_to_string("/proc/net/route").ok()?;
     parse_route_gateway(&table, ifname)
 }

@@ -54,7 +54,7 @@ pub fn set_token_file(path: &Path, token: &str) -> Result<()> {
 /// Reads the token file again (after a 401: the token may have been rotated) and uses its
 /// token from the next request on. True when the token changed; a missing, empty or
 /// unusable file keeps the current token (logged).
-pub fn reload_token() -> bool {
+pub(crate) fn reload_token() -> bool {
     let Some(path) = TOKEN_FILE.get() else {
         return false;
     };
@@ -103,7 +103,7 @@ pub fn set_tls(tls: ClientTls) -> Result<()> {
 /// A blocking HTTP(S) client that reports every status as a response (not an error), checks
 /// server certificates against the process's trust and sends the agent's bearer token,
 /// when one is set, on every request.
-pub fn http_agent(timeout: Duration) -> ureq::Agent {
+pub(crate) fn http_agent(timeout: Duration) -> ureq::Agent {
     let config = http_client::config(timeout, TLS.get().unwrap_or(&ClientTls::default()));
     config
         .middleware(

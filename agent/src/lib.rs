@@ -9,23 +9,30 @@
 //! [`service`] discovers service RC connections with eBPF and probes their 5-tuples;
 //! [`sample`] samples every RNIC's throughput for the controller's skeleton inference;
 //! [`agent`] wires it all together behind [`start`].
-#![warn(missing_docs)]
+#![deny(unsafe_code)]
 
 mod agent;
-pub mod config;
-pub mod control;
-pub mod discovery;
-pub mod http_client;
-pub mod metrics;
-pub mod probe;
-pub mod sample;
-pub mod service;
-pub mod stats;
+mod config;
+mod control;
+mod discovery;
+mod http_client;
+mod metrics;
+mod probe;
+mod sample;
+mod service;
+mod stats;
 mod stop;
-pub mod trace;
-pub mod transport;
-pub mod upload;
+mod sys;
+mod trace;
+mod transport;
+mod upload;
 
 pub use agent::{AgentHandle, start};
 pub use config::{AgentConfig, RnicConfig, ServiceTracing, TransportKind};
-pub use stats::AgentStats;
+pub use http_client::{client_tls, set_bearer_token, set_tls, set_token_file};
+pub use metrics::{MetricsServer, Sources, exposition};
+pub use probe::{Auth, Command, EngineHandle, EngineIdentity, EventLoop, GuardSettings};
+pub use stats::{AgentStats, Counters};
+pub use trace::{TracerHandle, TracerOptions};
+pub use transport::{UdpOptions, UdpTransport, list_rdma_devices};
+pub use upload::{Destination, Marks, ResultBuffer, UploadOutcome, Uploader, backoff};

@@ -5,25 +5,25 @@ use std::time::{Duration, Instant};
 
 /// Set once at shutdown; sleepers wake at once.
 #[derive(Debug, Default)]
-pub struct StopSignal {
+pub(crate) struct StopSignal {
     stopped: Mutex<bool>,
     cv: Condvar,
 }
 
 impl StopSignal {
     /// Requests the stop and wakes every sleeper.
-    pub fn stop(&self) {
+    pub(crate) fn stop(&self) {
         *self.stopped.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.cv.notify_all();
     }
 
     /// True once stopped.
-    pub fn is_stopped(&self) -> bool {
+    pub(crate) fn is_stopped(&self) -> bool {
         *self.stopped.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Sleeps up to `d`; returns true if the stop was requested meanwhile.
-    pub fn sleep(&self, d: Duration) -> bool {
+    pub(crate) fn sleep(&self, d: Duration) -> bool {
         let until = Instant::now() + d;
         let mut g = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
         while !*g {

@@ -1,9 +1,9 @@
 //! Two engines on 127.0.7.x probing each other over real UDP sockets, without a controller.
 
-use rocemesh_agent::probe::engine::{Command, EngineHandle, EngineIdentity};
-use rocemesh_agent::stats::Counters;
-use rocemesh_agent::transport::{UdpOptions, UdpTransport};
-use rocemesh_agent::upload::buffer::{Marks, ResultBuffer};
+use rocemesh_agent::Counters;
+use rocemesh_agent::{Command, EngineHandle, EngineIdentity};
+use rocemesh_agent::{Marks, ResultBuffer};
+use rocemesh_agent::{UdpOptions, UdpTransport};
 use rocemesh_proto::api::{PingTarget, ProbeList};
 use rocemesh_proto::batch::{BatchHeader, decode_batch};
 use rocemesh_proto::{ProbeClass, ProbeResult, ProbeStatus, TimestampSource};
@@ -215,7 +215,7 @@ fn garbage_is_counted_and_never_answered() {
 /// running (its peer's probes to it then time out).
 #[test]
 fn engines_sharing_one_loop_probe_each_other_and_stop_independently() {
-    use rocemesh_agent::probe::event_loop::EventLoop;
+    use rocemesh_agent::EventLoop;
     let port = 47_941;
     let counters = Arc::new(Counters::default());
     let buffer = Arc::new(ResultBuffer::new(100_000, counters.clone()));

@@ -263,14 +263,11 @@ fn metrics_listener_serves_the_agents_counters() {
 
 #[test]
 fn dripping_and_silent_clients_delay_no_scrape() {
-    let counters = Arc::new(rocemesh_agent::stats::Counters::default());
-    let buffer = Arc::new(rocemesh_agent::upload::buffer::ResultBuffer::new(
-        100,
-        counters.clone(),
-    ));
-    let server = rocemesh_agent::metrics::MetricsServer::spawn(
+    let counters = Arc::new(rocemesh_agent::Counters::default());
+    let buffer = Arc::new(rocemesh_agent::ResultBuffer::new(100, counters.clone()));
+    let server = rocemesh_agent::MetricsServer::spawn(
         "127.0.0.1:0".parse().unwrap(),
-        rocemesh_agent::metrics::Sources {
+        rocemesh_agent::Sources {
             counters,
             buffer,
             buffer_capacity: 100,

@@ -1,11 +1,11 @@
 //! Probe authentication and the per-source answer limit over real UDP sockets: engines on
 //! 127.0.9.x, a fake prober (or attacker) on a plain socket bound to the agent port.
 
-use rocemesh_agent::probe::engine::{Command, EngineHandle, EngineIdentity};
-use rocemesh_agent::probe::guard::{Auth, GuardSettings};
-use rocemesh_agent::stats::Counters;
-use rocemesh_agent::transport::{UdpOptions, UdpTransport};
-use rocemesh_agent::upload::buffer::{Marks, ResultBuffer};
+use rocemesh_agent::Counters;
+use rocemesh_agent::{Auth, GuardSettings};
+use rocemesh_agent::{Command, EngineHandle, EngineIdentity};
+use rocemesh_agent::{Marks, ResultBuffer};
+use rocemesh_agent::{UdpOptions, UdpTransport};
 use rocemesh_proto::api::{PingTarget, ProbeList};
 use rocemesh_proto::batch::{BatchHeader, decode_batch};
 use rocemesh_proto::packet::{PROBE_LEN, Wire};

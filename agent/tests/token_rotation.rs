@@ -9,9 +9,9 @@ mod common;
 
 use common::upload::{numbered, to};
 use common::{Response, serve};
-use rocemesh_agent::stats::Counters;
-use rocemesh_agent::upload::buffer::ResultBuffer;
-use rocemesh_agent::upload::{UploadOutcome, Uploader};
+use rocemesh_agent::Counters;
+use rocemesh_agent::ResultBuffer;
+use rocemesh_agent::{UploadOutcome, Uploader};
 use rocemesh_proto::ProbeResult;
 use rocemesh_proto::api::{ErrorBody, UploadAck};
 use rocemesh_proto::batch::decode_batch;
@@ -28,7 +28,7 @@ fn a_token_rotation_loses_no_result() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("token");
     std::fs::write(&file, format!("{OLD}\n")).unwrap();
-    rocemesh_agent::http_client::set_token_file(&file, OLD).unwrap();
+    rocemesh_agent::set_token_file(&file, OLD).unwrap();
     let accepted_token = Arc::new(Mutex::new(OLD.to_string()));
     let taken: Arc<Mutex<Vec<u32>>> = Arc::default();
     let url = {

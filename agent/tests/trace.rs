@@ -4,11 +4,11 @@
 //! icmp_errors_use_inbound_ifaddr=1). The traced hops must be exactly the router ingress
 //! addresses of the ECMP path the kernel picks for each probe and ACK 5-tuple.
 
-use rocemesh_agent::probe::engine::{Command, EngineHandle, EngineIdentity};
-use rocemesh_agent::stats::Counters;
-use rocemesh_agent::trace::{TracerHandle, TracerOptions};
-use rocemesh_agent::transport::{UdpOptions, UdpTransport};
-use rocemesh_agent::upload::buffer::{Marks, ResultBuffer};
+use rocemesh_agent::Counters;
+use rocemesh_agent::{Command, EngineHandle, EngineIdentity};
+use rocemesh_agent::{Marks, ResultBuffer};
+use rocemesh_agent::{TracerHandle, TracerOptions};
+use rocemesh_agent::{UdpOptions, UdpTransport};
 use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{PingTarget, ProbeList};
 use rocemesh_proto::batch::{BatchHeader, decode_batch};

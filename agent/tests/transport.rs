@@ -27,7 +27,7 @@ fn free_port() -> u16 {
 
 #[test]
 fn verbs_without_a_device_fails_at_start_with_the_verbs_message() {
-    if rocemesh_agent::transport::select::list_rdma_devices().is_ok() {
+    if rocemesh_agent::list_rdma_devices().is_ok() {
         println!("skipping: this machine has RDMA devices");
         return;
     }

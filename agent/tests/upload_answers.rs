@@ -9,9 +9,9 @@ mod common;
 use common::upload::{numbered, to};
 use common::{Request, Response, serve};
 use rand::{Rng, SeedableRng};
-use rocemesh_agent::stats::Counters;
-use rocemesh_agent::upload::buffer::ResultBuffer;
-use rocemesh_agent::upload::{UploadOutcome, Uploader};
+use rocemesh_agent::Counters;
+use rocemesh_agent::ResultBuffer;
+use rocemesh_agent::{UploadOutcome, Uploader};
 use rocemesh_proto::ProbeResult;
 use rocemesh_proto::api::{ErrorBody, UploadAck};
 use rocemesh_proto::batch::decode_batch;
@@ -137,7 +137,7 @@ fn only_a_malformed_body_answer_drops_a_batch_and_it_is_counted() {
 
 #[test]
 fn backoff_grows_is_capped_and_jittered() {
-    use rocemesh_agent::upload::backoff;
+    use rocemesh_agent::backoff;
     let p = Duration::from_secs(5);
     assert_eq!(backoff(p, 0), p);
     let all: Vec<Duration> = (0..200).map(|_| backoff(p, 2)).collect();

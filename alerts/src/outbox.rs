@@ -128,11 +128,22 @@ pub enum Outcome {
     /// The receiver answered 2xx.
     Delivered,
     /// Tried and failed; due again at the given time.
-    Retry { due_ms: i64, error: String },
+    Retry {
+        /// When it is due again (ms since the epoch).
+        due_ms: i64,
+        /// Why the attempt failed.
+        error: String,
+    },
     /// Given up (permanent 4xx, expired, receiver removed).
-    Failed { error: String },
+    Failed {
+        /// Why it was given up.
+        error: String,
+    },
     /// Not tried (an earlier request to the same receiver failed); due again then.
-    Released { due_ms: i64 },
+    Released {
+        /// When it is due again (ms since the epoch).
+        due_ms: i64,
+    },
 }
 
 /// Records the outcome of the rows `ids` in one transaction.

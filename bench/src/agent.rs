@@ -135,7 +135,7 @@ fn measure(procs: &[&AgentProc], warmup: Duration, window: Duration) -> Result<V
 }
 
 /// Runs the section.
-pub fn run(opts: &Opts) -> Result<Vec<Row>> {
+pub(crate) fn run(opts: &Opts) -> Result<Vec<Row>> {
     // The busy window stays 30 s even in quick runs: the analyzer's last finished period
     // (10 s + 6 s grace) must lie wholly after the agents' start-up.
     let (idle_window, busy_window) = if opts.quick { (5, 30) } else { (10, 30) };

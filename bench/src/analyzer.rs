@@ -102,7 +102,7 @@ fn tick_row(r: &Report) -> Row {
 }
 
 /// Measures the section.
-pub fn run(opts: &Opts) -> Result<Vec<Row>> {
+pub(crate) fn run(opts: &Opts) -> Result<Vec<Row>> {
     // 10k RNICs = 160 ToRs; --quick: 2k RNICs (32 ToRs) and shorter runs.
     let (tors, big_tors, warmup, seconds) = if opts.quick {
         (32, 64, 10, 25)

@@ -21,7 +21,7 @@ const MB_PER_10K_TARGET: f64 = 200.0;
 const STEP: Duration = Duration::from_secs(1);
 
 /// Memory of the analyzer process over `seconds` of agents on `shape`.
-pub fn rows(rocemesh: &Path, shape: Shape, seconds: u64) -> Result<Vec<Row>> {
+pub(crate) fn rows(rocemesh: &Path, shape: Shape, seconds: u64) -> Result<Vec<Row>> {
     let scratch = Scratch::new("analyzer-proc")?;
     let sim = Sim::new(SimConfig::new(shape, 1))?;
     let rnics = sim.fabric().rnics.len() as f64;

@@ -4,7 +4,7 @@ use std::future::Future;
 use tokio::task::JoinSet;
 
 /// Runs `job(0..count)` with at most `in_flight` running at once; results in index order.
-pub async fn run<T, F, Fut>(count: usize, in_flight: usize, job: F) -> Vec<T>
+pub(crate) async fn run<T, F, Fut>(count: usize, in_flight: usize, job: F) -> Vec<T>
 where
     F: Fn(usize) -> Fut,
     Fut: Future<Output = T> + Send + 'static,

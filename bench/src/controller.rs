@@ -28,7 +28,7 @@ const IN_FLIGHT: usize = 16;
 const SAMPLES: u32 = 3;
 
 /// Runs the section.
-pub fn run(opts: &Opts) -> Result<Vec<Row>> {
+pub(crate) fn run(opts: &Opts) -> Result<Vec<Row>> {
     let scales: &[u32] = if opts.quick {
         &[1_000, 10_000]
     } else {

@@ -5,19 +5,19 @@ use rocemesh_proto::api::{RegisterRequest, RnicRegistration};
 use std::net::{IpAddr, Ipv4Addr};
 
 /// RNICs per host (one per rail).
-pub const RNICS_PER_HOST: u32 = 8;
+pub(crate) const RNICS_PER_HOST: u32 = 8;
 /// Hosts whose rail-`r` RNICs share a ToR.
-pub const HOSTS_PER_TOR: u32 = 32;
+pub(crate) const HOSTS_PER_TOR: u32 = 32;
 /// Most hosts the address plan holds (the host index fills 16 bits of the IP).
-pub const MAX_HOSTS: u32 = 1 << 16;
+pub(crate) const MAX_HOSTS: u32 = 1 << 16;
 
 /// Hosts needed for `rnics` RNICs.
-pub fn hosts_for(rnics: u32) -> u32 {
+pub(crate) fn hosts_for(rnics: u32) -> u32 {
     rnics.div_ceil(RNICS_PER_HOST)
 }
 
 /// The registration host `i` (< [`MAX_HOSTS`]) sends at agent epoch `epoch`.
-pub fn register_request(i: u32, epoch: u32) -> RegisterRequest {
+pub(crate) fn register_request(i: u32, epoch: u32) -> RegisterRequest {
     debug_assert!(i < MAX_HOSTS);
     let block = i / HOSTS_PER_TOR;
     let rnics = (0..RNICS_PER_HOST)

@@ -14,18 +14,18 @@ use serde::de::DeserializeOwned;
 use std::time::{Duration, Instant};
 
 /// No request of a bench may take longer (a slower answer counts as an error).
-pub const TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A pooled client for one server; cheap to clone.
 #[derive(Clone)]
-pub struct Client {
+pub(crate) struct Client {
     base: String,
     pooled: Pooled<HttpConnector, Full<Bytes>>,
 }
 
 /// An answer with the time it took from sending to the last body byte.
 #[derive(Debug)]
-pub struct Answer {
+pub(crate) struct Answer {
     /// HTTP status.
     pub status: StatusCode,
     /// The `ETag` header, if any.
@@ -38,7 +38,7 @@ pub struct Answer {
 
 impl Answer {
     /// The body as JSON of a 2xx answer; an error naming status and body otherwise.
-    pub fn json<T: DeserializeOwned>(&self) -> Result<T> {
+    pub(crate) fn json<T: DeserializeOwned>(&self) -> Result<T> {
         anyhow::ensure!(
             self.status.is_success(),
             "HTTP {}: {}",
@@ -51,7 +51,7 @@ impl Answer {
 
 impl Client {
     /// A client for the server at `base` (e.g. `http://127.0.0.1:8080`).
-    pub fn new(base: &str) -> Self {
+    pub(crate) fn new(base: &str) -> Self {
         let mut connector = HttpConnector::new();
         connector.set_nodelay(true);
         let pooled = Pooled::builder(TokioExecutor::new())
@@ -64,7 +64,7 @@ impl Client {
     }
 
     /// Sends one request to `path` (under the base URL) and reads the whole answer.
-    pub async fn send(
+    pub(crate) async fn send(
         &self,
         method: Method,
         path: &str,
@@ -115,13 +115,13 @@ impl Client {
     }
 
     /// `GET path`, optionally conditional on an ETag.
-    pub async fn get(&self, path: &str, if_none_match: Option<&str>) -> Result<Answer> {
+    pub(crate) async fn get(&self, path: &str, if_none_match: Option<&str>) -> Result<Answer> {
         self.send(Method::GET, path, None, if_none_match, Bytes::new())
             .await
     }
 
     /// `POST path` with a JSON body.
-    pub async fn post_json(&self, path: &str, body: &impl Serialize) -> Result<Answer> {
+    pub(crate) async fn post_json(&self, path: &str, body: &impl Serialize) -> Result<Answer> {
         let body = Bytes::from(serde_json::to_vec(body)?);
         self.send(Method::POST, path, Some("application/json"), None, body)
             .await

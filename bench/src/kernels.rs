@@ -36,7 +36,7 @@ struct PythonTimings {
 }
 
 /// Runs the three kernels on both sides and returns their rows.
-pub fn run(opts: &Opts) -> Result<Vec<Row>> {
+pub(crate) fn run(opts: &Opts) -> Result<Vec<Row>> {
     let python = python::venv_python()?;
     let scale = if opts.quick {
         Scale::QUICK

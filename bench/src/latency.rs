@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// Latencies of one request kind plus its error count.
 #[derive(Debug, Default, Clone)]
-pub struct Latencies {
+pub(crate) struct Latencies {
     samples: Vec<Duration>,
     /// Requests that failed (transport error, timeout or an unexpected status).
     pub errors: u64,
@@ -12,23 +12,23 @@ pub struct Latencies {
 
 impl Latencies {
     /// Records one successful request.
-    pub fn record(&mut self, d: Duration) {
+    pub(crate) fn record(&mut self, d: Duration) {
         self.samples.push(d);
     }
 
     /// Adds another set's samples and errors.
-    pub fn merge(&mut self, other: Latencies) {
+    pub(crate) fn merge(&mut self, other: Latencies) {
         self.samples.extend(other.samples);
         self.errors += other.errors;
     }
 
     /// Successful requests.
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.samples.len()
     }
 
     /// The `q`-quantile (0..=1, nearest rank) in ms; 0 without samples.
-    pub fn quantile_ms(&mut self, q: f64) -> f64 {
+    pub(crate) fn quantile_ms(&mut self, q: f64) -> f64 {
         if self.samples.is_empty() {
             return 0.0;
         }

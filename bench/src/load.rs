@@ -51,7 +51,7 @@ struct AgentLatencies {
 }
 
 /// Runs the section.
-pub fn run(opts: &Opts) -> Result<Vec<Row>> {
+pub(crate) fn run(opts: &Opts) -> Result<Vec<Row>> {
     let duration = Duration::from_secs(if opts.quick { 30 } else { 180 });
     let scratch = Scratch::new(SECTION)?;
     let server = ServerProc::start(&opts.rocemesh, scratch.path(), "")?;

@@ -15,12 +15,12 @@ use std::process::Command;
 /// Bridge in the root namespace; it holds [`BRIDGE_IP`].
 const BRIDGE: &str = "rmbench0";
 /// The bridge's address (the server listens there), in a /16 of its own.
-pub const BRIDGE_IP: Ipv4Addr = Ipv4Addr::new(10, 251, 0, 254);
+pub(crate) const BRIDGE_IP: Ipv4Addr = Ipv4Addr::new(10, 251, 0, 254);
 const PREFIX_LEN: u8 = 16;
 
 /// One namespace of the pair: its name and the addresses on its `eth0`.
 #[derive(Debug)]
-pub struct Side {
+pub(crate) struct Side {
     /// Namespace name (`ip netns exec <name> ...`).
     pub name: &'static str,
     /// Addresses of its RNICs.
@@ -32,7 +32,7 @@ const LOCK: &str = "/tmp/rocemesh-netns.lock";
 
 /// The bridge and the two namespaces; removed on drop.
 #[derive(Debug)]
-pub struct Pair {
+pub(crate) struct Pair {
     /// Where the prober agent runs.
     pub prober: Side,
     /// Where the responder agent runs.
@@ -94,7 +94,7 @@ fn napi_thread(ns: Option<&str>, dev: &str) -> Result<()> {
 impl Pair {
     /// Builds the pair with `rnics` addresses per side (10.251.1.x prober, 10.251.2.x
     /// responder); needs root.
-    pub fn up(rnics: u8) -> Result<Self> {
+    pub(crate) fn up(rnics: u8) -> Result<Self> {
         let lock = lock()?;
         Self::remove();
         let pair = Self {

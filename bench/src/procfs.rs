@@ -5,13 +5,13 @@ use std::time::Instant;
 
 /// CPU time a process has used so far, and when that was read.
 #[derive(Debug, Clone, Copy)]
-pub struct CpuSample {
+pub(crate) struct CpuSample {
     ticks: u64,
     at: Instant,
 }
 
 /// Reads the process's user + system time.
-pub fn cpu(pid: u32) -> Result<CpuSample> {
+pub(crate) fn cpu(pid: u32) -> Result<CpuSample> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat"))
         .with_context(|| format!("reading /proc/{pid}/stat"))?;
     // Fields after the command name (which may hold spaces) start after the last ')'.
@@ -34,14 +34,14 @@ pub fn cpu(pid: u32) -> Result<CpuSample> {
 }
 
 /// CPU used between two samples, in % of one core.
-pub fn cpu_percent(a: &CpuSample, b: &CpuSample) -> f64 {
+pub(crate) fn cpu_percent(a: &CpuSample, b: &CpuSample) -> f64 {
     // SAFETY: sysconf has no preconditions.
     let hz = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     b.ticks.saturating_sub(a.ticks) as f64 / hz / (b.at - a.at).as_secs_f64().max(1e-9) * 100.0
 }
 
 /// A `kB` line of `/proc/<pid>/status` (e.g. `VmRSS:`, `VmHWM:`) in MB.
-pub fn status_mb(pid: u32, key: &str) -> Result<f64> {
+pub(crate) fn status_mb(pid: u32, key: &str) -> Result<f64> {
     let s = std::fs::read_to_string(format!("/proc/{pid}/status"))
         .with_context(|| format!("reading /proc/{pid}/status"))?;
     let kb: u64 = s
@@ -54,7 +54,7 @@ pub fn status_mb(pid: u32, key: &str) -> Result<f64> {
 }
 
 /// Resident memory now, MB.
-pub fn rss_mb(pid: u32) -> Result<f64> {
+pub(crate) fn rss_mb(pid: u32) -> Result<f64> {
     status_mb(pid, "VmRSS:")
 }
 

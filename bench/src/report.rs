@@ -5,7 +5,7 @@ use std::fmt::Write as _;
 
 /// One measured figure of the benchmark table.
 #[derive(Debug, Clone, Serialize)]
-pub struct Row {
+pub(crate) struct Row {
     /// Section the figure belongs to (e.g. "controller", "analyzer", "agent").
     pub section: &'static str,
     /// What was measured, with its scale ("pinglist generation, 50k RNICs").
@@ -24,7 +24,7 @@ pub struct Row {
 
 impl Row {
     /// A figure without target or baseline.
-    pub fn new(
+    pub(crate) fn new(
         section: &'static str,
         metric: impl Into<String>,
         value: f64,
@@ -42,28 +42,28 @@ impl Row {
     }
 
     /// Sets the target: `value` must be at most `limit`.
-    pub fn at_most(mut self, limit: f64) -> Self {
+    pub(crate) fn at_most(mut self, limit: f64) -> Self {
         self.target = format!("<= {} {}", fmt_value(limit), self.unit);
         self.met = Some(self.value <= limit);
         self
     }
 
     /// Sets the target: `value` must be at least `limit`.
-    pub fn at_least(mut self, limit: f64) -> Self {
+    pub(crate) fn at_least(mut self, limit: f64) -> Self {
         self.target = format!(">= {} {}", fmt_value(limit), self.unit);
         self.met = Some(self.value >= limit);
         self
     }
 
     /// Names the same-run baseline this figure compares with.
-    pub fn baseline(mut self, text: impl Into<String>) -> Self {
+    pub(crate) fn baseline(mut self, text: impl Into<String>) -> Self {
         self.baseline = text.into();
         self
     }
 }
 
 /// A value with a precision that fits its magnitude.
-pub fn fmt_value(v: f64) -> String {
+pub(crate) fn fmt_value(v: f64) -> String {
     let a = v.abs();
     if a == 0.0 || (0.01..1e6).contains(&a) {
         let s = format!("{v:.3}");
@@ -74,7 +74,7 @@ pub fn fmt_value(v: f64) -> String {
 }
 
 /// The rows as a Markdown table (the format of docs/benchmarks.md).
-pub fn markdown(rows: &[Row]) -> String {
+pub(crate) fn markdown(rows: &[Row]) -> String {
     let mut out = String::from(
         "| section | metric | value | target | met | baseline (same run) |\n|---|---|---|---|---|---|\n",
     );

@@ -14,11 +14,11 @@ const START_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A directory under the system temp dir, removed on drop.
 #[derive(Debug)]
-pub struct Scratch(PathBuf);
+pub(crate) struct Scratch(PathBuf);
 
 impl Scratch {
     /// A fresh directory named after the bench and this process.
-    pub fn new(name: &str) -> Result<Self> {
+    pub(crate) fn new(name: &str) -> Result<Self> {
         let dir =
             std::env::temp_dir().join(format!("rocemesh-bench-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
@@ -27,7 +27,7 @@ impl Scratch {
     }
 
     /// The directory.
-    pub fn path(&self) -> &Path {
+    pub(crate) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -40,7 +40,7 @@ impl Drop for Scratch {
 
 /// A running `rocemesh server` (or one of its roles); stopped (SIGTERM, then SIGKILL) on drop.
 #[derive(Debug)]
-pub struct ServerProc {
+pub(crate) struct ServerProc {
     child: Child,
     url: String,
     /// Start of the process to "listening".
@@ -51,18 +51,23 @@ impl ServerProc {
     /// Starts `rocemesh server` on 127.0.0.1 (a free port) with the database in `dir` and
     /// `sections` (TOML `[controller]` / `[analyzer]` tables) as its config; waits until it
     /// listens. The log goes to `dir/server.log`.
-    pub fn start(rocemesh: &Path, dir: &Path, sections: &str) -> Result<Self> {
+    pub(crate) fn start(rocemesh: &Path, dir: &Path, sections: &str) -> Result<Self> {
         Self::start_on(rocemesh, dir, sections, IpAddr::from([127, 0, 0, 1]))
     }
 
     /// [`Self::start`] listening on `ip` (a free port).
-    pub fn start_on(rocemesh: &Path, dir: &Path, sections: &str, ip: IpAddr) -> Result<Self> {
+    pub(crate) fn start_on(
+        rocemesh: &Path,
+        dir: &Path,
+        sections: &str,
+        ip: IpAddr,
+    ) -> Result<Self> {
         Self::start_role(rocemesh, dir, "server", sections, ip)
     }
 
     /// Starts `rocemesh <role>` (`server`, `controller` or `analyzer`) on `ip`; processes
     /// of one `dir` share its database. Config and log are named after the role.
-    pub fn start_role(
+    pub(crate) fn start_role(
         rocemesh: &Path,
         dir: &Path,
         role: &str,
@@ -115,17 +120,17 @@ impl ServerProc {
     }
 
     /// Base URL, e.g. `http://127.0.0.1:40123`.
-    pub fn url(&self) -> &str {
+    pub(crate) fn url(&self) -> &str {
         &self.url
     }
 
     /// Process id (for `/proc` sampling).
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// SIGTERM, up to 10 s for a clean shutdown, then SIGKILL.
-    pub fn stop(mut self) {
+    pub(crate) fn stop(mut self) {
         self.terminate();
     }
 

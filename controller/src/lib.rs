@@ -5,7 +5,6 @@
 //! The binary builds a [`ControllerState`] from a [`rocemesh_store::Db`] and a
 //! [`ControllerConfig`], serves [`router`], and runs
 //! [`ControllerState::run_skeleton_loop`] next to it.
-#![warn(missing_docs)]
 
 pub mod api;
 pub mod config;

@@ -18,7 +18,7 @@ use std::sync::{Arc, RwLock, Weak};
 use std::time::Duration;
 
 /// How often the key table is read again (other controllers' rotations) and rotation is due.
-pub const REFRESH: Duration = Duration::from_secs(5);
+pub(crate) const REFRESH: Duration = Duration::from_secs(5);
 /// Keys kept in the table; older rows are pruned.
 const KEEP: i64 = 8;
 
@@ -32,7 +32,7 @@ struct StoredKey {
 
 /// Key rotation and the answer limit agents are told.
 #[derive(Debug, Clone, Copy)]
-pub struct KeyPolicy {
+pub(crate) struct KeyPolicy {
     /// Whether probes must be tagged.
     pub mode: ProbeAuthMode,
     /// Age at which a new key is made.
@@ -48,7 +48,7 @@ pub struct KeyPolicy {
 }
 
 /// The key service of one controller.
-pub struct ProbeKeys {
+pub(crate) struct ProbeKeys {
     db: Db,
     policy: KeyPolicy,
     /// The newest rows, ascending by id.
@@ -58,7 +58,7 @@ pub struct ProbeKeys {
 impl ProbeKeys {
     /// Loads the keys (making the first one, or a due one) and, with authentication on,
     /// keeps them fresh on a background task until the service is dropped.
-    pub async fn start(db: Db, policy: KeyPolicy) -> anyhow::Result<Arc<Self>> {
+    pub(crate) async fn start(db: Db, policy: KeyPolicy) -> anyhow::Result<Arc<Self>> {
         let keys = Arc::new(Self {
             db,
             policy,
@@ -74,7 +74,7 @@ impl ProbeKeys {
     }
 
     /// Reads the table and adds a key when the newest is `rotate_ms` old (or none exists).
-    pub async fn refresh(&self, now_ms: i64) -> anyhow::Result<()> {
+    pub(crate) async fn refresh(&self, now_ms: i64) -> anyhow::Result<()> {
         let mut keys = load(&self.db).await?;
         let due = keys
             .last()
@@ -90,7 +90,7 @@ impl ProbeKeys {
     }
 
     /// What agents are told at `now_ms`.
-    pub fn current(&self, now_ms: i64) -> ProbeAuth {
+    pub(crate) fn current(&self, now_ms: i64) -> ProbeAuth {
         let keys = self.keys.read().unwrap_or_else(|p| p.into_inner()).clone();
         let (sign_key, keys) = match self.policy.mode {
             ProbeAuthMode::Off => (None, Vec::new()),

@@ -10,7 +10,7 @@ const DEBUGFS_TRACING: &str = "/sys/kernel/debug/tracing";
 
 /// Makes sure tracefs is mounted (needed to resolve classic tracepoint ids); mounts it at
 /// `/sys/kernel/tracing` when neither usual location has it.
-pub fn ensure_mounted() -> io::Result<()> {
+pub(crate) fn ensure_mounted() -> io::Result<()> {
     if [TRACEFS, DEBUGFS_TRACING]
         .iter()
         .any(|p| Path::new(p).join("events").is_dir())

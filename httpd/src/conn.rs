@@ -23,7 +23,7 @@ const REFUSED: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/
 /// Turns a connection away without a task or a wait: plain HTTP gets a 503 if the
 /// socket takes it at once; request bytes already received are read off, so closing
 /// sends FIN rather than a reset that could discard the answer.
-pub fn refuse(tcp: TcpStream, peer: SocketAddr, why: Refusal, plain: bool) {
+pub(crate) fn refuse(tcp: TcpStream, peer: SocketAddr, why: Refusal, plain: bool) {
     tracing::debug!(%peer, reason = why.reason(), "connection refused");
     if plain {
         let _ = tcp.try_write(REFUSED);
@@ -37,7 +37,7 @@ pub fn refuse(tcp: TcpStream, peer: SocketAddr, why: Refusal, plain: bool) {
 }
 
 /// Serves one admitted connection to its end.
-pub async fn run(
+pub(crate) async fn run(
     tcp: TcpStream,
     mut admitted: Admitted,
     tls: Option<TlsAcceptor>,

@@ -60,7 +60,7 @@ pub fn raise_fd_limit() -> std::io::Result<FdLimit> {
 }
 
 /// `wanted` connections, lowered to fit the current descriptor limit (logged when lowered).
-pub fn connection_cap(wanted: usize) -> usize {
+pub(crate) fn connection_cap(wanted: usize) -> usize {
     let soft = get().map_or(u64::MAX, |l| l.rlim_cur);
     let fits = soft.saturating_sub(RESERVED_FDS).max(MIN_CONNECTIONS);
     let cap = (wanted as u64).min(fits) as usize;

@@ -8,7 +8,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 /// Why a connection was refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Every connection slot of the listener is taken.
     Full,
     /// Its source address holds `max_connections_per_ip` connections.
@@ -19,7 +19,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// Short reason for logs.
-    pub fn reason(self) -> &'static str {
+    pub(crate) fn reason(self) -> &'static str {
         match self {
             Self::Full => "connection limit reached",
             Self::SourceConnections => "too many connections from this address",
@@ -36,7 +36,7 @@ struct Source {
 
 /// The counts every connection of one listener is admitted against.
 #[derive(Debug)]
-pub struct Gate {
+pub(crate) struct Gate {
     pub limits: Limits,
     slots: Arc<Semaphore>,
     max: usize,
@@ -46,7 +46,7 @@ pub struct Gate {
 
 impl Gate {
     /// A gate of `max` connection slots (the effective cap) under `limits`.
-    pub fn new(limits: Limits, max: usize) -> Self {
+    pub(crate) fn new(limits: Limits, max: usize) -> Self {
         Self {
             limits,
             slots: Arc::new(Semaphore::new(max)),
@@ -56,7 +56,7 @@ impl Gate {
     }
 
     /// Admits a connection from `ip` (`tls`: it starts with a handshake) or says why not.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr, tls: bool) -> Result<Admitted, Refusal> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr, tls: bool) -> Result<Admitted, Refusal> {
         let ip = ip.to_canonical();
         let slot = self
             .slots
@@ -82,7 +82,7 @@ impl Gate {
     }
 
     /// Resolves once every admitted connection is gone (after the listener stopped).
-    pub async fn closed(&self) {
+    pub(crate) async fn closed(&self) {
         let all = u32::try_from(self.max).unwrap_or(u32::MAX);
         let _ = self.slots.acquire_many(all).await;
     }
@@ -107,7 +107,7 @@ impl Gate {
 
 /// One admitted connection: its slot and its source's counts, given back on drop.
 #[derive(Debug)]
-pub struct Admitted {
+pub(crate) struct Admitted {
     gate: Arc<Gate>,
     ip: IpAddr,
     handshaking: bool,
@@ -116,12 +116,12 @@ pub struct Admitted {
 
 impl Admitted {
     /// The listener's limits.
-    pub fn limits(&self) -> &Limits {
+    pub(crate) fn limits(&self) -> &Limits {
         &self.gate.limits
     }
 
     /// The TLS handshake ended (either way): the source may start another.
-    pub fn handshake_over(&mut self) {
+    pub(crate) fn handshake_over(&mut self) {
         if std::mem::take(&mut self.handshaking) {
             self.gate.release(self.ip, false, true);
         }

@@ -4,7 +4,7 @@ use serde::Deserialize;
 use std::time::Duration;
 
 /// hyper's smallest read buffer, so the smallest head limit.
-pub const MIN_HEADER_BYTES: usize = 8192;
+pub(crate) const MIN_HEADER_BYTES: usize = 8192;
 
 /// Connection caps and deadlines of one listener.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]

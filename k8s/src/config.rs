@@ -52,7 +52,7 @@ pub const DEFAULT_TASK_LABEL: &str = "rocemesh.io/task";
 /// Default of [`KubernetesConfig::tor_label`].
 pub const DEFAULT_TOR_LABEL: &str = "topology.rocemesh.io/tor";
 /// Default of [`KubernetesConfig::rail_label`].
-pub const DEFAULT_RAIL_LABEL: &str = "topology.rocemesh.io/rail";
+pub(crate) const DEFAULT_RAIL_LABEL: &str = "topology.rocemesh.io/rail";
 
 impl Default for KubernetesConfig {
     fn default() -> Self {

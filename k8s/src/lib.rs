@@ -6,7 +6,6 @@
 //! view can assemble it and order its ranks; one watch per label on the API server instead
 //! of one per node; and the ClusterRole to read pods and patch nodes lives in one
 //! Deployment instead of on every GPU node.
-#![warn(missing_docs)]
 
 mod config;
 mod mirror;

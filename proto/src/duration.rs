@@ -56,8 +56,11 @@ unit_module!(millis, std::time::Duration::from_millis(1), "milliseconds");
 unit_module!(micros, std::time::Duration::from_micros(1), "microseconds");
 unit_module!(nanos, std::time::Duration::from_nanos(1), "nanoseconds");
 
+/// Builds a duration from a count of one unit.
+type FromCount = fn(u64) -> Duration;
+
 /// The unit suffixes of the old integer keys and the unit of each.
-const UNIT_SUFFIXES: [(&str, fn(u64) -> Duration); 5] = [
+const UNIT_SUFFIXES: [(&str, FromCount); 5] = [
     ("_ms", Duration::from_millis),
     ("_secs", Duration::from_secs),
     ("_s", Duration::from_secs),

@@ -11,7 +11,6 @@
 //! - `exposition` (feature `exposition`): the `/metrics` text every process serves;
 //! - [`utc`]: timestamps as RFC 3339 text;
 //! - [`duration`]: config durations as human strings (`"30s"`).
-#![warn(missing_docs)]
 
 pub mod api;
 pub mod batch;

@@ -135,11 +135,11 @@ impl AgentArgs {
 pub fn run(args: AgentArgs) -> Result<()> {
     let cfg = args.resolve()?;
     match (agent_token(&cfg)?, &cfg.token_file) {
-        (Some(token), Some(file)) => rocemesh_agent::http_client::set_token_file(file, &token)?,
-        (Some(token), None) => rocemesh_agent::http_client::set_bearer_token(&token)?,
+        (Some(token), Some(file)) => rocemesh_agent::set_token_file(file, &token)?,
+        (Some(token), None) => rocemesh_agent::set_bearer_token(&token)?,
         (None, _) => {}
     }
-    rocemesh_agent::http_client::set_tls(rocemesh_agent::http_client::client_tls(&cfg)?)?;
+    rocemesh_agent::set_tls(rocemesh_agent::client_tls(&cfg)?)?;
     let signals = crate::signals::block_termination()?;
     let agent = rocemesh_agent::start(cfg)?;
     tracing::info!(epoch = agent.epoch(), "agent running");

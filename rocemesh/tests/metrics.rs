@@ -556,11 +556,9 @@ async fn promtool_accepts_server_and_agent_metrics() {
     let srv = loaded_server(&dir).await;
     let server_url = format!("{}/metrics", srv.url());
 
-    let agent = rocemesh_agent::metrics::MetricsServer::spawn(
-        "127.0.0.1:0".parse().unwrap(),
-        agent_sources(),
-    )
-    .unwrap();
+    let agent =
+        rocemesh_agent::MetricsServer::spawn("127.0.0.1:0".parse().unwrap(), agent_sources())
+            .unwrap();
     let agent_url = format!("http://{}/metrics", agent.local_addr());
 
     for (what, url) in [("server", &server_url), ("agent", &agent_url)] {
@@ -661,9 +659,9 @@ async fn grafana_dashboard_queries_name_exported_metrics() {
 }
 
 /// The sources of a fresh agent with one RNIC.
-fn agent_sources() -> rocemesh_agent::metrics::Sources {
-    use rocemesh_agent::stats::Counters;
-    use rocemesh_agent::upload::buffer::ResultBuffer;
+fn agent_sources() -> rocemesh_agent::Sources {
+    use rocemesh_agent::Counters;
+    use rocemesh_agent::ResultBuffer;
     use std::sync::Arc;
     let counters = Arc::new(Counters::default());
     counters
@@ -673,7 +671,7 @@ fn agent_sources() -> rocemesh_agent::metrics::Sources {
         .insert("r0".into(), "udp");
     *counters.service_route.lock().unwrap() = "off";
     let buffer = Arc::new(ResultBuffer::new(10, counters.clone()));
-    rocemesh_agent::metrics::Sources {
+    rocemesh_agent::Sources {
         counters,
         buffer,
         buffer_capacity: 10,
@@ -682,7 +680,7 @@ fn agent_sources() -> rocemesh_agent::metrics::Sources {
 
 /// What a fresh agent exports, from its own encoder.
 fn agent_exposition() -> String {
-    rocemesh_agent::metrics::exposition(
+    rocemesh_agent::exposition(
         &agent_sources(),
         rocemesh_proto::exposition::Format::OpenMetrics,
     )

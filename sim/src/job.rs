@@ -22,19 +22,40 @@ pub enum JobFault {
     /// No fault.
     Healthy,
     /// One lossy path under one skeleton pair (the job itself stays on rhythm).
-    PathLoss { src: usize, dst: usize, loss: f64 },
+    PathLoss {
+        /// Source rank of the pair.
+        src: usize,
+        /// Destination rank of the pair.
+        dst: usize,
+        /// Fraction of packets lost.
+        loss: f64,
+    },
     /// The rank's computation takes `factor` times longer.
-    CpuStarved { rank: usize, factor: f64 },
+    CpuStarved {
+        /// The starved rank.
+        rank: usize,
+        /// Slow-down of its computation.
+        factor: f64,
+    },
     /// The rank's link loses `loss` of its packets, stretching its transfers `stretch`-fold.
     LinkLoss {
+        /// The rank behind the lossy link.
         rank: usize,
+        /// Fraction of packets lost.
         loss: f64,
+        /// Slow-down of its transfers.
         stretch: f64,
     },
     /// The rank's process stops.
-    Stopped { rank: usize },
+    Stopped {
+        /// The stopped rank.
+        rank: usize,
+    },
     /// The rank's link goes down.
-    LinkDown { rank: usize },
+    LinkDown {
+        /// The rank behind the dead link.
+        rank: usize,
+    },
 }
 
 impl JobFault {

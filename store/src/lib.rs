@@ -3,7 +3,6 @@
 //!
 //! Queries go through `sqlx::Any`, so they use `$1, $2` placeholders and only the types
 //! Any supports (integers, f64, bool, text, bytes): times are `i64` unix ms, ids `i64`.
-#![warn(missing_docs)]
 
 pub mod coord;
 mod unavailable;

@@ -469,7 +469,7 @@ mod tests {
                 entries: vec![t],
             }],
         );
-        let Ok(crate::trace::TraceRequest::Pinglist { keys, .. }) = rx.try_recv() else {
+        let Ok(crate::trace::feed::TraceRequest::Pinglist { keys, .. }) = rx.try_recv() else {
             panic!("no pinglist request");
         };
         assert_eq!(keys.len(), 1);

@@ -6,10 +6,11 @@
 
 use super::engine::{EngineHandle, EngineIdentity, build};
 use crate::stats::Counters;
+use crate::sys::{self, Epoll};
 use crate::transport::Transport;
 use crate::upload::buffer::ResultBuffer;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::RawFd;
 use std::sync::mpsc::SyncSender;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -18,9 +19,9 @@ use std::time::{Duration, Instant};
 /// Grid of the timer wake-ups of a shared loop (10 ms: 3.5 % of a core in the load
 /// example against 4 % at 5 ms; 20 ms gains nothing measurable). Below the schedule's
 /// catch-up window, so no probe slot is skipped.
-pub const TICK: Duration = Duration::from_millis(10);
+pub(crate) const TICK: Duration = Duration::from_millis(10);
 /// Timer slack of loop threads: how late the kernel may wake us to batch wake-ups.
-const TIMER_SLACK_NS: libc::c_ulong = 2_000_000;
+const TIMER_SLACK_NS: u64 = 2_000_000;
 /// epoll events fetched per wait.
 const MAX_READY: usize = 64;
 
@@ -48,11 +49,11 @@ pub(super) trait Driven: Send {
 
 /// The join handle of a loop thread, shared by the handles of its engines.
 #[derive(Debug, Default)]
-pub struct LoopThread(Mutex<Option<JoinHandle<()>>>);
+pub(crate) struct LoopThread(Mutex<Option<JoinHandle<()>>>);
 
 impl LoopThread {
     /// Joins the thread (once); a panic is an error.
-    pub fn join(self) -> anyhow::Result<()> {
+    pub(crate) fn join(self) -> anyhow::Result<()> {
         match self.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
             Some(t) => t
                 .join()
@@ -134,8 +135,7 @@ impl EventLoop {
         let t = std::thread::Builder::new().name(self.name).spawn(move || {
             // Send times need no µs precision (② comes from the kernel): let the kernel
             // coalesce our timer wake-ups with others'.
-            // SAFETY: prctl(PR_SET_TIMERSLACK) only affects this thread.
-            unsafe { libc::prctl(libc::PR_SET_TIMERSLACK, TIMER_SLACK_NS) };
+            sys::set_timer_slack(TIMER_SLACK_NS);
             run();
         })?;
         *self.thread.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(t);
@@ -143,25 +143,11 @@ impl EventLoop {
     }
 }
 
-fn new_epoll(slots: &[Slot]) -> io::Result<OwnedFd> {
-    // SAFETY: plain syscall; the fd is owned below.
-    let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-    if ep < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `ep` is a fresh fd we own.
-    let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+fn new_epoll(slots: &[Slot]) -> io::Result<Epoll> {
+    let epoll = Epoll::new()?;
     for s in slots {
-        let Some(fd) = s.engine.wait_fd() else {
-            continue;
-        };
-        let mut ev = libc::epoll_event {
-            events: libc::EPOLLIN as u32,
-            u64: s.key,
-        };
-        // SAFETY: valid epoll and transport fds; `ev` lives for the call.
-        if unsafe { libc::epoll_ctl(ep, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
-            return Err(io::Error::last_os_error());
+        if let Some(fd) = s.engine.wait_fd() {
+            epoll.add(fd, s.key)?;
         }
     }
     Ok(epoll)
@@ -188,7 +174,7 @@ fn on_tick(origin: Instant, t: Instant) -> Instant {
     origin + Duration::from_nanos((ticks * tick).min(u64::MAX as u128) as u64)
 }
 
-fn run_shared(mut slots: Vec<Slot>, epoll: &OwnedFd) {
+fn run_shared(mut slots: Vec<Slot>, epoll: &Epoll) {
     let origin = Instant::now();
     let mut ready = [libc::epoll_event { events: 0, u64: 0 }; MAX_READY];
     let mut n = 0usize;
@@ -231,20 +217,16 @@ fn run_shared(mut slots: Vec<Slot>, epoll: &OwnedFd) {
             .min()
             .unwrap_or(now);
         let timeout = on_tick(origin, next).saturating_duration_since(now);
-        // Round up so a wake-up is never early (an early wake would spin until due).
-        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        // SAFETY: `ready` has room for MAX_READY events.
-        let rc = unsafe {
-            libc::epoll_wait(epoll.as_raw_fd(), ready.as_mut_ptr(), MAX_READY as i32, ms)
-        };
-        n = usize::try_from(rc).unwrap_or(0);
-        if rc < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() != io::ErrorKind::Interrupted {
-                tracing::error!(error = %e, "epoll_wait failed; engines stop");
-                failed.extend(slots.iter().map(|s| s.key));
+        n = match epoll.wait(&mut ready, timeout) {
+            Ok(n) => n,
+            Err(e) => {
+                if e.kind() != io::ErrorKind::Interrupted {
+                    tracing::error!(error = %e, "epoll_wait failed; engines stop");
+                    failed.extend(slots.iter().map(|s| s.key));
+                }
+                0
             }
-        }
+        };
     }
 }
 

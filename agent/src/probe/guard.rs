@@ -14,14 +14,14 @@ use std::time::Instant;
 
 /// Sustained answers per source per second when the controller says nothing (an older
 /// controller, or engines run without one): far above any pinglist's per-target rate.
-pub const DEFAULT_SOURCE_PPS: f64 = 2_000.0;
+pub(crate) const DEFAULT_SOURCE_PPS: f64 = 2_000.0;
 /// Burst per source when the controller says nothing.
-pub const DEFAULT_SOURCE_BURST: u32 = 200;
+pub(crate) const DEFAULT_SOURCE_BURST: u32 = 200;
 /// Most source IPs with a bucket; beyond it idle (refilled) buckets are dropped first,
 /// then the longest-unseen one.
-pub const MAX_SOURCES: usize = 4096;
+pub(crate) const MAX_SOURCES: usize = 4096;
 /// Reasons a received packet is refused, in counter order ([`Reject::reason`]).
-pub const REJECT_REASONS: [&str; 6] = [
+pub(crate) const REJECT_REASONS: [&str; 6] = [
     "no_key",
     "untagged",
     "unknown_key",
@@ -109,7 +109,7 @@ fn now_ms() -> u64 {
 
 /// Why a received packet was refused (counted under [`Self::reason`], never answered).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Reject {
+pub(crate) enum Reject {
     /// No keys from the controller yet.
     NoKey,
     /// The MAC check failed.
@@ -120,7 +120,7 @@ pub enum Reject {
 
 impl Reject {
     /// Stable short name: one of [`REJECT_REASONS`].
-    pub fn reason(&self) -> &'static str {
+    pub(crate) fn reason(&self) -> &'static str {
         match self {
             Self::NoKey => "no_key",
             Self::Auth(e) => e.reason(),
@@ -138,14 +138,14 @@ struct Bucket {
 
 /// One engine's gate: the shared settings plus its own per-source buckets.
 #[derive(Debug)]
-pub struct ProbeGuard {
+pub(crate) struct ProbeGuard {
     settings: Arc<GuardSettings>,
     buckets: HashMap<IpAddr, Bucket>,
 }
 
 impl ProbeGuard {
     /// A gate applying `settings`.
-    pub fn new(settings: Arc<GuardSettings>) -> Self {
+    pub(crate) fn new(settings: Arc<GuardSettings>) -> Self {
         Self {
             settings,
             buckets: HashMap::new(),
@@ -153,18 +153,18 @@ impl ProbeGuard {
     }
 
     /// New keys or limits; the buckets carry over (clamped to the new burst).
-    pub fn set(&mut self, settings: Arc<GuardSettings>) {
+    pub(crate) fn set(&mut self, settings: Arc<GuardSettings>) {
         self.settings = settings;
     }
 
     /// The settings in force (to tag what is sent).
-    pub fn settings(&self) -> &Arc<GuardSettings> {
+    pub(crate) fn settings(&self) -> &Arc<GuardSettings> {
         &self.settings
     }
 
     /// Admits a decoded packet `raw` seen on `flow`: PROBEs and ACKs must verify, PROBEs
     /// must find a token of the sender's bucket. TRACE packets are never answered and pass.
-    pub fn admit(
+    pub(crate) fn admit(
         &mut self,
         pkt: &Packet,
         raw: &[u8],
@@ -229,8 +229,9 @@ impl ProbeGuard {
         }
     }
 
+    #[cfg(test)]
     /// Sources with a bucket (bounded by [`MAX_SOURCES`]).
-    pub fn tracked_sources(&self) -> usize {
+    pub(crate) fn tracked_sources(&self) -> usize {
         self.buckets.len()
     }
 }

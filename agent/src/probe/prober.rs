@@ -9,9 +9,9 @@ use std::collections::{HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
 /// Default bound of outstanding probes per RNIC.
-pub const DEFAULT_MAX_OUTSTANDING: usize = 16_384;
+pub(crate) const DEFAULT_MAX_OUTSTANDING: usize = 16_384;
 /// Default probe timeout until a pinglist says otherwise.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_millis(500);
 
 /// One probe in flight.
 #[derive(Debug)]
@@ -30,7 +30,7 @@ struct Outstanding {
 
 /// What became of an ACK.
 #[derive(Debug, PartialEq, Eq)]
-pub enum AckOutcome {
+pub(crate) enum AckOutcome {
     /// It matches no outstanding probe (late, duplicate, or someone else's): ignored.
     Unmatched,
     /// Recorded; the probe still waits for its other ACK or its TX stamp.
@@ -39,7 +39,7 @@ pub enum AckOutcome {
 
 /// Outstanding probes of one RNIC, bounded.
 #[derive(Debug)]
-pub struct Prober {
+pub(crate) struct Prober {
     rnic_id: u32,
     qpn: u32,
     token: u64,
@@ -61,7 +61,7 @@ const MAX_TIMED_OUT: usize = 1024;
 
 impl Prober {
     /// A prober with QPN `qpn` and incarnation token `token`.
-    pub fn new(qpn: u32, token: u64, max_outstanding: usize) -> Self {
+    pub(crate) fn new(qpn: u32, token: u64, max_outstanding: usize) -> Self {
         Self {
             rnic_id: 0,
             qpn,
@@ -80,17 +80,17 @@ impl Prober {
     }
 
     /// Sets the controller-assigned id this RNIC probes as.
-    pub fn set_rnic_id(&mut self, id: u32) {
+    pub(crate) fn set_rnic_id(&mut self, id: u32) {
         self.rnic_id = id;
     }
 
     /// Sets the timeout of probes sent from now on.
-    pub fn set_timeout(&mut self, timeout: Duration) {
+    pub(crate) fn set_timeout(&mut self, timeout: Duration) {
         self.timeout = timeout;
     }
 
     /// The PROBE to send next to `target`, or `None` when too many are outstanding.
-    pub fn next_probe(&mut self, class: ProbeClass, target: &PingTarget) -> Option<Packet> {
+    pub(crate) fn next_probe(&mut self, class: ProbeClass, target: &PingTarget) -> Option<Packet> {
         if self.expiry.len() >= self.max_outstanding {
             return None;
         }
@@ -108,7 +108,7 @@ impl Prober {
     }
 
     /// Records that `probe` left at ① = (`t1`, `t1_wall_ns`) with TX token `tx`.
-    pub fn sent(
+    pub(crate) fn sent(
         &mut self,
         probe: &Packet,
         target: &PingTarget,
@@ -132,7 +132,12 @@ impl Prober {
     }
 
     /// Takes ② for a probe; returns false when the token is not one of ours.
-    pub fn on_tx_stamp(&mut self, tx: TxToken, stamp: Stamp, out: &mut Vec<ProbeResult>) -> bool {
+    pub(crate) fn on_tx_stamp(
+        &mut self,
+        tx: TxToken,
+        stamp: Stamp,
+        out: &mut Vec<ProbeResult>,
+    ) -> bool {
         let Some(&seq) = self.by_tx.get(&tx) else {
             return false;
         };
@@ -149,7 +154,7 @@ impl Prober {
     }
 
     /// Takes an ACK1/ACK2 received with stamp ⑤ at application time ⑥ = `now`.
-    pub fn on_ack(
+    pub(crate) fn on_ack(
         &mut self,
         ack: &Packet,
         rx: Option<Stamp>,
@@ -187,14 +192,14 @@ impl Prober {
     }
 
     /// Finishes answered probes whose ② did not arrive in the same event batch.
-    pub fn flush_awaiting(&mut self, out: &mut Vec<ProbeResult>) {
+    pub(crate) fn flush_awaiting(&mut self, out: &mut Vec<ProbeResult>) {
         while let Some(seq) = self.awaiting_tx.pop() {
             self.finish(seq, out);
         }
     }
 
     /// Times out every probe whose deadline passed.
-    pub fn expire(&mut self, now: Instant, out: &mut Vec<ProbeResult>) {
+    pub(crate) fn expire(&mut self, now: Instant, out: &mut Vec<ProbeResult>) {
         while let Some(&(deadline, seq)) = self.expiry.front() {
             if deadline > now {
                 break;
@@ -205,17 +210,18 @@ impl Prober {
     }
 
     /// The next timeout deadline, if probes are outstanding.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.expiry.front().map(|(d, _)| *d)
     }
 
     /// The targets (and classes) whose probes timed out (no ACK at all) since the last call.
-    pub fn take_timeouts(&mut self) -> std::vec::Drain<'_, (ProbeClass, PingTarget)> {
+    pub(crate) fn take_timeouts(&mut self) -> std::vec::Drain<'_, (ProbeClass, PingTarget)> {
         self.timed_out.drain(..)
     }
 
+    #[cfg(test)]
     /// Number of probes in flight.
-    pub fn outstanding(&self) -> usize {
+    pub(crate) fn outstanding(&self) -> usize {
         self.table.len()
     }
 

@@ -12,9 +12,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 /// How long ACK2 waits for ACK1's TX stamp before using application times.
-pub const TX_STAMP_WAIT: Duration = Duration::from_millis(10);
+pub(crate) const TX_STAMP_WAIT: Duration = Duration::from_millis(10);
 /// Most ACK2s waiting for a TX stamp at once; beyond it ACK2 goes out with app times.
-pub const MAX_PENDING: usize = 4096;
+pub(crate) const MAX_PENDING: usize = 4096;
 
 /// An ACK1 sent whose ACK2 still waits for ④.
 #[derive(Debug)]
@@ -30,7 +30,7 @@ struct PendingAck2 {
 
 /// Responder state of one RNIC.
 #[derive(Debug)]
-pub struct Responder {
+pub(crate) struct Responder {
     qpn: u32,
     rnic_id: u32,
     port: u16,
@@ -42,7 +42,7 @@ pub struct Responder {
 
 impl Responder {
     /// A responder with QPN `qpn` whose ACKs go to the probers' port `port`.
-    pub fn new(qpn: u32, port: u16) -> Self {
+    pub(crate) fn new(qpn: u32, port: u16) -> Self {
         Self {
             qpn,
             rnic_id: 0,
@@ -54,18 +54,18 @@ impl Responder {
     }
 
     /// The probe settings our ACKs are tagged under from now on.
-    pub fn set_sealer(&mut self, sealer: Arc<GuardSettings>) {
+    pub(crate) fn set_sealer(&mut self, sealer: Arc<GuardSettings>) {
         self.sealer = sealer;
     }
 
     /// Sets our controller-assigned id; PROBEs naming another id are then dropped.
-    pub fn set_rnic_id(&mut self, id: u32) {
+    pub(crate) fn set_rnic_id(&mut self, id: u32) {
         self.rnic_id = id;
     }
 
     /// Handles a PROBE received as `rx` (③ = its RX stamp, `t3_app` = when we read it);
     /// returns true when it was answered.
-    pub fn on_probe<T: Transport>(
+    pub(crate) fn on_probe<T: Transport>(
         &mut self,
         probe: &Packet,
         rx: &RxDatagram,
@@ -115,12 +115,12 @@ impl Responder {
     }
 
     /// The port our ACKs go to (the probers' main port).
-    pub fn ack_port(&self) -> u16 {
+    pub(crate) fn ack_port(&self) -> u16 {
         self.port
     }
 
     /// Takes ④ for an ACK1; returns false when the token is not one of ours.
-    pub fn on_tx_stamp<T: Transport>(
+    pub(crate) fn on_tx_stamp<T: Transport>(
         &mut self,
         token: TxToken,
         t4: Stamp,
@@ -140,7 +140,12 @@ impl Responder {
     }
 
     /// Sends ACK2 with application times for every ACK1 whose ④ did not come in time.
-    pub fn expire<T: Transport>(&mut self, now: Instant, transport: &mut T, counters: &Counters) {
+    pub(crate) fn expire<T: Transport>(
+        &mut self,
+        now: Instant,
+        transport: &mut T,
+        counters: &Counters,
+    ) {
         while let Some(token) = self.order.front().copied() {
             match self.pending.get(&token) {
                 Some(p) if p.deadline > now => break,
@@ -156,7 +161,7 @@ impl Responder {
     }
 
     /// When the oldest pending ACK2 falls back to application times.
-    pub fn next_deadline(&self) -> Option<Instant> {
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
         self.order
             .iter()
             .find_map(|t| self.pending.get(t))
@@ -194,12 +199,12 @@ fn ack_flow<T: Transport>(transport: &T, to: Endpoint, src_port: u16) -> Flow {
 
 /// The source port ACKs of `probe` go back from: the one it was seen to come from, else
 /// (verbs over IPv4: no flow label in the GRH) the one the PROBE names.
-pub fn ack_src_port(probe: &Packet, rx: &RxDatagram) -> u16 {
+pub(crate) fn ack_src_port(probe: &Packet, rx: &RxDatagram) -> u16 {
     rx.peer_port.unwrap_or(probe.src_port)
 }
 
 /// ④−③ from kernel/NIC stamps on one clock, else from application times (flagged `App`).
-pub fn responder_delay(
+pub(crate) fn responder_delay(
     t3: Option<Stamp>,
     t4: Option<Stamp>,
     t3_app: Instant,

@@ -12,7 +12,7 @@ const WALL_SLACK_NS: u64 = 1_000_000;
 
 /// What the prober knows about one answered probe.
 #[derive(Debug, Clone, Copy)]
-pub struct Timings {
+pub(crate) struct Timings {
     /// Wall clock at ① (ns since the Unix epoch), to sanity-check software ②.
     pub t1_wall_ns: u64,
     /// ⑥−① on the monotonic application clock.
@@ -29,7 +29,7 @@ pub struct Timings {
 
 /// The delays of one OK probe, ready for a `ProbeResult`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delays {
+pub(crate) struct Delays {
     /// Network RTT.
     pub network_rtt_ns: u32,
     /// Prober processing delay (0 when only application stamps exist).
@@ -69,7 +69,7 @@ fn kernel_rtt(t: &Timings) -> Option<(u64, TimestampSource)> {
 
 /// Computes the delays, falling back to application stamps (flagged `App`) when the
 /// kernel stamps are missing, inconsistent or absurd. Never negative, never wrapped.
-pub fn delays(t: &Timings) -> Delays {
+pub(crate) fn delays(t: &Timings) -> Delays {
     match kernel_rtt(t) {
         Some((rtt, source)) => Delays {
             network_rtt_ns: clamp(rtt - t.responder_delay_ns),

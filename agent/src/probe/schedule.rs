@@ -7,16 +7,16 @@ use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{PingTarget, ProbeList};
 
 /// How late a slot may be and still be sent: covers an event loop that wakes on a tick.
-pub const CATCH_UP_NS: u64 = 20_000_000;
+pub(crate) const CATCH_UP_NS: u64 = 20_000_000;
 
 /// Highest rate a single list may ask for (a bad pinglist must not flood the fabric).
-pub const MAX_LIST_PPS: f64 = 100_000.0;
+pub(crate) const MAX_LIST_PPS: f64 = 100_000.0;
 /// Interval between two probes of one service flow (R-Pingmesh §4.2.2: 10 ms).
-pub const SERVICE_PROBE_INTERVAL_MS: f64 = 10.0;
+pub(crate) const SERVICE_PROBE_INTERVAL_MS: f64 = 10.0;
 
 /// One list's round-robin over shuffled targets at a fixed interval.
 #[derive(Debug)]
-pub struct ListSchedule {
+pub(crate) struct ListSchedule {
     class: ProbeClass,
     entries: Vec<PingTarget>,
     order: Vec<usize>,
@@ -28,7 +28,7 @@ pub struct ListSchedule {
 impl ListSchedule {
     /// Starts a list at a random phase within its first interval; `None` when it has no
     /// targets or no usable rate.
-    pub fn new<R: Rng>(list: ProbeList, now_ns: u64, rng: &mut R) -> Option<Self> {
+    pub(crate) fn new<R: Rng>(list: ProbeList, now_ns: u64, rng: &mut R) -> Option<Self> {
         if list.entries.is_empty() || !list.pps.is_finite() || list.pps <= 0.0 {
             return None;
         }
@@ -46,14 +46,14 @@ impl ListSchedule {
     }
 
     /// When the next probe of this list is due.
-    pub fn next_due_ns(&self) -> u64 {
+    pub(crate) fn next_due_ns(&self) -> u64 {
         self.next_ns
     }
 
     /// The target due at `now_ns`, if any; advances the schedule by one slot. After a stall
     /// longer than [`CATCH_UP_NS`] the missed slots are skipped (keeping the phase)
     /// instead of being sent in a burst.
-    pub fn pop_due<R: Rng>(
+    pub(crate) fn pop_due<R: Rng>(
         &mut self,
         now_ns: u64,
         rng: &mut R,
@@ -80,7 +80,7 @@ impl ListSchedule {
 
 /// All lists of one RNIC: the pinglist's, and the traced service flows'.
 #[derive(Debug, Default)]
-pub struct Schedule {
+pub(crate) struct Schedule {
     lists: Vec<ListSchedule>,
     /// Kept apart so pinglist updates and service-flow changes replace only their own part.
     service: Option<ListSchedule>,
@@ -88,14 +88,15 @@ pub struct Schedule {
 
 impl Schedule {
     /// Schedules every usable list.
-    pub fn new<R: Rng>(lists: Vec<ProbeList>, now_ns: u64, rng: &mut R) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new<R: Rng>(lists: Vec<ProbeList>, now_ns: u64, rng: &mut R) -> Self {
         let mut s = Self::default();
         s.set_lists(lists, now_ns, rng);
         s
     }
 
     /// Replaces the pinglist's lists (the service targets stay).
-    pub fn set_lists<R: Rng>(&mut self, lists: Vec<ProbeList>, now_ns: u64, rng: &mut R) {
+    pub(crate) fn set_lists<R: Rng>(&mut self, lists: Vec<ProbeList>, now_ns: u64, rng: &mut R) {
         self.lists = lists
             .into_iter()
             .filter_map(|l| ListSchedule::new(l, now_ns, rng))
@@ -104,7 +105,12 @@ impl Schedule {
 
     /// Replaces the service targets: each is probed every [`SERVICE_PROBE_INTERVAL_MS`],
     /// in a shuffled order, as class `Service` (slower only beyond [`MAX_LIST_PPS`]).
-    pub fn set_service<R: Rng>(&mut self, targets: Vec<PingTarget>, now_ns: u64, rng: &mut R) {
+    pub(crate) fn set_service<R: Rng>(
+        &mut self,
+        targets: Vec<PingTarget>,
+        now_ns: u64,
+        rng: &mut R,
+    ) {
         let list = ProbeList {
             class: ProbeClass::Service,
             pps: targets.len() as f64 * 1_000.0 / SERVICE_PROBE_INTERVAL_MS,
@@ -118,7 +124,7 @@ impl Schedule {
     }
 
     /// Earliest due time over all lists, `None` when there is nothing to probe.
-    pub fn next_due_ns(&self) -> Option<u64> {
+    pub(crate) fn next_due_ns(&self) -> Option<u64> {
         self.lists
             .iter()
             .chain(self.service.as_ref())
@@ -127,7 +133,7 @@ impl Schedule {
     }
 
     /// One target due at `now_ns`, from the most overdue list.
-    pub fn pop_due<R: Rng>(
+    pub(crate) fn pop_due<R: Rng>(
         &mut self,
         now_ns: u64,
         rng: &mut R,

@@ -6,9 +6,9 @@ use std::path::{Path, PathBuf};
 
 /// Per-thread interface statistics: follows the reading thread's network namespace
 /// (`/sys/class/net` follows the mount's instead).
-pub const NET_DEV: &str = "/proc/thread-self/net/dev";
+pub(crate) const NET_DEV: &str = "/proc/thread-self/net/dev";
 /// Root of the RDMA devices in sysfs.
-pub const INFINIBAND_SYSFS: &str = "/sys/class/infiniband";
+pub(crate) const INFINIBAND_SYSFS: &str = "/sys/class/infiniband";
 /// RDMA data counters count 4-byte words.
 const RDMA_WORD: u64 = 4;
 /// A 64-bit counter going backwards from this close to its top wrapped; from lower it was reset.
@@ -16,7 +16,7 @@ const WRAP_ZONE_64: u64 = 1 << 48;
 
 /// How a counter behaves when it goes backwards.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CounterKind {
+pub(crate) enum CounterKind {
     /// RDMA port data counters: 64-bit (extended) or 32-bit on older devices, where going
     /// backwards is a wrap modulo 2^32.
     RdmaWords,
@@ -28,7 +28,7 @@ pub enum CounterKind {
 /// a 32-bit RDMA counter that went backwards wrapped; a 64-bit counter that went
 /// backwards from near its top wrapped; anything else that went backwards was reset
 /// (the counter restarted from 0, so `cur` is what was counted since).
-pub fn counter_delta(prev: u64, cur: u64, kind: CounterKind) -> u64 {
+pub(crate) fn counter_delta(prev: u64, cur: u64, kind: CounterKind) -> u64 {
     if cur >= prev {
         return cur - prev;
     }
@@ -43,7 +43,7 @@ pub fn counter_delta(prev: u64, cur: u64, kind: CounterKind) -> u64 {
 
 /// One cumulative reading of an RNIC, in counter units.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Reading {
+pub(crate) struct Reading {
     /// Transmitted units.
     pub tx: u64,
     /// Received units.
@@ -52,7 +52,7 @@ pub struct Reading {
 
 /// Where one RNIC's byte counters are read.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CounterSource {
+pub(crate) enum CounterSource {
     /// RDMA port counters of a verbs RNIC: `<dir>/port_xmit_data` and `<dir>/port_rcv_data`.
     RdmaPort {
         /// The port's `counters` directory.
@@ -67,7 +67,7 @@ pub enum CounterSource {
 
 impl CounterSource {
     /// The RDMA port counters of `device` port `port` under `root` (normally [`INFINIBAND_SYSFS`]).
-    pub fn rdma_port(root: &Path, device: &str, port: u8) -> Self {
+    pub(crate) fn rdma_port(root: &Path, device: &str, port: u8) -> Self {
         Self::RdmaPort {
             dir: root
                 .join(device)
@@ -78,7 +78,7 @@ impl CounterSource {
     }
 
     /// How this source's counters wrap.
-    pub fn kind(&self) -> CounterKind {
+    pub(crate) fn kind(&self) -> CounterKind {
         match self {
             Self::RdmaPort { .. } => CounterKind::RdmaWords,
             Self::NetDev { .. } => CounterKind::NetDevBytes,
@@ -86,7 +86,7 @@ impl CounterSource {
     }
 
     /// Bytes per counter unit.
-    pub fn unit_bytes(&self) -> u64 {
+    pub(crate) fn unit_bytes(&self) -> u64 {
         match self {
             Self::RdmaPort { .. } => RDMA_WORD,
             Self::NetDev { .. } => 1,
@@ -95,7 +95,7 @@ impl CounterSource {
 
     /// Reads the counters now; `net_dev` is the text of [`NET_DEV`] read once for every
     /// source of this tick (`None` when it could not be read).
-    pub fn read(&self, net_dev: Option<&str>) -> Result<Reading> {
+    pub(crate) fn read(&self, net_dev: Option<&str>) -> Result<Reading> {
         match self {
             Self::RdmaPort { dir } => Ok(Reading {
                 tx: read_counter(&dir.join("port_xmit_data"))?,
@@ -122,7 +122,7 @@ fn read_counter(path: &Path) -> Result<u64> {
 /// Finds `ifname` in the text of `/proc/net/dev` and returns its byte counters
 /// (receive bytes is the first field after the colon, transmit bytes the ninth).
 /// `Ok(None)`: the interface is not listed; `Err`: its line is malformed.
-pub fn parse_net_dev(text: &str, ifname: &str) -> Result<Option<Reading>> {
+pub(crate) fn parse_net_dev(text: &str, ifname: &str) -> Result<Option<Reading>> {
     // Two header lines, then `  name: rx_bytes rx_packets ... tx_bytes ...` (old kernels
     // glue the first number to the colon).
     for line in text.lines().skip(2) {

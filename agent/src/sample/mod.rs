@@ -8,10 +8,10 @@
 //! them to the controller every `sample_upload` ([`upload`]), so a slow controller
 //! never delays a reading.
 
-pub mod counters;
-pub mod sampler;
-pub mod series;
-pub mod upload;
+pub(crate) mod counters;
+pub(crate) mod sampler;
+pub(crate) mod series;
+pub(crate) mod upload;
 
 use crate::control::SharedRegistration;
 use crate::stats::Counters;
@@ -36,7 +36,7 @@ const FINAL_UPLOAD_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// What the sampler needs to know besides its RNICs.
 #[derive(Debug, Clone)]
-pub struct SamplerOptions {
+pub(crate) struct SamplerOptions {
     /// Sampling interval (at most 1 s).
     pub interval: Duration,
     /// Upload period.
@@ -50,7 +50,7 @@ pub struct SamplerOptions {
 /// One sampled RNIC: its position in the configuration (to find its controller id) and
 /// where its counters are.
 #[derive(Debug, Clone)]
-pub struct SampledRnic {
+pub(crate) struct SampledRnic {
     /// Index of the RNIC in `AgentConfig::rnics`.
     pub config_index: usize,
     /// Its counters.
@@ -59,7 +59,7 @@ pub struct SampledRnic {
 
 /// The running sampler and uploader threads.
 #[derive(Debug)]
-pub struct SamplerHandle {
+pub(crate) struct SamplerHandle {
     stop_sampling: Arc<StopSignal>,
     stop_upload: Arc<StopSignal>,
     sampler: JoinHandle<()>,
@@ -74,7 +74,7 @@ fn buffer_rows(width: usize, interval: Duration) -> usize {
 
 impl SamplerHandle {
     /// Starts sampling `rnics` now; uploads begin once `registration` is set.
-    pub fn spawn(
+    pub(crate) fn spawn(
         opts: SamplerOptions,
         rnics: Vec<SampledRnic>,
         registration: SharedRegistration,
@@ -140,7 +140,7 @@ impl SamplerHandle {
     }
 
     /// Stops sampling, uploads what is buffered (≤ 2 s) and joins both threads.
-    pub fn stop(self) -> anyhow::Result<()> {
+    pub(crate) fn stop(self) -> anyhow::Result<()> {
         self.stop_sampling.stop();
         let sampled = self
             .sampler
@@ -156,7 +156,7 @@ impl SamplerHandle {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 /// Reads the counters of a fixed set of RNICs, one reading per interval.
 #[derive(Debug)]
-pub struct Sampler {
+pub(crate) struct Sampler {
     sources: Vec<CounterSource>,
     prev: Vec<Option<Reading>>,
     interval: Duration,
@@ -28,7 +28,7 @@ impl Sampler {
     /// `interval` on the Unix clock, so every agent's intervals cover the same wall-clock
     /// spans and the controller's series line up across hosts (a grid shifted by a fraction
     /// of an interval moves a burst into the next sample and looks like a pipeline shift).
-    pub fn new(sources: Vec<CounterSource>, interval: Duration) -> Self {
+    pub(crate) fn new(sources: Vec<CounterSource>, interval: Duration) -> Self {
         let interval = interval.max(Duration::from_millis(1));
         let (origin, origin_ms) = grid_origin(
             Instant::now(),
@@ -47,12 +47,12 @@ impl Sampler {
     }
 
     /// Number of columns of every row.
-    pub fn width(&self) -> usize {
+    pub(crate) fn width(&self) -> usize {
         self.sources.len()
     }
 
     /// When the next reading is due.
-    pub fn next_due(&self) -> Instant {
+    pub(crate) fn next_due(&self) -> Instant {
         let next = u128::from(self.last.map_or(0, |k| k + 1));
         let ns = (next * self.interval.as_nanos()).min(u128::from(u64::MAX));
         self.origin + Duration::from_nanos(ns as u64)
@@ -62,7 +62,7 @@ impl Sampler {
     /// interval this reading closes, or `None` for the first reading and after a gap
     /// (the reading is then only the new baseline). An RNIC whose counters cannot be
     /// read counts 0 bytes until two readings in a row succeed again.
-    pub fn read(&mut self, now: Instant, counters: &Counters) -> Option<Row> {
+    pub(crate) fn read(&mut self, now: Instant, counters: &Counters) -> Option<Row> {
         let step = self.interval.as_nanos();
         let k = ((now.saturating_duration_since(self.origin).as_nanos() + step / 2) / step) as u64;
         let net_dev = self

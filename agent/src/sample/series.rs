@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 
 /// The bytes every sampled RNIC moved in one interval.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Row {
+pub(crate) struct Row {
     /// Interval number since the sampler started (consecutive rows differ by 1; a
     /// larger step is a gap, e.g. a stalled sampler).
     pub index: u64,
@@ -18,14 +18,14 @@ pub struct Row {
 
 /// Rows oldest first, at most `capacity`; the oldest are dropped beyond it.
 #[derive(Debug)]
-pub struct SeriesBuffer {
+pub(crate) struct SeriesBuffer {
     capacity: usize,
     rows: VecDeque<Row>,
 }
 
 /// One upload built from the buffer, and what to release once it is settled.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Pending {
+pub(crate) struct Pending {
     /// The body to POST.
     pub upload: ThroughputUpload,
     /// Index of the last row it covers.
@@ -36,7 +36,7 @@ pub struct Pending {
 
 /// Identity fields of an upload.
 #[derive(Debug, Clone, Copy)]
-pub struct UploadHeader {
+pub(crate) struct UploadHeader {
     /// Host id from registration.
     pub host_id: u32,
     /// Agent epoch.
@@ -47,25 +47,27 @@ pub struct UploadHeader {
 
 impl SeriesBuffer {
     /// An empty buffer of at most `capacity` rows (at least 1).
-    pub fn new(capacity: usize) -> Self {
+    pub(crate) fn new(capacity: usize) -> Self {
         Self {
             capacity: capacity.max(1),
             rows: VecDeque::new(),
         }
     }
 
+    #[cfg(test)]
     /// Rows held.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.rows.len()
     }
 
+    #[cfg(test)]
     /// True when no row is held.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.rows.is_empty()
     }
 
     /// Appends a row; returns how many samples (rows × RNICs) were dropped to make room.
-    pub fn push(&mut self, row: Row) -> u64 {
+    pub(crate) fn push(&mut self, row: Row) -> u64 {
         let mut dropped = 0;
         while self.rows.len() >= self.capacity {
             if let Some(old) = self.rows.pop_front() {
@@ -79,7 +81,7 @@ impl SeriesBuffer {
     /// The leading run of consecutive rows (at most `max_rows`) as one upload; RNICs
     /// whose controller id is unknown (`rnic_ids[i] == None`) are left out. `None` when
     /// empty or when no RNIC has an id yet.
-    pub fn front(
+    pub(crate) fn front(
         &self,
         header: UploadHeader,
         rnic_ids: &[Option<u32>],
@@ -128,7 +130,7 @@ impl SeriesBuffer {
     }
 
     /// Removes every row up to `last_index` (rows dropped meanwhile are simply gone).
-    pub fn release(&mut self, last_index: u64) {
+    pub(crate) fn release(&mut self, last_index: u64) {
         while self.rows.front().is_some_and(|r| r.index <= last_index) {
             self.rows.pop_front();
         }

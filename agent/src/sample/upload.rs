@@ -12,11 +12,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 /// Most intervals in one upload (10 minutes at the default interval).
-pub const MAX_UPLOAD_ROWS: usize = 600;
+pub(crate) const MAX_UPLOAD_ROWS: usize = 600;
 
 /// Sends the sample buffer to the controller.
 #[derive(Debug)]
-pub struct SampleUploader {
+pub(crate) struct SampleUploader {
     http: ureq::Agent,
     url: String,
     epoch: u32,
@@ -30,7 +30,7 @@ pub struct SampleUploader {
 impl SampleUploader {
     /// An uploader to `controller_url` of rows whose columns are the RNICs at configuration
     /// indexes `columns`.
-    pub fn new(
+    pub(crate) fn new(
         controller_url: &str,
         epoch: u32,
         interval: Duration,
@@ -54,13 +54,13 @@ impl SampleUploader {
     }
 
     /// Replaces the HTTP client (a short timeout for the last upload at shutdown).
-    pub fn set_timeout(&mut self, timeout: Duration) {
+    pub(crate) fn set_timeout(&mut self, timeout: Duration) {
         self.http = http_agent(timeout);
     }
 
     /// Sends every buffered run, oldest first, until the buffer is empty or a POST is
     /// not accepted. Returns the last outcome (`Accepted` when there was nothing to send).
-    pub fn upload_all(&mut self, reg: &Registration) -> UploadOutcome {
+    pub(crate) fn upload_all(&mut self, reg: &Registration) -> UploadOutcome {
         let header = UploadHeader {
             host_id: reg.host_id,
             epoch: self.epoch,

@@ -13,32 +13,32 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// How long a known RNIC's comm info is used before it is fetched again.
-pub const REFRESH: Duration = Duration::from_secs(300);
+pub(crate) const REFRESH: Duration = Duration::from_secs(300);
 /// When an unknown RNIC or a failed look-up is tried again.
-pub const RETRY: Duration = Duration::from_secs(10);
+pub(crate) const RETRY: Duration = Duration::from_secs(10);
 /// Shortest time between two fetches of one IP when its probes keep timing out.
-pub const MIN_REFETCH: Duration = Duration::from_secs(5);
+pub(crate) const MIN_REFETCH: Duration = Duration::from_secs(5);
 /// Timeout of one look-up.
 const LOOKUP_TIMEOUT: Duration = Duration::from_secs(3);
 /// Largest comm-info body accepted.
 const MAX_BODY: u64 = 64 * 1024;
 
 /// Finds the RNIC owning an IP; `Ok(None)` when nobody registered it.
-pub trait CommLookup {
+pub(crate) trait CommLookup {
     /// Looks `ip` up.
     fn lookup(&self, ip: IpAddr) -> Result<Option<RnicInfo>>;
 }
 
 /// The controller's `GET /api/v1/rnics/by-ip/{ip}`.
 #[derive(Debug)]
-pub struct HttpCommLookup {
+pub(crate) struct HttpCommLookup {
     http: ureq::Agent,
     base: String,
 }
 
 impl HttpCommLookup {
     /// A client of the controller at `controller_url`.
-    pub fn new(controller_url: &str) -> Self {
+    pub(crate) fn new(controller_url: &str) -> Self {
         Self {
             http: http_agent(LOOKUP_TIMEOUT),
             base: controller_url.trim_end_matches('/').to_string(),
@@ -83,14 +83,19 @@ struct Entry {
 
 /// Comm info by IP, bounded by the caller ([`CommCache::retain`] with the live flows).
 #[derive(Debug, Default)]
-pub struct CommCache {
+pub(crate) struct CommCache {
     entries: HashMap<IpAddr, Entry>,
 }
 
 impl CommCache {
     /// The comm info of `ip` at `now`, fetched through `lookup` when missing or due. A
     /// failed fetch keeps what was known (and is logged).
-    pub fn get(&mut self, ip: IpAddr, now: Instant, lookup: &dyn CommLookup) -> Option<&RnicInfo> {
+    pub(crate) fn get(
+        &mut self,
+        ip: IpAddr,
+        now: Instant,
+        lookup: &dyn CommLookup,
+    ) -> Option<&RnicInfo> {
         let due = self.entries.get(&ip).is_none_or(|e| now >= e.due);
         if due {
             let old = self.entries.remove(&ip).and_then(|e| e.info);
@@ -121,24 +126,20 @@ impl CommCache {
 
     /// Marks `ip` for a fetch at the next [`CommCache::get`] (its probes time out: its
     /// QPN may be stale), but not sooner than [`MIN_REFETCH`] after the last fetch.
-    pub fn invalidate(&mut self, ip: IpAddr) {
+    pub(crate) fn invalidate(&mut self, ip: IpAddr) {
         if let Some(e) = self.entries.get_mut(&ip) {
             e.due = e.due.min(e.fetched + MIN_REFETCH);
         }
     }
 
     /// Keeps only the IPs for which `keep` holds (those of live flows).
-    pub fn retain(&mut self, keep: impl Fn(&IpAddr) -> bool) {
+    pub(crate) fn retain(&mut self, keep: impl Fn(&IpAddr) -> bool) {
         self.entries.retain(|ip, _| keep(ip));
     }
 
-    /// Number of cached IPs.
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
+    #[cfg(test)]
     /// True when nothing is cached.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 }

@@ -8,12 +8,12 @@
 //! Engines report service targets whose probes time out through a [`TimeoutFeed`], so a
 //! peer's QPN reset is picked up at once instead of at the next cache refresh.
 
-pub mod comm;
-pub mod ownership;
-pub mod targets;
-pub mod tracker;
+pub(crate) mod comm;
+pub(crate) mod ownership;
+pub(crate) mod targets;
+pub(crate) mod tracker;
 
-pub use tracker::{FlowSource, ServiceTracker, TrackerOptions};
+pub(crate) use tracker::{ServiceTracker, TrackerOptions};
 
 use std::collections::HashSet;
 use std::net::IpAddr;
@@ -46,7 +46,7 @@ impl TimeoutFeed {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
 
     #[test]

@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt;
 
 /// A network namespace's identity: (device, inode) of its nsfs file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct NetnsId {
+pub(crate) struct NetnsId {
     dev: u64,
     ino: u64,
 }
@@ -37,19 +37,19 @@ impl NetnsId {
     }
 
     /// The network namespace of the calling thread.
-    pub fn current() -> io::Result<Self> {
+    pub(crate) fn current() -> io::Result<Self> {
         Self::of("/proc/thread-self/ns/net")
     }
 
     /// The network namespace of process `pid`; `None` when it is gone or unreadable.
-    pub fn of_pid(pid: u32) -> Option<Self> {
+    pub(crate) fn of_pid(pid: u32) -> Option<Self> {
         Self::of(&format!("/proc/{pid}/ns/net")).ok()
     }
 }
 
 /// Decides whether a traced process's connections are ours.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Ownership {
+pub(crate) enum Ownership {
     /// Every process on the host (verbs transport).
     Host,
     /// Only processes in this network namespace (UDP transport).
@@ -59,7 +59,7 @@ pub enum Ownership {
 impl Ownership {
     /// The rule for this agent: `Host` when any RNIC uses verbs, else the calling thread's
     /// network namespace.
-    pub fn for_agent(any_verbs: bool) -> io::Result<Self> {
+    pub(crate) fn for_agent(any_verbs: bool) -> io::Result<Self> {
         Ok(if any_verbs {
             Self::Host
         } else {
@@ -69,7 +69,7 @@ impl Ownership {
 
     /// Whether `pid`'s connections are ours; `netns_of` reads a process's namespace
     /// (normally [`NetnsId::of_pid`]).
-    pub fn owns(&self, pid: u32, netns_of: impl Fn(u32) -> Option<NetnsId>) -> bool {
+    pub(crate) fn owns(&self, pid: u32, netns_of: impl Fn(u32) -> Option<NetnsId>) -> bool {
         match self {
             Self::Host => true,
             Self::SameNetns(ours) => netns_of(pid) == Some(*ours),
@@ -99,8 +99,7 @@ mod tests {
     /// A real process in another network namespace (needs root for `unshare -n`).
     #[test]
     fn process_in_another_netns_is_not_ours() {
-        // SAFETY: geteuid has no preconditions.
-        if unsafe { libc::geteuid() } != 0 {
+        if !crate::sys::is_root() {
             println!("skipping: unshare -n needs root");
             return;
         }

@@ -17,10 +17,10 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, UdpSocket};
 use std::time::Instant;
 
 /// Most live service flows tracked per agent (new ones are refused beyond it).
-pub const MAX_FLOWS: usize = 65_536;
+pub(crate) const MAX_FLOWS: usize = 65_536;
 
 /// The probe target of `flow` given the remote RNIC's comm info.
-pub fn target_of(flow: &ServiceFlow, info: &RnicInfo) -> PingTarget {
+pub(crate) fn target_of(flow: &ServiceFlow, info: &RnicInfo) -> PingTarget {
     PingTarget {
         rnic_id: info.id,
         ip: Gid(flow.dgid).to_ip(),
@@ -31,7 +31,7 @@ pub fn target_of(flow: &ServiceFlow, info: &RnicInfo) -> PingTarget {
 }
 
 /// The local address the kernel routes from towards `dst` (no packet is sent).
-pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
+pub(crate) fn route_source(dst: IpAddr) -> Option<IpAddr> {
     let any: IpAddr = match dst {
         IpAddr::V4(_) => Ipv4Addr::UNSPECIFIED.into(),
         IpAddr::V6(_) => Ipv6Addr::UNSPECIFIED.into(),
@@ -42,7 +42,7 @@ pub fn route_source(dst: IpAddr) -> Option<IpAddr> {
 }
 
 /// The service flows of this agent and their targets per engine.
-pub struct ServiceState {
+pub(crate) struct ServiceState {
     table: FlowTable,
     ownership: Ownership,
     /// Local IP of each engine, in engine order.
@@ -53,7 +53,7 @@ pub struct ServiceState {
 
 impl ServiceState {
     /// Flows of processes `ownership` accepts, for engines with local IPs `engines`.
-    pub fn new(ownership: Ownership, engines: Vec<IpAddr>) -> Self {
+    pub(crate) fn new(ownership: Ownership, engines: Vec<IpAddr>) -> Self {
         Self {
             table: FlowTable::new(MAX_FLOWS),
             ownership,
@@ -65,7 +65,11 @@ impl ServiceState {
 
     /// Applies one traced event (RTRs of processes that are not ours are ignored; a
     /// full table refuses new flows). Returns whether the set of flows changed.
-    pub fn apply(&mut self, ev: &FlowEvent, netns_of: impl Fn(u32) -> Option<NetnsId>) -> bool {
+    pub(crate) fn apply(
+        &mut self,
+        ev: &FlowEvent,
+        netns_of: impl Fn(u32) -> Option<NetnsId>,
+    ) -> bool {
         if ev.kind == FlowEventKind::Rtr && !self.ownership.owns(ev.pid, netns_of) {
             return false;
         }
@@ -83,19 +87,19 @@ impl ServiceState {
     }
 
     /// Drops flows of processes that are gone (exit events lost); returns whether any was.
-    pub fn sweep(&mut self, is_alive: impl Fn(u32) -> bool) -> bool {
+    pub(crate) fn sweep(&mut self, is_alive: impl Fn(u32) -> bool) -> bool {
         matches!(self.table.remove_dead_processes(is_alive), TableChange::Removed(n) if n > 0)
     }
 
     /// Marks the comm info of `ips` stale (their probes time out).
-    pub fn invalidate(&mut self, ips: &[IpAddr]) {
+    pub(crate) fn invalidate(&mut self, ips: &[IpAddr]) {
         for ip in ips {
             self.cache.invalidate(*ip);
         }
     }
 
     /// Number of live flows.
-    pub fn flows(&self) -> usize {
+    pub(crate) fn flows(&self) -> usize {
         self.table.len()
     }
 
@@ -109,7 +113,11 @@ impl ServiceState {
 
     /// The targets of every engine (sorted, one per 5-tuple), looking comm info up through
     /// `lookup` where missing or due. Flows whose peer is unknown wait for a later call.
-    pub fn targets(&mut self, now: Instant, lookup: &dyn CommLookup) -> Vec<Vec<PingTarget>> {
+    pub(crate) fn targets(
+        &mut self,
+        now: Instant,
+        lookup: &dyn CommLookup,
+    ) -> Vec<Vec<PingTarget>> {
         let mut per_engine: Vec<BTreeMap<(IpAddr, u16), PingTarget>> =
             vec![BTreeMap::new(); self.engines.len()];
         let flows: Vec<ServiceFlow> = self.table.flows().cloned().collect();

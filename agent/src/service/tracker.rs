@@ -25,7 +25,7 @@ const POLL: Duration = Duration::from_millis(100);
 const HOUSEKEEPING: Duration = Duration::from_secs(1);
 
 /// Where service events come from: the eBPF tracer, or a stand-in in tests.
-pub trait FlowSource: Send {
+pub(crate) trait FlowSource: Send {
     /// Waits up to `timeout` for events.
     fn poll(&mut self, timeout: Duration) -> Result<Vec<FlowEvent>, String>;
 }
@@ -38,7 +38,7 @@ impl FlowSource for ServiceTracer {
 
 /// What the tracker needs besides the engines.
 #[derive(Debug, Clone)]
-pub struct TrackerOptions {
+pub(crate) struct TrackerOptions {
     /// Controller base URL (comm-info look-ups).
     pub controller_url: String,
     /// Which traced processes are ours.
@@ -49,7 +49,7 @@ pub struct TrackerOptions {
 
 /// The running tracker thread.
 #[derive(Debug)]
-pub struct ServiceTracker {
+pub(crate) struct ServiceTracker {
     stop: Arc<StopSignal>,
     thread: JoinHandle<()>,
 }
@@ -65,7 +65,7 @@ fn tracer_route(r: ServiceTracing) -> Route {
 
 /// Starts the eBPF tracer; when it cannot start or attaches nothing, warns once and says
 /// so in the stats (`failed` / `none`), and the agent carries on without service probes.
-pub fn start_tracer(
+pub(crate) fn start_tracer(
     route: ServiceTracing,
     libraries: Vec<PathBuf>,
     counters: &Counters,
@@ -109,7 +109,7 @@ pub fn start_tracer(
 impl ServiceTracker {
     /// Starts the eBPF tracer (route `route`, extra libibverbs `libraries`) on a new thread
     /// and tracks flows until stopped.
-    pub fn spawn(
+    pub(crate) fn spawn(
         route: ServiceTracing,
         libraries: Vec<PathBuf>,
         opts: TrackerOptions,
@@ -129,7 +129,7 @@ impl ServiceTracker {
 
     /// Like [`ServiceTracker::spawn`] with any event source (`None`: nothing to track; the
     /// thread ends at once).
-    pub fn spawn_with<S: FlowSource + 'static>(
+    pub(crate) fn spawn_with<S: FlowSource + 'static>(
         source: impl FnOnce() -> Option<S> + Send + 'static,
         opts: TrackerOptions,
         engines: Arc<Vec<(String, EngineHandle)>>,
@@ -159,12 +159,12 @@ impl ServiceTracker {
 
     /// Asks the thread to stop without waiting (it notices within ~100 ms, or once the
     /// tracer has finished starting).
-    pub fn request_stop(&self) {
+    pub(crate) fn request_stop(&self) {
         self.stop.stop();
     }
 
     /// Stops the thread and joins it.
-    pub fn stop(self) -> anyhow::Result<()> {
+    pub(crate) fn stop(self) -> anyhow::Result<()> {
         self.stop.stop();
         self.thread
             .join()

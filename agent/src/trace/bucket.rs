@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 /// `rate` tokens per second, at most `burst` saved up.
 #[derive(Debug, Clone)]
-pub struct TokenBucket {
+pub(crate) struct TokenBucket {
     rate: f64,
     burst: f64,
     tokens: f64,
@@ -14,7 +14,7 @@ pub struct TokenBucket {
 
 impl TokenBucket {
     /// A full bucket refilling at `rate` per second (clamped to a tiny positive rate).
-    pub fn new(rate: f64, burst: u32, now: Instant) -> Self {
+    pub(crate) fn new(rate: f64, burst: u32, now: Instant) -> Self {
         let burst = f64::from(burst.max(1));
         Self {
             rate: rate.max(1e-3),
@@ -31,7 +31,7 @@ impl TokenBucket {
     }
 
     /// Takes one token if there is one.
-    pub fn try_take(&mut self, now: Instant) -> bool {
+    pub(crate) fn try_take(&mut self, now: Instant) -> bool {
         self.refill(now);
         if self.tokens >= 1.0 {
             self.tokens -= 1.0;
@@ -42,7 +42,7 @@ impl TokenBucket {
     }
 
     /// When the next token will be available (`now` if one is).
-    pub fn next_token_at(&mut self, now: Instant) -> Instant {
+    pub(crate) fn next_token_at(&mut self, now: Instant) -> Instant {
         self.refill(now);
         if self.tokens >= 1.0 {
             now

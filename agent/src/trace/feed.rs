@@ -19,7 +19,7 @@ const ANOMALY_GAP: Duration = Duration::from_secs(1);
 
 /// A request from an engine to the tracer.
 #[derive(Debug)]
-pub enum TraceRequest {
+pub(crate) enum TraceRequest {
     /// The probe 5-tuples now leaving from `src` (replaces the previous set).
     Pinglist {
         /// The engine's local address.

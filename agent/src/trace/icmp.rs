@@ -2,7 +2,7 @@
 //! ICMP errors for its 4-tuple on its error queue, as a `sock_extended_err` cmsg followed
 //! by the offender address (`SO_EE_OFFENDER`), with the quoted UDP payload as the data.
 
-use crate::transport::timestamping::{ControlBuf, cmsgs, read_pod, sockaddr_to_std};
+use crate::sys::{ControlBuf, cmsgs, read_pod, sockaddr_from_bytes};
 use rocemesh_proto::{Packet, PacketKind};
 use std::mem::size_of;
 use std::net::IpAddr;
@@ -16,7 +16,7 @@ const ICMPV6_PORT_UNREACH: u8 = 4;
 
 /// What an ICMP error says about the packet it quotes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum IcmpKind {
+pub(crate) enum IcmpKind {
     /// A router on the way dropped it because its TTL ran out: that router is a hop.
     TimeExceeded,
     /// The destination host answered: nobody listens on the port (agent not running).
@@ -27,7 +27,7 @@ pub enum IcmpKind {
 
 /// One ICMP error read from an error queue.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct IcmpAnswer {
+pub(crate) struct IcmpAnswer {
     /// The address of the node that sent the error (`SO_EE_OFFENDER`).
     pub from: IpAddr,
     /// What kind of error.
@@ -40,7 +40,7 @@ pub struct IcmpAnswer {
 /// Parses one error-queue message: its cmsgs (`controllen` valid bytes of `control`) and
 /// the quoted payload. Anything that is not an ICMP error with a usable offender (TX
 /// stamps, local errors, garbage) is `None`.
-pub fn parse_icmp_error(
+pub(crate) fn parse_icmp_error(
     control: &ControlBuf,
     controllen: usize,
     quoted: &[u8],
@@ -66,26 +66,7 @@ pub fn parse_icmp_error(
     };
     // SO_EE_OFFENDER: the sockaddr right after the extended error.
     let offender = data.get(size_of::<libc::sock_extended_err>()..)?;
-    // SAFETY: sockaddr_storage is plain old data; zero is a valid value.
-    let mut storage: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
-    let n = offender.len().min(size_of::<libc::sockaddr_storage>());
-    // SAFETY: copies n <= size_of(storage) bytes from a live slice into the local storage.
-    unsafe {
-        std::ptr::copy_nonoverlapping(
-            offender.as_ptr(),
-            (&mut storage as *mut libc::sockaddr_storage).cast::<u8>(),
-            n,
-        )
-    };
-    let min_len = match storage.ss_family as i32 {
-        libc::AF_INET => size_of::<libc::sockaddr_in>(),
-        libc::AF_INET6 => size_of::<libc::sockaddr_in6>(),
-        _ => return None,
-    };
-    if n < min_len {
-        return None;
-    }
-    let from = sockaddr_to_std(&storage)?.ip();
+    let from = sockaddr_from_bytes(offender)?.ip();
     if from.is_unspecified() {
         return None;
     }
@@ -103,6 +84,7 @@ pub fn parse_icmp_error(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sys;
     use rocemesh_proto::ProbeClass;
     use std::net::{Ipv4Addr, Ipv6Addr};
 
@@ -124,27 +106,11 @@ mod tests {
             ee_info: 0,
             ee_data: 0,
         };
-        // SAFETY: test-only byte view of a POD struct.
-        let ee_bytes = unsafe {
-            std::slice::from_raw_parts(
-                (&ee as *const libc::sock_extended_err).cast::<u8>(),
-                size_of::<libc::sock_extended_err>(),
-            )
-        };
-        let data: Vec<u8> = [ee_bytes, offender].concat();
+        let data: Vec<u8> = [sys::pod_bytes(&ee), offender].concat();
         let mut buf = ControlBuf::default();
-        let hdr = libc::cmsghdr {
-            cmsg_len: (unsafe { libc::CMSG_LEN(data.len() as u32) }) as _,
-            cmsg_level: level,
-            cmsg_type: ty,
-        };
-        // SAFETY: test-only: writes a header and data that fit the 256-byte buffer.
-        unsafe {
-            std::ptr::write_unaligned(buf.0.as_mut_ptr().cast(), hdr);
-            let off = libc::CMSG_LEN(0) as usize;
-            buf.0[off..off + data.len()].copy_from_slice(&data);
-            (buf, libc::CMSG_SPACE(data.len() as u32) as usize)
-        }
+        let mut len = 0;
+        sys::put_cmsg(&mut buf, &mut len, level, ty, &data);
+        (buf, len)
     }
 
     fn sockaddr_v4(ip: Ipv4Addr) -> Vec<u8> {
@@ -156,29 +122,20 @@ mod tests {
             },
             sin_zero: [0; 8],
         };
-        // SAFETY: test-only byte view of a POD struct.
-        unsafe {
-            std::slice::from_raw_parts(
-                (&sa as *const libc::sockaddr_in).cast::<u8>(),
-                size_of::<libc::sockaddr_in>(),
-            )
-        }
-        .to_vec()
+        sys::pod_bytes(&sa).to_vec()
     }
 
     fn sockaddr_v6(ip: Ipv6Addr) -> Vec<u8> {
-        // SAFETY: zeroed sockaddr_in6 is valid.
-        let mut sa: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
-        sa.sin6_family = libc::AF_INET6 as u16;
-        sa.sin6_addr.s6_addr = ip.octets();
-        // SAFETY: test-only byte view of a POD struct.
-        unsafe {
-            std::slice::from_raw_parts(
-                (&sa as *const libc::sockaddr_in6).cast::<u8>(),
-                size_of::<libc::sockaddr_in6>(),
-            )
-        }
-        .to_vec()
+        let sa = libc::sockaddr_in6 {
+            sin6_family: libc::AF_INET6 as u16,
+            sin6_port: 0,
+            sin6_flowinfo: 0,
+            sin6_addr: libc::in6_addr {
+                s6_addr: ip.octets(),
+            },
+            sin6_scope_id: 0,
+        };
+        sys::pod_bytes(&sa).to_vec()
     }
 
     fn trace_payload(seq: u32) -> [u8; 64] {
@@ -318,8 +275,8 @@ mod tests {
                     cmsg_level: libc::SOL_IP,
                     cmsg_type: libc::IP_RECVERR,
                 };
-                // SAFETY: the buffer holds at least one header.
-                unsafe { std::ptr::write_unaligned(buf.0.as_mut_ptr().cast(), hdr) };
+                let hdr = sys::pod_bytes(&hdr);
+                buf.0[..hdr.len()].copy_from_slice(hdr);
             }
             let _ = parse_icmp_error(&buf, (x % 300) as usize, &buf.0[..(x % 100) as usize]);
         }

@@ -7,13 +7,14 @@
 //! error queue, [`bucket`] rate-limits, [`feed`] is the engines' side and [`tracer`] the
 //! thread that ties them together.
 
-pub mod bucket;
-pub mod feed;
-pub mod icmp;
-pub mod session;
-pub mod table;
-pub mod tracer;
+pub(crate) mod bucket;
+pub(crate) mod feed;
+pub(crate) mod icmp;
+pub(crate) mod session;
+pub(crate) mod table;
+pub(crate) mod tracer;
 
-pub use feed::{TraceFeed, TraceRequest};
-pub use table::TraceKey;
-pub use tracer::{PathResender, TracerHandle, TracerOptions};
+pub(crate) use feed::TraceFeed;
+pub(crate) use table::TraceKey;
+pub(crate) use tracer::PathResender;
+pub use tracer::{TracerHandle, TracerOptions};

@@ -21,19 +21,19 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// How long one TTL waits for its ICMP answer.
-pub const HOP_WAIT: Duration = Duration::from_millis(200);
+pub(crate) const HOP_WAIT: Duration = Duration::from_millis(200);
 /// Consecutive silent TTLs that end a trace.
-pub const SILENT_STOP: usize = 2;
+pub(crate) const SILENT_STOP: usize = 2;
 
 /// The TRACE seq of TTL `ttl` of trace `nonce`: routers that quote the whole payload tell
 /// us which TTL (and which trace) an answer belongs to.
-pub fn trace_seq(nonce: u32, ttl: u8) -> u32 {
+pub(crate) fn trace_seq(nonce: u32, ttl: u8) -> u32 {
     (nonce << 8) | u32::from(ttl)
 }
 
 /// State of one trace in progress.
 #[derive(Debug)]
-pub struct Session {
+pub(crate) struct Session {
     nonce: u32,
     max_hops: u8,
     hops: Vec<Option<IpAddr>>,
@@ -47,7 +47,7 @@ pub struct Session {
 
 impl Session {
     /// A trace numbered `nonce` (24 bits kept) going up to `max_hops`.
-    pub fn new(nonce: u32, max_hops: u8) -> Self {
+    pub(crate) fn new(nonce: u32, max_hops: u8) -> Self {
         Self {
             nonce: nonce & 0x00ff_ffff,
             max_hops: max_hops.max(1),
@@ -59,43 +59,43 @@ impl Session {
     }
 
     /// The seq to put in the TRACE packet of `ttl`.
-    pub fn seq(&self, ttl: u8) -> u32 {
+    pub(crate) fn seq(&self, ttl: u8) -> u32 {
         trace_seq(self.nonce, ttl)
     }
 
     /// The TTL to send now, if the trace waits for a send.
-    pub fn next_ttl(&self) -> Option<u8> {
+    pub(crate) fn next_ttl(&self) -> Option<u8> {
         (self.outcome.is_none() && self.in_flight.is_none()).then_some(self.hops.len() as u8 + 1)
     }
 
     /// Records that `ttl` left at `now`.
-    pub fn sent(&mut self, ttl: u8, now: Instant) {
+    pub(crate) fn sent(&mut self, ttl: u8, now: Instant) {
         self.in_flight = Some((ttl, now + HOP_WAIT));
     }
 
     /// The send failed (no route, ...): the trace ends incomplete.
-    pub fn abort(&mut self) {
+    pub(crate) fn abort(&mut self) {
         self.in_flight = None;
         self.outcome = Some(false);
     }
 
     /// When the TTL in flight stops waiting.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub(crate) fn deadline(&self) -> Option<Instant> {
         self.in_flight.map(|(_, d)| d)
     }
 
     /// A probe on this 5-tuple timed out meanwhile: the trace cannot claim arrival by silence.
-    pub fn mark_anomaly(&mut self) {
+    pub(crate) fn mark_anomaly(&mut self) {
         self.anomaly = true;
     }
 
     /// True once the trace is over.
-    pub fn is_done(&self) -> bool {
+    pub(crate) fn is_done(&self) -> bool {
         self.outcome.is_some()
     }
 
     /// Takes an ICMP answer read from this trace's socket.
-    pub fn on_answer(&mut self, a: &IcmpAnswer) {
+    pub(crate) fn on_answer(&mut self, a: &IcmpAnswer) {
         let ttl = match a.quoted_seq {
             Some(seq) if seq >> 8 != self.nonce => return, // an earlier trace of this 5-tuple
             Some(seq) => (seq & 0xff) as u8,
@@ -133,7 +133,7 @@ impl Session {
     }
 
     /// Gives up on a TTL whose wait ended by `now`.
-    pub fn on_time(&mut self, now: Instant) {
+    pub(crate) fn on_time(&mut self, now: Instant) {
         let Some((ttl, deadline)) = self.in_flight else {
             return;
         };
@@ -153,7 +153,7 @@ impl Session {
     }
 
     /// The hops and whether the destination was reached (see the module doc).
-    pub fn result(mut self) -> (Vec<Option<IpAddr>>, bool) {
+    pub(crate) fn result(mut self) -> (Vec<Option<IpAddr>>, bool) {
         let reached = self.outcome == Some(true);
         if reached {
             while self.hops.last() == Some(&None) {

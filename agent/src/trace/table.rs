@@ -10,9 +10,9 @@ use std::net::IpAddr;
 use std::time::{Duration, Instant};
 
 /// Most 5-tuples tracked per agent.
-pub const MAX_TUPLES: usize = 16_384;
+pub(crate) const MAX_TUPLES: usize = 16_384;
 /// An anomalous 5-tuple traced less than this long ago is not traced again at once.
-pub const URGENT_MIN_GAP: Duration = Duration::from_secs(2);
+pub(crate) const URGENT_MIN_GAP: Duration = Duration::from_secs(2);
 /// Learned ACK 5-tuples not seen for this many refresh periods are forgotten.
 const LEARNED_TTL_PERIODS: u32 = 3;
 
@@ -48,7 +48,7 @@ struct Entry {
 
 /// What [`TraceTable::anomaly`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AnomalyOutcome {
+pub(crate) enum AnomalyOutcome {
     /// Queued ahead of every periodic trace.
     Queued,
     /// Being traced right now: that trace must not claim arrival.
@@ -59,7 +59,7 @@ pub enum AnomalyOutcome {
 
 /// The trace schedule of one agent.
 #[derive(Debug)]
-pub struct TraceTable {
+pub(crate) struct TraceTable {
     entries: HashMap<TraceKey, Entry>,
     due: BTreeSet<(Instant, TraceKey)>,
     urgent: VecDeque<TraceKey>,
@@ -71,7 +71,7 @@ pub struct TraceTable {
 
 impl TraceTable {
     /// A table refreshing every `refresh`, holding at most `capacity` 5-tuples.
-    pub fn new(refresh: Duration, capacity: usize) -> Self {
+    pub(crate) fn new(refresh: Duration, capacity: usize) -> Self {
         Self {
             entries: HashMap::new(),
             due: BTreeSet::new(),
@@ -82,14 +82,10 @@ impl TraceTable {
         }
     }
 
+    #[cfg(test)]
     /// Number of 5-tuples tracked.
-    pub fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.entries.len()
-    }
-
-    /// True when nothing is tracked.
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
     }
 
     fn insert(&mut self, key: TraceKey, learned_seen: Option<Instant>, now: Instant) -> bool {
@@ -120,7 +116,7 @@ impl TraceTable {
 
     /// Replaces the probe 5-tuples leaving from `src` by `keys`: new ones are due now,
     /// gone ones forgotten. Returns how many could not be taken (table full).
-    pub fn set_pinglist(&mut self, src: IpAddr, keys: &[TraceKey], now: Instant) -> usize {
+    pub(crate) fn set_pinglist(&mut self, src: IpAddr, keys: &[TraceKey], now: Instant) -> usize {
         let wanted: std::collections::HashSet<&TraceKey> = keys.iter().collect();
         let gone: Vec<TraceKey> = self
             .entries
@@ -139,7 +135,7 @@ impl TraceTable {
     }
 
     /// An ACK 5-tuple seen in use at `now`; false when the table is full.
-    pub fn learned(&mut self, key: TraceKey, now: Instant) -> bool {
+    pub(crate) fn learned(&mut self, key: TraceKey, now: Instant) -> bool {
         match self.entries.get_mut(&key) {
             Some(e) => {
                 if e.learned_seen.is_some() {
@@ -152,7 +148,7 @@ impl TraceTable {
     }
 
     /// A probe on `key` timed out at `now`.
-    pub fn anomaly(&mut self, key: TraceKey, now: Instant) -> AnomalyOutcome {
+    pub(crate) fn anomaly(&mut self, key: TraceKey, now: Instant) -> AnomalyOutcome {
         let Some(e) = self.entries.get_mut(&key) else {
             return AnomalyOutcome::Ignored;
         };
@@ -174,7 +170,7 @@ impl TraceTable {
     /// until [`TraceTable::finished`]. Urgent ones go first, but never twice in a row
     /// while a periodic one is due: the timeouts of a lossy link re-queue their 5-tuples
     /// every second and would otherwise keep a tuple that was never traced untraced.
-    pub fn next(&mut self, now: Instant) -> Option<(TraceKey, bool)> {
+    pub(crate) fn next(&mut self, now: Instant) -> Option<(TraceKey, bool)> {
         let urgent = |t: &mut Self| t.next_urgent().map(|k| (k, true));
         let periodic = |t: &mut Self| t.next_periodic(now).map(|k| (k, false));
         let picked = if self.served_urgent {
@@ -210,7 +206,7 @@ impl TraceTable {
     }
 
     /// When the next periodic trace is due (urgent ones are due at once).
-    pub fn next_due(&self, now: Instant) -> Option<Instant> {
+    pub(crate) fn next_due(&self, now: Instant) -> Option<Instant> {
         if !self.urgent.is_empty() {
             return Some(now);
         }
@@ -219,7 +215,7 @@ impl TraceTable {
 
     /// A trace of `key` ended at `now` with `path` (`None`: it could not run): the next
     /// one is due a refresh period later.
-    pub fn finished(&mut self, key: TraceKey, now: Instant, path: Option<TracedPath>) {
+    pub(crate) fn finished(&mut self, key: TraceKey, now: Instant, path: Option<TracedPath>) {
         let refresh = self.refresh;
         if let Some(e) = self.entries.get_mut(&key) {
             e.active = false;
@@ -239,14 +235,14 @@ impl TraceTable {
 
     /// What a fresh analyzer needs of every 5-tuple still tracked, oldest first: the last
     /// complete path of one whose latest trace broke off, then the latest path.
-    pub fn paths_to_resend(&self) -> impl Iterator<Item = &TracedPath> {
+    pub(crate) fn paths_to_resend(&self) -> impl Iterator<Item = &TracedPath> {
         self.entries
             .values()
             .flat_map(|e| e.complete.iter().chain(e.last.iter()))
     }
 
     /// Forgets ACK 5-tuples not seen for a few refresh periods (their prober went away).
-    pub fn expire(&mut self, now: Instant) {
+    pub(crate) fn expire(&mut self, now: Instant) {
         let ttl = self.refresh * LEARNED_TTL_PERIODS;
         let old: Vec<TraceKey> = self
             .entries

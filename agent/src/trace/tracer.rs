@@ -15,14 +15,14 @@ use super::icmp::parse_icmp_error;
 use super::session::Session;
 use super::table::{AnomalyOutcome, MAX_TUPLES, TraceKey, TraceTable};
 use crate::stats::Counters;
-use crate::transport::timestamping::{ControlBuf, recv_raw, setsockopt};
+use crate::sys::{ControlBuf, Epoll, recv_raw, setsockopt};
 use crate::upload::buffer::ResultBuffer;
 use rocemesh_proto::path::TracedPath;
 use rocemesh_proto::{Packet, ProbeClass};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::io;
 use std::net::SocketAddr;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
 use std::sync::atomic::Ordering::Relaxed;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -146,7 +146,7 @@ struct Tracer {
     bucket: TokenBucket,
     active: Vec<Active>,
     next_id: u64,
-    epoll: OwnedFd,
+    epoll: Epoll,
     next_expiry: Instant,
 }
 
@@ -158,11 +158,7 @@ impl Tracer {
         requests: Receiver<TraceRequest>,
         stop: Arc<AtomicBool>,
     ) -> io::Result<Self> {
-        // SAFETY: plain syscall; the fd is owned below.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if ep < 0 {
-            return Err(io::Error::last_os_error());
-        }
+        let epoll = Epoll::new()?;
         let now = Instant::now();
         Ok(Self {
             table: TraceTable::new(opts.refresh, MAX_TUPLES),
@@ -174,8 +170,7 @@ impl Tracer {
             stop,
             active: Vec::with_capacity(MAX_ACTIVE),
             next_id: rand::random::<u32>() as u64,
-            // SAFETY: `ep` is a fresh fd we own.
-            epoll: unsafe { OwnedFd::from_raw_fd(ep) },
+            epoll,
             next_expiry: now,
         })
     }
@@ -194,17 +189,9 @@ impl Tracer {
             self.send_ttls(now);
             self.finish_traces();
             let wait = self.sleep_time(Instant::now());
-            let ms = wait.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-            // SAFETY: `ready` has room for MAX_ACTIVE events.
-            let n = unsafe {
-                libc::epoll_wait(
-                    self.epoll.as_raw_fd(),
-                    ready.as_mut_ptr(),
-                    MAX_ACTIVE as i32,
-                    ms,
-                )
-            };
-            for ev in &ready[..n.max(0) as usize] {
+            // An interrupted or failed wait reads nothing; the loop goes on.
+            let n = self.epoll.wait(&mut ready, wait).unwrap_or(0);
+            for ev in &ready[..n] {
                 let id = ev.u64;
                 if let Some(a) = self.active.iter_mut().find(|a| a.id == id) {
                     drain(a, &mut control, &self.counters);
@@ -253,19 +240,10 @@ impl Tracer {
                 Ok((listener, sender)) => {
                     self.next_id += 1;
                     let id = self.next_id;
-                    let mut ev = libc::epoll_event {
-                        events: libc::EPOLLIN as u32,
-                        u64: id,
-                    };
-                    // SAFETY: valid epoll and socket fds; `ev` lives for the call.
-                    unsafe {
-                        libc::epoll_ctl(
-                            self.epoll.as_raw_fd(),
-                            libc::EPOLL_CTL_ADD,
-                            listener.as_raw_fd(),
-                            &mut ev,
-                        )
-                    };
+                    if let Err(e) = self.epoll.add(listener.as_raw_fd(), id) {
+                        // Its answers go unread: the trace ends at its deadline, pathless.
+                        tracing::debug!(?key, error = %e, "cannot watch a trace socket");
+                    }
                     let mut session = Session::new(id as u32, self.opts.max_hops);
                     if urgent {
                         // Started because of a timeout: silence may be the fault, not arrival.

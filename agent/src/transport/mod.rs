@@ -8,11 +8,13 @@
 //! ([`verbs`]) gets them from completion-queue timestamps of a UD QP on the RNIC.
 //! [`select`] decides which one each RNIC uses.
 
-pub mod recv_batch;
-pub mod select;
-pub mod timestamping;
-pub mod udp;
-pub mod verbs;
+pub(crate) mod recv_batch;
+pub(crate) mod select;
+pub(crate) mod timestamping;
+pub(crate) mod udp;
+pub(crate) mod verbs;
+
+pub use select::list_rdma_devices;
 
 use rocemesh_proto::TimestampSource;
 use rocemesh_proto::packet::PROBE_LEN;
@@ -22,7 +24,7 @@ use std::os::fd::RawFd;
 use std::time::Duration;
 
 pub use udp::{UdpOptions, UdpTransport};
-pub use verbs::{VerbsOptions, VerbsTransport};
+pub(crate) use verbs::{VerbsOptions, VerbsTransport};
 
 /// A kernel or NIC timestamp, in ns of the clock its source implies.
 ///
@@ -52,13 +54,13 @@ pub struct Endpoint {
 }
 
 /// The UDP destination port a packet of transport `T` sent to `port` has on the wire.
-pub fn wire_dst_port<T: Transport>(port: u16) -> u16 {
+pub(crate) fn wire_dst_port<T: Transport>(port: u16) -> u16 {
     T::WIRE_DST_PORT.unwrap_or(port)
 }
 
 /// Receive buffer size: one byte more than the longest packet (a padded PROBE), so
 /// oversized datagrams are detected.
-pub const RX_BUF_LEN: usize = PROBE_LEN + 1;
+pub(crate) const RX_BUF_LEN: usize = PROBE_LEN + 1;
 
 /// One received datagram.
 #[derive(Debug, Clone, Copy)]
@@ -104,6 +106,10 @@ impl RxDatagram {
 
 /// Something the transport observed.
 #[derive(Debug, Clone, Copy)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "events queue by value on the packet path; boxing would allocate per datagram"
+)]
 pub enum TransportEvent {
     /// A datagram arrived.
     Rx(RxDatagram),

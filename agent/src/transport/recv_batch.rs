@@ -3,82 +3,35 @@
 //! spent finding out.
 
 use super::RX_BUF_LEN;
-use super::timestamping::{ControlBuf, Received, parse_control, sockaddr_to_std};
+use super::timestamping::Received;
+use crate::sys::RecvBuffers;
 use std::io;
-use std::mem::{size_of, zeroed};
 use std::os::fd::RawFd;
 
 /// Datagrams read per call.
-pub const BATCH: usize = 16;
+pub(crate) const BATCH: usize = 16;
 
 /// Buffers for one `recvmmsg` of up to [`BATCH`] datagrams.
-pub struct RecvBatch {
-    data: [[u8; RX_BUF_LEN]; BATCH],
-    control: [ControlBuf; BATCH],
-    addrs: [libc::sockaddr_storage; BATCH],
-    iovs: [libc::iovec; BATCH],
-    msgs: [libc::mmsghdr; BATCH],
+pub(crate) struct RecvBatch(Box<RecvBuffers<RX_BUF_LEN, BATCH>>);
+
+/// Empty buffers (boxed inside: about 8 KiB).
+impl Default for RecvBatch {
+    fn default() -> Self {
+        Self(RecvBuffers::new())
+    }
 }
 
-// SAFETY: the raw pointers inside `iovs`/`msgs` only ever point into this same struct and
-// are rebuilt before every call; nothing is shared across threads.
-unsafe impl Send for RecvBatch {}
-
 impl RecvBatch {
-    /// Empty buffers (boxed: about 8 KiB).
-    pub fn new() -> Box<Self> {
-        // SAFETY: all fields are plain old data for which zero is valid (null pointers
-        // are replaced before use).
-        Box::new(unsafe { zeroed() })
-    }
-
     /// Reads up to [`BATCH`] datagrams without blocking; returns how many (an error such
     /// as `WouldBlock` when there was none).
-    pub fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
-        for i in 0..BATCH {
-            self.iovs[i] = libc::iovec {
-                iov_base: self.data[i].as_mut_ptr().cast(),
-                iov_len: RX_BUF_LEN,
-            };
-            // SAFETY: zeroed msghdr is valid; pointers are set to live buffers below.
-            let mut hdr: libc::msghdr = unsafe { zeroed() };
-            hdr.msg_name = (&mut self.addrs[i] as *mut libc::sockaddr_storage).cast();
-            hdr.msg_namelen = size_of::<libc::sockaddr_storage>() as _;
-            hdr.msg_iov = &mut self.iovs[i];
-            hdr.msg_iovlen = 1;
-            hdr.msg_control = self.control[i].0.as_mut_ptr().cast();
-            hdr.msg_controllen = size_of::<ControlBuf>() as _;
-            self.msgs[i] = libc::mmsghdr {
-                msg_hdr: hdr,
-                msg_len: 0,
-            };
-        }
-        // SAFETY: every msghdr points at buffers of this struct, alive and exclusively
-        // borrowed for the call.
-        let n = unsafe {
-            libc::recvmmsg(
-                fd,
-                self.msgs.as_mut_ptr(),
-                BATCH as u32,
-                libc::MSG_DONTWAIT | libc::MSG_TRUNC,
-                std::ptr::null_mut(),
-            )
-        };
-        if n < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(n as usize)
+    pub(crate) fn recv(&mut self, fd: RawFd) -> io::Result<usize> {
+        self.0.recv(fd)
     }
 
     /// Datagram `i` of the last call: its bytes (at most [`RX_BUF_LEN`]) and what came with it.
-    pub fn get(&self, i: usize) -> (&[u8; RX_BUF_LEN], Received) {
-        let m = &self.msgs[i];
-        let received = Received {
-            len: m.msg_len as usize,
-            peer: sockaddr_to_std(&self.addrs[i]),
-            control: parse_control(&self.control[i], m.msg_hdr.msg_controllen),
-        };
-        (&self.data[i], received)
+    pub(crate) fn get(&self, i: usize) -> (&[u8; RX_BUF_LEN], Received) {
+        let (data, raw, control) = self.0.get(i);
+        (data, Received::parse(raw, control))
     }
 }
 
@@ -94,7 +47,7 @@ mod tests {
         let rx = UdpSocket::bind("127.0.0.1:0").unwrap();
         timestamping::enable(rx.as_raw_fd()).unwrap();
         let tx = UdpSocket::bind("127.0.0.1:0").unwrap();
-        let mut b = RecvBatch::new();
+        let mut b = RecvBatch::default();
         // The kernel switches RX timestamping on through deferred work: wait until a
         // datagram comes back stamped before the real test.
         for _ in 0..100 {

@@ -22,7 +22,7 @@ pub struct RdmaDevice {
 
 /// The transport chosen for one RNIC, with the reason when it is not verbs.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Choice {
+pub(crate) enum Choice {
     /// UDP sockets.
     Udp {
         /// Why (configured, or why auto found no RDMA device for the RNIC).
@@ -37,7 +37,7 @@ pub enum Choice {
 
 impl Choice {
     /// `"udp"` or `"verbs"`, as logged and reported in the stats.
-    pub fn name(&self) -> &'static str {
+    pub(crate) fn name(&self) -> &'static str {
         match self {
             Choice::Udp { .. } => "udp",
             Choice::Verbs { .. } => "verbs",
@@ -68,7 +68,7 @@ pub fn list_rdma_devices() -> Result<Vec<RdmaDevice>, VerbsError> {
 
 /// Chooses the transport of `rnic` (address `ip`). `devices` is the listing (or why there
 /// is none); it is only looked at for `auto`.
-pub fn choose(
+pub(crate) fn choose(
     kind: TransportKind,
     rnic: &RnicConfig,
     ip: IpAddr,

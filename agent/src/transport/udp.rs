@@ -5,16 +5,17 @@ use super::recv_batch::{BATCH, RecvBatch};
 use super::timestamping::{self, ControlBuf};
 use super::{Endpoint, RxDatagram, Transport, TransportEvent, TxToken};
 use crate::stats::Counters;
+use crate::sys::{self, Epoll};
 use socket2::{Domain, Protocol, SockAddr, Socket, Type};
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::{IpAddr, SocketAddr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// Default bound of the per-source-port send socket cache.
-pub const DEFAULT_SEND_SOCKETS: usize = 512;
+pub(crate) const DEFAULT_SEND_SOCKETS: usize = 512;
 /// epoll key of the main socket (send sockets use their port, < 2^16).
 const MAIN_KEY: u64 = 1 << 32;
 /// epoll events fetched per wait.
@@ -55,7 +56,7 @@ struct Sock {
 /// (NIC hardware) are polled for briefly on the following wake-ups.
 pub struct UdpTransport {
     opts: UdpOptions,
-    epoll: OwnedFd,
+    epoll: Epoll,
     main: Sock,
     send: HashMap<u16, Sock>,
     /// Events already read, delivered before anything else.
@@ -67,7 +68,7 @@ pub struct UdpTransport {
     ready: [libc::epoll_event; MAX_READY],
     nready: usize,
     cursor: usize,
-    rx: Box<RecvBatch>,
+    rx: RecvBatch,
     control: ControlBuf,
     counters: Arc<Counters>,
 }
@@ -75,13 +76,7 @@ pub struct UdpTransport {
 impl UdpTransport {
     /// Binds the main socket; fails clearly when the IP is not on this host or the port is taken.
     pub fn open(opts: UdpOptions, counters: Arc<Counters>) -> io::Result<Self> {
-        // SAFETY: plain syscall; the fd is owned below.
-        let ep = unsafe { libc::epoll_create1(libc::EPOLL_CLOEXEC) };
-        if ep < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: `ep` is a fresh fd we own.
-        let epoll = unsafe { OwnedFd::from_raw_fd(ep) };
+        let epoll = Epoll::new()?;
         let socket = new_socket(&opts, opts.port, false).map_err(|e| {
             let why = if e.kind() == io::ErrorKind::AddrNotAvailable {
                 "is not assigned to this host".to_string()
@@ -104,7 +99,7 @@ impl UdpTransport {
                 }
             }
         }
-        epoll_ctl(ep, libc::EPOLL_CTL_ADD, socket.as_raw_fd(), MAIN_KEY)?;
+        epoll.add(socket.as_raw_fd(), MAIN_KEY)?;
         Ok(Self {
             opts,
             epoll,
@@ -122,7 +117,7 @@ impl UdpTransport {
             ready: [libc::epoll_event { events: 0, u64: 0 }; MAX_READY],
             nready: 0,
             cursor: 0,
-            rx: RecvBatch::new(),
+            rx: RecvBatch::default(),
             control: ControlBuf::default(),
             counters,
         })
@@ -297,19 +292,6 @@ fn new_socket(opts: &UdpOptions, port: u16, shared: bool) -> io::Result<Socket> 
     Ok(socket)
 }
 
-fn epoll_ctl(ep: RawFd, op: libc::c_int, fd: RawFd, key: u64) -> io::Result<()> {
-    let mut ev = libc::epoll_event {
-        events: libc::EPOLLIN as u32,
-        u64: key,
-    };
-    // SAFETY: valid epoll and socket fds; `ev` lives for the call.
-    if unsafe { libc::epoll_ctl(ep, op, fd, &mut ev) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
 impl Transport for UdpTransport {
     fn local_ip(&self) -> IpAddr {
         self.opts.ip
@@ -342,7 +324,7 @@ impl Transport for UdpTransport {
     fn send_unstamped(&mut self, payload: &[u8], to: Endpoint, src_port: u16) -> io::Result<()> {
         let dest = SockAddr::from(SocketAddr::new(to.ip, to.port));
         let fd = self.send_socket(src_port).socket.as_raw_fd();
-        timestamping::send_without_stamp(fd, payload, &dest)
+        sys::send_without_stamp(fd, payload, &dest)
     }
 
     fn wait(&mut self, timeout: Duration) -> io::Result<()> {
@@ -356,28 +338,11 @@ impl Transport for UdpTransport {
         } else {
             timeout.min(STAMP_POLL)
         };
-        // Round up so a wake-up is never early (an early wake would spin until due).
-        let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as i32;
-        // SAFETY: `ready` has room for MAX_READY events.
-        let n = unsafe {
-            libc::epoll_wait(
-                self.epoll.as_raw_fd(),
-                self.ready.as_mut_ptr(),
-                MAX_READY as i32,
-                ms,
-            )
+        self.nready = match self.epoll.wait(&mut self.ready, timeout) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => return Ok(()),
+            Err(e) => return Err(e),
         };
-        self.cursor = 0;
-        if n < 0 {
-            self.nready = 0;
-            let e = io::Error::last_os_error();
-            return if e.kind() == io::ErrorKind::Interrupted {
-                Ok(())
-            } else {
-                Err(e)
-            };
-        }
-        self.nready = n as usize;
         if !self.unstamped.is_empty() {
             self.poll_unstamped(Instant::now());
         }

@@ -19,11 +19,11 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 /// The RoCEv2 UDP destination port (IANA), which every UD datagram carries.
-pub const ROCE_V2_DST_PORT: u16 = 4791;
+pub(crate) const ROCE_V2_DST_PORT: u16 = 4791;
 
 /// What the verbs transport of one RNIC is opened with.
 #[derive(Debug, Clone)]
-pub struct VerbsOptions {
+pub(crate) struct VerbsOptions {
     /// The RNIC's IP (its RoCEv2 GID).
     pub ip: IpAddr,
     /// RDMA device name, when known (required with `gid_index`).
@@ -35,7 +35,7 @@ pub struct VerbsOptions {
 }
 
 /// One RNIC's UD QP behind the [`Transport`] trait.
-pub struct VerbsTransport {
+pub(crate) struct VerbsTransport {
     ud: UdTransport,
     counters: Arc<Counters>,
     /// An error `next_event` met; reported by the next `wait` (which stops the engine).
@@ -44,7 +44,7 @@ pub struct VerbsTransport {
 
 impl VerbsTransport {
     /// Opens the UD QP; errors are the verbs crate's (they name what is missing).
-    pub fn open(opts: &VerbsOptions, counters: Arc<Counters>) -> Result<Self, VerbsError> {
+    pub(crate) fn open(opts: &VerbsOptions, counters: Arc<Counters>) -> Result<Self, VerbsError> {
         let mut cfg = UdConfig::for_ip(opts.ip);
         cfg.gid.device = opts.device.clone();
         cfg.gid.gid_index = opts.gid_index;
@@ -57,18 +57,18 @@ impl VerbsTransport {
     }
 
     /// The QP number peers must target (registered with the controller).
-    pub fn qpn(&self) -> u32 {
+    pub(crate) fn qpn(&self) -> u32 {
         self.ud.qpn()
     }
 
     /// The GID table entry in use (device, port, index, GID).
-    pub fn gid(&self) -> &GidEntry {
+    pub(crate) fn gid(&self) -> &GidEntry {
         self.ud.local_gid()
     }
 }
 
 /// A completion stamp on the protocol's terms (NIC clocks are hardware stamps).
-pub fn stamp(c: CompletionStamp) -> Stamp {
+pub(crate) fn stamp(c: CompletionStamp) -> Stamp {
     Stamp {
         ns: c.ns,
         source: c.clock.source(),

@@ -16,9 +16,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 /// Most traced paths held (they are small and refreshed every period anyway).
-pub const MAX_BUFFERED_PATHS: usize = 8192;
+pub(crate) const MAX_BUFFERED_PATHS: usize = 8192;
 /// Most paths one batch carries (what the analyzer decodes).
-pub const MAX_PATHS_PER_BATCH: usize = rocemesh_proto::path::MAX_PATHS as usize;
+pub(crate) const MAX_PATHS_PER_BATCH: usize = rocemesh_proto::path::MAX_PATHS as usize;
 
 /// A bounded FIFO addressed by absolute index, dropping its oldest items on overflow.
 #[derive(Debug)]

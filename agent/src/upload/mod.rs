@@ -3,12 +3,13 @@
 //! same sequence number, records and paths, after a jittered backoff; a batch the server
 //! finds too large is split). Only a body the server calls malformed is dropped.
 
-pub mod buffer;
+pub(crate) mod buffer;
+
+pub use buffer::{Marks, ResultBuffer};
 
 use crate::http_client::http_agent;
 use crate::stats::Counters;
 use crate::trace::PathResender;
-use buffer::{Marks, ResultBuffer};
 use rocemesh_proto::api::{API_PREFIX, ErrorBody, UploadAck};
 use rocemesh_proto::batch::{BatchHeader, CONTENT_TYPE};
 use rocemesh_proto::host_key::{self, HostKey};
@@ -17,7 +18,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 /// Most records in one batch.
-pub const MAX_CHUNK: usize = 50_000;
+pub(crate) const MAX_CHUNK: usize = 50_000;
 
 /// What one POST achieved.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,7 +54,7 @@ struct Retry {
 }
 
 /// Longest wait between two attempts while uploads keep failing (before jitter).
-pub const MAX_BACKOFF: Duration = Duration::from_secs(60);
+pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(60);
 /// The backoff grows to at most this many upload periods (before jitter).
 const MAX_BACKOFF_PERIODS: u32 = 4;
 
@@ -75,7 +76,7 @@ pub fn backoff(period: Duration, failures: u32) -> Duration {
 /// Classifies the answer to a POST (`what` names the body in logs): 2xx accepted; 400, 415
 /// and 422 (a malformed body) rejected; 413 too large; anything else retried. A 401 has
 /// the token file read again ([`crate::http_client::reload_token`]).
-pub fn outcome_of(
+pub(crate) fn outcome_of(
     sent: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
     what: &str,
 ) -> UploadOutcome {

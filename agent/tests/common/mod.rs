@@ -1,7 +1,7 @@
 //! A tiny blocking HTTP/1.1 server for tests: one thread, `Connection: close`, a closure
 //! decides every response.
 
-pub mod upload;
+pub(crate) mod upload;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 /// One received request.
 #[derive(Debug, Clone)]
-pub struct Request {
+pub(crate) struct Request {
     pub method: String,
     pub path: String,
     pub headers: Vec<(String, String)>,
@@ -17,7 +17,7 @@ pub struct Request {
 }
 
 impl Request {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
@@ -26,21 +26,21 @@ impl Request {
 }
 
 /// A response: status, extra headers, body.
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Response {
-    pub fn json(status: u16, body: impl serde::Serialize) -> Self {
+    pub(crate) fn json(status: u16, body: impl serde::Serialize) -> Self {
         Self {
             status,
             headers: vec![("Content-Type".into(), "application/json".into())],
             body: serde_json::to_vec(&body).unwrap(),
         }
     }
-    pub fn empty(status: u16) -> Self {
+    pub(crate) fn empty(status: u16) -> Self {
         Self {
             status,
             headers: vec![],
@@ -50,7 +50,7 @@ impl Response {
 }
 
 /// Serves on 127.0.0.1 until the test process ends; returns the base URL.
-pub fn serve(handler: impl Fn(&Request) -> Response + Send + Sync + 'static) -> String {
+pub(crate) fn serve(handler: impl Fn(&Request) -> Response + Send + Sync + 'static) -> String {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let handler = Arc::new(handler);
@@ -111,7 +111,7 @@ pub fn serve(handler: impl Fn(&Request) -> Response + Send + Sync + 'static) -> 
 
 /// The registration reply of a stand-in controller: host `host_id`, every registered
 /// RNIC echoed with id `rnic_id`, the given analyzer URL and periods.
-pub fn register_reply(
+pub(crate) fn register_reply(
     r: &rocemesh_proto::api::RegisterRequest,
     host_id: u32,
     rnic_id: u32,

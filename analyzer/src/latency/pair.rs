@@ -59,7 +59,13 @@ pub(super) struct PairState {
 
 impl PairState {
     /// A pair first seen at `now_ms` with a sample in short window `w`.
-    pub fn new(monitor: LatencyMonitor, w: i64, short_ms: i64, long_ms: i64, now_ms: i64) -> Self {
+    pub(super) fn new(
+        monitor: LatencyMonitor,
+        w: i64,
+        short_ms: i64,
+        long_ms: i64,
+        now_ms: i64,
+    ) -> Self {
         Self {
             monitor,
             open: VecDeque::new(),
@@ -72,7 +78,7 @@ impl PairState {
     }
 
     /// Adds one RTT to short window `w`; false when that window is full.
-    pub fn push(&mut self, w: i64, rtt_ns: u32, cap: usize, now_ms: i64) -> bool {
+    pub(super) fn push(&mut self, w: i64, rtt_ns: u32, cap: usize, now_ms: i64) -> bool {
         self.last_seen_ms = now_ms;
         let pos = self.open.partition_point(|(i, _)| *i < w);
         if self.open.get(pos).is_none_or(|(i, _)| *i != w) {
@@ -88,12 +94,12 @@ impl PairState {
     }
 
     /// True when no short window is open.
-    pub fn is_drained(&self) -> bool {
+    pub(super) fn is_drained(&self) -> bool {
         self.open.is_empty()
     }
 
     /// Closes every open short window below `through`, then the long window if it ended.
-    pub fn close(&mut self, through: i64, j: &mut Judge) {
+    pub(super) fn close(&mut self, through: i64, j: &mut Judge) {
         while self.open.front().is_some_and(|(w, _)| *w < through) {
             if let Some((w, samples)) = self.open.pop_front() {
                 self.expect = samples.len();

@@ -8,16 +8,16 @@ use rocemesh_proto::batch::{BatchHeader, encode_batch};
 use rocemesh_store::Db;
 use std::sync::Arc;
 
-pub const PERIOD: i64 = 20_000;
-pub const GRACE: i64 = 7_000;
+pub(crate) const PERIOD: i64 = 20_000;
+pub(crate) const GRACE: i64 = 7_000;
 
 /// A time 10 s into a period, near the real clock (the HTTP path stamps real time).
-pub fn mid_period_now() -> i64 {
+pub(crate) fn mid_period_now() -> i64 {
     rocemesh_proto::now_unix_ms() / PERIOD * PERIOD + 10_000
 }
 
 /// Registers RNICs `(id, host_id, tor)` the way the controller would.
-pub async fn seed(db: &Db, rnics: &[(u32, u32, &str)]) {
+pub(crate) async fn seed(db: &Db, rnics: &[(u32, u32, &str)]) {
     for &(id, host, tor) in rnics {
         sqlx::query(
             "INSERT INTO hosts (id, name, epoch, registrations, registered_at_ms) VALUES ($1, $2, 1, 1, 0) \
@@ -44,7 +44,7 @@ pub async fn seed(db: &Db, rnics: &[(u32, u32, &str)]) {
 }
 
 /// Creates task `id` named `name` with endpoints `(host, rnic)`, in order, all ready.
-pub async fn seed_task(db: &Db, id: i64, name: &str, endpoints: &[(String, String)]) {
+pub(crate) async fn seed_task(db: &Db, id: i64, name: &str, endpoints: &[(String, String)]) {
     sqlx::query("INSERT INTO tasks (id, name, created_at_ms, updated_at_ms) VALUES ($1, $2, 0, 0)")
         .bind(id)
         .bind(name)
@@ -67,7 +67,7 @@ pub async fn seed_task(db: &Db, id: i64, name: &str, endpoints: &[(String, Strin
 }
 
 /// The standard test fabric: RNICs 1, 2 on tor-a (host 1), 3 on tor-b (host 2).
-pub async fn analyzer(db: &Db) -> Arc<Analyzer> {
+pub(crate) async fn analyzer(db: &Db) -> Arc<Analyzer> {
     seed(db, &[(1, 1, "tor-a"), (2, 1, "tor-a"), (3, 2, "tor-b")]).await;
     Analyzer::new(db.clone(), AnalyzerConfig::default())
         .await
@@ -75,9 +75,9 @@ pub async fn analyzer(db: &Db) -> Arc<Analyzer> {
 }
 
 /// A probe result (ok with that network RTT, or a timeout) of `prober` → `target`.
-pub use rocemesh_proto::testing::probe_result as rec;
+pub(crate) use rocemesh_proto::testing::probe_result as rec;
 
-pub fn batch(host_id: u32, epoch: u32, batch_seq: u64, records: &[ProbeResult]) -> Vec<u8> {
+pub(crate) fn batch(host_id: u32, epoch: u32, batch_seq: u64, records: &[ProbeResult]) -> Vec<u8> {
     encode_batch(
         BatchHeader {
             host_id,
@@ -90,7 +90,7 @@ pub fn batch(host_id: u32, epoch: u32, batch_seq: u64, records: &[ProbeResult]) 
 }
 
 /// Serves the analyzer's router on an ephemeral port; returns the base URL.
-pub async fn serve(a: Arc<Analyzer>) -> String {
+pub(crate) async fn serve(a: Arc<Analyzer>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -102,7 +102,7 @@ pub async fn serve(a: Arc<Analyzer>) -> String {
 }
 
 /// One blocking request; returns (status, body text).
-pub async fn call(
+pub(crate) async fn call(
     url: String,
     content_type: Option<&'static str>,
     body: Option<Vec<u8>>,
@@ -129,13 +129,13 @@ pub async fn call(
     .unwrap()
 }
 
-pub async fn get<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> T {
+pub(crate) async fn get<T: serde::de::DeserializeOwned>(base: &str, path: &str) -> T {
     let (status, body) = call(format!("{base}{path}"), None, None).await;
     assert_eq!(status, 200, "GET {path}: {body}");
     serde_json::from_str(&body).unwrap()
 }
 
-pub fn error_text(body: &str) -> String {
+pub(crate) fn error_text(body: &str) -> String {
     serde_json::from_str::<ErrorBody>(body)
         .unwrap_or_else(|_| panic!("not an ErrorBody: {body}"))
         .error

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 /// Largest `|ours - reference| / |reference|` over paired values: for LOF scores, which
 /// are about 1 or more and computed by the same exact algorithm on both sides, so any
 /// gap beyond rounding is a bug (a rank comparison would hide a constant-factor one).
-pub fn max_relative_difference(ours: &[f64], reference: &[f64]) -> Result<f64> {
+pub(super) fn max_relative_difference(ours: &[f64], reference: &[f64]) -> Result<f64> {
     ensure!(
         ours.len() == reference.len(),
         "{} values vs {} reference values",
@@ -23,7 +23,7 @@ pub fn max_relative_difference(ours: &[f64], reference: &[f64]) -> Result<f64> {
 /// Largest `|ours - reference|` within each run of `group` values (one series' STFT
 /// magnitudes) over the largest reference magnitude of that run. Relative to the peak
 /// because most bins of a spectrum are near zero, where a per-value ratio is noise.
-pub fn max_error_over_peak(ours: &[f64], reference: &[f64], group: usize) -> Result<f64> {
+pub(super) fn max_error_over_peak(ours: &[f64], reference: &[f64], group: usize) -> Result<f64> {
     ensure!(
         group > 0 && ours.len() == reference.len(),
         "{} values vs {} reference values",
@@ -52,7 +52,7 @@ pub fn max_error_over_peak(ours: &[f64], reference: &[f64], group: usize) -> Res
 
 /// Largest difference between the two sets of merge heights once both are sorted
 /// (merge order between equal heights is arbitrary), over the largest reference height.
-pub fn merge_height_error(ours: &[f64], reference: &[f64]) -> Result<f64> {
+pub(super) fn merge_height_error(ours: &[f64], reference: &[f64]) -> Result<f64> {
     ensure!(
         ours.len() == reference.len(),
         "{} merges vs {} reference merges",
@@ -76,7 +76,7 @@ pub fn merge_height_error(ours: &[f64], reference: &[f64]) -> Result<f64> {
 
 /// Adjusted Rand index of two flat clusterings given as one label per point: 1 for the
 /// same partition (whatever the label names), about 0 for unrelated ones.
-pub fn adjusted_rand_index(a: &[usize], b: &[usize]) -> Result<f64> {
+pub(super) fn adjusted_rand_index(a: &[usize], b: &[usize]) -> Result<f64> {
     ensure!(
         a.len() == b.len() && a.len() >= 2,
         "label vectors of {} and {} points",
@@ -104,7 +104,7 @@ pub fn adjusted_rand_index(a: &[usize], b: &[usize]) -> Result<f64> {
 }
 
 /// One label per point from clusters given as lists of point indices.
-pub fn labels(clusters: &[Vec<usize>], points: usize) -> Result<Vec<usize>> {
+pub(super) fn labels(clusters: &[Vec<usize>], points: usize) -> Result<Vec<usize>> {
     let mut out = vec![usize::MAX; points];
     for (label, members) in clusters.iter().enumerate() {
         for &p in members {

@@ -10,7 +10,7 @@ use std::path::Path;
 
 /// Sizes and parameters of one run.
 #[derive(Debug, Clone)]
-pub struct Scale {
+pub(super) struct Scale {
     /// Timed runs per kernel and side (the median is reported).
     pub repeats: usize,
     /// RNIC pairs scored by LOF, each against its own look-back.
@@ -38,7 +38,7 @@ pub struct Scale {
 impl Scale {
     /// Production-like sizes: 10k LOF look-back points, 512 series x 4096 samples,
     /// 512 RNICs in DP groups of 8.
-    pub const FULL: Scale = Scale {
+    pub(super) const FULL: Scale = Scale {
         repeats: 5,
         lof_pairs: 1000,
         lof_lookback: 10,
@@ -53,7 +53,7 @@ impl Scale {
     };
 
     /// A smoke test of the section (`--quick`).
-    pub const QUICK: Scale = Scale {
+    pub(super) const QUICK: Scale = Scale {
         repeats: 3,
         lof_pairs: 200,
         stft_series: 64,
@@ -62,14 +62,14 @@ impl Scale {
     };
 
     /// Points clustered by the linkage kernel.
-    pub fn linkage_points(&self) -> usize {
+    pub(super) fn linkage_points(&self) -> usize {
         self.linkage_groups * self.linkage_group
     }
 }
 
 /// One run's inputs, identical for both sides.
 #[derive(Debug, Clone)]
-pub struct Inputs {
+pub(super) struct Inputs {
     /// Per pair: its look-back windows' features.
     pub lof_reference: Vec<Vec<Point>>,
     /// Per pair: the new window scored against the look-back.
@@ -82,7 +82,7 @@ pub struct Inputs {
 
 impl Inputs {
     /// Inputs of `scale` from `seed`.
-    pub fn generate(scale: &Scale, seed: u64) -> Self {
+    pub(super) fn generate(scale: &Scale, seed: u64) -> Self {
         let mut rng = StdRng::seed_from_u64(seed);
         let mut lof_reference = Vec::with_capacity(scale.lof_pairs);
         let mut lof_query = Vec::with_capacity(scale.lof_pairs);
@@ -144,7 +144,7 @@ impl Inputs {
     }
 
     /// Writes the inputs and `manifest.json` into `dir`.
-    pub fn write(&self, dir: &Path, scale: &Scale) -> Result<()> {
+    pub(super) fn write(&self, dir: &Path, scale: &Scale) -> Result<()> {
         let flat = |rows: &mut dyn Iterator<Item = &f64>| rows.copied().collect::<Vec<f64>>();
         let dim = rocemesh_anomaly::FEATURE_DIM;
         npy::write(

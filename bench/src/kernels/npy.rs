@@ -9,7 +9,7 @@ const MAX_HEADER: usize = 4096;
 
 /// An `f64` array: its shape and its values in C order.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Array {
+pub(super) struct Array {
     /// Length of each axis.
     pub shape: Vec<usize>,
     /// `shape.iter().product()` values, last axis fastest.
@@ -17,7 +17,7 @@ pub struct Array {
 }
 
 /// Writes `data` with `shape` as a version 1.0 `.npy` file.
-pub fn write(path: &Path, shape: &[usize], data: &[f64]) -> Result<()> {
+pub(super) fn write(path: &Path, shape: &[usize], data: &[f64]) -> Result<()> {
     ensure!(
         shape.iter().product::<usize>() == data.len(),
         "shape {shape:?} does not hold {} values",
@@ -48,7 +48,7 @@ pub fn write(path: &Path, shape: &[usize], data: &[f64]) -> Result<()> {
 }
 
 /// Reads a `.npy` file holding a C-order little-endian `f64` array.
-pub fn read(path: &Path) -> Result<Array> {
+pub(super) fn read(path: &Path) -> Result<Array> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     parse(&bytes).with_context(|| format!("parsing {}", path.display()))
 }

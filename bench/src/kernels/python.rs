@@ -10,7 +10,7 @@ use std::process::Command;
 const CRATE_DIR: &str = env!("CARGO_MANIFEST_DIR");
 
 /// The venv's Python, creating or refreshing the venv when its recorded pins differ.
-pub fn venv_python() -> Result<PathBuf> {
+pub(super) fn venv_python() -> Result<PathBuf> {
     let crate_dir = Path::new(CRATE_DIR);
     let requirements = crate_dir.join("python/requirements.txt");
     let pins = std::fs::read_to_string(&requirements)
@@ -45,7 +45,7 @@ pub fn venv_python() -> Result<PathBuf> {
 /// results and timings there. One thread for OpenMP / BLAS, like the Rust kernels: a
 /// per-core comparison, and on a busy machine scikit-learn's OpenMP pool otherwise
 /// spins tens of milliseconds per tiny `kneighbors` call.
-pub fn run_reference(python: &Path, dir: &Path) -> Result<()> {
+pub(super) fn run_reference(python: &Path, dir: &Path) -> Result<()> {
     let script = Path::new(CRATE_DIR).join("python/kernels.py");
     let mut command = Command::new(python);
     for var in ["OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"] {

@@ -6,7 +6,7 @@ use axum::http::request::Parts;
 use serde::de::DeserializeOwned;
 
 /// A JSON body (at most the router's body limit; larger is 413).
-pub struct ApiJson<T>(pub T);
+pub(super) struct ApiJson<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
     type Rejection = ApiError;
@@ -18,7 +18,7 @@ impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for ApiJson<T> {
 }
 
 /// Path parameters.
-pub struct ApiPath<T>(pub T);
+pub(super) struct ApiPath<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath<T> {
     type Rejection = ApiError;
@@ -31,7 +31,7 @@ impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for ApiPath
 }
 
 /// Query parameters.
-pub struct ApiQuery<T>(pub T);
+pub(super) struct ApiQuery<T>(pub T);
 
 impl<S: Send + Sync, T: DeserializeOwned> FromRequestParts<S> for ApiQuery<T> {
     type Rejection = ApiError;

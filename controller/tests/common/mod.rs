@@ -10,7 +10,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 /// A running controller.
-pub struct Server {
+pub(crate) struct Server {
     pub addr: SocketAddr,
     task: tokio::task::JoinHandle<()>,
 }
@@ -21,7 +21,7 @@ impl Drop for Server {
     }
 }
 
-pub async fn serve(db: Db, cfg: ControllerConfig) -> Server {
+pub(crate) async fn serve(db: Db, cfg: ControllerConfig) -> Server {
     serve_state(
         ControllerState::new(db, cfg)
             .await
@@ -31,7 +31,7 @@ pub async fn serve(db: Db, cfg: ControllerConfig) -> Server {
 }
 
 /// Serves an existing state (tests that also call its public methods).
-pub async fn serve_state(state: ControllerState) -> Server {
+pub(crate) async fn serve_state(state: ControllerState) -> Server {
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let task = tokio::spawn(async move {
@@ -42,32 +42,32 @@ pub async fn serve_state(state: ControllerState) -> Server {
 
 /// A parsed response.
 #[derive(Debug)]
-pub struct Response {
+pub(crate) struct Response {
     pub status: u16,
     pub headers: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Response {
-    pub fn header(&self, name: &str) -> Option<&str> {
+    pub(crate) fn header(&self, name: &str) -> Option<&str> {
         self.headers
             .iter()
             .find(|(n, _)| n.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
 
-    pub fn json<T: serde::de::DeserializeOwned>(&self) -> T {
+    pub(crate) fn json<T: serde::de::DeserializeOwned>(&self) -> T {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
     }
 
     /// The `error` of an `ErrorBody`, asserting the body is one.
-    pub fn error(&self) -> String {
+    pub(crate) fn error(&self) -> String {
         self.json::<rocemesh_proto::api::ErrorBody>().error
     }
 }
 
-pub async fn request(
+pub(crate) async fn request(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -124,11 +124,11 @@ fn parse(raw: &[u8]) -> Response {
     }
 }
 
-pub async fn get(addr: SocketAddr, path: &str) -> Response {
+pub(crate) async fn get(addr: SocketAddr, path: &str) -> Response {
     request(addr, "GET", path, &[], b"").await
 }
 
-pub async fn post_json(addr: SocketAddr, path: &str, body: &[u8]) -> Response {
+pub(crate) async fn post_json(addr: SocketAddr, path: &str, body: &[u8]) -> Response {
     request(
         addr,
         "POST",
@@ -139,7 +139,7 @@ pub async fn post_json(addr: SocketAddr, path: &str, body: &[u8]) -> Response {
     .await
 }
 
-pub async fn send_json(
+pub(crate) async fn send_json(
     addr: SocketAddr,
     method: &str,
     path: &str,
@@ -156,7 +156,7 @@ pub async fn send_json(
 }
 
 /// A registration body: `rnics` as (ifname, ip, tor hint).
-pub fn registration(
+pub(crate) fn registration(
     host: &str,
     epoch: u32,
     rnics: &[(&str, &str, Option<&str>)],
@@ -171,12 +171,12 @@ pub fn registration(
     serde_json::json!({"host": host, "epoch": epoch, "rnics": rnics})
 }
 
-pub async fn register(addr: SocketAddr, body: &serde_json::Value) -> Response {
+pub(crate) async fn register(addr: SocketAddr, body: &serde_json::Value) -> Response {
     post_json(addr, "/api/v1/agents/register", body.to_string().as_bytes()).await
 }
 
 /// Row counts of the registry tables, to prove a refused request changed nothing.
-pub async fn row_counts(db: &Db) -> (i64, i64, i64) {
+pub(crate) async fn row_counts(db: &Db) -> (i64, i64, i64) {
     let (hosts,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM hosts")
         .fetch_one(db.pool())
         .await

@@ -5,12 +5,12 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Directory with the C fixtures.
-pub fn fixtures() -> PathBuf {
+pub(crate) fn fixtures() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")
 }
 
 /// Runs a compiler (or any tool) and panics with its stderr on failure.
-pub fn run(program: &str, args: &[&str]) -> String {
+pub(crate) fn run(program: &str, args: &[&str]) -> String {
     let out = Command::new(program)
         .args(args)
         .output()
@@ -24,7 +24,7 @@ pub fn run(program: &str, args: &[&str]) -> String {
 }
 
 /// True when running as root; otherwise prints why the test is skipped.
-pub fn root_or_skip(test: &str) -> bool {
+pub(crate) fn root_or_skip(test: &str) -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
@@ -34,7 +34,7 @@ pub fn root_or_skip(test: &str) -> bool {
 }
 
 /// Parses `name value` lines printed by a fixture program.
-pub fn parse_pairs(text: &str) -> std::collections::HashMap<String, u64> {
+pub(crate) fn parse_pairs(text: &str) -> std::collections::HashMap<String, u64> {
     text.lines()
         .filter_map(|l| {
             let (k, v) = l.split_once(' ')?;
@@ -45,7 +45,7 @@ pub fn parse_pairs(text: &str) -> std::collections::HashMap<String, u64> {
 
 /// Compiles `fixtures/ib_structs_btf.c` (look-alike ib_core structs) with clang for BPF
 /// into `dir` and parses the object's `.BTF` section: the BTF the kernel route reads.
-pub fn fixture_btf(dir: &Path) -> rocemesh_ebpf::btf::Btf {
+pub(crate) fn fixture_btf(dir: &Path) -> rocemesh_ebpf::btf::Btf {
     use object::{Object, ObjectSection, read::elf::ElfFile64};
     let fx = fixtures();
     let obj = dir.join("ib_structs.o");

@@ -33,7 +33,7 @@ struct Change {
 
 /// A recorded request: method, path, query, content type, body.
 #[derive(Clone, Debug)]
-pub struct Recorded {
+pub(crate) struct Recorded {
     pub method: String,
     pub path: String,
     pub query: HashMap<String, String>,
@@ -43,7 +43,7 @@ pub struct Recorded {
 
 impl Recorded {
     /// The RBAC (resource, verb) of this request.
-    pub fn rbac(&self) -> (String, &'static str) {
+    pub(crate) fn rbac(&self) -> (String, &'static str) {
         let parts: Vec<&str> = self
             .path
             .trim_start_matches("/api/v1/")
@@ -82,7 +82,7 @@ struct Inner {
 
 /// The shared server state.
 #[derive(Clone)]
-pub struct ApiServer {
+pub(crate) struct ApiServer {
     inner: Arc<Mutex<Inner>>,
     changes: broadcast::Sender<Change>,
     /// Tells open watches to end with 410 Gone.
@@ -103,7 +103,7 @@ fn set_rv(obj: &mut Value, rv: u64) {
 
 impl ApiServer {
     /// Starts on 127.0.0.1; open watches get a bookmark every `bookmark_every`.
-    pub async fn start(bookmark_every: Duration) -> Self {
+    pub(crate) async fn start(bookmark_every: Duration) -> Self {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let server = Self {
             inner: Arc::new(Mutex::new(Inner {
@@ -132,13 +132,13 @@ impl ApiServer {
     }
 
     /// A kube client talking plain http to this server.
-    pub fn client(&self) -> kube::Client {
+    pub(crate) fn client(&self) -> kube::Client {
         let cfg = kube::Config::new(format!("http://{}", self.addr).parse().unwrap());
         kube::Client::try_from(cfg).unwrap()
     }
 
     /// A kubeconfig file naming this server (for a server configured by file).
-    pub fn write_kubeconfig(&self, path: &std::path::Path) {
+    pub(crate) fn write_kubeconfig(&self, path: &std::path::Path) {
         let text = format!(
             "apiVersion: v1\nkind: Config\nclusters: [{{name: test, cluster: {{server: \"http://{}\"}}}}]\n\
              users: [{{name: test, user: {{}}}}]\ncontexts: [{{name: test, context: {{cluster: test, user: test}}}}]\n\
@@ -170,7 +170,7 @@ impl ApiServer {
     }
 
     /// Creates or replaces a pod (ADDED / MODIFIED).
-    pub fn put_pod(&self, pod: &Pod) {
+    pub(crate) fn put_pod(&self, pod: &Pod) {
         let mut obj = to_value(pod);
         let key = (
             pod.metadata.namespace.clone().unwrap(),
@@ -188,7 +188,7 @@ impl ApiServer {
     }
 
     /// Deletes a pod (DELETED).
-    pub fn delete_pod(&self, namespace: &str, name: &str) {
+    pub(crate) fn delete_pod(&self, namespace: &str, name: &str) {
         let mut inner = self.lock();
         if let Some(mut obj) = inner.pods.remove(&(namespace.into(), name.into())) {
             inner.rv += 1;
@@ -198,7 +198,7 @@ impl ApiServer {
     }
 
     /// Creates or replaces a node.
-    pub fn put_node(&self, node: &Node) {
+    pub(crate) fn put_node(&self, node: &Node) {
         let mut obj = to_value(node);
         let mut inner = self.lock();
         inner.rv += 1;
@@ -213,12 +213,12 @@ impl ApiServer {
     }
 
     /// The node as stored.
-    pub fn node(&self, name: &str) -> Node {
+    pub(crate) fn node(&self, name: &str) -> Node {
         serde_json::from_value(self.lock().nodes[name].clone()).unwrap()
     }
 
     /// A condition of a node.
-    pub fn condition(&self, node: &str, type_: &str) -> Option<NodeCondition> {
+    pub(crate) fn condition(&self, node: &str, type_: &str) -> Option<NodeCondition> {
         self.node(node)
             .status
             .and_then(|s| s.conditions)
@@ -227,7 +227,7 @@ impl ApiServer {
 
     /// Compacts the history (every version so far is too old to resume from) and ends every
     /// open watch with 410 Gone, as an API server does after etcd compaction.
-    pub fn expire_watches(&self) {
+    pub(crate) fn expire_watches(&self) {
         let mut inner = self.lock();
         inner.compacted = inner.rv + 1;
         inner.log.clear();
@@ -237,12 +237,12 @@ impl ApiServer {
 
     /// Ends every open watch normally, as its timeout does: clients resume from the
     /// last version they saw (a bookmark's, if one came).
-    pub fn end_watches(&self) {
+    pub(crate) fn end_watches(&self) {
         let _ = self.end.send(());
     }
 
     /// Asserts that every request so far is one `rocemesh_k8s::rbac::REQUESTS` names.
-    pub fn assert_requests_are_listed(&self) {
+    pub(crate) fn assert_requests_are_listed(&self) {
         let listed: std::collections::BTreeSet<(String, &str)> = rocemesh_k8s::rbac::REQUESTS
             .iter()
             .map(|r| (r.resource.to_string(), r.verb))
@@ -259,7 +259,7 @@ impl ApiServer {
     }
 
     /// Every request so far.
-    pub fn requests(&self) -> Vec<Recorded> {
+    pub(crate) fn requests(&self) -> Vec<Recorded> {
         self.lock().requests.clone()
     }
 

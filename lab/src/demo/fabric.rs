@@ -64,7 +64,7 @@ fn print_sla(lab: &Lab) {
 }
 
 /// Runs the fabric demo.
-pub fn run(args: DemoArgs) -> Result<()> {
+pub(super) fn run(args: DemoArgs) -> Result<()> {
     let fault: Fault = serde_json::from_str(&args.fault)
         .context("--fault is not a valid fault (JSON, see `rocemesh-lab testbed fault --help`)")?;
     let spec = crate::eval::lab_spec("rmdemo");

@@ -64,7 +64,7 @@ fn print_period(url: &str, last: &mut i64) -> Result<()> {
 }
 
 /// Runs the loopback demo until `--duration-secs` or Ctrl-C.
-pub fn run(args: DemoArgs) -> Result<()> {
+pub(super) fn run(args: DemoArgs) -> Result<()> {
     if !(2..=50).contains(&args.hosts) || !(1..=8).contains(&args.rnics_per_host) {
         bail!("--hosts must be 2..=50 and --rnics-per-host 1..=8");
     }

@@ -3,7 +3,7 @@
 use rocemesh_proto::api::{Quantiles, SlaRow};
 
 /// Formats nanoseconds as µs with one decimal, or "-" without data.
-pub fn us(v: Option<u64>) -> String {
+pub(super) fn us(v: Option<u64>) -> String {
     v.map_or_else(
         || "-".to_string(),
         |ns| format!("{:.1}", ns as f64 / 1000.0),
@@ -15,7 +15,7 @@ fn q(q: &Quantiles) -> String {
 }
 
 /// Header line matching [`row`].
-pub fn header() -> String {
+pub(super) fn header() -> String {
     format!(
         "{:<22} {:>7} {:>8}  {:>17}  {:>17}  {:>17}  {:>17}",
         "scope",
@@ -29,7 +29,7 @@ pub fn header() -> String {
 }
 
 /// One row of the live table.
-pub fn row(r: &SlaRow) -> String {
+pub(super) fn row(r: &SlaRow) -> String {
     format!(
         "{:<22} {:>7} {:>7.1}%  {}  {}  {}  {}",
         r.key,

@@ -7,7 +7,7 @@ use rocemesh_anomaly::{SuiteConfig, run_suite};
 use serde_json::{Value, json};
 
 /// Runs the suite and returns `{"cases": [...], "summary": {...}}`.
-pub fn run() -> Result<Value> {
+pub(super) fn run() -> Result<Value> {
     let report = run_suite(&SuiteConfig::default())?;
     let cases: Vec<Value> = report
         .per_kind

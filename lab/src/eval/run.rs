@@ -13,7 +13,7 @@ use serde::Serialize;
 use std::time::{Duration, Instant};
 
 /// Lengths of the three phases.
-pub struct Phases {
+pub(super) struct Phases {
     /// Fault-free time before the injection.
     pub baseline: Duration,
     /// Time the fault lasts.
@@ -24,7 +24,7 @@ pub struct Phases {
 
 /// The scored result of one scenario (the report's `scenarios[]` entries).
 #[derive(Debug, Clone, Serialize)]
-pub struct Outcome {
+pub(super) struct Outcome {
     /// Scenario name (random suites: `random-<index>`).
     pub name: String,
     /// The injected faults' ground truth.
@@ -42,7 +42,7 @@ pub struct Outcome {
 
 /// One reported problem's lifetime relative to the fault's onset.
 #[derive(Debug, Clone, Serialize)]
-pub struct Episode {
+pub(super) struct Episode {
     /// `kind:name (problem kind)`.
     pub problem: String,
     /// First seen, seconds after the onset.
@@ -66,7 +66,7 @@ fn undo(lab: &mut Lab, inj: &Injected) -> Result<()> {
 
 /// Runs one scenario on `lab`: a fault-free baseline, `inject`, the fault phase (Alg. 1
 /// polled every second), the undo, the recovery; then scores it.
-pub fn run_scenario(
+pub(super) fn run_scenario(
     lab: &mut Lab,
     name: &str,
     inject: impl FnOnce(&mut Lab) -> Result<Injected>,
@@ -138,7 +138,7 @@ fn outcome(
 }
 
 /// One human-readable line per outcome: truth, verdicts, Alg. 1's answers.
-pub fn one_line(o: &Outcome) -> String {
+pub(super) fn one_line(o: &Outcome) -> String {
     let truth: Vec<String> = o
         .truth
         .iter()
@@ -163,7 +163,7 @@ pub fn one_line(o: &Outcome) -> String {
 
 /// The whole report printed by `rocemesh-lab eval --json`.
 #[derive(Debug, Clone, Serialize)]
-pub struct Report {
+pub(super) struct Report {
     /// The random suite's seed (`None`: the fixed scenarios).
     pub seed: Option<u64>,
     /// One entry per scenario.
@@ -176,7 +176,7 @@ pub struct Report {
 
 impl Report {
     /// Sums `outcomes` up.
-    pub fn new(seed: Option<u64>, outcomes: Vec<Outcome>) -> Self {
+    pub(super) fn new(seed: Option<u64>, outcomes: Vec<Outcome>) -> Self {
         Report {
             seed,
             summary: Summary::of(outcomes.iter().map(|o| &o.score)),
@@ -186,7 +186,7 @@ impl Report {
     }
 
     /// Plain-text table of the report.
-    pub fn table(&self) -> String {
+    pub(super) fn table(&self) -> String {
         let mut out = String::new();
         for o in &self.scenarios {
             out.push_str(&one_line(o));

@@ -21,7 +21,7 @@ const UNSTRUCTURED: &str = "unstructured_64";
 
 /// One inference case.
 #[derive(Debug, Serialize)]
-pub struct Case {
+pub(super) struct Case {
     /// Case name.
     pub name: String,
     /// RNICs in the job.
@@ -61,7 +61,7 @@ pub struct Case {
 
 /// Summary of the suite.
 #[derive(Debug, Serialize)]
-pub struct Summary {
+pub(super) struct Summary {
     /// Cases with the right outcome / cases run.
     pub correct: String,
     /// Cases not run, with the reason.
@@ -76,7 +76,7 @@ pub struct Summary {
 
 /// The suite's report.
 #[derive(Debug, Serialize)]
-pub struct Report {
+pub(super) struct Report {
     /// Cases.
     pub cases: Vec<Case>,
     /// Summary.
@@ -220,7 +220,7 @@ fn testbed_case(prefix: &str) -> Result<Case> {
 
 /// Runs the cases `args.scenarios` names (default: all); the testbed case on a lab with
 /// `args.prefix`.
-pub fn run(args: &EvalArgs) -> Result<Report> {
+pub(super) fn run(args: &EvalArgs) -> Result<Report> {
     let jobs = jobs();
     let known: Vec<&str> = jobs
         .iter()

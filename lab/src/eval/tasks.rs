@@ -10,7 +10,7 @@ use rocemesh_sim::jobsuite;
 const DEFAULT_JOBS: u32 = 120;
 
 /// Runs the suite and prints its table (or JSON).
-pub fn run(args: &EvalArgs) -> Result<()> {
+pub(super) fn run(args: &EvalArgs) -> Result<()> {
     let n = args.random.unwrap_or(DEFAULT_JOBS);
     if n == 0 {
         bail!("--random must be at least 1");

@@ -17,7 +17,7 @@ pub struct AdviseArgs {
 }
 
 /// Runs `ctl advise`.
-pub fn run(client: &Client, args: &AdviseArgs, json: bool) -> Result<String> {
+pub(super) fn run(client: &Client, args: &AdviseArgs, json: bool) -> Result<String> {
     let all = resolve::rnics(client)?;
     let src = resolve::rnic(&all, &args.src)?;
     let dst = resolve::rnic(&all, &args.dst)?;

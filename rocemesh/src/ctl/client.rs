@@ -98,7 +98,7 @@ impl Client {
 }
 
 /// Percent-encodes a query value (RFC 3986 unreserved characters stay).
-pub fn encode(s: &str) -> String {
+pub(super) fn encode(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

@@ -32,7 +32,7 @@ struct PathView {
 }
 
 /// Runs `ctl path`.
-pub fn run(client: &Client, args: &PathArgs, json: bool) -> Result<String> {
+pub(super) fn run(client: &Client, args: &PathArgs, json: bool) -> Result<String> {
     let all = resolve::rnics(client)?;
     let src = resolve::rnic(&all, &args.src)?.clone();
     let dst = resolve::rnic(&all, &args.dst)?.clone();

@@ -29,7 +29,7 @@ fn parse_priority(s: &str) -> Result<Priority, String> {
 }
 
 /// Runs `ctl problems`.
-pub fn run(client: &Client, args: &ProblemsArgs, json: bool) -> Result<String> {
+pub(super) fn run(client: &Client, args: &ProblemsArgs, json: bool) -> Result<String> {
     let mut query = format!(
         "/problems?state={}&limit={}",
         encode(&args.state),
@@ -49,7 +49,7 @@ pub fn run(client: &Client, args: &ProblemsArgs, json: bool) -> Result<String> {
 }
 
 /// The problems as a table (or a line saying there are none).
-pub fn table(list: &[Problem]) -> String {
+pub(super) fn table(list: &[Problem]) -> String {
     if list.is_empty() {
         return "no problems\n".to_string();
     }
@@ -84,7 +84,7 @@ pub fn table(list: &[Problem]) -> String {
 }
 
 /// The wire name of a unit enum (`link_fault`, `rnic`, `active`).
-pub fn json_name(v: &impl serde::Serialize) -> String {
+pub(super) fn json_name(v: &impl serde::Serialize) -> String {
     match serde_json::to_value(v) {
         Ok(serde_json::Value::String(s)) => s,
         _ => "?".to_string(),

@@ -6,12 +6,12 @@ use rocemesh_proto::api::{RnicInfo, TaskInfo};
 use std::net::IpAddr;
 
 /// The registry's RNICs.
-pub fn rnics(client: &Client) -> Result<Vec<RnicInfo>> {
+pub(super) fn rnics(client: &Client) -> Result<Vec<RnicInfo>> {
     client.get("/rnics")
 }
 
 /// The RNIC named by id, `host/ifname` or IP address.
-pub fn rnic<'a>(all: &'a [RnicInfo], spec: &str) -> Result<&'a RnicInfo> {
+pub(super) fn rnic<'a>(all: &'a [RnicInfo], spec: &str) -> Result<&'a RnicInfo> {
     let ip: Option<IpAddr> = spec.parse().ok();
     let id: Option<u32> = spec.parse().ok();
     let found = all.iter().find(|r| {
@@ -24,12 +24,12 @@ pub fn rnic<'a>(all: &'a [RnicInfo], spec: &str) -> Result<&'a RnicInfo> {
 }
 
 /// `host/ifname` of an RNIC: how problems name it.
-pub fn rnic_name(r: &RnicInfo) -> String {
+pub(super) fn rnic_name(r: &RnicInfo) -> String {
     format!("{}/{}", r.host, r.ifname)
 }
 
 /// The task named by id or name.
-pub fn task(client: &Client, spec: &str) -> Result<TaskInfo> {
+pub(super) fn task(client: &Client, spec: &str) -> Result<TaskInfo> {
     let tasks: Vec<TaskInfo> = client.get("/tasks")?;
     let id: Option<u32> = spec.parse().ok();
     match tasks

@@ -25,7 +25,7 @@ struct RnicView {
 }
 
 /// Runs `ctl rnic`.
-pub fn run(client: &Client, args: &RnicArgs, json: bool) -> Result<String> {
+pub(super) fn run(client: &Client, args: &RnicArgs, json: bool) -> Result<String> {
     let all = resolve::rnics(client)?;
     let rnic = resolve::rnic(&all, &args.rnic)?.clone();
     let name = rnic_name(&rnic);

@@ -20,7 +20,7 @@ struct Status {
 }
 
 /// Runs `ctl status`.
-pub fn run(client: &Client, json: bool) -> Result<String> {
+pub(super) fn run(client: &Client, json: bool) -> Result<String> {
     let s = Status {
         hosts: client.get("/hosts")?,
         rnics: client.get("/rnics")?,

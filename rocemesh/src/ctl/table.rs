@@ -1,14 +1,14 @@
 //! Aligned text tables for `ctl` output.
 
 /// Rows under a header, rendered with every column padded to its widest cell.
-pub struct Table {
+pub(super) struct Table {
     header: Vec<String>,
     rows: Vec<Vec<String>>,
 }
 
 impl Table {
     /// A table with these column titles.
-    pub fn new(header: &[&str]) -> Self {
+    pub(super) fn new(header: &[&str]) -> Self {
         Self {
             header: header.iter().map(|h| h.to_string()).collect(),
             rows: Vec::new(),
@@ -16,12 +16,12 @@ impl Table {
     }
 
     /// Adds a row (missing cells render empty, extra ones are ignored).
-    pub fn row(&mut self, cells: Vec<String>) {
+    pub(super) fn row(&mut self, cells: Vec<String>) {
         self.rows.push(cells);
     }
 
     /// The table as text, two spaces between columns, no trailing spaces.
-    pub fn render(&self) -> String {
+    pub(super) fn render(&self) -> String {
         let n = self.header.len();
         let mut width: Vec<usize> = self.header.iter().map(|h| h.chars().count()).collect();
         for row in &self.rows {

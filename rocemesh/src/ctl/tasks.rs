@@ -46,7 +46,7 @@ pub struct CreateArgs {
 }
 
 /// Runs one `ctl tasks` command.
-pub fn run(client: &Client, cmd: &TasksCommand, json: bool) -> Result<String> {
+pub(super) fn run(client: &Client, cmd: &TasksCommand, json: bool) -> Result<String> {
     let (task, out) = match cmd {
         TasksCommand::List => {
             let tasks: Vec<TaskInfo> = client.get("/tasks")?;

@@ -22,7 +22,7 @@ pub struct VerdictArgs {
 }
 
 /// Runs `ctl verdict`.
-pub fn run(client: &Client, args: &VerdictArgs, json: bool) -> Result<String> {
+pub(super) fn run(client: &Client, args: &VerdictArgs, json: bool) -> Result<String> {
     let task = super::resolve::task(client, &args.task)?;
     let mut query = format!("/tasks/{}/verdict", task.id);
     let bounds: Vec<String> = [("from", args.from), ("to", args.to)]

@@ -5,11 +5,11 @@
 use std::time::UNIX_EPOCH;
 
 /// What a time option's help says it takes.
-pub const HELP: &str =
+pub(super) const HELP: &str =
     "`now`, a span ago (`1h`, `30m`, `2d 4h`) or RFC 3339 (`2026-11-26T17:00:00Z`)";
 
 /// `s` as ms since the Unix epoch, `now` being `now_ms`; a clear error otherwise.
-pub fn parse_at(s: &str, now_ms: i64) -> Result<i64, String> {
+pub(super) fn parse_at(s: &str, now_ms: i64) -> Result<i64, String> {
     let s = s.trim();
     if s.eq_ignore_ascii_case("now") {
         return Ok(now_ms);
@@ -22,7 +22,7 @@ pub fn parse_at(s: &str, now_ms: i64) -> Result<i64, String> {
 }
 
 /// A clap value parser: [`parse_at`] against the current time.
-pub fn parse(s: &str) -> Result<i64, String> {
+pub(super) fn parse(s: &str) -> Result<i64, String> {
     parse_at(s, rocemesh_proto::now_unix_ms())
 }
 

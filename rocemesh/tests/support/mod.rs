@@ -1,7 +1,7 @@
 //! Helpers for the binary's end-to-end tests: real `rocemesh` processes, real HTTP.
 #![allow(dead_code)]
 
-pub mod self_fault;
+pub(crate) mod self_fault;
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -9,17 +9,17 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 /// A child process killed when dropped.
-pub struct Proc(pub Child);
+pub(crate) struct Proc(pub Child);
 
 impl Proc {
     /// SIGKILL, as a crash would.
-    pub fn kill(&mut self) {
+    pub(crate) fn kill(&mut self) {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
 
     /// SIGTERM and wait for a clean exit; returns the exit status success.
-    pub fn terminate(&mut self) -> bool {
+    pub(crate) fn terminate(&mut self) -> bool {
         // SAFETY: sending a signal to our own child's pid.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
         let deadline = Instant::now() + Duration::from_secs(10);
@@ -42,20 +42,20 @@ impl Drop for Proc {
 }
 
 /// The binary under test.
-pub fn bin() -> Command {
+pub(crate) fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rocemesh"));
     c.env("RUST_LOG", "warn");
     c
 }
 
 /// Whether the test runs as root (namespace fabrics need it).
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// A fresh directory for one test's files, unique per process and call.
-pub fn scratch_dir(what: &str) -> PathBuf {
+pub(crate) fn scratch_dir(what: &str) -> PathBuf {
     static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let dir = std::env::temp_dir().join(format!("rocemesh-{what}-{}-{n}", std::process::id()));
@@ -65,7 +65,7 @@ pub fn scratch_dir(what: &str) -> PathBuf {
 
 /// Writes `dir/server.toml` (port 0, a SQLite database in `dir`, then the `extra` TOML)
 /// and starts a server on it, as [`start_server`].
-pub fn start_sqlite_server(dir: &Path, extra: &str) -> (Proc, String) {
+pub(crate) fn start_sqlite_server(dir: &Path, extra: &str) -> (Proc, String) {
     let config = dir.join("server.toml");
     let db = dir.join("rocemesh.db");
     std::fs::write(
@@ -81,7 +81,7 @@ pub fn start_sqlite_server(dir: &Path, extra: &str) -> (Proc, String) {
 
 /// `rocemesh agent` for `host` with two loopback RNICs under ToR `tor`: `r1` at `{net}.1`
 /// and `r2` at `{net}.2` (`net` like `127.89.3`, one per host and test binary).
-pub fn loopback_agent(controller: &str, host: &str, net: &str, tor: &str) -> Command {
+pub(crate) fn loopback_agent(controller: &str, host: &str, net: &str, tor: &str) -> Command {
     let mut cmd = bin();
     cmd.args(["agent", "--controller", controller, "--host", host]);
     for r in 1..=2 {
@@ -92,7 +92,7 @@ pub fn loopback_agent(controller: &str, host: &str, net: &str, tor: &str) -> Com
 
 /// Serves `app` on 127.0.0.1 from a runtime of its own on a background thread (for the
 /// stand-ins tests put between real processes); returns its base URL.
-pub fn serve_in_background(app: axum::Router) -> String {
+pub(crate) fn serve_in_background(app: axum::Router) -> String {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .enable_all()
@@ -108,7 +108,7 @@ pub fn serve_in_background(app: axum::Router) -> String {
 
 /// Starts `rocemesh server --config <cfg>` (which must listen on port 0) and returns
 /// it with its base URL, read from the "listening on" line.
-pub fn start_server(config: &std::path::Path) -> (Proc, String) {
+pub(crate) fn start_server(config: &std::path::Path) -> (Proc, String) {
     let mut cmd = bin();
     cmd.args(["server", "--config"]).arg(config);
     spawn_listening(cmd)
@@ -116,7 +116,7 @@ pub fn start_server(config: &std::path::Path) -> (Proc, String) {
 
 /// Spawns `cmd` (a `rocemesh server`, `controller` or `analyzer`, maybe wrapped) and
 /// returns it with its base URL, read from the "listening on" line of its stdout.
-pub fn spawn_listening(mut cmd: Command) -> (Proc, String) {
+pub(crate) fn spawn_listening(mut cmd: Command) -> (Proc, String) {
     let mut child = cmd.stdout(Stdio::piped()).spawn().expect("spawn server");
     let stdout = child.stdout.take().expect("stdout");
     let (tx, rx) = std::sync::mpsc::channel();
@@ -137,7 +137,7 @@ pub fn spawn_listening(mut cmd: Command) -> (Proc, String) {
 }
 
 /// GET a JSON document.
-pub fn get_json<T: serde::de::DeserializeOwned>(url: &str) -> T {
+pub(crate) fn get_json<T: serde::de::DeserializeOwned>(url: &str) -> T {
     let mut resp = ureq::get(url)
         .call()
         .unwrap_or_else(|e| panic!("GET {url}: {e}"));
@@ -147,7 +147,7 @@ pub fn get_json<T: serde::de::DeserializeOwned>(url: &str) -> T {
 }
 
 /// Polls `f` until it returns Some or the timeout passes.
-pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
+pub(crate) fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<T>) -> T {
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(v) = f() {
@@ -161,7 +161,7 @@ pub fn wait_for<T>(what: &str, timeout: Duration, mut f: impl FnMut() -> Option<
 /// A namespace lab (the eval's 3-ToR spec under `prefix`) whose server sends alerts,
 /// polled every 0.5 s and grouped for `group_wait_ms`, to a fresh recording webhook
 /// receiver signing with `secret`; the runtime serves the receiver and must outlive it.
-pub fn lab_with_receiver(
+pub(crate) fn lab_with_receiver(
     prefix: &str,
     group_wait_ms: u64,
     secret: Option<&str>,
@@ -206,7 +206,10 @@ pub fn lab_with_receiver(
 
 /// A TCP connection to `to` from source address `from` (any 127/8 address on loopback),
 /// so a test can play clients on several hosts.
-pub fn connect_from(from: std::net::IpAddr, to: std::net::SocketAddr) -> std::net::TcpStream {
+pub(crate) fn connect_from(
+    from: std::net::IpAddr,
+    to: std::net::SocketAddr,
+) -> std::net::TcpStream {
     let sock = socket2::Socket::new(
         socket2::Domain::for_address(to),
         socket2::Type::STREAM,
@@ -222,7 +225,7 @@ pub fn connect_from(from: std::net::IpAddr, to: std::net::SocketAddr) -> std::ne
 
 /// Whether the peer has closed `s` (EOF or reset) rather than staying silent, without
 /// waiting; reads and drops whatever arrived first.
-pub fn closed_by_peer(mut s: &std::net::TcpStream) -> bool {
+pub(crate) fn closed_by_peer(mut s: &std::net::TcpStream) -> bool {
     use std::io::Read;
     s.set_nonblocking(true).unwrap();
     let mut buf = [0u8; 1024];

@@ -6,19 +6,19 @@ use std::time::{Duration, Instant};
 
 /// Every problem (active or resolved) at the analyzer `url` that blames the network:
 /// during a fault of rocemesh itself each one is a false alarm.
-pub fn network_problems(url: &str) -> Vec<Problem> {
+pub(crate) fn network_problems(url: &str) -> Vec<Problem> {
     let all: Vec<Problem> = super::get_json(&format!("{url}/api/v1/problems?state=all&limit=1000"));
     all.into_iter().filter(|p| p.network).collect()
 }
 
 /// Asserts the analyzer at `url` raised no network problem, naming `when` on failure.
-pub fn assert_no_false_alarm(url: &str, when: &str) {
+pub(crate) fn assert_no_false_alarm(url: &str, when: &str) {
     let alarms = network_problems(url);
     assert!(alarms.is_empty(), "false alarm {when}: {alarms:#?}");
 }
 
 /// `GET url` status and body text, whatever the status (a refused connection is `None`).
-pub fn status_of(url: &str) -> Option<(u16, String)> {
+pub(crate) fn status_of(url: &str) -> Option<(u16, String)> {
     let mut resp = ureq::get(url)
         .config()
         .http_status_as_error(false)
@@ -31,7 +31,7 @@ pub fn status_of(url: &str) -> Option<(u16, String)> {
 }
 
 /// Polls `url/readyz` until it answers 200; returns how long that took from `since`.
-pub fn wait_ready_again(url: &str, since: Instant, timeout: Duration) -> Duration {
+pub(crate) fn wait_ready_again(url: &str, since: Instant, timeout: Duration) -> Duration {
     super::wait_for("/readyz to answer 200 again", timeout, || {
         matches!(status_of(&format!("{url}/readyz")), Some((200, _))).then_some(())
     });
@@ -40,7 +40,7 @@ pub fn wait_ready_again(url: &str, since: Instant, timeout: Duration) -> Duratio
 
 /// The value of one series (`name{labels}` exactly as exposed, counters with `_total`)
 /// in a Prometheus text exposition.
-pub fn metric(exposition: &str, series: &str) -> Option<f64> {
+pub(crate) fn metric(exposition: &str, series: &str) -> Option<f64> {
     exposition
         .lines()
         .filter(|l| !l.starts_with('#'))
@@ -49,7 +49,7 @@ pub fn metric(exposition: &str, series: &str) -> Option<f64> {
 }
 
 /// An agent's own `/metrics`, read from its `--metrics-listen` address.
-pub fn agent_metrics(addr: &str) -> String {
+pub(crate) fn agent_metrics(addr: &str) -> String {
     match status_of(&format!("http://{addr}/metrics")) {
         Some((200, text)) => text,
         other => panic!("agent metrics at {addr}: {other:?}"),
@@ -58,7 +58,7 @@ pub fn agent_metrics(addr: &str) -> String {
 
 /// Registers host `host` with one RNIC at `ip` (a database write on the controller) and
 /// returns the status and body of the reply, whatever the status.
-pub fn register_host(url: &str, host: &str, ip: &str) -> (u16, String) {
+pub(crate) fn register_host(url: &str, host: &str, ip: &str) -> (u16, String) {
     let body = serde_json::json!({
         "host": host,
         "epoch": 1,
@@ -75,7 +75,7 @@ pub fn register_host(url: &str, host: &str, ip: &str) -> (u16, String) {
 }
 
 /// Cluster SLA periods the analyzer at `url` stored from `from_ms` on, oldest first.
-pub fn cluster_periods(url: &str, from_ms: i64) -> Vec<rocemesh_proto::api::SlaRow> {
+pub(crate) fn cluster_periods(url: &str, from_ms: i64) -> Vec<rocemesh_proto::api::SlaRow> {
     let mut rows: Vec<rocemesh_proto::api::SlaRow> = super::get_json(&format!(
         "{url}/api/v1/sla?scope=cluster&from_ms={from_ms}&limit=1000"
     ));
@@ -86,7 +86,7 @@ pub fn cluster_periods(url: &str, from_ms: i64) -> Vec<rocemesh_proto::api::SlaR
 /// Starts two loopback agents (`{name}-1` under ToR `tor-a` at `{net}.1.x`, `{name}-2`
 /// under `tor-b` at `{net}.2.x`) against `url` and waits until two SLA periods are stored;
 /// returns them with the time (ms) they were started.
-pub fn two_agents_storing(url: &str, name: &str, net: &str) -> (Vec<super::Proc>, i64) {
+pub(crate) fn two_agents_storing(url: &str, name: &str, net: &str) -> (Vec<super::Proc>, i64) {
     let agents = [(1, "tor-a"), (2, "tor-b")]
         .iter()
         .map(|&(h, tor)| {

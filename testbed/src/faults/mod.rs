@@ -179,7 +179,7 @@ pub(crate) struct Install<'a> {
 
 impl Install<'_> {
     /// Runs `argv` now and records `undo_argv` to revert it.
-    pub fn command(&mut self, argv: &[&str], undo_argv: &[&str]) -> Result<()> {
+    pub(crate) fn command(&mut self, argv: &[&str], undo_argv: &[&str]) -> Result<()> {
         let (program, args) = argv.split_first().context("empty command")?;
         netns::run(program, args)?;
         self.undo.push(Undo::Command(
@@ -189,7 +189,7 @@ impl Install<'_> {
     }
 
     /// Starts a background process for this fault (stderr logged to the state dir).
-    pub fn spawn(&mut self, cmd: Command, what: &str, wait_ready: bool) -> Result<()> {
+    pub(crate) fn spawn(&mut self, cmd: Command, what: &str, wait_ready: bool) -> Result<()> {
         let log = log_path(&self.fabric.spec().prefix, &format!("f{}-{what}", self.id));
         let p = TrackedProcess::spawn(cmd, &log, wait_ready)?;
         self.undo.push(Undo::Kill(p));
@@ -197,11 +197,11 @@ impl Install<'_> {
     }
 
     /// A per-fault object name, e.g. an nftables table "rmtb_f3".
-    pub fn object_name(&self) -> String {
+    pub(crate) fn object_name(&self) -> String {
         format!("rmtb_f{}", self.id)
     }
 
-    pub fn link(&self, name: &str) -> Result<&Link> {
+    pub(crate) fn link(&self, name: &str) -> Result<&Link> {
         self.fabric
             .topology()
             .link(name)

@@ -8,7 +8,7 @@ use super::{Background, Direction, Install};
 use crate::netns;
 
 /// Longest time a packet may wait in the tbf queue before it is dropped.
-pub const TBF_LATENCY_MS: u32 = 200;
+pub(super) const TBF_LATENCY_MS: u32 = 200;
 
 /// Discard port (RFC 863) the background traffic is sent to.
 const DISCARD_PORT: u16 = 9;

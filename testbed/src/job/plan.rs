@@ -68,7 +68,7 @@ pub(crate) struct Plan {
 
 impl Plan {
     /// Places `spec` on `topology` (call [`JobSpec::validate`] first) and lists its transfers.
-    pub fn new(topology: &Topology, spec: &JobSpec) -> Result<Plan> {
+    pub(crate) fn new(topology: &Topology, spec: &JobSpec) -> Result<Plan> {
         spec.validate(&topology.spec)?;
         let rph = usize::from(topology.spec.rnics_per_host);
         let rnic = |host: usize, rail: usize| -> Result<RnicRef> {
@@ -99,13 +99,13 @@ impl Plan {
     }
 
     /// Global rank of a GPU.
-    pub fn rank(&self, g: Gpu) -> usize {
+    pub(crate) fn rank(&self, g: Gpu) -> usize {
         let s = &self.spec;
         (((g.dp_index * s.pp + g.stage) * s.tp) + g.tp_index) as usize
     }
 
     /// Coordinates of a global rank.
-    pub fn gpu(&self, rank: usize) -> Gpu {
+    pub(crate) fn gpu(&self, rank: usize) -> Gpu {
         let (tp, pp) = (self.spec.tp as usize, self.spec.pp as usize);
         Gpu {
             tp_index: (rank % tp) as u32,
@@ -197,12 +197,12 @@ impl Plan {
     }
 
     /// Transfers sent by `host`'s RNICs.
-    pub fn sent_by(&self, host: usize) -> impl Iterator<Item = &Transfer> {
+    pub(crate) fn sent_by(&self, host: usize) -> impl Iterator<Item = &Transfer> {
         self.transfers.iter().filter(move |t| t.from.host == host)
     }
 
     /// RNICs of `host` that send or receive job traffic, each once.
-    pub fn endpoints_on(&self, host: usize) -> Vec<&RnicRef> {
+    pub(crate) fn endpoints_on(&self, host: usize) -> Vec<&RnicRef> {
         let mut v: Vec<&RnicRef> = Vec::new();
         for r in self.transfers.iter().flat_map(|t| [&t.from, &t.to]) {
             if r.host == host && !v.iter().any(|x| x.name == r.name) {
@@ -213,7 +213,7 @@ impl Plan {
     }
 
     /// Hosts with job traffic, ascending.
-    pub fn busy_hosts(&self) -> Vec<usize> {
+    pub(crate) fn busy_hosts(&self) -> Vec<usize> {
         let mut v: Vec<usize> = self
             .transfers
             .iter()
@@ -225,7 +225,7 @@ impl Plan {
     }
 
     /// Hosts the job occupies (first..first + gpus / rnics_per_host).
-    pub fn hosts(&self) -> std::ops::Range<usize> {
+    pub(crate) fn hosts(&self) -> std::ops::Range<usize> {
         let first = self.ranks.first().map_or(0, |r| r.host);
         let last = self.ranks.last().map_or(0, |r| r.host + 1);
         first..last

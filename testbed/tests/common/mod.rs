@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use rocemesh_testbed::{Fabric, FabricSpec, HelperCommand, netns};
 
 /// True when running as root; otherwise prints the skip notice.
-pub fn root_or_skip() -> bool {
+pub(crate) fn root_or_skip() -> bool {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     if !root {
@@ -18,10 +18,10 @@ pub fn root_or_skip() -> bool {
 }
 
 /// A fabric that is torn down when the test ends (even on panic).
-pub struct Fixture(pub Fabric);
+pub(crate) struct Fixture(pub Fabric);
 
 impl Fixture {
-    pub fn up(spec: FabricSpec) -> Fixture {
+    pub(crate) fn up(spec: FabricSpec) -> Fixture {
         let helper = HelperCommand {
             program: env!("CARGO_BIN_EXE_rocemesh-testbed-helper").into(),
             args: vec![],
@@ -29,23 +29,23 @@ impl Fixture {
         Fixture(Fabric::up(&spec).expect("fabric up").with_helper(helper))
     }
 
-    pub fn default(prefix: &str) -> Fixture {
+    pub(crate) fn default(prefix: &str) -> Fixture {
         Fixture::up(FabricSpec {
             prefix: prefix.into(),
             ..FabricSpec::default()
         })
     }
 
-    pub fn ip(&self, rnic: &str) -> Ipv4Addr {
+    pub(crate) fn ip(&self, rnic: &str) -> Ipv4Addr {
         self.0.topology().rnic(rnic).expect("rnic").1.ip
     }
 
-    pub fn netns_of(&self, rnic: &str) -> String {
+    pub(crate) fn netns_of(&self, rnic: &str) -> String {
         self.0.topology().rnic(rnic).expect("rnic").0.netns.clone()
     }
 
     /// A UDP socket bound to `rnic`'s address and `port` inside its host namespace.
-    pub fn socket(&self, rnic: &str, port: u16) -> UdpSocket {
+    pub(crate) fn socket(&self, rnic: &str, port: u16) -> UdpSocket {
         let ip = self.ip(rnic);
         // A bind right after the previous socket on that port closed failed once in CI
         // with EADDRINUSE (not reproduced since): a few short retries, then the error.
@@ -67,7 +67,7 @@ impl Fixture {
     }
 
     /// Sends `n` numbered datagrams of one flow at `interval` and returns how many arrived.
-    pub fn deliver(
+    pub(crate) fn deliver(
         &self,
         from: &str,
         sport: u16,
@@ -106,7 +106,7 @@ impl Fixture {
 
     /// Median one-way latency of `n` datagrams (same clock at both ends); `None` if fewer
     /// than half arrived.
-    pub fn latency(&self, from: &str, to: &str, n: u32) -> Option<Duration> {
+    pub(crate) fn latency(&self, from: &str, to: &str, n: u32) -> Option<Duration> {
         let rx = self.socket(to, 7100);
         rx.set_read_timeout(Some(Duration::from_millis(800)))
             .expect("timeout");
@@ -132,7 +132,7 @@ impl Fixture {
     }
 
     /// Source ports (from `base`) of flows `from`→`to` that the kernel hashes onto `spine`.
-    pub fn sports_via(
+    pub(crate) fn sports_via(
         &self,
         from: &str,
         to: &str,
@@ -157,7 +157,7 @@ impl Fixture {
     }
 
     /// A counter from /sys/class/net/IF/statistics in namespace `ns`.
-    pub fn if_counter(&self, ns: &str, ifname: &str, counter: &str) -> u64 {
+    pub(crate) fn if_counter(&self, ns: &str, ifname: &str, counter: &str) -> u64 {
         let path = format!("/sys/class/net/{ifname}/statistics/{counter}");
         self.0
             .exec(ns, &["cat", &path])
@@ -178,7 +178,7 @@ impl Drop for Fixture {
 }
 
 /// Namespaces currently present whose name starts with `{prefix}-`.
-pub fn namespaces_of(prefix: &str) -> Vec<String> {
+pub(crate) fn namespaces_of(prefix: &str) -> Vec<String> {
     netns::list()
         .expect("netns list")
         .into_iter()

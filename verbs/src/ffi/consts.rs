@@ -2,50 +2,50 @@
 //! against the real header by `layout_check`).
 
 /// `IBV_QP_STATE`.
-pub const IBV_QP_STATE: u32 = 1 << 0;
+pub(crate) const IBV_QP_STATE: u32 = 1 << 0;
 /// `IBV_QP_PKEY_INDEX`.
-pub const IBV_QP_PKEY_INDEX: u32 = 1 << 4;
+pub(crate) const IBV_QP_PKEY_INDEX: u32 = 1 << 4;
 /// `IBV_QP_PORT`.
-pub const IBV_QP_PORT: u32 = 1 << 5;
+pub(crate) const IBV_QP_PORT: u32 = 1 << 5;
 /// `IBV_QP_QKEY`.
-pub const IBV_QP_QKEY: u32 = 1 << 6;
+pub(crate) const IBV_QP_QKEY: u32 = 1 << 6;
 /// `IBV_QP_SQ_PSN`.
-pub const IBV_QP_SQ_PSN: u32 = 1 << 16;
+pub(crate) const IBV_QP_SQ_PSN: u32 = 1 << 16;
 
 /// `IBV_QPT_UD`.
-pub const IBV_QPT_UD: u32 = 4;
+pub(crate) const IBV_QPT_UD: u32 = 4;
 /// `IBV_WR_SEND`.
-pub const IBV_WR_SEND: u32 = 2;
+pub(crate) const IBV_WR_SEND: u32 = 2;
 /// `IBV_SEND_SIGNALED`.
-pub const IBV_SEND_SIGNALED: u32 = 1 << 1;
+pub(crate) const IBV_SEND_SIGNALED: u32 = 1 << 1;
 /// `IBV_ACCESS_LOCAL_WRITE`.
-pub const IBV_ACCESS_LOCAL_WRITE: i32 = 1;
+pub(crate) const IBV_ACCESS_LOCAL_WRITE: i32 = 1;
 
 /// `IBV_WC_SUCCESS`.
-pub const IBV_WC_SUCCESS: u32 = 0;
+pub(crate) const IBV_WC_SUCCESS: u32 = 0;
 /// `IBV_WC_WR_FLUSH_ERR`: the QP went to the error state.
-pub const IBV_WC_WR_FLUSH_ERR: u32 = 5;
+pub(crate) const IBV_WC_WR_FLUSH_ERR: u32 = 5;
 /// `IBV_WC_GRH`: the receive buffer starts with a valid GRH.
-pub const IBV_WC_GRH: u32 = 1 << 0;
+pub(crate) const IBV_WC_GRH: u32 = 1 << 0;
 
 /// `IBV_WC_EX_WITH_BYTE_LEN`.
-pub const IBV_WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
+pub(crate) const IBV_WC_EX_WITH_BYTE_LEN: u64 = 1 << 0;
 /// `IBV_WC_EX_WITH_SRC_QP`.
-pub const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
+pub(crate) const IBV_WC_EX_WITH_SRC_QP: u64 = 1 << 3;
 /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP`.
-pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
+pub(crate) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP: u64 = 1 << 7;
 /// `IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK`.
-pub const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
+pub(crate) const IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK: u64 = 1 << 11;
 
 /// `IBV_LINK_LAYER_ETHERNET`.
-pub const IBV_LINK_LAYER_ETHERNET: u8 = 2;
+pub(crate) const IBV_LINK_LAYER_ETHERNET: u8 = 2;
 
 /// `__VERBS_ABI_IS_EXTENDED`: `ibv_context.abi_compat` of a context embedded in a
 /// `struct verbs_context`.
-pub const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
+pub(crate) const VERBS_ABI_IS_EXTENDED: usize = usize::MAX;
 
 /// Bytes of an `enum ibv_mtu` value (`IBV_MTU_256` = 1 … `IBV_MTU_4096` = 5).
-pub fn mtu_bytes(mtu: u32) -> Option<usize> {
+pub(crate) fn mtu_bytes(mtu: u32) -> Option<usize> {
     (1..=5).contains(&mtu).then(|| 128usize << mtu)
 }
 

@@ -28,7 +28,7 @@ unsafe fn verbs_ctx_with(ctx: *mut ibv_context, op_offset: usize) -> Option<*mut
 ///
 /// # Safety
 /// `ctx` live; `attr` valid for the call.
-pub unsafe fn create_cq_ex(
+pub(crate) unsafe fn create_cq_ex(
     ctx: *mut ibv_context,
     attr: *mut ibv_cq_init_attr_ex,
 ) -> *mut ibv_cq_ex {
@@ -50,7 +50,7 @@ pub unsafe fn create_cq_ex(
 ///
 /// # Safety
 /// `ctx` live.
-pub unsafe fn query_device_ex(
+pub(crate) unsafe fn query_device_ex(
     lib: &Libibverbs,
     ctx: *mut ibv_context,
     attr: &mut ibv_device_attr_ex,
@@ -78,7 +78,7 @@ pub unsafe fn query_device_ex(
 ///
 /// # Safety
 /// `ctx` live.
-pub unsafe fn query_port(
+pub(crate) unsafe fn query_port(
     lib: &Libibverbs,
     ctx: *mut ibv_context,
     port: u8,
@@ -103,7 +103,7 @@ pub unsafe fn query_port(
 ///
 /// # Safety
 /// `qp` live; `wr` a valid chain whose buffers and AH outlive the send.
-pub unsafe fn post_send(
+pub(crate) unsafe fn post_send(
     qp: *mut ibv_qp,
     wr: *mut ibv_send_wr,
     bad: *mut *mut ibv_send_wr,
@@ -120,7 +120,7 @@ pub unsafe fn post_send(
 ///
 /// # Safety
 /// `qp` live; `wr` a valid chain whose buffers stay registered until completion.
-pub unsafe fn post_recv(
+pub(crate) unsafe fn post_recv(
     qp: *mut ibv_qp,
     wr: *mut ibv_recv_wr,
     bad: *mut *mut ibv_recv_wr,
@@ -137,7 +137,7 @@ pub unsafe fn post_recv(
 ///
 /// # Safety
 /// `cq` live.
-pub unsafe fn req_notify_cq(cq: *mut ibv_cq) -> c_int {
+pub(crate) unsafe fn req_notify_cq(cq: *mut ibv_cq) -> c_int {
     // SAFETY: a live CQ has a live context.
     match unsafe { (*(*cq).context).ops.req_notify_cq } {
         // SAFETY: per the function contract.
@@ -150,7 +150,7 @@ pub unsafe fn req_notify_cq(cq: *mut ibv_cq) -> c_int {
 ///
 /// # Safety
 /// `cq` live; `wc` has room for `wc.len()` entries.
-pub unsafe fn poll_cq(cq: *mut ibv_cq, wc: &mut [ibv_wc]) -> c_int {
+pub(crate) unsafe fn poll_cq(cq: *mut ibv_cq, wc: &mut [ibv_wc]) -> c_int {
     let n = c_int::try_from(wc.len()).unwrap_or(c_int::MAX);
     // SAFETY: a live CQ has a live context.
     match unsafe { (*(*cq).context).ops.poll_cq } {

@@ -12,12 +12,12 @@ use libc::{c_char, c_int, c_uint, c_void};
 use std::ffi::OsStr;
 
 /// File names tried, in order: the runtime package's soname, then the dev symlink.
-pub const LIBRARY_NAMES: [&str; 2] = ["libibverbs.so.1", "libibverbs.so"];
+pub(crate) const LIBRARY_NAMES: [&str; 2] = ["libibverbs.so.1", "libibverbs.so"];
 
 macro_rules! verbs_functions {
     ($($name:ident: fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
         /// The exported libibverbs functions this crate calls, resolved once.
-        pub struct Libibverbs {
+        pub(crate) struct Libibverbs {
             $(pub $name: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
             /// Keeps the library mapped for as long as the function pointers live.
             _library: libloading::Library,
@@ -25,7 +25,7 @@ macro_rules! verbs_functions {
 
         impl Libibverbs {
             /// Loads the library at `path` (a file name searched on the loader path, or a path).
-            pub fn load_from(path: impl AsRef<OsStr>) -> Result<Self, VerbsError> {
+            pub(crate) fn load_from(path: impl AsRef<OsStr>) -> Result<Self, VerbsError> {
                 let path = path.as_ref();
                 // SAFETY: libibverbs' initialisers only set up its own state.
                 let library = unsafe { libloading::Library::new(path) }.map_err(|e| VerbsError::LibraryMissing {
@@ -83,7 +83,7 @@ verbs_functions! {
 
 impl Libibverbs {
     /// Loads the system libibverbs ([`LIBRARY_NAMES`]).
-    pub fn load() -> Result<Self, VerbsError> {
+    pub(crate) fn load() -> Result<Self, VerbsError> {
         let mut reasons = Vec::new();
         for name in LIBRARY_NAMES {
             match Self::load_from(name) {
@@ -99,7 +99,7 @@ impl Libibverbs {
     }
 
     /// `ibv_wc_status_str`: the provider-independent name of a completion status.
-    pub fn status_str(&self, status: u32) -> String {
+    pub(crate) fn status_str(&self, status: u32) -> String {
         // SAFETY: returns a pointer to a static string (or "unknown") for any value.
         let s = unsafe { (self.ibv_wc_status_str)(status) };
         if s.is_null() {

@@ -1,7 +1,7 @@
 //! Minimal, run-time loaded libibverbs binding: the structures, constants, exported
 //! functions and re-implemented `static inline` helpers the UD transport needs.
 
-pub mod consts;
+pub(crate) mod consts;
 pub(crate) mod inline;
 pub(crate) mod library;
 pub(crate) mod types;

@@ -10,26 +10,26 @@ use libc::{c_char, c_int, c_uint, c_void, pthread_cond_t, pthread_mutex_t, size_
 
 /// Opaque `struct ibv_device`.
 #[repr(C)]
-pub struct ibv_device {
+pub(crate) struct ibv_device {
     _opaque: [u8; 0],
 }
 
 /// Opaque `struct ibv_pd`.
 #[repr(C)]
-pub struct ibv_pd {
+pub(crate) struct ibv_pd {
     _opaque: [u8; 0],
 }
 
 /// Opaque `struct ibv_ah`.
 #[repr(C)]
-pub struct ibv_ah {
+pub(crate) struct ibv_ah {
     _opaque: [u8; 0],
 }
 
 /// `union ibv_gid` (16 bytes, 8-byte aligned because of its `__be64` view).
 #[repr(C, align(8))]
 #[derive(Clone, Copy, Default)]
-pub struct ibv_gid {
+pub(crate) struct ibv_gid {
     pub raw: [u8; 16],
 }
 
@@ -37,7 +37,7 @@ pub struct ibv_gid {
 /// header's static inlines (`ibv_post_send`, `ibv_post_recv`, `ibv_poll_cq`,
 /// `ibv_req_notify_cq`).
 #[repr(C)]
-pub struct ibv_context_ops {
+pub(crate) struct ibv_context_ops {
     _compat_query_device_to_create_cq: [*const c_void; 11],
     pub poll_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int, *mut ibv_wc) -> c_int>,
     pub req_notify_cq: Option<unsafe extern "C" fn(*mut ibv_cq, c_int) -> c_int>,
@@ -51,7 +51,7 @@ pub struct ibv_context_ops {
 
 /// `struct ibv_context`.
 #[repr(C)]
-pub struct ibv_context {
+pub(crate) struct ibv_context {
     pub device: *mut ibv_device,
     pub ops: ibv_context_ops,
     pub cmd_fd: c_int,
@@ -62,13 +62,13 @@ pub struct ibv_context {
 }
 
 /// `verbs_context.query_port` (`___ibv_query_port`).
-pub type QueryPortFn =
+pub(crate) type QueryPortFn =
     unsafe extern "C" fn(*mut ibv_context, u8, *mut ibv_port_attr, size_t) -> c_int;
 /// `verbs_context.create_cq_ex` (`ibv_create_cq_ex`).
-pub type CreateCqExFn =
+pub(crate) type CreateCqExFn =
     unsafe extern "C" fn(*mut ibv_context, *mut ibv_cq_init_attr_ex) -> *mut ibv_cq_ex;
 /// `verbs_context.query_device_ex` (`ibv_query_device_ex`).
-pub type QueryDeviceExFn = unsafe extern "C" fn(
+pub(crate) type QueryDeviceExFn = unsafe extern "C" fn(
     *mut ibv_context,
     *const ibv_query_device_ex_input,
     *mut ibv_device_attr_ex,
@@ -79,7 +79,7 @@ pub type QueryDeviceExFn = unsafe extern "C" fn(
 /// It "grows up" (new ops are added at the front), so only offsets relative to the
 /// embedded `context` are ABI; `sz` tells how much of the front the provider has.
 #[repr(C)]
-pub struct verbs_context {
+pub(crate) struct verbs_context {
     pub query_port: Option<QueryPortFn>,
     _advise_mr_to_query_rt_values: [*const c_void; 24],
     pub create_cq_ex: Option<CreateCqExFn>,
@@ -93,7 +93,7 @@ pub struct verbs_context {
 
 /// `struct ibv_comp_channel`.
 #[repr(C)]
-pub struct ibv_comp_channel {
+pub(crate) struct ibv_comp_channel {
     pub context: *mut ibv_context,
     pub fd: c_int,
     pub refcnt: c_int,
@@ -101,7 +101,7 @@ pub struct ibv_comp_channel {
 
 /// `struct ibv_cq`.
 #[repr(C)]
-pub struct ibv_cq {
+pub(crate) struct ibv_cq {
     pub context: *mut ibv_context,
     pub channel: *mut ibv_comp_channel,
     pub cq_context: *mut c_void,
@@ -116,7 +116,7 @@ pub struct ibv_cq {
 /// `struct ibv_poll_cq_attr`.
 #[repr(C)]
 #[derive(Default)]
-pub struct ibv_poll_cq_attr {
+pub(crate) struct ibv_poll_cq_attr {
     pub comp_mask: u32,
 }
 
@@ -124,7 +124,7 @@ type CqExRead<T> = Option<unsafe extern "C" fn(*mut ibv_cq_ex) -> T>;
 
 /// `struct ibv_cq_ex`: an `ibv_cq` followed by the iterator-style poll functions.
 #[repr(C)]
-pub struct ibv_cq_ex {
+pub(crate) struct ibv_cq_ex {
     pub context: *mut ibv_context,
     pub channel: *mut ibv_comp_channel,
     pub cq_context: *mut c_void,
@@ -154,7 +154,7 @@ pub struct ibv_cq_ex {
 
 /// `struct ibv_cq_init_attr_ex`.
 #[repr(C)]
-pub struct ibv_cq_init_attr_ex {
+pub(crate) struct ibv_cq_init_attr_ex {
     pub cqe: u32,
     pub cq_context: *mut c_void,
     pub channel: *mut ibv_comp_channel,
@@ -168,7 +168,7 @@ pub struct ibv_cq_init_attr_ex {
 /// `struct ibv_wc` (legacy `ibv_poll_cq` completions).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ibv_wc {
+pub(crate) struct ibv_wc {
     pub wr_id: u64,
     pub status: u32,
     pub opcode: u32,
@@ -186,7 +186,7 @@ pub struct ibv_wc {
 
 /// `struct ibv_mr`.
 #[repr(C)]
-pub struct ibv_mr {
+pub(crate) struct ibv_mr {
     pub context: *mut ibv_context,
     pub pd: *mut ibv_pd,
     pub addr: *mut c_void,
@@ -198,7 +198,7 @@ pub struct ibv_mr {
 
 /// `struct ibv_qp`.
 #[repr(C)]
-pub struct ibv_qp {
+pub(crate) struct ibv_qp {
     pub context: *mut ibv_context,
     pub qp_context: *mut c_void,
     pub pd: *mut ibv_pd,
@@ -217,7 +217,7 @@ pub struct ibv_qp {
 /// `struct ibv_qp_cap`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct ibv_qp_cap {
+pub(crate) struct ibv_qp_cap {
     pub max_send_wr: u32,
     pub max_recv_wr: u32,
     pub max_send_sge: u32,
@@ -227,7 +227,7 @@ pub struct ibv_qp_cap {
 
 /// `struct ibv_qp_init_attr`.
 #[repr(C)]
-pub struct ibv_qp_init_attr {
+pub(crate) struct ibv_qp_init_attr {
     pub qp_context: *mut c_void,
     pub send_cq: *mut ibv_cq,
     pub recv_cq: *mut ibv_cq,
@@ -240,7 +240,7 @@ pub struct ibv_qp_init_attr {
 /// `struct ibv_global_route`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct ibv_global_route {
+pub(crate) struct ibv_global_route {
     pub dgid: ibv_gid,
     pub flow_label: u32,
     pub sgid_index: u8,
@@ -251,7 +251,7 @@ pub struct ibv_global_route {
 /// `struct ibv_ah_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct ibv_ah_attr {
+pub(crate) struct ibv_ah_attr {
     pub grh: ibv_global_route,
     pub dlid: u16,
     pub sl: u8,
@@ -264,7 +264,7 @@ pub struct ibv_ah_attr {
 /// `struct ibv_qp_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct ibv_qp_attr {
+pub(crate) struct ibv_qp_attr {
     pub qp_state: u32,
     pub cur_qp_state: u32,
     pub path_mtu: u32,
@@ -296,7 +296,7 @@ pub struct ibv_qp_attr {
 /// `struct ibv_sge`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct ibv_sge {
+pub(crate) struct ibv_sge {
     pub addr: u64,
     pub length: u32,
     pub lkey: u32,
@@ -305,7 +305,7 @@ pub struct ibv_sge {
 /// The `ud` member of `ibv_send_wr.wr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ibv_send_wr_ud {
+pub(crate) struct ibv_send_wr_ud {
     pub ah: *mut ibv_ah,
     pub remote_qpn: u32,
     pub remote_qkey: u32,
@@ -314,7 +314,7 @@ pub struct ibv_send_wr_ud {
 /// `ibv_send_wr.wr`: the union's largest member (`atomic`) is four words.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub union ibv_send_wr_wr {
+pub(crate) union ibv_send_wr_wr {
     pub ud: ibv_send_wr_ud,
     _atomic: [u64; 4],
 }
@@ -322,7 +322,7 @@ pub union ibv_send_wr_wr {
 /// `struct ibv_send_wr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ibv_send_wr {
+pub(crate) struct ibv_send_wr {
     pub wr_id: u64,
     pub next: *mut ibv_send_wr,
     pub sg_list: *mut ibv_sge,
@@ -340,7 +340,7 @@ pub struct ibv_send_wr {
 /// `struct ibv_recv_wr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ibv_recv_wr {
+pub(crate) struct ibv_recv_wr {
     pub wr_id: u64,
     pub next: *mut ibv_recv_wr,
     pub sg_list: *mut ibv_sge,
@@ -350,7 +350,7 @@ pub struct ibv_recv_wr {
 /// `struct ibv_device_attr`.
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ibv_device_attr {
+pub(crate) struct ibv_device_attr {
     pub fw_ver: [c_char; 64],
     pub node_guid: u64,
     pub sys_image_guid: u64,
@@ -376,14 +376,14 @@ pub struct ibv_device_attr {
 /// `struct ibv_query_device_ex_input`.
 #[repr(C)]
 #[derive(Default)]
-pub struct ibv_query_device_ex_input {
+pub(crate) struct ibv_query_device_ex_input {
     pub comp_mask: u32,
 }
 
 /// `struct ibv_device_attr_ex` (capability sub-structs kept opaque, sizes checked).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub struct ibv_device_attr_ex {
+pub(crate) struct ibv_device_attr_ex {
     pub orig_attr: ibv_device_attr,
     pub comp_mask: u32,
     /// `struct ibv_odp_caps` (u64 + 3 × u32, padded to 24).
@@ -402,7 +402,7 @@ pub struct ibv_device_attr_ex {
 /// `struct ibv_port_attr`.
 #[repr(C)]
 #[derive(Clone, Copy, Default)]
-pub struct ibv_port_attr {
+pub(crate) struct ibv_port_attr {
     pub state: u32,
     pub max_mtu: u32,
     pub active_mtu: u32,

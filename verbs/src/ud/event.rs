@@ -56,6 +56,10 @@ impl UdReceive {
 
 /// Something the UD transport observed.
 #[derive(Debug, Clone)]
+#[allow(
+    clippy::large_enum_variant,
+    reason = "events queue by value on the packet path; boxing would allocate per datagram"
+)]
 pub enum UdEvent {
     /// A datagram arrived.
     Rx(UdReceive),

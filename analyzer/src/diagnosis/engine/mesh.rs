@@ -57,7 +57,7 @@ impl Mesh {
     }
 
     /// The flow as the ToR-mesh counts see it, `None` when they leave it out.
-    pub fn mesh_flow(&self, f: &Flow, (timeouts, ack2): (u32, u32)) -> Option<MeshFlow> {
+    pub(super) fn mesh_flow(&self, f: &Flow, (timeouts, ack2): (u32, u32)) -> Option<MeshFlow> {
         let counted = f.class == ProbeClass::TorMesh
             && self.end(f.key.prober) == End::Registered
             && self.end(f.key.target) == End::Registered;
@@ -66,7 +66,7 @@ impl Mesh {
     }
 
     /// Adds (or takes away) one ToR-mesh flow to its target's and prober's counts.
-    pub fn add(&mut self, (p, t, n, fail): MeshFlow, add: bool) {
+    pub(super) fn add(&mut self, (p, t, n, fail): MeshFlow, add: bool) {
         for (r, at) in [(t, 0), (p, 2)] {
             let x = &mut self.counts[r as usize];
             if add {
