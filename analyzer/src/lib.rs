@@ -365,7 +365,7 @@ impl Analyzer {
         if !shards.lead(&self.db, lease, now_ms).await? {
             return Ok(None);
         }
-        diagnosis::store::load_active(&self.db).await.map(Some)
+        self.db.problems().load_active().await.map(Some)
     }
 
     /// Scale-out membership, when this is one of several analyzer instances.

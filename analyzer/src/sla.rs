@@ -338,6 +338,57 @@ pub async fn newest_period_start(db: &Db) -> anyhow::Result<Option<i64>> {
     Ok(v)
 }
 
+/// Probes RNIC `rnic` took part in (as prober or target) in periods overlapping
+/// `[from, to]`, and how many of them timed out.
+pub async fn rnic_totals(db: &Db, rnic: u32, from: i64, to: i64) -> anyhow::Result<(u64, u64)> {
+    let (probes, lost): (Option<i64>, Option<i64>) = sqlx::query_as(
+        "SELECT CAST(SUM(probes) AS BIGINT), CAST(SUM(timeouts) AS BIGINT) FROM sla_periods \
+         WHERE scope = 'rnic' AND scope_key = $1 AND period_start_ms + period_ms > $2 \
+         AND period_start_ms <= $3",
+    )
+    .bind(rnic.to_string())
+    .bind(from)
+    .bind(to)
+    .fetch_one(db.pool())
+    .await
+    .context("reading an RNIC's probe totals")?;
+    let n = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
+    Ok((n(probes), n(lost)))
+}
+
+/// Probes each of `rnics` took part in during periods overlapping `[from, to]`, for
+/// the RNICs with any period there.
+pub async fn rnic_probes(
+    db: &Db,
+    rnics: &[u32],
+    from: i64,
+    to: i64,
+) -> anyhow::Result<HashMap<u32, i64>> {
+    let mut probes_of = HashMap::new();
+    if rnics.is_empty() {
+        return Ok(probes_of);
+    }
+    let ids: Vec<String> = rnics.iter().map(|id| format!("'{id}'")).collect();
+    // Ids are registry integers, so inlining them is safe.
+    let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
+        "SELECT scope_key, CAST(SUM(probes) AS BIGINT) FROM sla_periods WHERE scope = 'rnic' \
+         AND scope_key IN ({}) AND period_start_ms + period_ms > $1 AND period_start_ms <= $2 \
+         GROUP BY scope_key",
+        ids.join(",")
+    ))
+    .bind(from)
+    .bind(to)
+    .fetch_all(db.pool())
+    .await
+    .context("reading RNIC coverage")?;
+    for (key, probes) in rows {
+        if let Ok(id) = key.parse() {
+            probes_of.insert(id, probes);
+        }
+    }
+    Ok(probes_of)
+}
+
 /// `GET /api/v1/sla` parameters.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]

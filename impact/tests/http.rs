@@ -2,7 +2,6 @@
 //! register and tasks are created through the controller's API, problems are stored the
 //! way the analyzer stores them, the impact loop prioritizes them, verdicts are asked for.
 
-use rocemesh_analyzer::diagnosis::store as problems;
 use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
 use rocemesh_controller::{ControllerConfig, ControllerState};
 use rocemesh_impact::{Impact, ImpactConfig, Verdict, VerdictKind};
@@ -255,7 +254,7 @@ async fn problem(db: &Db, kind: ProblemKind, ck: ComponentKind, name: &str, at: 
         priority: None,
         affected_tasks: Vec::new(),
     };
-    problems::insert(db, &p).await.unwrap()
+    db.problems().insert(&p).await.unwrap()
 }
 
 /// An RNIC-scope SLA period with probes, as the analyzer persists it.
@@ -836,7 +835,7 @@ async fn tasks_blamed_in_the_evidence_are_affected() {
             priority: None,
             affected_tasks: Vec::new(),
         };
-        let outside = problems::insert(&db, &p).await.unwrap();
+        let outside = db.problems().insert(&p).await.unwrap();
         p.component = "t0-s0".into();
         p.evidence.blamed = vec![rocemesh_proto::api::BlamedFlow {
             name: "train-a".into(),
@@ -845,7 +844,7 @@ async fn tasks_blamed_in_the_evidence_are_affected() {
             bytes_per_s: None,
             share: 1.0,
         }];
-        let blamed = problems::insert(&db, &p).await.unwrap();
+        let blamed = db.problems().insert(&p).await.unwrap();
         let got = srv.wait_priority(blamed, Priority::P1).await;
         assert_eq!(got.affected_tasks, vec![a], "{backend}");
         srv.wait_priority(outside, Priority::P2).await;

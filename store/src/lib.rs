@@ -1,11 +1,15 @@
 //! Database access shared by controller and analyzer: one sqlx pool over SQLite or
 //! PostgreSQL, with the embedded migrations of the chosen dialect already applied.
 //!
+//! Every shared table has one repository here ([`Problems`], [`Inventory`], [`coord`]),
+//! the only code with SQL for it; a table only one component uses stays with it.
+//!
 //! Queries go through `sqlx::Any`, so they use `$1, $2` placeholders and only the types
 //! Any supports (integers, f64, bool, text, bytes): times are `i64` unix ms, ids `i64`.
 #![warn(missing_docs)]
 
 pub mod coord;
+mod repo;
 mod unavailable;
 mod url;
 
@@ -18,6 +22,11 @@ use anyhow::Context;
 use sqlx::any::AnyPoolOptions;
 use std::time::Duration;
 
+pub use repo::inventory::{
+    EndpointLabelRow, EndpointRow, HostRecord, Inventory, RegisteredRnic, RegistrationPlan,
+    RnicRecord, StoredTask, TaskMember,
+};
+pub use repo::problems::{ActiveCount, AssessInput, Assessment, Problems, StateFilter};
 pub use unavailable::is_unavailable;
 pub use url::redact_url;
 
