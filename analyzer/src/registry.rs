@@ -340,7 +340,7 @@ mod tests {
 #[cfg(test)]
 mod label_tests {
     use super::*;
-    use crate::sla::{SlaQuery, persist, query};
+    use crate::sla::{SlaQuery, query};
     use rocemesh_proto::api::SlaScope;
     use rocemesh_proto::testing::rnic_sla_row;
 
@@ -375,7 +375,7 @@ mod label_tests {
             assert_eq!(reg.labels_by_name("h0/r0"), want, "{name}");
             assert!(reg.labels(6).is_empty() && reg.labels_by_name("h9/r0").is_empty());
             let row = |key: &str| rnic_sla_row(key, 0, 1, 1);
-            persist(&db, &[row("5"), row("6")]).await.unwrap();
+            db.sla().persist(&[row("5"), row("6")]).await.unwrap();
             let rows = query(
                 &db,
                 &SlaQuery {

@@ -51,8 +51,11 @@ pub async fn of(
         let Some(id) = w.straggler.and_then(|r| ids.get(r)) else {
             continue;
         };
-        let (probes, lost) =
-            rocemesh_analyzer::sla::rnic_totals(impact.db(), *id, w.from_ms, w.to_ms).await?;
+        let (probes, lost) = impact
+            .db()
+            .sla()
+            .rnic_totals(*id, w.from_ms, w.to_ms)
+            .await?;
         confirm_hang(w, probes, lost, &Settings::default());
     }
     let ranks: Vec<String> = endpoints.iter().map(Endpoint::name).collect();

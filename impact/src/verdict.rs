@@ -129,7 +129,7 @@ async fn coverage(impact: &Impact, task: u32, from: i64, to: i64) -> anyhow::Res
     let tasks = impact.tasks().await?;
     let endpoints = tasks.get(&task).cloned().unwrap_or_default();
     let ids: Vec<u32> = endpoints.iter().filter_map(|e| e.rnic_id).collect();
-    let probes_of = rocemesh_analyzer::sla::rnic_probes(impact.db(), &ids, from, to).await?;
+    let probes_of = impact.db().sla().rnic_probes(&ids, from, to).await?;
     let mut c = Coverage {
         endpoints: endpoints.len() as u64,
         covered: 0,

@@ -260,7 +260,7 @@ async fn problem(db: &Db, kind: ProblemKind, ck: ComponentKind, name: &str, at: 
 /// An RNIC-scope SLA period with probes, as the analyzer persists it.
 async fn covered(db: &Db, rnic: u32, start_ms: i64) {
     let row = rnic_sla_row(&rnic.to_string(), start_ms, 40, 9_000);
-    rocemesh_analyzer::sla::persist(db, &[row]).await.unwrap();
+    db.sla().persist(&[row]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -678,9 +678,7 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
         let mut row = rnic_sla_row(&regs[2].rnics[0].id.to_string(), hang_from, 100, 9_000);
         row.timeouts = 90;
         row.timeout_rate = 0.9;
-        rocemesh_analyzer::sla::persist(&srv.db, &[row])
-            .await
-            .unwrap();
+        srv.db.sla().persist(&[row]).await.unwrap();
         let v: Value = srv.get(&format!("/tasks/{task}/verdict")).await;
         let h = &v["health"];
         assert_eq!(

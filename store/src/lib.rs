@@ -1,7 +1,7 @@
 //! Database access shared by controller and analyzer: one sqlx pool over SQLite or
 //! PostgreSQL, with the embedded migrations of the chosen dialect already applied.
 //!
-//! Every shared table has one repository here ([`Problems`], [`Inventory`], [`coord`]),
+//! Every shared table has one repository here ([`Problems`], [`Inventory`], [`Sla`], [`coord`]),
 //! the only code with SQL for it; a table only one component uses stays with it.
 //!
 //! Queries go through `sqlx::Any`, so they use `$1, $2` placeholders and only the types
@@ -27,6 +27,7 @@ pub use repo::inventory::{
     RnicRecord, StoredTask, TaskMember,
 };
 pub use repo::problems::{ActiveCount, AssessInput, Assessment, Problems, StateFilter};
+pub use repo::sla::{Sla, SlaFilter};
 pub use unavailable::is_unavailable;
 pub use url::redact_url;
 

@@ -16,7 +16,7 @@ const OWNERS: &[(&str, &str)] = &[
     ("instances", "store/src/coord.rs"),
     ("leases", "store/src/coord.rs"),
     ("flow_summaries", "store/src/coord.rs"),
-    ("sla_periods", "analyzer/src/sla.rs"),
+    ("sla_periods", "store/src/repo/sla.rs"),
     ("host_liveness", "analyzer/src/diagnosis/store.rs"),
     ("ingest_wal", "analyzer/src/wal.rs"),
     ("probe_keys", "controller/src/probe_keys.rs"),

@@ -2,3 +2,4 @@
 
 pub(crate) mod inventory;
 pub(crate) mod problems;
+pub(crate) mod sla;
