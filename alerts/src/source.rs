@@ -47,22 +47,22 @@ struct Recorded {
     resolved_ms: Option<i64>,
 }
 
-/// Up to `MAX_CANDIDATES` problems by id: the active episodes, and those resolved after
-/// the horizon not yet fully handled.
-async fn candidates(db: &Db, horizon_ms: i64) -> anyhow::Result<Vec<Candidate>> {
+/// Up to `max` problems by id: the active episodes, and those resolved after the horizon
+/// not yet fully handled.
+async fn candidates(db: &Db, horizon_ms: i64, max: i64) -> anyhow::Result<Vec<Candidate>> {
     let mut out = Vec::new();
     let mut after = i64::MIN;
     loop {
         let page = db
             .problems()
-            .live_or_resolved_since(horizon_ms, after, MAX_CANDIDATES)
+            .live_or_resolved_since(horizon_ms, after, max)
             .await
             .context("reading problems for alerts")?;
         let Some(last) = page.last() else {
             break;
         };
         after = last.id;
-        let full = page.len() as i64 == MAX_CANDIDATES;
+        let full = page.len() as i64 == max;
         let mut recorded = recorded(db, page.iter().map(|p| p.id)).await?;
         for problem in page {
             let a = recorded.remove(&problem.id);
@@ -75,7 +75,7 @@ async fn candidates(db: &Db, horizon_ms: i64) -> anyhow::Result<Vec<Candidate>> 
                 resolved_seen,
                 problem,
             });
-            if out.len() as i64 == MAX_CANDIDATES {
+            if out.len() as i64 == max {
                 return Ok(out);
             }
         }
@@ -128,6 +128,9 @@ async fn episodes(
         .iter()
         .map(|c| c.problem.id.to_string())
         .collect();
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
     // Ids are integers from the problems table, so inlining them is safe.
     let sql = format!(
         "SELECT problem_id, receiver, resolved_ms FROM alert_episodes WHERE problem_id IN ({})",
@@ -152,7 +155,7 @@ pub async fn poll(
     external_url: &str,
     t: &Timing,
 ) -> anyhow::Result<usize> {
-    let candidates = candidates(db, t.horizon_ms).await?;
+    let candidates = candidates(db, t.horizon_ms, MAX_CANDIDATES).await?;
     if candidates.is_empty() {
         return Ok(0);
     }
@@ -288,4 +291,62 @@ async fn handle(
         );
     }
     Ok(enqueued)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocemesh_proto::api::{ComponentKind, ProblemKind};
+    use rocemesh_proto::testing::active_problem;
+
+    #[tokio::test]
+    async fn handled_resolved_problems_do_not_crowd_out_live_ones() {
+        for (name, db) in rocemesh_store::test_databases().await {
+            let mut ids = Vec::new();
+            for (i, state) in ["resolved", "resolved", "resolved", "active", "resolved"]
+                .into_iter()
+                .enumerate()
+            {
+                let mut p = active_problem(
+                    0,
+                    ProblemKind::LinkFault,
+                    ComponentKind::Link,
+                    &format!("l{i}"),
+                    "",
+                );
+                if state == "resolved" {
+                    p.state = ProblemState::Resolved;
+                    p.resolved_ms = Some(100);
+                }
+                ids.push(db.problems().insert(&p).await.unwrap());
+            }
+            // The first three were notified resolved already; the last fired only.
+            for (id, resolved) in [
+                (ids[0], true),
+                (ids[1], true),
+                (ids[2], true),
+                (ids[4], false),
+            ] {
+                sqlx::query(
+                    "INSERT INTO alert_problems (problem_id, priority, fired_ms, resolved_ms) \
+                     VALUES ($1, 'P1', 50, $2)",
+                )
+                .bind(id)
+                .bind(resolved.then_some(100_i64))
+                .execute(db.pool())
+                .await
+                .unwrap();
+            }
+            let got = candidates(&db, 0, 2).await.unwrap();
+            let got: Vec<(i64, Option<&str>)> = got
+                .iter()
+                .map(|c| (c.problem.id, c.frozen.as_deref()))
+                .collect();
+            assert_eq!(got, vec![(ids[3], None), (ids[4], Some("P1"))], "{name}");
+            // Past the horizon, the unhandled resolved one is history.
+            let got = candidates(&db, 200, 2).await.unwrap();
+            assert_eq!(got.len(), 1, "{name}");
+            assert_eq!(got[0].problem.id, ids[3], "{name}");
+        }
+    }
 }
