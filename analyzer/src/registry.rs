@@ -198,7 +198,7 @@ pub struct RegistryLoader {
 }
 
 impl RegistryLoader {
-    /// Reads every RNIC from the `rnics` table into a fresh snapshot.
+    /// Reads every registered RNIC into a fresh snapshot.
     pub async fn load(&mut self, db: &Db) -> anyhow::Result<Registry> {
         let rows = db.inventory().registered_rnics().await?;
         let mut entries = Vec::with_capacity(rows.len());

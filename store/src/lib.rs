@@ -1,8 +1,11 @@
-//! Database access shared by controller and analyzer: one sqlx pool over SQLite or
-//! PostgreSQL, with the embedded migrations of the chosen dialect already applied.
+//! Database access shared by the components: one sqlx pool over SQLite or PostgreSQL,
+//! with the embedded migrations of the chosen dialect already applied.
 //!
-//! Every shared table has one repository here ([`Problems`], [`Inventory`], [`Sla`], [`coord`]),
-//! the only code with SQL for it; a table only one component uses stays with it.
+//! Every table several components use has one typed repository here, the only code with
+//! SQL for it: [`Problems`] (`db.problems()`), [`Inventory`] (hosts, RNICs, tasks), [`Sla`]
+//! (SLA periods) and [`coord`] (instances, leases, flow summaries). A table only one
+//! component uses stays with that component. `tests/sql_ownership.rs` holds the map and
+//! fails on SQL naming a table outside its owner.
 //!
 //! Queries go through `sqlx::Any`, so they use `$1, $2` placeholders and only the types
 //! Any supports (integers, f64, bool, text, bytes): times are `i64` unix ms, ids `i64`.
