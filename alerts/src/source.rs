@@ -1,4 +1,4 @@
-//! Turns the `problems` table into outbox rows: firing when an episode becomes active
+//! Turns the stored problems into outbox rows: firing when an episode becomes active
 //! (once its priority is known, or `priority_wait_ms` passed), resolved when it ends.
 //!
 //! Each decision is one transaction that records what was seen (`alert_problems`,
@@ -9,7 +9,7 @@ use crate::outbox::{self, NewRow};
 use crate::payload::{self, Status, priority_label, wire_name};
 use crate::receiver::{Receiver, UNKNOWN_PRIORITY};
 use anyhow::Context;
-use rocemesh_proto::api::{Evidence, Priority, Problem, ProblemState};
+use rocemesh_proto::api::{Priority, Problem, ProblemState};
 use rocemesh_store::Db;
 use sqlx::Row;
 use std::collections::{HashMap, HashSet};
@@ -39,73 +39,104 @@ struct Candidate {
     resolved_seen: bool,
 }
 
-/// Where the problem filter of both queries lives: active episodes, and resolved ones
-/// after the horizon not yet fully handled.
-const CANDIDATES: &str = "FROM problems p LEFT JOIN alert_problems a ON a.problem_id = p.id \
-    WHERE p.state = 'active' OR (p.state = 'resolved' AND p.resolved_ms >= $1 AND a.resolved_ms IS NULL)";
+/// What the alerts service recorded about a problem (`alert_problems`).
+struct Recorded {
+    /// The priority it fired with.
+    priority: String,
+    /// When its resolved notifications were enqueued.
+    resolved_ms: Option<i64>,
+}
 
-async fn candidates(db: &Db, horizon_ms: i64) -> anyhow::Result<Vec<Candidate>> {
-    let sql = format!(
-        "SELECT p.id, p.kind, p.component_kind, p.component, p.state, p.confidence, p.network, \
-             p.first_seen_ms, p.last_seen_ms, p.resolved_ms, p.evidence, p.priority, \
-             p.affected_tasks, a.priority, a.fired_ms, a.resolved_ms {CANDIDATES} ORDER BY p.id LIMIT $2"
-    );
-    let rows = sqlx::query(&sql)
-        .bind(horizon_ms)
-        .bind(MAX_CANDIDATES)
-        .fetch_all(db.pool())
-        .await
-        .context("reading problems for alerts")?;
-    let mut out = Vec::with_capacity(rows.len());
-    for r in rows {
-        let id: i64 = r.try_get(0)?;
-        let text = |i: usize| -> anyhow::Result<serde_json::Value> {
-            Ok(serde_json::Value::String(r.try_get::<String, _>(i)?))
+/// Up to `max` problems by id: the active episodes, and those resolved after the horizon
+/// not yet fully handled.
+async fn candidates(db: &Db, horizon_ms: i64, max: i64) -> anyhow::Result<Vec<Candidate>> {
+    let mut out = Vec::new();
+    let mut after = i64::MIN;
+    loop {
+        let page = db
+            .problems()
+            .live_or_resolved_since(horizon_ms, after, max)
+            .await
+            .context("reading problems for alerts")?;
+        let Some(last) = page.last() else {
+            break;
         };
-        let evidence: String = r.try_get(10)?;
-        let priority: Option<String> = r.try_get(11)?;
-        let tasks: Option<String> = r.try_get(12)?;
-        let network: i64 = r.try_get(6)?;
-        let fired: Option<i64> = r.try_get(14)?;
-        let resolved_seen: Option<i64> = r.try_get(15)?;
-        let problem = Problem {
-            id,
-            kind: serde_json::from_value(text(1)?)
-                .with_context(|| format!("problem {id}: unknown kind"))?,
-            component_kind: serde_json::from_value(text(2)?)
-                .with_context(|| format!("problem {id}: unknown component kind"))?,
-            component: r.try_get(3)?,
-            state: serde_json::from_value(text(4)?)
-                .with_context(|| format!("problem {id}: unknown state"))?,
-            confidence: r.try_get(5)?,
-            network: network != 0,
-            first_seen_ms: r.try_get(7)?,
-            last_seen_ms: r.try_get(8)?,
-            resolved_ms: r.try_get(9)?,
-            // Evidence only decorates the description: a bad one is not worth a lost alert.
-            evidence: serde_json::from_str::<Evidence>(&evidence).unwrap_or_default(),
-            priority: priority.as_deref().and_then(Priority::parse),
-            affected_tasks: tasks
-                .and_then(|t| serde_json::from_str(&t).ok())
-                .unwrap_or_default(),
-        };
-        out.push(Candidate {
-            problem,
-            frozen: fired.and(r.try_get(13)?),
-            resolved_seen: resolved_seen.is_some(),
-        });
+        after = last.id;
+        let full = page.len() as i64 == max;
+        let mut recorded = recorded(db, page.iter().map(|p| p.id)).await?;
+        for problem in page {
+            let a = recorded.remove(&problem.id);
+            let resolved_seen = a.as_ref().is_some_and(|a| a.resolved_ms.is_some());
+            if problem.state != ProblemState::Active && resolved_seen {
+                continue;
+            }
+            out.push(Candidate {
+                frozen: a.map(|a| a.priority),
+                resolved_seen,
+                problem,
+            });
+            if out.len() as i64 == max {
+                return Ok(out);
+            }
+        }
+        if !full {
+            break;
+        }
     }
     Ok(out)
 }
 
-/// (problem, receiver) pairs notified firing, and whether their resolved went out.
-async fn episodes(db: &Db, horizon_ms: i64) -> anyhow::Result<HashMap<(i64, String), bool>> {
+/// The `alert_problems` rows of problems `ids`, by problem id.
+async fn recorded(
+    db: &Db,
+    ids: impl Iterator<Item = i64>,
+) -> anyhow::Result<HashMap<i64, Recorded>> {
+    let ids: Vec<String> = ids.map(|id| id.to_string()).collect();
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    // Ids are integers from the problems table, so inlining them is safe.
+    let rows: Vec<(i64, String, Option<i64>)> = sqlx::query_as(&format!(
+        "SELECT problem_id, priority, resolved_ms FROM alert_problems \
+         WHERE problem_id IN ({})",
+        ids.join(",")
+    ))
+    .fetch_all(db.pool())
+    .await
+    .context("reading alerted problems")?;
+    Ok(rows
+        .into_iter()
+        .map(|(id, priority, resolved_ms)| {
+            (
+                id,
+                Recorded {
+                    priority,
+                    resolved_ms,
+                },
+            )
+        })
+        .collect())
+}
+
+/// (problem, receiver) pairs notified firing, and whether their resolved went out, for
+/// the `candidates`.
+async fn episodes(
+    db: &Db,
+    candidates: &[Candidate],
+) -> anyhow::Result<HashMap<(i64, String), bool>> {
+    let ids: Vec<String> = candidates
+        .iter()
+        .map(|c| c.problem.id.to_string())
+        .collect();
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    // Ids are integers from the problems table, so inlining them is safe.
     let sql = format!(
-        "SELECT e.problem_id, e.receiver, e.resolved_ms FROM alert_episodes e \
-         JOIN (SELECT p.id {CANDIDATES}) c ON c.id = e.problem_id"
+        "SELECT problem_id, receiver, resolved_ms FROM alert_episodes WHERE problem_id IN ({})",
+        ids.join(",")
     );
     let rows = sqlx::query(&sql)
-        .bind(horizon_ms)
         .fetch_all(db.pool())
         .await
         .context("reading alert episodes")?;
@@ -117,18 +148,18 @@ async fn episodes(db: &Db, horizon_ms: i64) -> anyhow::Result<HashMap<(i64, Stri
     Ok(out)
 }
 
-/// One look at the problems table; returns how many notifications were enqueued.
+/// One look at the stored problems; returns how many notifications were enqueued.
 pub async fn poll(
     db: &Db,
     receivers: &[Receiver],
     external_url: &str,
     t: &Timing,
 ) -> anyhow::Result<usize> {
-    let candidates = candidates(db, t.horizon_ms).await?;
+    let candidates = candidates(db, t.horizon_ms, MAX_CANDIDATES).await?;
     if candidates.is_empty() {
         return Ok(0);
     }
-    let seen = episodes(db, t.horizon_ms).await?;
+    let seen = episodes(db, &candidates).await?;
     let mut enqueued = 0;
     for c in candidates {
         enqueued += handle(db, receivers, external_url, t, &c, &seen)
@@ -260,4 +291,62 @@ async fn handle(
         );
     }
     Ok(enqueued)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rocemesh_proto::api::{ComponentKind, ProblemKind};
+    use rocemesh_proto::testing::active_problem;
+
+    #[tokio::test]
+    async fn handled_resolved_problems_do_not_crowd_out_live_ones() {
+        for (name, db) in rocemesh_store::test_databases().await {
+            let mut ids = Vec::new();
+            for (i, state) in ["resolved", "resolved", "resolved", "active", "resolved"]
+                .into_iter()
+                .enumerate()
+            {
+                let mut p = active_problem(
+                    0,
+                    ProblemKind::LinkFault,
+                    ComponentKind::Link,
+                    &format!("l{i}"),
+                    "",
+                );
+                if state == "resolved" {
+                    p.state = ProblemState::Resolved;
+                    p.resolved_ms = Some(100);
+                }
+                ids.push(db.problems().insert(&p).await.unwrap());
+            }
+            // The first three were notified resolved already; the last fired only.
+            for (id, resolved) in [
+                (ids[0], true),
+                (ids[1], true),
+                (ids[2], true),
+                (ids[4], false),
+            ] {
+                sqlx::query(
+                    "INSERT INTO alert_problems (problem_id, priority, fired_ms, resolved_ms) \
+                     VALUES ($1, 'P1', 50, $2)",
+                )
+                .bind(id)
+                .bind(resolved.then_some(100_i64))
+                .execute(db.pool())
+                .await
+                .unwrap();
+            }
+            let got = candidates(&db, 0, 2).await.unwrap();
+            let got: Vec<(i64, Option<&str>)> = got
+                .iter()
+                .map(|c| (c.problem.id, c.frozen.as_deref()))
+                .collect();
+            assert_eq!(got, vec![(ids[3], None), (ids[4], Some("P1"))], "{name}");
+            // Past the horizon, the unhandled resolved one is history.
+            let got = candidates(&db, 200, 2).await.unwrap();
+            assert_eq!(got.len(), 1, "{name}");
+            assert_eq!(got[0].problem.id, ids[3], "{name}");
+        }
+    }
 }

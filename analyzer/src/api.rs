@@ -3,7 +3,6 @@
 use crate::advice::{Avoid, PairEnd, PortAdvice, advise};
 use crate::diagnosis::engine::BaselineVote;
 use crate::diagnosis::fabric::FabricMap;
-use crate::diagnosis::store::{self as problems, StateFilter};
 use crate::host_keys::Proof;
 use crate::ingest::IngestStats;
 use crate::ingest::Refusal;
@@ -23,6 +22,7 @@ use rocemesh_proto::api::{
 use rocemesh_proto::batch::{CONTENT_TYPE, MAX_BATCH_BYTES, peek_host_id};
 use rocemesh_proto::host_key;
 use rocemesh_proto::path::TracedPath;
+use rocemesh_store::StateFilter;
 use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -255,7 +255,10 @@ async fn get_problems(
             .filter(|p| p.last_seen_ms >= since)
             .collect()
     } else {
-        let mut stored = problems::query(a.db(), state, q.priority, since, limit)
+        let mut stored = a
+            .db()
+            .problems()
+            .query(state, q.priority, since, limit)
             .await
             .map_err(internal)?;
         // Stored active rows are refreshed only on change: show the live version.
@@ -267,7 +270,9 @@ async fn get_problems(
         stored
     };
     // Priorities live only in the database (the impact loop writes them).
-    problems::attach_impact(a.db(), &mut list)
+    a.db()
+        .problems()
+        .attach_impact(&mut list)
         .await
         .map_err(internal)?;
     if let Some(want) = q.priority {
@@ -292,13 +297,15 @@ async fn get_problem(
         .find(|p| p.id == id)
     {
         let mut one = [p];
-        problems::attach_impact(a.db(), &mut one)
+        a.db()
+            .problems()
+            .attach_impact(&mut one)
             .await
             .map_err(internal)?;
         let [p] = one;
         return Ok(Json(p));
     }
-    match problems::get(a.db(), id).await.map_err(internal)? {
+    match a.db().problems().get(id).await.map_err(internal)? {
         Some(p) => Ok(Json(p)),
         None => Err(error(StatusCode::NOT_FOUND, format!("no problem {id}"))),
     }
@@ -536,7 +543,9 @@ async fn get_advice(
     }
     // With several analyzers, the others' problems are only in the database.
     let problems = if a.shards().is_some() {
-        problems::query(a.db(), StateFilter::Active, None, i64::MIN, MAX_PROBLEMS)
+        a.db()
+            .problems()
+            .query(StateFilter::Active, None, i64::MIN, MAX_PROBLEMS)
             .await
             .map_err(internal)?
     } else {

@@ -54,13 +54,8 @@ impl HostKeys {
                 return Ok(proof);
             }
         }
-        let row: Option<(Option<String>,)> =
-            sqlx::query_as("SELECT upload_key_sha256 FROM hosts WHERE id = $1")
-                .bind(i64::from(host_id))
-                .fetch_optional(db.pool())
-                .await?;
         let entry = Entry {
-            fingerprint: row.map(|(f,)| f),
+            fingerprint: db.inventory().upload_key_sha256(host_id).await?,
             read_at: Instant::now(),
         };
         let proof = judge(entry.fingerprint.as_ref(), presented);

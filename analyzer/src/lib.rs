@@ -113,7 +113,7 @@ impl Analyzer {
         cfg.validate()?;
         let mut loader = RegistryLoader::default();
         let registry = loader.load(&db).await?;
-        let newest = sla::newest_period_start(&db).await?;
+        let newest = db.sla().newest_period_start().await?;
         let latest = match newest {
             Some(start) => sla::period(&db, start).await?,
             None => Vec::new(),
@@ -273,12 +273,14 @@ impl Analyzer {
     /// stores the rows (retrying earlier failures first) and purges expired rows.
     pub async fn tick(&self, now_unix_ms: i64) -> anyhow::Result<()> {
         if self.finalize_and_store(Some(now_unix_ms)).await? {
-            let purged = sla::purge(
-                &self.db,
-                now_unix_ms.saturating_sub(self.cfg.retention_ms as i64),
-                now_unix_ms.saturating_sub(self.cfg.rnic_retention_ms as i64),
-            )
-            .await?;
+            let purged = self
+                .db
+                .sla()
+                .purge(
+                    now_unix_ms.saturating_sub(self.cfg.retention_ms as i64),
+                    now_unix_ms.saturating_sub(self.cfg.rnic_retention_ms as i64),
+                )
+                .await?;
             tracing::debug!(purged, "expired SLA rows purged");
         }
         Ok(())
@@ -317,7 +319,7 @@ impl Analyzer {
         }
         let mut stored = false;
         while let Some(rows) = pending.front() {
-            sla::persist(&self.db, rows).await?;
+            self.db.sla().persist(rows).await?;
             pending.pop_front();
             stored = true;
         }
@@ -365,7 +367,7 @@ impl Analyzer {
         if !shards.lead(&self.db, lease, now_ms).await? {
             return Ok(None);
         }
-        diagnosis::store::load_active(&self.db).await.map(Some)
+        self.db.problems().load_active().await.map(Some)
     }
 
     /// Scale-out membership, when this is one of several analyzer instances.

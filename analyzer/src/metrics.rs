@@ -581,23 +581,20 @@ impl Collector for Snapshot {
 /// Active problems counted by (kind, component_kind, priority) in the database; a
 /// problem the impact loop has not assessed yet counts as priority `unknown`.
 async fn active_problems(db: &Db) -> anyhow::Result<Vec<(ProblemLabels, u64)>> {
-    let rows: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
-        "SELECT kind, component_kind, priority, COUNT(*) FROM problems \
-         WHERE state = 'active' GROUP BY kind, component_kind, priority",
-    )
-    .fetch_all(db.pool())
-    .await?;
-    Ok(rows
+    Ok(db
+        .problems()
+        .count_active()
+        .await?
         .into_iter()
-        .map(|(kind, component_kind, priority, n)| {
-            let priority = priority.unwrap_or_else(|| "unknown".to_string());
+        .map(|c| {
+            let priority = c.priority.unwrap_or_else(|| "unknown".to_string());
             (
                 [
-                    ("kind", kind),
-                    ("component_kind", component_kind),
+                    ("kind", c.kind),
+                    ("component_kind", c.component_kind),
                     ("priority", priority),
                 ],
-                n.max(0) as u64,
+                c.count.max(0) as u64,
             )
         })
         .collect())

@@ -1,4 +1,4 @@
-//! RNIC id -> (host, ToR) cache loaded from the `rnics` table, plus the names,
+//! RNIC id -> (host, ToR) cache loaded from the registered RNICs, plus the names,
 //! addresses and QPNs diagnosis needs (off the hot path).
 //!
 //! Ingest resolves two ids per record, so the cache is a dense `Vec` indexed by
@@ -6,9 +6,8 @@
 //! of the process (names are only ever appended), so ToR-pair aggregates keyed
 //! by them stay valid across refreshes.
 
-use anyhow::Context;
 use rocemesh_proto::api::EndpointLabel;
-use rocemesh_store::Db;
+use rocemesh_store::{Db, EndpointLabelRow, RegisteredRnic, TaskMember};
 use std::collections::HashMap;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -199,29 +198,23 @@ pub struct RegistryLoader {
 }
 
 impl RegistryLoader {
-    /// Reads every RNIC from the `rnics` table into a fresh snapshot.
+    /// Reads every registered RNIC into a fresh snapshot.
     pub async fn load(&mut self, db: &Db) -> anyhow::Result<Registry> {
-        type Row = (
-            i64,
-            i64,
-            Option<String>,
-            String,
-            String,
-            i64,
-            i64,
-            i64,
-            String,
-        );
-        let rows: Vec<Row> = sqlx::query_as(
-            "SELECT r.id, r.host_id, r.tor, r.ifname, r.ip, r.qpn, r.epoch, r.registered_at_ms, h.name \
-             FROM rnics r JOIN hosts h ON h.id = r.host_id",
-        )
-        .fetch_all(db.pool())
-        .await
-        .context("reading the RNIC registry")?;
+        let rows = db.inventory().registered_rnics().await?;
         let mut entries = Vec::with_capacity(rows.len());
         let mut metas = Vec::with_capacity(rows.len());
-        for (id, host_id, tor, ifname, ip, qpn, epoch, registered_at_ms, host) in rows {
+        for RegisteredRnic {
+            id,
+            host_id,
+            tor,
+            ifname,
+            ip,
+            qpn,
+            epoch,
+            registered_at_ms,
+            host,
+        } in rows
+        {
             let (Ok(id), Ok(host_id)) = (u32::try_from(id), u32::try_from(host_id)) else {
                 tracing::warn!(id, host_id, "RNIC with out-of-range id ignored");
                 continue;
@@ -259,17 +252,14 @@ impl RegistryLoader {
             registry.set_meta(id, meta);
         }
         registry.set_labels(load_labels(db).await?);
-        let members: Vec<(i64, String, i64)> = sqlx::query_as(
-            "SELECT r.id, t.name, t.id FROM task_endpoints e \
-             JOIN tasks t ON t.id = e.task_id \
-             JOIN hosts h ON h.name = e.host \
-             JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic",
-        )
-        .fetch_all(db.pool())
-        .await
-        .context("reading task endpoints")?;
+        let members = db.inventory().task_members().await?;
         let mut tasks: HashMap<u32, Vec<u32>> = HashMap::new();
-        for (id, task, task_id) in members {
+        for TaskMember {
+            rnic_id: id,
+            task,
+            task_id,
+        } in members
+        {
             let (Ok(id), Ok(task_id)) = (u32::try_from(id), u32::try_from(task_id)) else {
                 continue;
             };
@@ -303,21 +293,18 @@ impl RegistryLoader {
 /// Task endpoints that name a namespace or a pod, per registered RNIC id (an endpoint
 /// names its RNIC by host and interface; endpoints of unregistered RNICs are left out).
 pub async fn load_labels(db: &Db) -> anyhow::Result<HashMap<u32, Vec<EndpointLabel>>> {
-    type Row = (i64, String, Option<String>, Option<String>);
-    let rows: Vec<Row> = sqlx::query_as(
-        "SELECT r.id, t.name, e.namespace, e.pod FROM task_endpoints e \
-         JOIN tasks t ON t.id = e.task_id \
-         JOIN hosts h ON h.name = e.host \
-         JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic \
-         WHERE e.namespace IS NOT NULL OR e.pod IS NOT NULL \
-         ORDER BY r.id, t.name, e.pos",
-    )
-    .fetch_all(db.pool())
-    .await
-    .context("reading task endpoint labels")?;
+    let rows = db.inventory().endpoint_labels().await?;
     let mut labels: HashMap<u32, Vec<EndpointLabel>> = HashMap::new();
-    for (id, task, namespace, pod) in rows {
-        let Ok(id) = u32::try_from(id) else { continue };
+    for EndpointLabelRow {
+        rnic_id,
+        task,
+        namespace,
+        pod,
+    } in rows
+    {
+        let Ok(id) = u32::try_from(rnic_id) else {
+            continue;
+        };
         labels.entry(id).or_default().push(EndpointLabel {
             task,
             namespace,
@@ -353,7 +340,7 @@ mod tests {
 #[cfg(test)]
 mod label_tests {
     use super::*;
-    use crate::sla::{SlaQuery, persist, query};
+    use crate::sla::{SlaQuery, query};
     use rocemesh_proto::api::SlaScope;
     use rocemesh_proto::testing::rnic_sla_row;
 
@@ -388,7 +375,7 @@ mod label_tests {
             assert_eq!(reg.labels_by_name("h0/r0"), want, "{name}");
             assert!(reg.labels(6).is_empty() && reg.labels_by_name("h9/r0").is_empty());
             let row = |key: &str| rnic_sla_row(key, 0, 1, 1);
-            persist(&db, &[row("5"), row("6")]).await.unwrap();
+            db.sla().persist(&[row("5"), row("6")]).await.unwrap();
             let rows = query(
                 &db,
                 &SlaQuery {

@@ -146,9 +146,7 @@ async fn one_instance_answers_for_the_deployments_problems() {
             "t1-s0",
             "loss 3 %",
         );
-        rocemesh_analyzer::diagnosis::store::insert(&db, &filed)
-            .await
-            .unwrap();
+        db.problems().insert(&filed).await.unwrap();
         let now = 1_000_000;
         let first = a
             .deployment_problems(NODE_VERDICTS_LEASE, now)

@@ -272,13 +272,13 @@ impl ControllerState {
             )
             .map_err(ApiError::bad_request)?;
         let upload_key = new_upload_key().map_err(ApiError::internal)?;
-        let (host_id, rnic_ids) = registry::save_registration(
-            &self.inner.db,
-            &plan,
-            &rocemesh_proto::host_key::fingerprint(&upload_key.0),
-        )
-        .await
-        .map_err(ApiError::internal)?;
+        let (host_id, rnic_ids) = self
+            .inner
+            .db
+            .inventory()
+            .save_registration(&plan, &rocemesh_proto::host_key::fingerprint(&upload_key.0))
+            .await
+            .map_err(ApiError::internal)?;
         let epoch = plan.host.epoch;
         let rnics: Vec<RnicInfo> = {
             let mut reg = self.write();
@@ -321,7 +321,10 @@ impl ControllerState {
         if self.read().host(host_id).is_none() {
             return Ok(false);
         }
-        registry::delete_host(&self.inner.db, host_id)
+        self.inner
+            .db
+            .inventory()
+            .delete_host(host_id)
             .await
             .map_err(ApiError::internal)?;
         self.write().remove_host(host_id);

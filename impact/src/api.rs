@@ -50,7 +50,10 @@ async fn existing_task(
     id: Result<Path<u32>, PathRejection>,
 ) -> Result<u32, ApiError> {
     let Path(id) = id.map_err(|e| bad(e.body_text()))?;
-    if samples::task_exists(impact.db(), id)
+    if impact
+        .db()
+        .inventory()
+        .task_exists(id)
         .await
         .map_err(internal)?
     {

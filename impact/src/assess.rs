@@ -6,13 +6,13 @@
 use crate::config::ImpactConfig;
 use crate::judge::judge;
 use crate::model::Objective;
+use crate::paths::PathSource;
 use crate::samples;
 use crate::service::{self, ServiceNetwork, TaskEndpoints};
 use anyhow::Context;
-use rocemesh_analyzer::Analyzer;
 use rocemesh_proto::api::{ComponentKind, Priority};
 use rocemesh_proto::path::TracedPath;
-use rocemesh_store::Db;
+use rocemesh_store::{Assessment, Db};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ struct Cache {
 pub struct Impact {
     db: Db,
     cfg: ImpactConfig,
-    analyzer: Arc<Analyzer>,
+    paths: Arc<dyn PathSource>,
     /// Also serializes assessments (the loop and verdict requests).
     cache: tokio::sync::Mutex<Cache>,
     /// Per-RNIC throughput of task ranks, once the process holds it (the controller).
@@ -67,26 +67,14 @@ struct Stored {
 /// A changed assessment: the problem, its priority, affected tasks as JSON and as ids.
 type Change<'a> = (&'a Stored, Priority, Option<String>, Vec<u32>);
 
-type StoredRow = (
-    i64,
-    String,
-    String,
-    i64,
-    i64,
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-    String,
-);
-
 impl Impact {
-    /// Checks `cfg`; the analyzer supplies traced paths and the fabric map.
-    pub fn new(db: Db, cfg: ImpactConfig, analyzer: Arc<Analyzer>) -> anyhow::Result<Arc<Self>> {
+    /// Checks `cfg`; `paths` (the analyzer) supplies traced paths and the fabric map.
+    pub fn new(db: Db, cfg: ImpactConfig, paths: Arc<dyn PathSource>) -> anyhow::Result<Arc<Self>> {
         cfg.validate()?;
         Ok(Arc::new(Self {
             db,
             cfg,
-            analyzer,
+            paths,
             cache: tokio::sync::Mutex::new(Cache::default()),
             throughput: std::sync::OnceLock::new(),
         }))
@@ -120,7 +108,9 @@ impl Impact {
     }
 
     async fn refresh_tasks(&self, cache: &mut Cache) -> anyhow::Result<Arc<TaskEndpoints>> {
-        let fp = service::fingerprint(&self.db).await?;
+        // A cheap summary of the task and registry tables: endpoints are re-read only
+        // when it changes.
+        let fp = self.db.inventory().fingerprint().await?;
         if cache.fingerprint != Some(fp) {
             cache.tasks = Arc::new(service::load_endpoints(&self.db).await?);
             cache.fingerprint = Some(fp);
@@ -237,18 +227,14 @@ impl Impact {
     }
 
     async fn stored_problems(&self, now_ms: i64) -> anyhow::Result<Vec<Stored>> {
-        let rows: Vec<StoredRow> = sqlx::query_as(
-            "SELECT id, component_kind, component, first_seen_ms, last_seen_ms, resolved_ms, \
-             priority, affected_tasks, evidence FROM problems \
-             WHERE state = 'active' OR resolved_ms >= $1 ORDER BY id DESC LIMIT $2",
-        )
-        .bind(now_ms - self.cfg.reassess_resolved_ms)
-        .bind(MAX_ASSESSED)
-        .fetch_all(self.db.pool())
-        .await
-        .context("reading problems to assess")?;
+        let rows = self
+            .db
+            .problems()
+            .to_assess(now_ms - self.cfg.reassess_resolved_ms, MAX_ASSESSED)
+            .await?;
         let mut out = Vec::with_capacity(rows.len());
-        for (id, kind, component, first, _last, resolved, priority, affected, evidence) in rows {
+        for row in rows {
+            let (id, kind) = (row.id, row.component_kind);
             let Ok(component_kind) =
                 serde_json::from_value::<ComponentKind>(serde_json::Value::String(kind.clone()))
             else {
@@ -258,12 +244,12 @@ impl Impact {
             out.push(Stored {
                 id,
                 component_kind,
-                component,
-                first_seen_ms: first,
-                end_ms: resolved.unwrap_or(now_ms),
-                priority,
-                affected,
-                blamed: serde_json::from_str::<rocemesh_proto::api::Evidence>(&evidence)
+                component: row.component,
+                first_seen_ms: row.first_seen_ms,
+                end_ms: row.resolved_ms.unwrap_or(now_ms),
+                priority: row.priority,
+                affected: row.affected_tasks,
+                blamed: serde_json::from_str::<rocemesh_proto::api::Evidence>(&row.evidence)
                     .map(|e| e.blamed.iter().filter_map(|b| b.task_id).collect())
                     .unwrap_or_default(),
             });
@@ -275,18 +261,15 @@ impl Impact {
         &self,
         tasks: Arc<TaskEndpoints>,
     ) -> anyhow::Result<BTreeMap<u32, ServiceNetwork>> {
-        let analyzer = self.analyzer.clone();
+        let paths = self.paths.clone();
         // The trace scan and path walks are CPU work: keep them off the async workers.
         tokio::task::spawn_blocking(move || {
             let ips = service::task_ips(&tasks);
-            let diagnosis = analyzer.diagnosis();
-            let traces: Vec<TracedPath> = diagnosis
-                .traces(|t| ips.contains(&t.src) && ips.contains(&t.dst), MAX_TRACES)
-                .into_iter()
-                .flat_map(|t| std::iter::once(t.latest).chain(t.complete))
-                .map(Arc::unwrap_or_clone)
-                .collect();
-            service::service_networks(&tasks, &traces, diagnosis.map())
+            let traces = paths.traces(
+                &|t: &TracedPath| ips.contains(&t.src) && ips.contains(&t.dst),
+                MAX_TRACES,
+            );
+            service::service_networks(&tasks, &traces, paths.map())
         })
         .await
         .context("service network computation failed")
@@ -294,30 +277,15 @@ impl Impact {
 
     /// Writes changed assessments in one transaction.
     async fn store(&self, changes: &[Change<'_>]) -> anyhow::Result<()> {
-        if changes.is_empty() {
-            return Ok(());
-        }
-        let mut tx = self.db.pool().begin().await?;
-        for (p, priority, json, tasks) in changes {
-            sqlx::query("UPDATE problems SET priority = $1, affected_tasks = $2 WHERE id = $3")
-                .bind(priority.as_str())
-                .bind(json.as_deref())
-                .bind(p.id)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query("DELETE FROM problem_tasks WHERE problem_id = $1")
-                .bind(p.id)
-                .execute(&mut *tx)
-                .await?;
-            for task in tasks {
-                sqlx::query("INSERT INTO problem_tasks (problem_id, task_id) VALUES ($1, $2)")
-                    .bind(p.id)
-                    .bind(i64::from(*task))
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
-        tx.commit().await.context("storing problem priorities")?;
-        Ok(())
+        let rows: Vec<Assessment<'_>> = changes
+            .iter()
+            .map(|(p, priority, json, tasks)| Assessment {
+                id: p.id,
+                priority: *priority,
+                affected_json: json.as_deref(),
+                tasks,
+            })
+            .collect();
+        self.db.problems().set_assessments(&rows).await
     }
 }

@@ -3,7 +3,6 @@
 
 use crate::assess::Impact;
 use crate::service::Endpoint;
-use anyhow::Context;
 use rocemesh_taskhealth::{Health, Settings, Throughput, WindowClass, assess, confirm_hang};
 use serde::{Deserialize, Serialize};
 use utoipa::ToSchema;
@@ -52,7 +51,11 @@ pub async fn of(
         let Some(id) = w.straggler.and_then(|r| ids.get(r)) else {
             continue;
         };
-        let (probes, lost) = rnic_probes(impact, *id, w.from_ms, w.to_ms).await?;
+        let (probes, lost) = impact
+            .db()
+            .sla()
+            .rnic_totals(*id, w.from_ms, w.to_ms)
+            .await?;
         confirm_hang(w, probes, lost, &Settings::default());
     }
     let ranks: Vec<String> = endpoints.iter().map(Endpoint::name).collect();
@@ -66,24 +69,6 @@ pub async fn of(
         ranks,
         health,
     }))
-}
-
-/// Probes an RNIC took part in (as prober or target) in `[from, to]` and how many of them
-/// timed out, from its SLA rows.
-async fn rnic_probes(impact: &Impact, rnic: u32, from: i64, to: i64) -> anyhow::Result<(u64, u64)> {
-    let (probes, lost): (Option<i64>, Option<i64>) = sqlx::query_as(
-        "SELECT CAST(SUM(probes) AS BIGINT), CAST(SUM(timeouts) AS BIGINT) FROM sla_periods \
-         WHERE scope = 'rnic' AND scope_key = $1 AND period_start_ms + period_ms > $2 \
-         AND period_start_ms <= $3",
-    )
-    .bind(rnic.to_string())
-    .bind(from)
-    .bind(to)
-    .fetch_one(impact.db().pool())
-    .await
-    .context("reading a straggler's probe totals")?;
-    let n = |v: Option<i64>| u64::try_from(v.unwrap_or(0)).unwrap_or(0);
-    Ok((n(probes), n(lost)))
 }
 
 /// The ranks' registry ids and their throughput judged over `[from, to]`.

@@ -19,6 +19,7 @@ pub mod config;
 pub mod health;
 pub mod judge;
 pub mod model;
+mod paths;
 pub mod samples;
 pub mod service;
 pub mod verdict;
@@ -27,6 +28,7 @@ pub use api::{openapi, router};
 pub use assess::{AssessStats, Impact};
 pub use config::ImpactConfig;
 pub use model::{MetricSample, Objective, ObjectiveSpec, Verdict, VerdictKind};
+pub use paths::PathSource;
 
 use std::sync::Arc;
 use std::time::Duration;

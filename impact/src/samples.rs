@@ -6,16 +6,6 @@ use crate::model::{Objective, ObjectiveSpec};
 use anyhow::Context;
 use rocemesh_store::Db;
 
-/// True when task `id` exists.
-pub async fn task_exists(db: &Db, id: u32) -> anyhow::Result<bool> {
-    let row: Option<(i64,)> = sqlx::query_as("SELECT id FROM tasks WHERE id = $1")
-        .bind(i64::from(id))
-        .fetch_optional(db.pool())
-        .await
-        .context("looking up a task")?;
-    Ok(row.is_some())
-}
-
 /// Stores one sample of task `id`.
 pub async fn insert(db: &Db, id: u32, name: &str, at_ms: i64, value: f64) -> anyhow::Result<()> {
     sqlx::query(

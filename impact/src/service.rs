@@ -37,62 +37,28 @@ impl Endpoint {
 /// Endpoints of every task, by task id.
 pub type TaskEndpoints = BTreeMap<u32, Vec<Endpoint>>;
 
-type EndpointRow = (
-    i64,
-    String,
-    String,
-    Option<i64>,
-    Option<String>,
-    Option<String>,
-);
-
 /// Reads every task's endpoints with their registered RNIC (if any).
 pub async fn load_endpoints(db: &Db) -> anyhow::Result<TaskEndpoints> {
-    let rows: Vec<EndpointRow> = sqlx::query_as(
-        "SELECT e.task_id, e.host, e.rnic, r.id, r.ip, r.tor FROM task_endpoints e \
-         LEFT JOIN hosts h ON h.name = e.host \
-         LEFT JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic \
-         ORDER BY e.task_id, e.pos",
-    )
-    .fetch_all(db.pool())
-    .await
-    .context("reading task endpoints")?;
+    let inventory = db.inventory();
+    let rows = inventory.endpoints().await?;
     let mut tasks = TaskEndpoints::new();
-    for (task, host, rnic, id, ip, tor) in rows {
-        let task = u32::try_from(task).context("task id out of range")?;
+    for row in rows {
+        let task = u32::try_from(row.task_id).context("task id out of range")?;
         tasks.entry(task).or_default().push(Endpoint {
-            host,
-            rnic,
-            rnic_id: id.and_then(|i| u32::try_from(i).ok()),
-            ip: ip.and_then(|s| s.parse().ok()),
-            tor,
+            host: row.host,
+            rnic: row.rnic,
+            rnic_id: row.rnic_id.and_then(|i| u32::try_from(i).ok()),
+            ip: row.ip.and_then(|s| s.parse().ok()),
+            tor: row.tor,
         });
     }
     // Tasks without endpoints still exist (and affect nothing).
-    let ids: Vec<(i64,)> = sqlx::query_as("SELECT id FROM tasks")
-        .fetch_all(db.pool())
-        .await
-        .context("reading tasks")?;
-    for (id,) in ids {
+    for id in inventory.task_ids().await? {
         if let Ok(id) = u32::try_from(id) {
             tasks.entry(id).or_default();
         }
     }
     Ok(tasks)
-}
-
-/// A cheap summary of the task and registry tables: endpoints are re-read only when it
-/// changes.
-pub async fn fingerprint(db: &Db) -> anyhow::Result<[i64; 5]> {
-    let (a, b, c, d, e): (i64, i64, i64, i64, i64) = sqlx::query_as(
-        "SELECT (SELECT COUNT(*) FROM tasks), (SELECT COALESCE(MAX(updated_at_ms), 0) FROM tasks), \
-         (SELECT COUNT(*) FROM task_endpoints), (SELECT COUNT(*) FROM rnics), \
-         (SELECT COALESCE(MAX(registered_at_ms), 0) FROM rnics)",
-    )
-    .fetch_one(db.pool())
-    .await
-    .context("summarizing tasks and registry")?;
-    Ok([a, b, c, d, e])
 }
 
 /// Where a task's traffic flows.

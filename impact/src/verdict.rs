@@ -7,10 +7,7 @@ use crate::assess::Impact;
 use crate::judge::{median, worst_window};
 use crate::model::{Coverage, MetricSummary, Objective, Verdict, VerdictKind};
 use crate::samples;
-use anyhow::Context;
-use rocemesh_analyzer::diagnosis::store as problems;
 use rocemesh_proto::api::Problem;
-use std::collections::HashMap;
 
 /// Most problems a verdict lists.
 const MAX_PROBLEMS: i64 = 100;
@@ -25,7 +22,7 @@ pub async fn verdict(
     to: i64,
     now_ms: i64,
 ) -> anyhow::Result<Option<Verdict>> {
-    if !samples::task_exists(impact.db(), task).await? {
+    if !impact.db().inventory().task_exists(task).await? {
         return Ok(None);
     }
     // Judge with fresh priorities, not those of up to one tick ago.
@@ -72,25 +69,11 @@ async fn task_problems(
     to: i64,
     now_ms: i64,
 ) -> anyhow::Result<Vec<Problem>> {
-    let ids: Vec<(i64,)> = sqlx::query_as(
-        "SELECT p.id FROM problems p JOIN problem_tasks t ON t.problem_id = p.id \
-         WHERE t.task_id = $1 AND p.priority IN ('P0', 'P1') \
-         AND p.first_seen_ms <= $2 AND COALESCE(p.resolved_ms, $3) >= $4 \
-         ORDER BY p.first_seen_ms DESC LIMIT $5",
-    )
-    .bind(i64::from(task))
-    .bind(to)
-    .bind(now_ms)
-    .bind(from)
-    .bind(MAX_PROBLEMS)
-    .fetch_all(impact.db().pool())
-    .await
-    .context("reading the task's problems")?;
-    let mut out = Vec::with_capacity(ids.len());
-    for (id,) in ids {
-        out.extend(problems::get(impact.db(), id).await?);
-    }
-    Ok(out)
+    impact
+        .db()
+        .problems()
+        .affecting_task(task, (from, to), now_ms, MAX_PROBLEMS)
+        .await
 }
 
 async fn summary(
@@ -145,31 +128,8 @@ async fn summary(
 async fn coverage(impact: &Impact, task: u32, from: i64, to: i64) -> anyhow::Result<Coverage> {
     let tasks = impact.tasks().await?;
     let endpoints = tasks.get(&task).cloned().unwrap_or_default();
-    let ids: Vec<String> = endpoints
-        .iter()
-        .filter_map(|e| e.rnic_id)
-        .map(|id| format!("'{id}'"))
-        .collect();
-    let mut probes_of: HashMap<u32, i64> = HashMap::new();
-    if !ids.is_empty() {
-        // Ids are registry integers, so inlining them is safe.
-        let rows: Vec<(String, i64)> = sqlx::query_as(&format!(
-            "SELECT scope_key, CAST(SUM(probes) AS BIGINT) FROM sla_periods WHERE scope = 'rnic' \
-             AND scope_key IN ({}) AND period_start_ms + period_ms > $1 AND period_start_ms <= $2 \
-             GROUP BY scope_key",
-            ids.join(",")
-        ))
-        .bind(from)
-        .bind(to)
-        .fetch_all(impact.db().pool())
-        .await
-        .context("reading RNIC coverage")?;
-        for (key, probes) in rows {
-            if let Ok(id) = key.parse() {
-                probes_of.insert(id, probes);
-            }
-        }
-    }
+    let ids: Vec<u32> = endpoints.iter().filter_map(|e| e.rnic_id).collect();
+    let probes_of = impact.db().sla().rnic_probes(&ids, from, to).await?;
     let mut c = Coverage {
         endpoints: endpoints.len() as u64,
         covered: 0,

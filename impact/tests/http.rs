@@ -2,7 +2,6 @@
 //! register and tasks are created through the controller's API, problems are stored the
 //! way the analyzer stores them, the impact loop prioritizes them, verdicts are asked for.
 
-use rocemesh_analyzer::diagnosis::store as problems;
 use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
 use rocemesh_controller::{ControllerConfig, ControllerState};
 use rocemesh_impact::{Impact, ImpactConfig, Verdict, VerdictKind};
@@ -255,13 +254,13 @@ async fn problem(db: &Db, kind: ProblemKind, ck: ComponentKind, name: &str, at: 
         priority: None,
         affected_tasks: Vec::new(),
     };
-    problems::insert(db, &p).await.unwrap()
+    db.problems().insert(&p).await.unwrap()
 }
 
 /// An RNIC-scope SLA period with probes, as the analyzer persists it.
 async fn covered(db: &Db, rnic: u32, start_ms: i64) {
     let row = rnic_sla_row(&rnic.to_string(), start_ms, 40, 9_000);
-    rocemesh_analyzer::sla::persist(db, &[row]).await.unwrap();
+    db.sla().persist(&[row]).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -679,9 +678,7 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
         let mut row = rnic_sla_row(&regs[2].rnics[0].id.to_string(), hang_from, 100, 9_000);
         row.timeouts = 90;
         row.timeout_rate = 0.9;
-        rocemesh_analyzer::sla::persist(&srv.db, &[row])
-            .await
-            .unwrap();
+        srv.db.sla().persist(&[row]).await.unwrap();
         let v: Value = srv.get(&format!("/tasks/{task}/verdict")).await;
         let h = &v["health"];
         assert_eq!(
@@ -836,7 +833,7 @@ async fn tasks_blamed_in_the_evidence_are_affected() {
             priority: None,
             affected_tasks: Vec::new(),
         };
-        let outside = problems::insert(&db, &p).await.unwrap();
+        let outside = db.problems().insert(&p).await.unwrap();
         p.component = "t0-s0".into();
         p.evidence.blamed = vec![rocemesh_proto::api::BlamedFlow {
             name: "train-a".into(),
@@ -845,7 +842,7 @@ async fn tasks_blamed_in_the_evidence_are_affected() {
             bytes_per_s: None,
             share: 1.0,
         }];
-        let blamed = problems::insert(&db, &p).await.unwrap();
+        let blamed = db.problems().insert(&p).await.unwrap();
         let got = srv.wait_priority(blamed, Priority::P1).await;
         assert_eq!(got.affected_tasks, vec![a], "{backend}");
         srv.wait_priority(outside, Priority::P2).await;

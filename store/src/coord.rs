@@ -1,5 +1,6 @@
 //! Scale-out coordination in the database (migration 0007): instances announce themselves
-//! with heartbeats, and hold named leases that expire unless renewed. Controllers elect a
+//! with heartbeats, hold named leases that expire unless renewed, and publish a summary
+//! of their shards' flows for the others (tables `instances`, `leases`, `flow_summaries`). Controllers elect a
 //! pinglist leader with one lease; analyzers split the ToRs into shards, each shard a
 //! lease, and balance them to a fair share ([`balance_shards`]).
 //!
@@ -169,6 +170,68 @@ pub async fn shard_owners(db: &Db, now_ms: i64) -> anyhow::Result<HashMap<u32, S
     Ok(rows
         .into_iter()
         .filter_map(|(name, url)| Some((name.strip_prefix(SHARD_PREFIX)?.parse().ok()?, url)))
+        .collect())
+}
+
+/// Stores `body` as instance `holder`'s newest flow summary, made at `tick_ms`.
+pub async fn publish_summary(
+    db: &Db,
+    holder: &str,
+    tick_ms: i64,
+    body: &str,
+) -> anyhow::Result<()> {
+    sqlx::query(
+        "INSERT INTO flow_summaries (holder, tick_ms, body) VALUES ($1, $2, $3) \
+         ON CONFLICT (holder) DO UPDATE SET tick_ms = excluded.tick_ms, body = excluded.body",
+    )
+    .bind(holder)
+    .bind(tick_ms)
+    .bind(body)
+    .execute(db.pool())
+    .await
+    .context("publishing the flow summary")?;
+    Ok(())
+}
+
+/// Another instance's flow summary as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredSummary {
+    /// The instance that made it.
+    pub holder: String,
+    /// What it said (the analyzer's encoding).
+    pub body: String,
+    /// When it was made.
+    pub tick_ms: i64,
+    /// Whether its maker held a shard lease when it was read.
+    pub live: bool,
+}
+
+/// The flow summaries other than `me`'s made since `since_ms`, `live` as of `now_ms`.
+pub async fn summaries(
+    db: &Db,
+    me: &str,
+    since_ms: i64,
+    now_ms: i64,
+) -> anyhow::Result<Vec<StoredSummary>> {
+    let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(
+        "SELECT f.holder, f.body, f.tick_ms, EXISTS (SELECT 1 FROM leases l WHERE \
+         l.holder = f.holder AND l.name LIKE 'shard/%' AND l.expires_ms >= $3) \
+         FROM flow_summaries f WHERE f.holder <> $1 AND f.tick_ms >= $2",
+    )
+    .bind(me)
+    .bind(since_ms)
+    .bind(now_ms)
+    .fetch_all(db.pool())
+    .await
+    .context("reading other shards' flow summaries")?;
+    Ok(rows
+        .into_iter()
+        .map(|(holder, body, tick_ms, live)| StoredSummary {
+            holder,
+            body,
+            tick_ms,
+            live,
+        })
         .collect())
 }
 

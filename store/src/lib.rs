@@ -1,10 +1,17 @@
-//! Database access shared by controller and analyzer: one sqlx pool over SQLite or
-//! PostgreSQL, with the embedded migrations of the chosen dialect already applied.
+//! Database access shared by the components: one sqlx pool over SQLite or PostgreSQL,
+//! with the embedded migrations of the chosen dialect already applied.
+//!
+//! Every table several components use has one typed repository here, the only code with
+//! SQL for it: [`Problems`] (`db.problems()`), [`Inventory`] (hosts, RNICs, tasks), [`Sla`]
+//! (SLA periods) and [`coord`] (instances, leases, flow summaries). A table only one
+//! component uses stays with that component. `tests/sql_ownership.rs` holds the map and
+//! fails on SQL naming a table outside its owner.
 //!
 //! Queries go through `sqlx::Any`, so they use `$1, $2` placeholders and only the types
 //! Any supports (integers, f64, bool, text, bytes): times are `i64` unix ms, ids `i64`.
 
 pub mod coord;
+mod repo;
 mod unavailable;
 mod url;
 
@@ -17,6 +24,12 @@ use anyhow::Context;
 use sqlx::any::AnyPoolOptions;
 use std::time::Duration;
 
+pub use repo::inventory::{
+    EndpointLabelRow, EndpointRow, HostRecord, Inventory, RegisteredRnic, RegistrationPlan,
+    RnicRecord, StoredTask, TaskMember,
+};
+pub use repo::problems::{ActiveCount, AssessInput, Assessment, Problems, StateFilter};
+pub use repo::sla::{Sla, SlaFilter};
 pub use unavailable::is_unavailable;
 pub use url::redact_url;
 

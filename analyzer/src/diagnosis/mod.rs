@@ -6,7 +6,7 @@
 //! pipeline over the window ([`engine`]): host down, agent restart, anomalous RNICs,
 //! host noise, then tomography of the rest ([`tomography`]) over the traced paths
 //! ([`paths`]) named by the fabric map ([`fabric`]). Findings become problems with a
-//! lifecycle ([`tracker`]), stored in the `problems` table ([`store`]) when they
+//! lifecycle ([`tracker`]), stored through [`rocemesh_store::Problems`] when they
 //! change.
 
 pub mod engine;
@@ -87,7 +87,9 @@ impl Diagnosis {
         };
         let d = &cfg.diagnosis;
         let mut tracker = Tracker::new(d.resolve_after_ms);
-        let (hosts_down, others): (Vec<Problem>, Vec<Problem>) = store::load_active(db)
+        let (hosts_down, others): (Vec<Problem>, Vec<Problem>) = db
+            .problems()
+            .load_active()
             .await?
             .into_iter()
             .partition(|p| p.kind == ProblemKind::HostDown);
@@ -245,9 +247,9 @@ impl Diagnosis {
         let unsaved = lock(&self.tracker).unsaved();
         for (serial, p) in unsaved {
             let id = if p.id == 0 {
-                store::insert(db, &p).await?
+                db.problems().insert(&p).await?
             } else {
-                store::update(db, &p).await?;
+                db.problems().update(&p).await?;
                 p.id
             };
             lock(&self.tracker).mark_saved(serial, id, now_ms);

@@ -15,7 +15,6 @@ pub mod summary;
 pub use rocemesh_store::coord::ScaleoutConfig;
 
 use crate::diagnosis::Shared;
-use crate::diagnosis::store::load_active;
 use crate::{Analyzer, read, write};
 use rocemesh_store::Db;
 use rocemesh_store::coord::{self, ANALYZER_ROLE};
@@ -102,7 +101,7 @@ impl Shards {
             );
             analyzer.diagnosis().persist(db, now_ms).await?;
             let map = ShardMap::new(&analyzer.registry(), new.count);
-            let stored = load_active(db).await?;
+            let stored = db.problems().load_active().await?;
             let hold = analyzer.cfg.diagnosis.host_down_after_ms as i64;
             analyzer
                 .diagnosis()

@@ -1,11 +1,10 @@
-//! The per-tick summary one analyzer instance publishes for the others (table
-//! `flow_summaries`): its agents' upload liveness and its loss observations, compacted
+//! The per-tick summary one analyzer instance publishes for the others (through
+//! [`coord::publish_summary`]): its agents' upload liveness and its loss observations, compacted
 //! to one observation per distinct path with summed counts.
 
 use crate::diagnosis::intake::Liveness;
 use crate::diagnosis::tomography::FlowObs;
-use anyhow::Context;
-use rocemesh_store::Db;
+use rocemesh_store::{Db, coord};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
 
@@ -49,18 +48,7 @@ pub fn compact(obs: Vec<FlowObs>) -> Vec<FlowObs> {
 
 /// Stores `summary` as instance `holder`'s newest, made at `tick_ms`.
 pub async fn publish(db: &Db, holder: &str, tick_ms: i64, summary: &Summary) -> anyhow::Result<()> {
-    let body = serde_json::to_string(summary)?;
-    sqlx::query(
-        "INSERT INTO flow_summaries (holder, tick_ms, body) VALUES ($1, $2, $3) \
-         ON CONFLICT (holder) DO UPDATE SET tick_ms = excluded.tick_ms, body = excluded.body",
-    )
-    .bind(holder)
-    .bind(tick_ms)
-    .bind(body)
-    .execute(db.pool())
-    .await
-    .context("publishing the flow summary")?;
-    Ok(())
+    coord::publish_summary(db, holder, tick_ms, &serde_json::to_string(summary)?).await
 }
 
 /// Another instance's summary as read back.
@@ -84,32 +72,20 @@ pub async fn others(
     since_ms: i64,
     now_ms: i64,
 ) -> anyhow::Result<Vec<Published>> {
-    let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(
-        "SELECT f.holder, f.body, f.tick_ms, EXISTS (SELECT 1 FROM leases l WHERE \
-         l.holder = f.holder AND l.name LIKE 'shard/%' AND l.expires_ms >= $3) \
-         FROM flow_summaries f WHERE f.holder <> $1 AND f.tick_ms >= $2",
-    )
-    .bind(me)
-    .bind(since_ms)
-    .bind(now_ms)
-    .fetch_all(db.pool())
-    .await
-    .context("reading other shards' flow summaries")?;
-    Ok(rows
+    Ok(coord::summaries(db, me, since_ms, now_ms)
+        .await?
         .into_iter()
-        .filter_map(
-            |(holder, body, tick_ms, live)| match serde_json::from_str(&body) {
-                Ok(summary) => Some(Published {
-                    summary,
-                    tick_ms,
-                    live,
-                }),
-                Err(e) => {
-                    tracing::warn!(%holder, "flow summary skipped: {e}");
-                    None
-                }
-            },
-        )
+        .filter_map(|s| match serde_json::from_str(&s.body) {
+            Ok(summary) => Some(Published {
+                summary,
+                tick_ms: s.tick_ms,
+                live: s.live,
+            }),
+            Err(e) => {
+                tracing::warn!(holder = %s.holder, "flow summary skipped: {e}");
+                None
+            }
+        })
         .collect())
 }
 

@@ -10,38 +10,8 @@ use rocemesh_proto::api::{HostInfo, RegisterRequest, RnicInfo};
 use std::collections::{BTreeMap, HashMap};
 use std::net::IpAddr;
 
-pub(crate) use db::{delete_host, load, narrow, save_placement, save_registration};
-
-/// A host as recorded.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct HostRecord {
-    pub(crate) id: u32,
-    pub(crate) name: String,
-    pub(crate) epoch: u32,
-    pub(crate) registrations: i64,
-    pub(crate) registered_at_ms: i64,
-}
-
-/// An RNIC as recorded, with its ToR already resolved.
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RnicRecord {
-    pub(crate) id: u32,
-    pub(crate) host_id: u32,
-    pub(crate) ifname: String,
-    pub(crate) ip: IpAddr,
-    pub(crate) gid: Option<String>,
-    pub(crate) qpn: u32,
-    pub(crate) port: u16,
-    pub(crate) tor: String,
-    pub(crate) tor_hint: Option<String>,
-    /// The rail in force (the agent's hint, else the node labels).
-    pub(crate) rail: Option<u32>,
-    /// The rail the agent gave.
-    pub(crate) rail_hint: Option<u32>,
-    pub(crate) gateway: Option<IpAddr>,
-    pub(crate) epoch: u32,
-    pub(crate) registered_at_ms: i64,
-}
+pub(crate) use db::{load, save_placement};
+pub(crate) use rocemesh_store::{HostRecord, RegistrationPlan, RnicRecord};
 
 /// Where an RNIC sits under the topology in force: its ToR and rail.
 #[derive(Debug, Clone, PartialEq)]
@@ -65,15 +35,6 @@ impl Placement {
     pub(crate) fn same_as(&self, r: &RnicRecord) -> bool {
         self.tor == r.tor && self.rail == r.rail
     }
-}
-
-/// What one registration will write: ids are `None` for rows still to be inserted.
-#[derive(Debug)]
-pub(crate) struct RegistrationPlan {
-    pub(crate) host_id: Option<u32>,
-    pub(crate) host: HostRecord,
-    pub(crate) rnics: Vec<(Option<u32>, RnicRecord)>,
-    pub(crate) removed: Vec<u32>,
 }
 
 /// Hosts and RNICs by id, plus the indexes the API needs.

@@ -94,7 +94,11 @@ impl ControllerState {
         let _writer = self.inner.writer.lock().await;
         self.check_spec(&spec, None)?;
         let now = rocemesh_proto::now_unix_ms();
-        let id = tasks::insert_task(&self.inner.db, &spec.name, &spec.endpoints, now)
+        let id = self
+            .inner
+            .db
+            .inventory()
+            .insert_task(&spec.name, &spec.endpoints, now)
             .await
             .map_err(ApiError::internal)?;
         tracing::info!(task = %spec.name, id, endpoints = spec.endpoints.len(), "task created");
@@ -118,7 +122,10 @@ impl ControllerState {
         }
         self.check_spec(&spec, Some(id))?;
         let now = rocemesh_proto::now_unix_ms();
-        tasks::replace_task(&self.inner.db, id, &spec.name, &spec.endpoints, now)
+        self.inner
+            .db
+            .inventory()
+            .replace_task(id, &spec.name, &spec.endpoints, now)
             .await
             .map_err(ApiError::internal)?;
         tracing::info!(task = %spec.name, id, endpoints = spec.endpoints.len(), "task replaced");
@@ -132,7 +139,10 @@ impl ControllerState {
         if self.tasks_read().get(id).is_none() {
             return Ok(false);
         }
-        tasks::delete_task(&self.inner.db, id)
+        self.inner
+            .db
+            .inventory()
+            .delete_task(id)
             .await
             .map_err(ApiError::internal)?;
         self.tasks_write().remove(id);
@@ -161,7 +171,10 @@ impl ControllerState {
             (pos, task.endpoints[pos].ready)
         };
         if !ready {
-            tasks::set_ready(&self.inner.db, id, pos, true)
+            self.inner
+                .db
+                .inventory()
+                .set_ready(id, pos, true)
                 .await
                 .map_err(ApiError::internal)?;
             self.tasks_write().set_ready(id, pos, true);
@@ -204,7 +217,10 @@ impl ControllerState {
         match flips {
             Some(flips) => {
                 for (pos, ready) in flips {
-                    tasks::set_ready(&self.inner.db, id, pos, ready)
+                    self.inner
+                        .db
+                        .inventory()
+                        .set_ready(id, pos, ready)
                         .await
                         .map_err(ApiError::internal)?;
                     self.tasks_write().set_ready(id, pos, ready);

@@ -14,7 +14,7 @@ use resolve::{Derived, Pair};
 use rocemesh_proto::api::{SkeletonInfo, TaskEndpoint, TaskInfo, TaskPhase};
 use std::collections::{BTreeMap, HashMap};
 
-pub(crate) use db::{delete_task, insert_task, load, replace_task, set_ready};
+pub(crate) use db::load;
 
 /// Pinglist state of a task beyond its spec.
 #[derive(Debug, Clone, PartialEq)]
