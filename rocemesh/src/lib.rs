@@ -6,12 +6,9 @@
 //! - [`demo`]: one-command demonstrations;
 //! - [`lab`]: fabric + server + agents, shared by the root demo and the evaluation;
 //! - [`eval`]: the localization suite;
-//! - [`testbed_cmd`]: the `testbed` subcommands;
-//! - [`tls`]: HTTPS on the server's listener.
+//! - [`testbed_cmd`]: the `testbed` subcommands.
 
 pub mod agent_cmd;
-pub mod auth;
-pub mod body_limit;
 pub mod cli;
 pub mod config;
 pub mod ctl;
@@ -24,4 +21,3 @@ pub mod server;
 pub mod signals;
 pub mod sim_cmd;
 pub mod testbed_cmd;
-pub mod tls;
