@@ -127,21 +127,15 @@ impl<S: Clone + Send + Sync + 'static> Routes<S> {
         &self.rules
     }
 
-    /// The router alone (a server without tokens, a test).
+    /// The router; the token check applies [`Policy::new`] of [`Self::rules`] around it.
     pub fn into_router(self) -> Router<S> {
         self.router
-    }
-
-    /// The router and the access policy of its routes.
-    pub fn into_parts(self) -> (Router<S>, Policy) {
-        let policy = Policy::new(&self.rules);
-        (self.router, policy)
     }
 }
 
 /// The access rules of a server's routes, matched against request paths the way axum's
 /// router matches them.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct Policy {
     paths: matchit::Router<Vec<(Method, Access)>>,
 }
@@ -223,7 +217,7 @@ mod tests {
             )
             .route(Method::DELETE, "/api/v1/hosts/{id}", Access::Admin, ok)
             .route(Method::GET, "/api/v1/openapi.json", Access::Open, ok);
-        let (_, p) = routes.into_parts();
+        let p = Policy::new(routes.rules());
         let (get, head, post, delete) = (Method::GET, Method::HEAD, Method::POST, Method::DELETE);
         assert!(p.admits(Role::Read, &get, "/api/v1/problems"));
         assert!(p.admits(Role::Read, &head, "/api/v1/problems"));
@@ -270,7 +264,7 @@ mod tests {
         let inner: Routes = Routes::new().route(Method::POST, "/results", Access::Agent, ok);
         let routes: Routes = Routes::new().nest("/api/v1", inner);
         assert_eq!(routes.rules()[0].path, "/api/v1/results");
-        let (_, p) = routes.into_parts();
+        let p = Policy::new(routes.rules());
         assert_eq!(
             p.access(&Method::POST, "/api/v1/results"),
             Some(Access::Agent)

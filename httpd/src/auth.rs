@@ -27,9 +27,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// Shortest token accepted: anything shorter is guessable.
-pub const MIN_TOKEN_LEN: usize = 16;
+const MIN_TOKEN_LEN: usize = 16;
 /// Longest token accepted (a header, not a file dump).
-pub const MAX_TOKEN_LEN: usize = 4096;
+const MAX_TOKEN_LEN: usize = 4096;
 
 /// What a token may do; an admitted request carries its caller's role as an extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

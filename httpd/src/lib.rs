@@ -37,15 +37,14 @@ mod tls;
 
 pub use access::{Access, Policy, Routes, Rule};
 pub use auth::{
-    AgentHosts, AuthConfig, Grant, MAX_TOKEN_LEN, MIN_TOKEN_LEN, Role, TokenConfig, Tokens,
-    protect, read_token_file,
+    AgentHosts, AuthConfig, Grant, Role, TokenConfig, Tokens, protect, read_token_file,
 };
 pub use body::{DEFAULT_BODY_BYTES, MAX_REQUEST_BYTES, limit_bodies};
 pub use error::HttpError;
 pub use extract::{ApiJson, ApiPath, ApiQuery};
 pub use fd::{FdLimit, raise_fd_limit};
 pub use limits::Limits;
-pub use tls::{TlsConfig, load_tls, server_config};
+pub use tls::{TlsConfig, load_tls};
 
 use axum::Router;
 use gate::Gate;

@@ -36,7 +36,7 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 
 /// Builds the rustls server configuration of `[tls]`; every unreadable or unusable file is
 /// an error naming it (never its content).
-pub fn server_config(cfg: &TlsConfig) -> Result<Arc<ServerConfig>> {
+fn server_config(cfg: &TlsConfig) -> Result<Arc<ServerConfig>> {
     let chain = certificates(&cfg.cert_file).context("[tls] cert_file")?;
     let key = read_private_key(&cfg.key_file).context("[tls] key_file")?;
     let key = PrivateKeyDer::try_from(key.der().to_vec())

@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
 use rocemesh_analyzer::Analyzer;
 use rocemesh_controller::ControllerState;
+use rocemesh_httpd::{Policy, Rule};
 use rocemesh_store::Db;
 use std::net::SocketAddr;
 use tokio::task::JoinHandle;
@@ -192,15 +193,33 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
     ));
     // The operator's dashboard at `/` (its panels say when a role's endpoints are absent).
     app = app.merge(rocemesh_dashboard::router());
-    let (api, policy) = api.into_parts();
-    let router =
-        rocemesh_httpd::protect(rocemesh_httpd::limit_bodies(app.merge(api)), tokens, policy);
+    // A token's rights do not depend on the components this process runs: a call to one
+    // that runs elsewhere is a 404, as it would be without auth.
+    let policy = Policy::new(&api_rules(Roles::Both));
+    let app = rocemesh_httpd::limit_bodies(app.merge(api.into_router()));
+    let router = rocemesh_httpd::protect(app, tokens, policy);
     Ok(App {
         router,
         db,
         analyzer,
         background,
     })
+}
+
+/// Every API route of the components `roles` run, with who may call it.
+pub(crate) fn api_rules(roles: Roles) -> Vec<Rule> {
+    let mut rules = crate::openapi::own_rules();
+    if roles.controller() {
+        rules.extend_from_slice(rocemesh_controller::routes().rules());
+    }
+    if roles.analyzer() {
+        rules.extend_from_slice(rocemesh_analyzer::routes().rules());
+        rules.extend_from_slice(rocemesh_alerts::routes().rules());
+    }
+    if roles.controller() && roles.analyzer() {
+        rules.extend_from_slice(rocemesh_impact::routes().rules());
+    }
+    rules
 }
 
 /// The controller's throughput rings, as the impact verdict reads them.
