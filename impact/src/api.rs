@@ -19,7 +19,7 @@ const MAX_BODY: usize = 16 * 1024;
 const DEFAULT_INTERVAL_MS: i64 = 3_600_000;
 
 /// A body that could not be read as JSON: 413 when it was too large, else 400 (axum's
-/// 415 and 422 included: this API's answer since its first release).
+/// 415 and 422 included: this API answers 400 for every body its client must fix).
 fn unreadable(e: HttpError) -> HttpError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
         e
