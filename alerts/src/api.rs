@@ -4,48 +4,50 @@ use crate::Alerts;
 use crate::outbox::{self, ListError, ListQuery, OutboxEntry};
 use crate::receiver::{ReceiverSpec, ReceiverView};
 use crate::receiver_store::{self, ChangeError};
-use axum::extract::rejection::{JsonRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::StatusCode;
-use axum::routing::{delete, get};
-use axum::{Extension, Json, Router};
-use rocemesh_proto::api::{API_PREFIX, CallerRole, ErrorBody};
+use axum::extract::{DefaultBodyLimit, State};
+use axum::handler::Handler;
+use axum::http::{Method, StatusCode};
+use axum::{Extension, Json};
+use rocemesh_httpd::Access::{Admin, Read};
+use rocemesh_httpd::{ApiJson, ApiPath, ApiQuery, HttpError, Role, Routes};
+use rocemesh_proto::api::{API_PREFIX, ErrorBody};
 use std::sync::Arc;
 use utoipa::OpenApi;
 
 /// Largest receiver body accepted.
 const MAX_BODY: usize = 64 * 1024;
 
-type ApiError = (StatusCode, Json<ErrorBody>);
-
-fn error(status: StatusCode, msg: impl Into<String>) -> ApiError {
-    (status, Json(ErrorBody { error: msg.into() }))
+fn change_error(e: ChangeError) -> HttpError {
+    match &e {
+        ChangeError::ReadOnly(_) | ChangeError::Exists(_) => HttpError::conflict(e.to_string()),
+        ChangeError::NotFound(_) => HttpError::not_found(e.to_string()),
+        ChangeError::Db(_) => HttpError::unavailable(e.to_string()),
+    }
 }
 
-fn change_error(e: ChangeError) -> ApiError {
-    let status = match &e {
-        ChangeError::ReadOnly(_) | ChangeError::Exists(_) => StatusCode::CONFLICT,
-        ChangeError::NotFound(_) => StatusCode::NOT_FOUND,
-        ChangeError::Db(_) => StatusCode::SERVICE_UNAVAILABLE,
-    };
-    error(status, e.to_string())
+/// The alerts routes under `/api/v1/alerts`, each with who may call it.
+pub fn routes() -> Routes<Arc<Alerts>> {
+    let at = |path: &str| format!("{API_PREFIX}/alerts{path}");
+    Routes::new()
+        .route(Method::GET, &at("/receivers"), Read, get_receivers)
+        .route(
+            Method::POST,
+            &at("/receivers"),
+            Admin,
+            post_receiver.layer(DefaultBodyLimit::max(MAX_BODY)),
+        )
+        .route(
+            Method::DELETE,
+            &at("/receivers/{name}"),
+            Admin,
+            delete_receiver,
+        )
+        .route(Method::GET, &at("/outbox"), Read, get_outbox)
 }
 
-/// The alerts routes under `/api/v1/alerts`.
-pub fn router(alerts: Arc<Alerts>) -> Router {
-    Router::new()
-        .route(
-            &format!("{API_PREFIX}/alerts/receivers"),
-            get(get_receivers)
-                .post(post_receiver)
-                .layer(DefaultBodyLimit::max(MAX_BODY)),
-        )
-        .route(
-            &format!("{API_PREFIX}/alerts/receivers/{{name}}"),
-            delete(delete_receiver),
-        )
-        .route(&format!("{API_PREFIX}/alerts/outbox"), get(get_outbox))
-        .with_state(alerts)
+/// The alerts routes with their state, without the token check (tests).
+pub fn router(alerts: Arc<Alerts>) -> axum::Router {
+    routes().with_state(alerts).into_router()
 }
 
 #[derive(OpenApi)]
@@ -67,14 +69,14 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
               (status = 503, description = "Database unavailable", body = ErrorBody)))]
 async fn get_receivers(
     State(a): State<Arc<Alerts>>,
-    caller: Option<Extension<CallerRole>>,
-) -> Result<Json<Vec<ReceiverView>>, ApiError> {
+    caller: Option<Extension<Role>>,
+) -> Result<Json<Vec<ReceiverView>>, HttpError> {
     let rs = a
         .receivers()
         .await
-        .map_err(|e| error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")))?;
+        .map_err(|e| HttpError::unavailable(format!("{e:#}")))?;
     let view = |r: &crate::receiver::Receiver| match caller {
-        Some(Extension(CallerRole::Read)) => r.view().without_url_path(),
+        Some(Extension(Role::Read)) => r.view().without_url_path(),
         _ => r.view(),
     };
     Ok(Json(rs.iter().map(view).collect()))
@@ -87,12 +89,11 @@ async fn get_receivers(
               (status = 409, description = "Name taken (or a config receiver)", body = ErrorBody)))]
 async fn post_receiver(
     State(a): State<Arc<Alerts>>,
-    body: Result<Json<ReceiverSpec>, JsonRejection>,
-) -> Result<(StatusCode, Json<ReceiverView>), ApiError> {
-    let Json(spec) = body.map_err(|e| error(e.status(), e.body_text()))?;
+    ApiJson(spec): ApiJson<ReceiverSpec>,
+) -> Result<(StatusCode, Json<ReceiverView>), HttpError> {
     let r = spec
         .into_receiver()
-        .map_err(|e| error(StatusCode::BAD_REQUEST, format!("{e:#}")))?;
+        .map_err(|e| HttpError::bad_request(format!("{e:#}")))?;
     receiver_store::add(&a.db, &a.config_receivers, &r)
         .await
         .map_err(change_error)?;
@@ -108,8 +109,8 @@ async fn post_receiver(
               (status = 409, description = "A config receiver (read-only)", body = ErrorBody)))]
 async fn delete_receiver(
     State(a): State<Arc<Alerts>>,
-    Path(name): Path<String>,
-) -> Result<StatusCode, ApiError> {
+    ApiPath(name): ApiPath<String>,
+) -> Result<StatusCode, HttpError> {
     receiver_store::remove(&a.db, &a.config_receivers, &name)
         .await
         .map_err(change_error)?;
@@ -123,14 +124,13 @@ async fn delete_receiver(
               (status = 400, description = "Bad filter", body = ErrorBody)))]
 async fn get_outbox(
     State(a): State<Arc<Alerts>>,
-    q: Result<Query<ListQuery>, QueryRejection>,
-) -> Result<Json<Vec<OutboxEntry>>, ApiError> {
-    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    ApiQuery(q): ApiQuery<ListQuery>,
+) -> Result<Json<Vec<OutboxEntry>>, HttpError> {
     outbox::list(&a.db, &q)
         .await
         .map(Json)
         .map_err(|e| match e {
-            ListError::Bad(m) => error(StatusCode::BAD_REQUEST, m),
-            ListError::Db(e) => error(StatusCode::SERVICE_UNAVAILABLE, format!("{e:#}")),
+            ListError::Bad(m) => HttpError::bad_request(m),
+            ListError::Db(e) => HttpError::unavailable(format!("{e:#}")),
         })
 }

@@ -25,7 +25,7 @@ pub mod source;
 #[cfg(feature = "testing")]
 pub mod testing;
 
-pub use api::{openapi, router};
+pub use api::{openapi, router, routes};
 pub use config::{AlertsConfig, ReceiverConfig};
 pub use payload::{Alert, Notification, Status};
 pub use receiver::{Receiver, ReceiverSpec, ReceiverView};

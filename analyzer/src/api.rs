@@ -10,14 +10,16 @@ use crate::read;
 use crate::registry::Registry;
 use crate::sla::{self, SlaQuery};
 use crate::{AcceptError, Analyzer};
+use axum::Json;
 use axum::body::Bytes;
-use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Extension, Path, Query, State};
-use axum::http::{HeaderMap, StatusCode, header};
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{DefaultBodyLimit, Extension, State};
+use axum::handler::Handler;
+use axum::http::{HeaderMap, Method, StatusCode, header};
+use rocemesh_httpd::Access::{Agent, Read};
+use rocemesh_httpd::{ApiPath, ApiQuery, HttpError, Role, Routes};
 use rocemesh_proto::api::{
-    API_PREFIX, CallerRole, ErrorBody, Priority, Problem, ProblemState, SlaRow, SlaScope, UploadAck,
+    API_PREFIX, ErrorBody, Priority, Problem, ProblemState, SlaRow, SlaScope, UploadAck,
 };
 use rocemesh_proto::batch::{CONTENT_TYPE, MAX_BATCH_BYTES, peek_host_id};
 use rocemesh_proto::host_key;
@@ -27,32 +29,29 @@ use serde::{Deserialize, Serialize};
 use std::net::IpAddr;
 use std::sync::Arc;
 
-/// An error response: status plus a JSON [`ErrorBody`].
-type ApiError = (StatusCode, Json<ErrorBody>);
-
-fn error(status: StatusCode, msg: impl Into<String>) -> ApiError {
-    (status, Json(ErrorBody { error: msg.into() }))
+/// The analyzer's routes under `/api/v1`, each with who may call it.
+pub fn routes() -> Routes<Arc<Analyzer>> {
+    let at = |path: &str| format!("{API_PREFIX}{path}");
+    Routes::new()
+        .route(
+            Method::POST,
+            &at("/results"),
+            Agent,
+            post_results.layer(DefaultBodyLimit::max(MAX_BATCH_BYTES)),
+        )
+        .route(Method::GET, &at("/sla"), Read, get_sla)
+        .route(Method::GET, &at("/sla/latest"), Read, get_latest)
+        .route(Method::GET, &at("/ingest/stats"), Read, get_stats)
+        .route(Method::GET, &at("/problems"), Read, get_problems)
+        .route(Method::GET, &at("/problems/{id}"), Read, get_problem)
+        .route(Method::GET, &at("/diagnosis/baseline"), Read, get_baseline)
+        .route(Method::GET, &at("/paths"), Read, get_paths)
+        .route(Method::GET, &at("/paths/advice"), Read, get_advice)
 }
 
-/// The analyzer's routes; state is the shared [`Analyzer`].
-pub fn router(analyzer: Arc<Analyzer>) -> Router {
-    Router::new()
-        .route(
-            &format!("{API_PREFIX}/results"),
-            post(post_results).layer(DefaultBodyLimit::max(MAX_BATCH_BYTES)),
-        )
-        .route(&format!("{API_PREFIX}/sla"), get(get_sla))
-        .route(&format!("{API_PREFIX}/sla/latest"), get(get_latest))
-        .route(&format!("{API_PREFIX}/ingest/stats"), get(get_stats))
-        .route(&format!("{API_PREFIX}/problems"), get(get_problems))
-        .route(&format!("{API_PREFIX}/problems/{{id}}"), get(get_problem))
-        .route(
-            &format!("{API_PREFIX}/diagnosis/baseline"),
-            get(get_baseline),
-        )
-        .route(&format!("{API_PREFIX}/paths"), get(get_paths))
-        .route(&format!("{API_PREFIX}/paths/advice"), get(get_advice))
-        .with_state(analyzer)
+/// The analyzer's routes with their state, without the token check (tests).
+pub fn router(analyzer: Arc<Analyzer>) -> axum::Router {
+    routes().with_state(analyzer).into_router()
 }
 
 /// The analyzer's part of the served OpenAPI document, from the handlers' annotations.
@@ -96,13 +95,13 @@ fn is_batch_content_type(headers: &HeaderMap) -> bool {
         (status = 503, body = ErrorBody, description = "Not made durable (database unavailable or write-ahead log full): send again")))]
 async fn post_results(
     State(a): State<Arc<Analyzer>>,
-    caller: Option<Extension<CallerRole>>,
+    caller: Option<Extension<Role>>,
     headers: HeaderMap,
     body: Result<Bytes, BytesRejection>,
-) -> Result<Json<UploadAck>, ApiError> {
+) -> Result<Json<UploadAck>, HttpError> {
     if !is_batch_content_type(&headers) {
         a.count_refused_upload(Refusal::ContentType);
-        return Err(error(
+        return Err(HttpError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             format!("Content-Type must be {CONTENT_TYPE} or application/octet-stream"),
         ));
@@ -111,12 +110,12 @@ async fn post_results(
         Ok(b) => b,
         Err(e) if e.status() == StatusCode::PAYLOAD_TOO_LARGE => {
             a.count_refused_upload(Refusal::TooLarge);
-            return Err(error(
+            return Err(HttpError::new(
                 e.status(),
                 format!("batch larger than {MAX_BATCH_BYTES} bytes"),
             ));
         }
-        Err(e) => return Err(error(e.status(), e.body_text())),
+        Err(e) => return Err(e.into()),
     };
     // With auth on, a batch counts for its host only when the caller holds that host's
     // upload key (else any agent token could fill another host's de-duplication window).
@@ -128,19 +127,18 @@ async fn post_results(
             Ok(Proof::Proven) => {}
             Ok(Proof::Refused(why)) => {
                 a.count_refused_upload(Refusal::WrongHost);
-                return Err(error(
-                    StatusCode::FORBIDDEN,
-                    format!("batch names host {host_id}: {why}"),
-                ));
+                return Err(HttpError::forbidden(format!(
+                    "batch names host {host_id}: {why}"
+                )));
             }
-            Err(e) => return Err(internal(e)),
+            Err(e) => return Err(HttpError::internal(e)),
         }
     }
     match a.accept(body, rocemesh_proto::now_unix_ms()).await {
         Ok(ack) => Ok(Json(ack)),
-        Err(AcceptError::Batch(e)) => Err(error(StatusCode::BAD_REQUEST, e.to_string())),
+        Err(AcceptError::Batch(e)) => Err(HttpError::bad_request(e.to_string())),
         // Not durable: the agent keeps the batch and sends it again.
-        Err(AcceptError::Wal(e)) => Err(error(StatusCode::SERVICE_UNAVAILABLE, e.to_string())),
+        Err(AcceptError::Wal(e)) => Err(HttpError::unavailable(e.to_string())),
     }
 }
 
@@ -154,12 +152,13 @@ async fn post_results(
     responses((status = 200, body = Vec<SlaRow>), (status = 400, body = ErrorBody)))]
 async fn get_sla(
     State(a): State<Arc<Analyzer>>,
-    q: Result<Query<SlaQuery>, QueryRejection>,
-) -> Result<Json<Vec<SlaRow>>, ApiError> {
-    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
-    q.checked_limit()
-        .map_err(|m| error(StatusCode::BAD_REQUEST, m))?;
-    sla::query(a.db(), &q).await.map(Json).map_err(internal)
+    ApiQuery(q): ApiQuery<SlaQuery>,
+) -> Result<Json<Vec<SlaRow>>, HttpError> {
+    q.checked_limit().map_err(HttpError::bad_request)?;
+    sla::query(a.db(), &q)
+        .await
+        .map(Json)
+        .map_err(HttpError::internal)
 }
 
 /// `GET /api/v1/sla/latest` parameters.
@@ -178,9 +177,8 @@ struct LatestQuery {
     responses((status = 200, body = Vec<SlaRow>), (status = 400, body = ErrorBody)))]
 async fn get_latest(
     State(a): State<Arc<Analyzer>>,
-    q: Result<Query<LatestQuery>, QueryRejection>,
-) -> Result<Json<Vec<SlaRow>>, ApiError> {
-    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    ApiQuery(q): ApiQuery<LatestQuery>,
+) -> Result<Json<Vec<SlaRow>>, HttpError> {
     let rows = a.latest();
     Ok(Json(
         rows.iter()
@@ -218,32 +216,18 @@ struct ProblemsQuery {
     priority: Option<Priority>,
 }
 
-/// A failed database read: 503 naming the reason when the database is unavailable
-/// (clients retry later), else 500.
-fn internal(e: anyhow::Error) -> ApiError {
-    if rocemesh_store::is_unavailable(&e) {
-        return error(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("database unavailable: {e:#}"),
-        );
-    }
-    error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
-}
-
 /// Problems, most recently seen first; active ones as diagnosed this very tick.
 #[utoipa::path(get, path = "/api/v1/problems", operation_id = "listProblems", tag = "problems", params(ProblemsQuery),
     responses((status = 200, body = Vec<Problem>), (status = 400, body = ErrorBody)))]
 async fn get_problems(
     State(a): State<Arc<Analyzer>>,
-    q: Result<Query<ProblemsQuery>, QueryRejection>,
-) -> Result<Json<Vec<Problem>>, ApiError> {
-    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    ApiQuery(q): ApiQuery<ProblemsQuery>,
+) -> Result<Json<Vec<Problem>>, HttpError> {
     let limit = q.limit.unwrap_or(DEFAULT_PROBLEMS);
     if !(1..=MAX_PROBLEMS).contains(&limit) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("limit must be between 1 and {MAX_PROBLEMS}, got {limit}"),
-        ));
+        return Err(HttpError::bad_request(format!(
+            "limit must be between 1 and {MAX_PROBLEMS}, got {limit}"
+        )));
     }
     let state = q.state.unwrap_or(StateFilter::Active);
     let since = q.since_ms.unwrap_or(i64::MIN);
@@ -260,7 +244,7 @@ async fn get_problems(
             .problems()
             .query(state, q.priority, since, limit)
             .await
-            .map_err(internal)?;
+            .map_err(HttpError::internal)?;
         // Stored active rows are refreshed only on change: show the live version.
         for p in &mut stored {
             if let Some(live) = active.iter().find(|l| l.id == p.id && p.id != 0) {
@@ -274,7 +258,7 @@ async fn get_problems(
         .problems()
         .attach_impact(&mut list)
         .await
-        .map_err(internal)?;
+        .map_err(HttpError::internal)?;
     if let Some(want) = q.priority {
         list.retain(|p| p.priority == Some(want));
     }
@@ -288,9 +272,8 @@ async fn get_problems(
     responses((status = 200, body = Problem), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn get_problem(
     State(a): State<Arc<Analyzer>>,
-    id: Result<Path<i64>, PathRejection>,
-) -> Result<Json<Problem>, ApiError> {
-    let Path(id) = id.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    ApiPath(id): ApiPath<i64>,
+) -> Result<Json<Problem>, HttpError> {
     if let Some(p) = a
         .problems(ProblemState::Active)
         .into_iter()
@@ -301,13 +284,13 @@ async fn get_problem(
             .problems()
             .attach_impact(&mut one)
             .await
-            .map_err(internal)?;
+            .map_err(HttpError::internal)?;
         let [p] = one;
         return Ok(Json(p));
     }
-    match a.db().problems().get(id).await.map_err(internal)? {
+    match a.db().problems().get(id).await.map_err(HttpError::internal)? {
         Some(p) => Ok(Json(p)),
-        None => Err(error(StatusCode::NOT_FOUND, format!("no problem {id}"))),
+        None => Err(HttpError::not_found(format!("no problem {id}"))),
     }
 }
 
@@ -402,15 +385,14 @@ impl EndFilter {
         rnic: Option<&str>,
         tor: Option<String>,
         end: &str,
-    ) -> Result<Self, ApiError> {
+    ) -> Result<Self, HttpError> {
         match (rnic, tor) {
-            (Some(_), Some(_)) => Err(error(
-                StatusCode::BAD_REQUEST,
-                format!("give {end}_rnic or {end}_tor, not both"),
-            )),
+            (Some(_), Some(_)) => Err(HttpError::bad_request(format!(
+                "give {end}_rnic or {end}_tor, not both"
+            ))),
             (Some(spec), None) => find_rnic(registry, spec)
                 .map(|m| Self::Ip(m.ip))
-                .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no RNIC {spec:?}"))),
+                .ok_or_else(|| HttpError::not_found(format!("no RNIC {spec:?}"))),
             (None, Some(tor)) => Ok(Self::Tor(tor)),
             (None, None) => Ok(Self::Any),
         }
@@ -464,15 +446,13 @@ fn path_info(map: &FabricMap, registry: &Registry, p: &TracedPath) -> PathInfo {
     responses((status = 200, body = PathsReply), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn get_paths(
     State(a): State<Arc<Analyzer>>,
-    q: Result<Query<PathsQuery>, QueryRejection>,
-) -> Result<Json<PathsReply>, ApiError> {
-    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    ApiQuery(q): ApiQuery<PathsQuery>,
+) -> Result<Json<PathsReply>, HttpError> {
     let limit = q.limit.unwrap_or(DEFAULT_PATHS);
     if !(1..=MAX_PATHS).contains(&limit) {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            format!("limit must be between 1 and {MAX_PATHS}, got {limit}"),
-        ));
+        return Err(HttpError::bad_request(format!(
+            "limit must be between 1 and {MAX_PATHS}, got {limit}"
+        )));
     }
     let registry = read(&a.registry);
     let src = EndFilter::resolve(&registry, q.src_rnic.as_deref(), q.src_tor, "src")?;
@@ -493,12 +473,9 @@ async fn get_paths(
         }
         PathsReply { paths }
     });
-    scan.await.map(Json).map_err(|e| {
-        error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("path scan failed: {e}"),
-        )
-    })
+    scan.await
+        .map(Json)
+        .map_err(|e| HttpError::internal(anyhow::Error::new(e).context("path scan failed")))
 }
 
 /// Traced 5-tuples one advice reads at most (a pair has a handful; this bounds the scan's copy).
@@ -512,14 +489,14 @@ struct AdviceQuery {
     dst: String,
 }
 
-fn pair_end(registry: &Registry, spec: &str, end: &str) -> Result<PairEnd, ApiError> {
+fn pair_end(registry: &Registry, spec: &str, end: &str) -> Result<PairEnd, HttpError> {
     find_rnic(registry, spec)
         .map(|m| PairEnd {
             name: m.name.clone(),
             host: m.host.clone(),
             ip: m.ip,
         })
-        .ok_or_else(|| error(StatusCode::NOT_FOUND, format!("no {end} RNIC {spec:?}")))
+        .ok_or_else(|| HttpError::not_found(format!("no {end} RNIC {spec:?}")))
 }
 
 /// Source ports for an RNIC pair whose traced paths avoid every open problem (C4P).
@@ -529,17 +506,13 @@ fn pair_end(registry: &Registry, spec: &str, end: &str) -> Result<PairEnd, ApiEr
     responses((status = 200, body = PortAdvice), (status = 400, body = ErrorBody), (status = 404, body = ErrorBody)))]
 async fn get_advice(
     State(a): State<Arc<Analyzer>>,
-    q: Result<Query<AdviceQuery>, QueryRejection>,
-) -> Result<Json<PortAdvice>, ApiError> {
-    let Query(q) = q.map_err(|e| error(StatusCode::BAD_REQUEST, e.body_text()))?;
+    ApiQuery(q): ApiQuery<AdviceQuery>,
+) -> Result<Json<PortAdvice>, HttpError> {
     let registry = read(&a.registry);
     let src = pair_end(&registry, &q.src, "source")?;
     let dst = pair_end(&registry, &q.dst, "destination")?;
     if src.ip == dst.ip {
-        return Err(error(
-            StatusCode::BAD_REQUEST,
-            "src and dst are the same RNIC",
-        ));
+        return Err(HttpError::bad_request("src and dst are the same RNIC"));
     }
     // With several analyzers, the others' problems are only in the database.
     let problems = if a.shards().is_some() {
@@ -547,7 +520,7 @@ async fn get_advice(
             .problems()
             .query(StateFilter::Active, None, i64::MIN, MAX_PROBLEMS)
             .await
-            .map_err(internal)?
+            .map_err(HttpError::internal)?
     } else {
         a.problems(ProblemState::Active)
     };
@@ -565,10 +538,7 @@ async fn get_advice(
             .collect();
         advise(a.diagnosis.map(), &src, &dst, &traces, &avoid)
     });
-    scan.await.map(Json).map_err(|e| {
-        error(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("advice failed: {e}"),
-        )
-    })
+    scan.await
+        .map(Json)
+        .map_err(|e| HttpError::internal(anyhow::Error::new(e).context("advice failed")))
 }

@@ -27,7 +27,7 @@ pub mod testing;
 pub mod wal;
 pub mod window;
 
-pub use api::router;
+pub use api::{router, routes};
 pub use config::{AnalyzerConfig, DiagnosisConfig};
 pub use diagnosis::engine::BaselineVote;
 pub use ingest::{IngestError, IngestStats};

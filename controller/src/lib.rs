@@ -20,6 +20,6 @@ mod tasks;
 mod throughput;
 pub mod topology;
 
-pub use api::router;
+pub use api::{router, routes};
 pub use config::ControllerConfig;
-pub use state::ControllerState;
+pub use state::{ControllerState, StateError};

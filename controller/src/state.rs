@@ -2,10 +2,10 @@
 //! and the pinglist cache. Every change is committed to the database before it is
 //! applied in memory and acknowledged.
 
+mod error;
 mod scaleout;
 mod tasks;
 
-use crate::api::error::ApiError;
 use crate::config::{ControllerConfig, DEFAULT_PARALLEL_PATHS};
 use crate::metrics::{Inventory, PollCounters, phase_slot};
 use crate::pinglist::{self, PinglistCache, PinglistParams, PortRange, coverage};
@@ -16,6 +16,7 @@ use crate::tasks::resolve::Derived;
 use crate::tasks::service::{self, ServiceParams};
 use crate::throughput::ThroughputStore;
 use crate::topology::{NodeLabels, Topology, UNKNOWN_TOR};
+pub use error::StateError;
 use rocemesh_proto::api::{
     HostInfo, Pinglist, ProbeAuth, RegisterRequest, RegisterResponse, RnicInfo, TopologyInfo,
 };
@@ -254,12 +255,12 @@ impl ControllerState {
     pub(crate) async fn register(
         &self,
         req: RegisterRequest,
-    ) -> Result<RegisterResponse, ApiError> {
-        validate::request(&req).map_err(ApiError::bad_request)?;
+    ) -> Result<RegisterResponse, StateError> {
+        validate::request(&req).map_err(StateError::Invalid)?;
         let cfg = &self.inner.cfg;
         for (i, rnic) in req.rnics.iter().enumerate() {
             crate::prefix::rnic_address_allowed(&cfg.rnic_prefixes, rnic.ip)
-                .map_err(|e| ApiError::bad_request(format!("rnics[{i}]: {e}")))?;
+                .map_err(|e| StateError::Invalid(format!("rnics[{i}]: {e}")))?;
         }
         let _writer = self.inner.writer.lock().await;
         let plan = self
@@ -270,15 +271,14 @@ impl ControllerState {
                 cfg.max_rnics_per_tor,
                 rocemesh_proto::now_unix_ms(),
             )
-            .map_err(ApiError::bad_request)?;
-        let upload_key = new_upload_key().map_err(ApiError::internal)?;
+            .map_err(StateError::Invalid)?;
+        let upload_key = new_upload_key()?;
         let (host_id, rnic_ids) = self
             .inner
             .db
             .inventory()
             .save_registration(&plan, &rocemesh_proto::host_key::fingerprint(&upload_key.0))
-            .await
-            .map_err(ApiError::internal)?;
+            .await?;
         let epoch = plan.host.epoch;
         let rnics: Vec<RnicInfo> = {
             let mut reg = self.write();
@@ -316,7 +316,7 @@ impl ControllerState {
     }
 
     /// Decommissions a host and its RNICs; `false` if it was unknown.
-    pub(crate) async fn delete_host(&self, host_id: u32) -> Result<bool, ApiError> {
+    pub(crate) async fn delete_host(&self, host_id: u32) -> Result<bool, StateError> {
         let _writer = self.inner.writer.lock().await;
         if self.read().host(host_id).is_none() {
             return Ok(false);
@@ -325,8 +325,7 @@ impl ControllerState {
             .db
             .inventory()
             .delete_host(host_id)
-            .await
-            .map_err(ApiError::internal)?;
+            .await?;
         self.write().remove_host(host_id);
         tracing::info!(host_id, "host decommissioned");
         Ok(true)

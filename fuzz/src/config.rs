@@ -23,7 +23,7 @@ pub fn server_config(data: &[u8]) {
     for r in &mut cfg.alerts.receivers {
         r.secret_file = None;
     }
-    let _ = rocemesh::auth::Tokens::load(&cfg.auth);
+    let _ = rocemesh_httpd::Tokens::load(&cfg.auth);
     let _ = cfg.controller.validate();
     let _ = cfg.analyzer.validate();
     let _ = cfg.alerts.validate();

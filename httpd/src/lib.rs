@@ -1,5 +1,15 @@
-//! The HTTP/1.1 server loop of every rocemesh listener (the server's API, the agent's
-//! `/metrics`), built so that slow, silent or numerous clients cannot lock others out:
+//! The HTTP platform of every rocemesh listener (the server's API, the agent's
+//! `/metrics`):
+//!
+//! - the one error answer, [`HttpError`] (a status and a JSON `ErrorBody`), and the
+//!   extractors whose rejections are such errors ([`ApiJson`], [`ApiPath`], [`ApiQuery`]);
+//! - routes declared with who may call them ([`Routes`], [`Access`]), checked against
+//!   bearer tokens ([`protect`], the `[auth]` section [`AuthConfig`]);
+//! - request body limits ([`limit_bodies`]) and the `[tls]` section ([`TlsConfig`]);
+//! - the server loop ([`serve`]), built so that slow, silent or numerous clients cannot
+//!   lock others out (below).
+//!
+//! The loop's guarantees:
 //!
 //! - every connection holds one slot of [`Limits::max_connections`] (clamped below the
 //!   process's file-descriptor limit), and at most [`Limits::max_connections_per_ip`]
@@ -14,13 +24,27 @@
 //!
 //! [`raise_fd_limit`] lifts the soft descriptor limit to the hard one at start.
 
+mod access;
+mod auth;
+mod body;
 mod conn;
+mod error;
+mod extract;
 mod fd;
 mod gate;
 mod limits;
+mod tls;
 
+pub use access::{Access, Policy, Routes, Rule};
+pub use auth::{
+    AgentHosts, AuthConfig, Grant, Role, TokenConfig, Tokens, protect, read_token_file,
+};
+pub use body::{DEFAULT_BODY_BYTES, MAX_REQUEST_BYTES, limit_bodies};
+pub use error::HttpError;
+pub use extract::{ApiJson, ApiPath, ApiQuery};
 pub use fd::{FdLimit, raise_fd_limit};
 pub use limits::Limits;
+pub use tls::{TlsConfig, load_tls};
 
 use axum::Router;
 use gate::Gate;

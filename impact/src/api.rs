@@ -3,11 +3,11 @@
 use crate::assess::Impact;
 use crate::model::{MetricSample, Objective, ObjectiveSpec, Verdict};
 use crate::{samples, verdict};
-use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
-use axum::http::StatusCode;
-use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::Json;
+use axum::extract::{DefaultBodyLimit, State};
+use axum::http::{Method, StatusCode};
+use rocemesh_httpd::Access::{Admin, Read};
+use rocemesh_httpd::{ApiJson, ApiPath, ApiQuery, HttpError, Routes};
 use rocemesh_proto::api::ErrorBody;
 use serde::Deserialize;
 use std::sync::Arc;
@@ -18,65 +18,64 @@ const MAX_BODY: usize = 16 * 1024;
 /// Interval a verdict covers when `from` is not given, ms before `to`.
 const DEFAULT_INTERVAL_MS: i64 = 3_600_000;
 
-type ApiError = (StatusCode, Json<ErrorBody>);
-
-fn error(status: StatusCode, msg: impl Into<String>) -> ApiError {
-    (status, Json(ErrorBody { error: msg.into() }))
-}
-
-fn internal(e: anyhow::Error) -> ApiError {
-    tracing::error!("impact request failed: {e:#}");
-    error(StatusCode::INTERNAL_SERVER_ERROR, format!("{e:#}"))
-}
-
-fn bad<E: std::fmt::Display>(e: E) -> ApiError {
-    error(StatusCode::BAD_REQUEST, e.to_string())
-}
-
-/// A body that could not be read as JSON: 413 when it was too large, else 400.
-fn unreadable(e: &JsonRejection) -> ApiError {
+/// A body that could not be read as JSON: 413 when it was too large, else 400 (axum's
+/// 415 and 422 included: this API answers 400 for every body its client must fix).
+fn unreadable(e: HttpError) -> HttpError {
     if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
-        error(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            format!("request body larger than {MAX_BODY} bytes"),
-        )
+        e
     } else {
-        bad(e.body_text())
+        HttpError::bad_request(e.message())
     }
 }
 
 async fn existing_task(
     impact: &Impact,
-    id: Result<Path<u32>, PathRejection>,
-) -> Result<u32, ApiError> {
-    let Path(id) = id.map_err(|e| bad(e.body_text()))?;
+    id: Result<ApiPath<u32>, HttpError>,
+) -> Result<u32, HttpError> {
+    let ApiPath(id) = id?;
     if impact
         .db()
         .inventory()
         .task_exists(id)
         .await
-        .map_err(internal)?
+        .map_err(HttpError::internal)?
     {
         Ok(id)
     } else {
-        Err(error(StatusCode::NOT_FOUND, format!("no task {id}")))
+        Err(HttpError::not_found(format!("no task {id}")))
     }
 }
 
-/// The impact routes; state is the shared [`Impact`].
-pub fn router(impact: Arc<Impact>) -> Router {
-    Router::new()
+/// The impact routes, each with who may call it: schedulers report samples and set
+/// objectives (admin), operators read them and the verdicts.
+pub fn routes() -> Routes<Arc<Impact>> {
+    Routes::new()
         .route(
+            Method::POST,
             "/api/v1/tasks/{id}/metrics",
-            post(post_metric).get(get_metrics),
+            Admin,
+            post_metric,
+        )
+        .route(Method::GET, "/api/v1/tasks/{id}/metrics", Read, get_metrics)
+        .route(
+            Method::GET,
+            "/api/v1/tasks/{id}/objective",
+            Read,
+            get_objective,
         )
         .route(
+            Method::PUT,
             "/api/v1/tasks/{id}/objective",
-            get(get_objective).put(put_objective),
+            Admin,
+            put_objective,
         )
-        .route("/api/v1/tasks/{id}/verdict", get(get_verdict))
-        .layer(DefaultBodyLimit::max(MAX_BODY))
-        .with_state(impact)
+        .route(Method::GET, "/api/v1/tasks/{id}/verdict", Read, get_verdict)
+        .map_router(|r| r.layer(DefaultBodyLimit::max(MAX_BODY)))
+}
+
+/// The impact routes with their state, without the token check (tests).
+pub fn router(impact: Arc<Impact>) -> axum::Router {
+    routes().with_state(impact).into_router()
 }
 
 /// Stores one performance sample of a task.
@@ -96,17 +95,17 @@ pub fn router(impact: Arc<Impact>) -> Router {
 )]
 async fn post_metric(
     State(impact): State<Arc<Impact>>,
-    id: Result<Path<u32>, PathRejection>,
-    body: Result<Json<MetricSample>, JsonRejection>,
-) -> Result<(StatusCode, Json<MetricSample>), ApiError> {
-    let Json(sample) = body.map_err(|e| unreadable(&e))?;
+    id: Result<ApiPath<u32>, HttpError>,
+    body: Result<ApiJson<MetricSample>, HttpError>,
+) -> Result<(StatusCode, Json<MetricSample>), HttpError> {
+    let ApiJson(sample) = body.map_err(unreadable)?;
     let id = existing_task(&impact, id).await?;
     let at = sample
         .validate(rocemesh_proto::now_unix_ms())
-        .map_err(bad)?;
+        .map_err(HttpError::bad_request)?;
     samples::insert(impact.db(), id, &sample.name, at, sample.value)
         .await
-        .map_err(internal)?;
+        .map_err(HttpError::internal)?;
     Ok((
         StatusCode::CREATED,
         Json(MetricSample {
@@ -151,14 +150,14 @@ struct MetricsQuery {
 )]
 async fn get_metrics(
     State(impact): State<Arc<Impact>>,
-    id: Result<Path<u32>, PathRejection>,
-    q: Result<Query<MetricsQuery>, QueryRejection>,
-) -> Result<Json<Vec<MetricSample>>, ApiError> {
-    let Query(q) = q.map_err(|e| bad(e.body_text()))?;
+    id: Result<ApiPath<u32>, HttpError>,
+    q: Result<ApiQuery<MetricsQuery>, HttpError>,
+) -> Result<Json<Vec<MetricSample>>, HttpError> {
+    let ApiQuery(q) = q?;
     let id = existing_task(&impact, id).await?;
     let limit = q.limit.unwrap_or(DEFAULT_SAMPLES);
     if !(1..=MAX_SAMPLES).contains(&limit) {
-        return Err(bad(format!(
+        return Err(HttpError::bad_request(format!(
             "limit must be between 1 and {MAX_SAMPLES}, got {limit}"
         )));
     }
@@ -166,14 +165,16 @@ async fn get_metrics(
         Some(n) => n,
         None => samples::objective_of(impact.db(), id)
             .await
-            .map_err(internal)?
+            .map_err(HttpError::internal)?
             .map(|o| o.spec.metric)
-            .ok_or_else(|| bad(format!("task {id} has no objective: name the metric")))?,
+            .ok_or_else(|| {
+                HttpError::bad_request(format!("task {id} has no objective: name the metric"))
+            })?,
     };
     let to = q.to.unwrap_or_else(rocemesh_proto::now_unix_ms);
     let series = samples::series(impact.db(), id, &name, q.from.unwrap_or(0), to, limit)
         .await
-        .map_err(internal)?;
+        .map_err(HttpError::internal)?;
     Ok(Json(
         series
             .into_iter()
@@ -202,16 +203,16 @@ async fn get_metrics(
 )]
 async fn put_objective(
     State(impact): State<Arc<Impact>>,
-    id: Result<Path<u32>, PathRejection>,
-    body: Result<Json<ObjectiveSpec>, JsonRejection>,
-) -> Result<Json<Objective>, ApiError> {
-    let Json(spec) = body.map_err(|e| unreadable(&e))?;
+    id: Result<ApiPath<u32>, HttpError>,
+    body: Result<ApiJson<ObjectiveSpec>, HttpError>,
+) -> Result<Json<Objective>, HttpError> {
+    let ApiJson(spec) = body.map_err(unreadable)?;
     let id = existing_task(&impact, id).await?;
-    spec.validate().map_err(bad)?;
+    spec.validate().map_err(HttpError::bad_request)?;
     samples::set_objective(impact.db(), id, &spec, rocemesh_proto::now_unix_ms())
         .await
         .map(Json)
-        .map_err(internal)
+        .map_err(HttpError::internal)
 }
 
 /// A task's objective (with the learned baseline, once learned).
@@ -228,18 +229,15 @@ async fn put_objective(
 )]
 async fn get_objective(
     State(impact): State<Arc<Impact>>,
-    id: Result<Path<u32>, PathRejection>,
-) -> Result<Json<Objective>, ApiError> {
+    id: Result<ApiPath<u32>, HttpError>,
+) -> Result<Json<Objective>, HttpError> {
     let id = existing_task(&impact, id).await?;
     match samples::objective_of(impact.db(), id)
         .await
-        .map_err(internal)?
+        .map_err(HttpError::internal)?
     {
         Some(o) => Ok(Json(o)),
-        None => Err(error(
-            StatusCode::NOT_FOUND,
-            format!("task {id} has no objective"),
-        )),
+        None => Err(HttpError::not_found(format!("task {id} has no objective"))),
     }
 }
 
@@ -269,25 +267,25 @@ struct VerdictQuery {
 )]
 async fn get_verdict(
     State(impact): State<Arc<Impact>>,
-    id: Result<Path<u32>, PathRejection>,
-    q: Result<Query<VerdictQuery>, QueryRejection>,
-) -> Result<Json<Verdict>, ApiError> {
-    let Query(q) = q.map_err(|e| bad(e.body_text()))?;
-    let Path(id) = id.map_err(|e| bad(e.body_text()))?;
+    id: Result<ApiPath<u32>, HttpError>,
+    q: Result<ApiQuery<VerdictQuery>, HttpError>,
+) -> Result<Json<Verdict>, HttpError> {
+    let ApiQuery(q) = q?;
+    let ApiPath(id) = id?;
     let now = rocemesh_proto::now_unix_ms();
     let to = q.to.unwrap_or(now);
     let from = q.from.unwrap_or(to.saturating_sub(DEFAULT_INTERVAL_MS));
     if from < 0 || to < from {
-        return Err(bad(format!(
+        return Err(HttpError::bad_request(format!(
             "need 0 <= from <= to, got from={from} to={to}"
         )));
     }
     match verdict::verdict(&impact, id, from, to, now)
         .await
-        .map_err(internal)?
+        .map_err(HttpError::internal)?
     {
         Some(v) => Ok(Json(v)),
-        None => Err(error(StatusCode::NOT_FOUND, format!("no task {id}"))),
+        None => Err(HttpError::not_found(format!("no task {id}"))),
     }
 }
 

@@ -24,7 +24,7 @@ pub mod samples;
 pub mod service;
 pub mod verdict;
 
-pub use api::{openapi, router};
+pub use api::{openapi, router, routes};
 pub use assess::{AssessStats, Impact};
 pub use config::ImpactConfig;
 pub use model::{MetricSample, Objective, ObjectiveSpec, Verdict, VerdictKind};

@@ -39,20 +39,6 @@ pub struct ErrorBody {
     pub error: String,
 }
 
-/// The role the server's token check granted a request, put into its extensions (absent
-/// when auth is off). Handlers use it to leave out what only administrators may see (a
-/// `read` caller gets webhook URLs without their path) and to know that callers are
-/// authenticated (result batches must then prove their host).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallerRole {
-    /// Read-only operator access.
-    Read,
-    /// An agent.
-    Agent,
-    /// Everything.
-    Admin,
-}
-
 /// One RNIC as an agent reports it at start-up.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, ToSchema)]
 #[serde(deny_unknown_fields)]

@@ -151,7 +151,7 @@ pub fn run(args: AgentArgs) -> Result<()> {
 /// The agent's bearer token: the token file (flag or config), else env `ROCEMESH_TOKEN`.
 fn agent_token(cfg: &AgentConfig) -> Result<Option<String>> {
     match &cfg.token_file {
-        Some(path) => crate::auth::read_token_file(path)
+        Some(path) => rocemesh_httpd::read_token_file(path)
             .context("agent token")
             .map(Some),
         None => Ok(std::env::var("ROCEMESH_TOKEN")

@@ -26,9 +26,9 @@ pub struct ServerConfig {
     /// Analyzer section.
     pub analyzer: AnalyzerConfig,
     /// API bearer tokens and their roles (none = auth off).
-    pub auth: crate::auth::AuthConfig,
+    pub auth: rocemesh_httpd::AuthConfig,
     /// HTTPS certificate and key (absent = plain HTTP).
-    pub tls: Option<crate::tls::TlsConfig>,
+    pub tls: Option<rocemesh_httpd::TlsConfig>,
     /// Connection caps and deadlines of the listener.
     pub http: rocemesh_httpd::Limits,
     /// Alert webhooks: receivers and delivery knobs (run with the analyzer role).
@@ -47,7 +47,7 @@ impl Default for ServerConfig {
             database: DEFAULT_DATABASE.to_string(),
             controller: ControllerConfig::default(),
             analyzer: AnalyzerConfig::default(),
-            auth: crate::auth::AuthConfig::default(),
+            auth: rocemesh_httpd::AuthConfig::default(),
             tls: None,
             http: rocemesh_httpd::Limits::default(),
             alerts: rocemesh_alerts::AlertsConfig::default(),

@@ -3,11 +3,9 @@
 //! - [`cli`]: command-line surface and dispatch;
 //! - [`server`]: controller and/or analyzer behind one HTTP listener;
 //! - [`agent_cmd`]: the per-host agent as a long-running process;
-//! - [`tls`]: HTTPS on the server's listener.
+//! - [`ctl`]: the operator's command-line client of the API.
 
 pub mod agent_cmd;
-pub mod auth;
-pub mod body_limit;
 pub mod cli;
 pub mod config;
 pub mod ctl;
@@ -15,4 +13,3 @@ pub mod logging;
 pub mod openapi;
 pub mod server;
 pub mod signals;
-pub mod tls;

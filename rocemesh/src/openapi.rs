@@ -1,15 +1,13 @@
 //! The served OpenAPI document: every component crate's `openapi()` merged, with the
-//! bearer-token security scheme of [`crate::auth`] and the 401 / 403 answers it gives on
-//! every protected operation, at `GET /api/v1/openapi.json`.
+//! bearer-token security scheme of [`rocemesh_httpd::protect`] and the 401 / 403 answers
+//! it gives on every protected operation, at `GET /api/v1/openapi.json`.
 
-use crate::auth::{OPENAPI_PATH, Role};
-use crate::server::Roles;
-use axum::Router;
+use crate::server::{Roles, api_rules};
 use axum::extract::State;
 use axum::http::Method;
 use axum::http::header;
 use axum::response::IntoResponse;
-use axum::routing::get;
+use rocemesh_httpd::{Access, Policy, Role, Routes, Rule};
 use rocemesh_proto::api::ErrorBody;
 use std::sync::Arc;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
@@ -17,6 +15,9 @@ use utoipa::openapi::{
     ComponentsBuilder, ContentBuilder, InfoBuilder, OpenApi, OpenApiBuilder, Ref, RefOr, Response,
     ResponseBuilder, SecurityRequirement,
 };
+
+/// Path of the OpenAPI document, open to everyone.
+pub const OPENAPI_PATH: &str = "/api/v1/openapi.json";
 
 /// Name of the security scheme in the document.
 pub const SECURITY_SCHEME: &str = "bearer";
@@ -73,14 +74,24 @@ pub fn document(roles: Roles) -> OpenApi {
     if roles.controller() && roles.analyzer() {
         doc.merge(rocemesh_impact::openapi());
     }
-    document_auth(&mut doc);
+    document_auth(&mut doc, &Policy::new(&api_rules(roles)));
     doc
 }
 
-/// Adds the answers [`crate::auth`] gives to every operation it protects: 401 without an
-/// accepted token, 403 when the token's role may not make the call (naming the roles
-/// that may).
-fn document_auth(doc: &mut OpenApi) {
+/// The document's own route.
+fn own_routes() -> Routes<Arc<str>> {
+    Routes::new().route(Method::GET, OPENAPI_PATH, Access::Open, openapi_json)
+}
+
+/// The document's own route as the token check sees it.
+pub(crate) fn own_rules() -> Vec<Rule> {
+    own_routes().rules().to_vec()
+}
+
+/// Adds the answers the token check gives to every operation `policy` protects: 401
+/// without an accepted token, 403 when the token's role may not make the call (naming the
+/// roles that may).
+fn document_auth(doc: &mut OpenApi, policy: &Policy) {
     let error = |description: String| -> RefOr<Response> {
         ResponseBuilder::new()
             .description(description)
@@ -94,15 +105,9 @@ fn document_auth(doc: &mut OpenApi) {
             .into()
     };
     for (path, item) in doc.paths.paths.iter_mut() {
-        if crate::auth::is_open(path) {
+        if policy.is_open(path) {
             continue;
         }
-        // A concrete path of the template, for the role rules (`{id}` -> `0`).
-        let concrete: String = path
-            .split('/')
-            .map(|s| if s.starts_with('{') { "0" } else { s })
-            .collect::<Vec<_>>()
-            .join("/");
         let operations = [
             (Method::GET, &mut item.get),
             (Method::POST, &mut item.post),
@@ -114,7 +119,7 @@ fn document_auth(doc: &mut OpenApi) {
             let Some(op) = op.as_mut() else { continue };
             let roles: Vec<&str> = [Role::Read, Role::Agent, Role::Admin]
                 .into_iter()
-                .filter(|r| r.may(&method, &concrete))
+                .filter(|r| policy.admits(*r, &method, path))
                 .map(Role::as_str)
                 .collect();
             let answers = &mut op.responses.responses;
@@ -135,12 +140,66 @@ fn document_auth(doc: &mut OpenApi) {
 }
 
 /// The route serving the document of `roles`, rendered once.
-pub fn router(roles: Roles) -> Router {
+pub fn routes(roles: Roles) -> Routes {
     let body = document(roles).to_json().unwrap_or_else(|e| {
         tracing::error!(error = %e, "cannot render the OpenAPI document");
         "{}".to_string()
     });
-    Router::new()
-        .route(OPENAPI_PATH, get(openapi_json))
-        .with_state(Arc::from(body))
+    own_routes().with_state(Arc::from(body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeSet;
+
+    /// Every declared route is documented and every documented operation is a declared
+    /// route, so no route escapes its declared access.
+    #[test]
+    fn declared_routes_are_the_documented_operations() {
+        let doc = document(Roles::Both);
+        let mut documented = BTreeSet::new();
+        for (path, item) in &doc.paths.paths {
+            for (method, op) in [
+                (Method::GET, &item.get),
+                (Method::POST, &item.post),
+                (Method::PUT, &item.put),
+                (Method::DELETE, &item.delete),
+                (Method::PATCH, &item.patch),
+            ] {
+                if op.is_some() {
+                    documented.insert(format!("{method} {path}"));
+                }
+            }
+        }
+        let declared: BTreeSet<String> = api_rules(Roles::Both)
+            .iter()
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect();
+        assert_eq!(declared, documented);
+    }
+
+    /// Agent tokens reach exactly the calls an agent makes, whichever component serves
+    /// them: a new route open to agents must be added here on purpose.
+    #[test]
+    fn agent_routes_are_exactly_the_agent_calls() {
+        let agent: BTreeSet<String> = api_rules(Roles::Both)
+            .iter()
+            .filter(|r| r.access.admits(Role::Agent, &r.method))
+            .map(|r| format!("{} {}", r.method, r.path))
+            .collect();
+        let calls: BTreeSet<String> = [
+            "POST /api/v1/agents/register",
+            "GET /api/v1/pinglists/{host_id}",
+            "POST /api/v1/results",
+            "POST /api/v1/throughput",
+            "POST /api/v1/tasks/{id}/ready",
+            "GET /api/v1/rnics/by-ip/{ip}",
+            // The document is open to everyone.
+            "GET /api/v1/openapi.json",
+        ]
+        .map(String::from)
+        .into();
+        assert_eq!(agent, calls);
+    }
 }

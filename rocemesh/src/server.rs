@@ -5,6 +5,7 @@ use anyhow::{Context, Result};
 use axum::{Json, Router, extract::State, http::StatusCode, routing::get};
 use rocemesh_analyzer::Analyzer;
 use rocemesh_controller::ControllerState;
+use rocemesh_httpd::{Policy, Rule};
 use rocemesh_store::Db;
 use std::net::SocketAddr;
 use tokio::task::JoinHandle;
@@ -117,12 +118,14 @@ fn controller_config(cfg: &ServerConfig) -> rocemesh_controller::ControllerConfi
 
 /// Connects the database and builds the routers of `roles` (auth and limits around all).
 pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken) -> Result<App> {
-    let tokens = crate::auth::Tokens::load(&cfg.auth)?;
+    let tokens = rocemesh_httpd::Tokens::load(&cfg.auth)?;
     let db = Db::connect(&cfg.database).await?;
     let mut app = Router::new()
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .with_state(db.clone());
+    // The API's routes, each declared with who may call it (the token check's rules).
+    let mut api = crate::openapi::routes(roles);
     let mut metrics = Vec::new();
     let mut background = Vec::new();
     let mut controller = None;
@@ -140,14 +143,14 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
         background.push(tokio::spawn(
             state.clone().run_scaleout_loop(cancel.child_token()),
         ));
-        app = app.merge(rocemesh_controller::router(state));
+        api = api.merge(rocemesh_controller::routes().with_state(state));
     }
     let mut analyzer = None;
     if roles.analyzer() {
         let a = Analyzer::new(db.clone(), cfg.analyzer.clone())
             .await
             .context("starting analyzer")?;
-        app = app.merge(rocemesh_analyzer::router(a.clone()));
+        api = api.merge(rocemesh_analyzer::routes().with_state(a.clone()));
         background.push(tokio::spawn(rocemesh_analyzer::run(
             a.clone(),
             cancel.child_token(),
@@ -161,7 +164,7 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
         let alerts = rocemesh_alerts::Alerts::new(db.clone(), cfg.alerts.clone())
             .context("starting alerts")?;
         metrics.push(rocemesh_alerts::collector(&alerts));
-        app = app.merge(rocemesh_alerts::router(alerts.clone()));
+        api = api.merge(rocemesh_alerts::routes().with_state(alerts.clone()));
         background.push(tokio::spawn(rocemesh_alerts::run(
             alerts,
             cancel.child_token(),
@@ -174,7 +177,7 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
                 // Verdicts judge hang/slow windows on the controller's throughput rings.
                 impact.set_throughput(std::sync::Arc::new(RankThroughput(c.clone())));
             }
-            app = app.merge(rocemesh_impact::router(impact.clone()));
+            api = api.merge(rocemesh_impact::routes().with_state(impact.clone()));
             background.push(tokio::spawn(rocemesh_impact::run(
                 impact,
                 cancel.child_token(),
@@ -188,16 +191,35 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
         analyzer.clone(),
         metrics,
     ));
-    app = app.merge(crate::openapi::router(roles));
     // The operator's dashboard at `/` (its panels say when a role's endpoints are absent).
     app = app.merge(rocemesh_dashboard::router());
-    let router = crate::auth::protect(crate::body_limit::apply(app), tokens);
+    // A token's rights do not depend on the components this process runs: a call to one
+    // that runs elsewhere is a 404, as it would be without auth.
+    let policy = Policy::new(&api_rules(Roles::Both));
+    let app = rocemesh_httpd::limit_bodies(app.merge(api.into_router()));
+    let router = rocemesh_httpd::protect(app, tokens, policy);
     Ok(App {
         router,
         db,
         analyzer,
         background,
     })
+}
+
+/// Every API route of the components `roles` run, with who may call it.
+pub(crate) fn api_rules(roles: Roles) -> Vec<Rule> {
+    let mut rules = crate::openapi::own_rules();
+    if roles.controller() {
+        rules.extend_from_slice(rocemesh_controller::routes().rules());
+    }
+    if roles.analyzer() {
+        rules.extend_from_slice(rocemesh_analyzer::routes().rules());
+        rules.extend_from_slice(rocemesh_alerts::routes().rules());
+    }
+    if roles.controller() && roles.analyzer() {
+        rules.extend_from_slice(rocemesh_impact::routes().rules());
+    }
+    rules
 }
 
 /// The controller's throughput rings, as the impact verdict reads them.
@@ -259,7 +281,7 @@ async fn kubernetes(
 
 /// Connects the database, builds the routers of `roles`, binds and serves.
 pub async fn start(cfg: ServerConfig, roles: Roles) -> Result<RunningServer> {
-    let tls = crate::tls::load(cfg.tls.as_ref(), !cfg.auth.tokens.is_empty())?;
+    let tls = rocemesh_httpd::load_tls(cfg.tls.as_ref(), !cfg.auth.tokens.is_empty())?;
     let cancel = CancellationToken::new();
     let App {
         router,

@@ -205,7 +205,7 @@ fn operation_ids_are_unique_and_descriptive_and_auth_answers_documented() {
                 "{m} {path}: operationId {id} is not a descriptive camelCase verb+noun"
             );
             let responses = &op["responses"];
-            if path.as_str() == rocemesh::auth::OPENAPI_PATH {
+            if path.as_str() == rocemesh::openapi::OPENAPI_PATH {
                 assert!(responses.get("401").is_none(), "the document is open");
                 continue;
             }

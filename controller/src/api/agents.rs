@@ -1,25 +1,33 @@
 //! What agents call: registration at start, and pinglist polls (ETag / 304).
 
-use super::error::ApiError;
-use super::extract::{ApiJson, ApiPath, ApiQuery};
 use crate::state::{ControllerState, PinglistError};
-use axum::Json;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Json};
+use rocemesh_httpd::{AgentHosts, ApiJson, ApiPath, ApiQuery, HttpError};
 use rocemesh_proto::api::{API_PREFIX, ErrorBody, Pinglist, RegisterRequest, RegisterResponse};
 use serde::Deserialize;
 
-/// `POST /agents/register`.
+/// `POST /agents/register`; an agent token limited to some hosts may register only those.
 #[utoipa::path(post, path = "/api/v1/agents/register", operation_id = "registerAgent", tag = "agents", request_body = RegisterRequest,
     responses((status = 200, body = RegisterResponse), (status = 400, body = ErrorBody), (status = 413, body = ErrorBody)))]
 pub(super) async fn register(
     State(state): State<ControllerState>,
+    token_hosts: Option<Extension<AgentHosts>>,
     headers: HeaderMap,
     ApiJson(req): ApiJson<RegisterRequest>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
+    if let Some(Extension(hosts)) = token_hosts
+        && !hosts.may_register(&req.host)
+    {
+        return Err(HttpError::forbidden(format!(
+            "this agent token may not register host {:?}",
+            req.host
+        )));
+    }
     if let Some(leader) = state.forward_to() {
-        let body = serde_json::to_vec(&req).map_err(|e| ApiError::internal(e.into()))?;
+        let body = serde_json::to_vec(&req).map_err(|e| HttpError::internal(e.into()))?;
         let path = format!("{API_PREFIX}/agents/register");
         return super::forward::to_leader(leader, "POST", path, &headers, body).await;
     }
@@ -49,7 +57,7 @@ pub(super) async fn pinglist(
     ApiPath(host_id): ApiPath<u32>,
     ApiQuery(query): ApiQuery<PinglistQuery>,
     headers: HeaderMap,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     if let Some(leader) = state.forward_to() {
         let epoch = query
             .epoch
@@ -65,7 +73,7 @@ pub(super) async fn pinglist(
     let mut answer =
         tokio::task::spawn_blocking(move || pinglist_answer(&blocking, host_id, query, &headers))
             .await
-            .map_err(|e| ApiError::internal(e.into()))?;
+            .map_err(|e| HttpError::internal(e.into()))?;
     // Under scale-out, every answer names the analyzer owning the agent's shard now.
     if let (Ok(r), Some(url)) = (&mut answer, state.analyzer_of_host(host_id))
         && let Ok(v) = HeaderValue::from_str(&url)
@@ -86,22 +94,19 @@ fn pinglist_answer(
     host_id: u32,
     query: PinglistQuery,
     headers: &HeaderMap,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let list = state.pinglist(host_id, query.epoch).map_err(|e| match e {
-        PinglistError::UnknownHost => ApiError::not_found(format!("unknown host {host_id}")),
-        PinglistError::StaleEpoch { current } => ApiError::new(
-            StatusCode::CONFLICT,
-            format!(
-                "epoch {} is not the registered epoch {current}: register again",
-                query.epoch.unwrap_or_default()
-            ),
-        ),
+        PinglistError::UnknownHost => HttpError::not_found(format!("unknown host {host_id}")),
+        PinglistError::StaleEpoch { current } => HttpError::conflict(format!(
+            "epoch {} is not the registered epoch {current}: register again",
+            query.epoch.unwrap_or_default()
+        )),
     })?;
     // The probe keys ride along: a rotation changes the version, so every agent fetches them.
     let auth = state.probe_auth();
     let version = crate::probe_keys::versioned(&list.version, &auth);
     let etag = format!("\"{version}\"");
-    let etag_value = HeaderValue::from_str(&etag).map_err(|e| ApiError::internal(e.into()))?;
+    let etag_value = HeaderValue::from_str(&etag).map_err(|e| HttpError::internal(e.into()))?;
     if if_none_match(headers, &etag) {
         return Ok((StatusCode::NOT_MODIFIED, [(header::ETAG, etag_value)]).into_response());
     }

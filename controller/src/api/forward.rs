@@ -3,9 +3,9 @@
 //! instance. Only the headers that matter to these two requests cross (bearer token,
 //! content type, ETag validators, the analyzer header).
 
-use super::error::ApiError;
 use axum::http::{HeaderMap, HeaderName, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use rocemesh_httpd::HttpError;
 use rocemesh_proto::api::ANALYZER_HEADER;
 use std::sync::OnceLock;
 use std::time::Duration;
@@ -40,7 +40,7 @@ pub(super) async fn to_leader(
     path_and_query: String,
     headers: &HeaderMap,
     body: Vec<u8>,
-) -> Result<Response, ApiError> {
+) -> Result<Response, HttpError> {
     let url = format!("{}{path_and_query}", leader.trim_end_matches('/'));
     let pass: Vec<(HeaderName, String)> = REQUEST_HEADERS
         .iter()
@@ -76,14 +76,13 @@ pub(super) async fn to_leader(
         Ok::<_, String>((status, keep, bytes))
     })
     .await
-    .map_err(|e| ApiError::internal(e.into()))?;
+    .map_err(|e| HttpError::internal(e.into()))?;
     let (status, keep, bytes) = answer.map_err(|e| {
-        ApiError::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            format!("the leading controller {leader} cannot be reached: {e}"),
-        )
+        HttpError::unavailable(format!(
+            "the leading controller {leader} cannot be reached: {e}"
+        ))
     })?;
-    let status = StatusCode::from_u16(status).map_err(|e| ApiError::internal(e.into()))?;
+    let status = StatusCode::from_u16(status).map_err(|e| HttpError::internal(e.into()))?;
     let mut out = (status, bytes).into_response();
     for (h, v) in keep {
         if let (Ok(h), Ok(v)) = (HeaderName::try_from(h), v.parse()) {

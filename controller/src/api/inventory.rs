@@ -1,12 +1,11 @@
 //! Read-only views of the registry (for operators, the analyzer and service tracing)
 //! and host decommissioning.
 
-use super::error::ApiError;
-use super::extract::ApiPath;
 use crate::state::ControllerState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use rocemesh_httpd::{ApiPath, HttpError};
 use rocemesh_proto::api::{ErrorBody, HostInfo, RnicInfo, TopologyInfo};
 use std::net::IpAddr;
 
@@ -22,11 +21,11 @@ pub(super) async fn rnics(State(state): State<ControllerState>) -> Json<Vec<Rnic
 pub(super) async fn rnic(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
-) -> Result<Json<RnicInfo>, ApiError> {
+) -> Result<Json<RnicInfo>, HttpError> {
     state
         .rnic(id)
         .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("unknown RNIC {id}")))
+        .ok_or_else(|| HttpError::not_found(format!("unknown RNIC {id}")))
 }
 
 /// `GET /rnics/by-ip/{ip}`: the current comm info (QPN, port) of the RNIC owning an IP.
@@ -35,14 +34,14 @@ pub(super) async fn rnic(
 pub(super) async fn rnic_by_ip(
     State(state): State<ControllerState>,
     ApiPath(ip): ApiPath<String>,
-) -> Result<Json<RnicInfo>, ApiError> {
+) -> Result<Json<RnicInfo>, HttpError> {
     let ip: IpAddr = ip
         .parse()
-        .map_err(|_| ApiError::bad_request(format!("{ip:?} is not an IP address")))?;
+        .map_err(|_| HttpError::bad_request(format!("{ip:?} is not an IP address")))?;
     state
         .rnic_by_ip(ip)
         .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("no RNIC has ip {ip}")))
+        .ok_or_else(|| HttpError::not_found(format!("no RNIC has ip {ip}")))
 }
 
 /// `GET /hosts`.
@@ -57,11 +56,11 @@ pub(super) async fn hosts(State(state): State<ControllerState>) -> Json<Vec<Host
 pub(super) async fn host(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
-) -> Result<Json<HostInfo>, ApiError> {
+) -> Result<Json<HostInfo>, HttpError> {
     state
         .host(id)
         .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("unknown host {id}")))
+        .ok_or_else(|| HttpError::not_found(format!("unknown host {id}")))
 }
 
 /// `DELETE /hosts/{id}`: decommission; 204 when done.
@@ -70,11 +69,11 @@ pub(super) async fn host(
 pub(super) async fn delete_host(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, HttpError> {
     if state.delete_host(id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::not_found(format!("unknown host {id}")))
+        Err(HttpError::not_found(format!("unknown host {id}")))
     }
 }
 

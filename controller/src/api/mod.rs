@@ -3,17 +3,16 @@
 //! tasks with their throughput uploads.
 
 mod agents;
-pub mod error;
-mod extract;
 mod forward;
 mod inventory;
 mod tasks;
 
-use crate::state::ControllerState;
-use axum::Router;
+use crate::state::{ControllerState, StateError};
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post, put};
-use error::ApiError;
+use axum::handler::Handler;
+use axum::http::{Method, StatusCode};
+use rocemesh_httpd::Access::{Admin, Agent, AgentRead, Read};
+use rocemesh_httpd::{HttpError, Routes};
 
 /// Largest request body accepted; larger bodies get 413.
 pub const MAX_BODY_BYTES: usize = 1 << 20;
@@ -22,43 +21,69 @@ pub const MAX_TASK_BODY_BYTES: usize = 16 << 20;
 /// Largest throughput upload: 64 RNICs x 1200 samples x 2 counters of up to 20 digits.
 pub const MAX_THROUGHPUT_BODY_BYTES: usize = 4 << 20;
 
-/// All controller routes, already under `/api/v1`.
-pub fn router(state: ControllerState) -> Router {
-    let api = Router::new()
-        .route("/agents/register", post(agents::register))
-        .route("/pinglists/{host_id}", get(agents::pinglist))
-        .route("/rnics", get(inventory::rnics))
-        .route("/rnics/{id}", get(inventory::rnic))
-        .route("/rnics/by-ip/{ip}", get(inventory::rnic_by_ip))
-        .route("/hosts", get(inventory::hosts))
+/// All controller routes under `/api/v1`, each with who may call it.
+pub fn routes() -> Routes<ControllerState> {
+    let task_limit = DefaultBodyLimit::max(MAX_TASK_BODY_BYTES);
+    let api = Routes::new()
+        .route(Method::POST, "/agents/register", Agent, agents::register)
+        .route(Method::GET, "/pinglists/{host_id}", Agent, agents::pinglist)
+        .route(Method::GET, "/rnics", Read, inventory::rnics)
+        .route(Method::GET, "/rnics/{id}", Read, inventory::rnic)
         .route(
-            "/hosts/{id}",
-            get(inventory::host).delete(inventory::delete_host),
+            Method::GET,
+            "/rnics/by-ip/{ip}",
+            AgentRead,
+            inventory::rnic_by_ip,
         )
-        .route("/topology", get(inventory::topology))
+        .route(Method::GET, "/hosts", Read, inventory::hosts)
+        .route(Method::GET, "/hosts/{id}", Read, inventory::host)
+        .route(Method::DELETE, "/hosts/{id}", Admin, inventory::delete_host)
+        .route(Method::GET, "/topology", Read, inventory::topology)
         .route(
+            Method::POST,
             "/tasks",
-            post(tasks::create)
-                .layer(DefaultBodyLimit::max(MAX_TASK_BODY_BYTES))
-                .get(tasks::list),
+            Admin,
+            tasks::create.layer(task_limit),
         )
+        .route(Method::GET, "/tasks", Read, tasks::list)
         .route(
+            Method::PUT,
             "/tasks/{id}",
-            put(tasks::replace)
-                .layer(DefaultBodyLimit::max(MAX_TASK_BODY_BYTES))
-                .get(tasks::get)
-                .delete(tasks::delete),
+            Admin,
+            tasks::replace.layer(task_limit),
         )
-        .route("/tasks/{id}/ready", post(tasks::ready))
+        .route(Method::GET, "/tasks/{id}", Read, tasks::get)
+        .route(Method::DELETE, "/tasks/{id}", Admin, tasks::delete)
+        .route(Method::POST, "/tasks/{id}/ready", Agent, tasks::ready)
         .route(
+            Method::POST,
             "/throughput",
-            post(tasks::throughput).layer(DefaultBodyLimit::max(MAX_THROUGHPUT_BODY_BYTES)),
+            Agent,
+            tasks::throughput.layer(DefaultBodyLimit::max(MAX_THROUGHPUT_BODY_BYTES)),
         )
-        .fallback(not_found)
-        .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .with_state(state);
-    Router::new().nest(rocemesh_proto::api::API_PREFIX, api)
+        .map_router(|r| {
+            r.fallback(not_found)
+                .method_not_allowed_fallback(method_not_allowed)
+                .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        });
+    Routes::new().nest(rocemesh_proto::api::API_PREFIX, api)
+}
+
+/// All controller routes with their state, without the token check (tests, simulations).
+pub fn router(state: ControllerState) -> axum::Router {
+    routes().with_state(state).into_router()
+}
+
+/// Each refusal of the state answers with its status.
+impl From<StateError> for HttpError {
+    fn from(e: StateError) -> Self {
+        match e {
+            StateError::Invalid(m) => Self::bad_request(m),
+            StateError::NotFound(m) => Self::not_found(m),
+            StateError::Conflict(m) => Self::conflict(m),
+            StateError::Failed(e) => Self::internal(e),
+        }
+    }
 }
 
 /// The controller's part of the served OpenAPI document, from the handlers' annotations.
@@ -86,13 +111,13 @@ pub fn openapi() -> utoipa::openapi::OpenApi {
     <Doc as utoipa::OpenApi>::openapi()
 }
 
-async fn not_found(uri: axum::http::Uri) -> ApiError {
-    ApiError::not_found(format!("no route {uri}"))
+async fn not_found(uri: axum::http::Uri) -> HttpError {
+    HttpError::not_found(format!("no route {uri}"))
 }
 
-async fn method_not_allowed(method: axum::http::Method, uri: axum::http::Uri) -> ApiError {
-    ApiError::new(
-        axum::http::StatusCode::METHOD_NOT_ALLOWED,
+async fn method_not_allowed(method: Method, uri: axum::http::Uri) -> HttpError {
+    HttpError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
         format!("{method} is not allowed on {uri}"),
     )
 }

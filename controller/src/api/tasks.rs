@@ -1,12 +1,11 @@
 //! Training tasks (SkeletonHunter §5.1): CRUD for operators and schedulers, readiness
 //! registration for endpoints, and throughput uploads from agents.
 
-use super::error::ApiError;
-use super::extract::{ApiJson, ApiPath};
 use crate::state::ControllerState;
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use rocemesh_httpd::{ApiJson, ApiPath, HttpError};
 use rocemesh_proto::api::{ErrorBody, TaskInfo, TaskSpec, ThroughputUpload, UploadAck};
 use serde::Deserialize;
 
@@ -16,7 +15,7 @@ use serde::Deserialize;
 pub(super) async fn create(
     State(state): State<ControllerState>,
     ApiJson(spec): ApiJson<TaskSpec>,
-) -> Result<(StatusCode, Json<TaskInfo>), ApiError> {
+) -> Result<(StatusCode, Json<TaskInfo>), HttpError> {
     Ok((StatusCode::CREATED, Json(state.create_task(spec).await?)))
 }
 
@@ -32,11 +31,11 @@ pub(super) async fn list(State(state): State<ControllerState>) -> Json<Vec<TaskI
 pub(super) async fn get(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
-) -> Result<Json<TaskInfo>, ApiError> {
+) -> Result<Json<TaskInfo>, HttpError> {
     state
         .task(id)
         .map(Json)
-        .ok_or_else(|| ApiError::not_found(format!("unknown task {id}")))
+        .ok_or_else(|| HttpError::not_found(format!("unknown task {id}")))
 }
 
 /// `PUT /tasks/{id}`: replace name and endpoints (back to preload).
@@ -46,7 +45,7 @@ pub(super) async fn replace(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
     ApiJson(spec): ApiJson<TaskSpec>,
-) -> Result<Json<TaskInfo>, ApiError> {
+) -> Result<Json<TaskInfo>, HttpError> {
     Ok(Json(state.replace_task(id, spec).await?))
 }
 
@@ -56,11 +55,11 @@ pub(super) async fn replace(
 pub(super) async fn delete(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
-) -> Result<StatusCode, ApiError> {
+) -> Result<StatusCode, HttpError> {
     if state.delete_task(id).await? {
         Ok(StatusCode::NO_CONTENT)
     } else {
-        Err(ApiError::not_found(format!("unknown task {id}")))
+        Err(HttpError::not_found(format!("unknown task {id}")))
     }
 }
 
@@ -81,7 +80,7 @@ pub(super) async fn ready(
     State(state): State<ControllerState>,
     ApiPath(id): ApiPath<u32>,
     ApiJson(req): ApiJson<ReadyRequest>,
-) -> Result<Json<TaskInfo>, ApiError> {
+) -> Result<Json<TaskInfo>, HttpError> {
     Ok(Json(state.task_ready(id, &req.host, &req.rnic).await?))
 }
 
@@ -91,6 +90,6 @@ pub(super) async fn ready(
 pub(super) async fn throughput(
     State(state): State<ControllerState>,
     ApiJson(upload): ApiJson<ThroughputUpload>,
-) -> Result<Json<UploadAck>, ApiError> {
+) -> Result<Json<UploadAck>, HttpError> {
     Ok(Json(state.ingest_throughput(&upload)?))
 }

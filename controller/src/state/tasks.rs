@@ -2,13 +2,12 @@
 //! first), throughput ingestion, and the runtime skeleton inference.
 
 use super::ControllerState;
-use crate::api::error::ApiError;
+use super::StateError;
 use crate::registry::Registry;
 use crate::tasks::resolve::{Derived, RnicIndex, count_basic, place};
 use crate::tasks::{self, TaskBook, TaskRecord, inference, task_info, validate};
 use crate::throughput::Ingested;
 use anyhow::Context;
-use axum::http::StatusCode;
 use rocemesh_proto::api::{
     MAX_RNICS_PER_HOST, TaskEndpoint, TaskInfo, TaskSpec, ThroughputUpload, UploadAck,
 };
@@ -67,22 +66,22 @@ impl ControllerState {
 
     /// Validates a spec against the rules, the other tasks' names (`except` = the task
     /// being replaced) and the pair bound.
-    fn check_spec(&self, spec: &TaskSpec, except: Option<u32>) -> Result<(), ApiError> {
-        validate::spec(spec).map_err(ApiError::bad_request)?;
+    fn check_spec(&self, spec: &TaskSpec, except: Option<u32>) -> Result<(), StateError> {
+        validate::spec(spec).map_err(StateError::Invalid)?;
         let reg = self.read();
         if let Some(other) = self.tasks_read().id_by_name(&spec.name)
             && Some(other) != except
         {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!("task name {:?} is taken by task {other}", spec.name),
-            ));
+            return Err(StateError::Conflict(format!(
+                "task name {:?} is taken by task {other}",
+                spec.name
+            )));
         }
         let (_, placed) = place(&spec.endpoints, &RnicIndex::new(&reg));
         let pairs = count_basic(&placed);
         let max = self.inner.cfg.task_max_pairs;
         if pairs > max {
-            return Err(ApiError::bad_request(format!(
+            return Err(StateError::Invalid(format!(
                 "the task has {pairs} same-rail pairs, more than task_max_pairs ({max})"
             )));
         }
@@ -90,7 +89,7 @@ impl ControllerState {
     }
 
     /// Creates a task in preload.
-    pub(crate) async fn create_task(&self, spec: TaskSpec) -> Result<TaskInfo, ApiError> {
+    pub(crate) async fn create_task(&self, spec: TaskSpec) -> Result<TaskInfo, StateError> {
         let _writer = self.inner.writer.lock().await;
         self.check_spec(&spec, None)?;
         let now = rocemesh_proto::now_unix_ms();
@@ -99,8 +98,7 @@ impl ControllerState {
             .db
             .inventory()
             .insert_task(&spec.name, &spec.endpoints, now)
-            .await
-            .map_err(ApiError::internal)?;
+            .await?;
         tracing::info!(task = %spec.name, id, endpoints = spec.endpoints.len(), "task created");
         let record = TaskRecord {
             id,
@@ -111,11 +109,15 @@ impl ControllerState {
         };
         self.tasks_write().insert(record);
         self.task(id)
-            .ok_or_else(|| ApiError::internal(anyhow::anyhow!("task {id} vanished after creation")))
+            .ok_or_else(|| anyhow::anyhow!("task {id} vanished after creation").into())
     }
 
     /// Replaces a task's name and endpoints; it goes back to preload.
-    pub(crate) async fn replace_task(&self, id: u32, spec: TaskSpec) -> Result<TaskInfo, ApiError> {
+    pub(crate) async fn replace_task(
+        &self,
+        id: u32,
+        spec: TaskSpec,
+    ) -> Result<TaskInfo, StateError> {
         let _writer = self.inner.writer.lock().await;
         if self.tasks_read().get(id).is_none() {
             return Err(unknown_task(id));
@@ -126,15 +128,14 @@ impl ControllerState {
             .db
             .inventory()
             .replace_task(id, &spec.name, &spec.endpoints, now)
-            .await
-            .map_err(ApiError::internal)?;
+            .await?;
         tracing::info!(task = %spec.name, id, endpoints = spec.endpoints.len(), "task replaced");
         self.tasks_write().replace(id, spec.name, spec.endpoints);
         self.task(id).ok_or_else(|| unknown_task(id))
     }
 
     /// Deletes a task; `false` if it was unknown.
-    pub(crate) async fn delete_task(&self, id: u32) -> Result<bool, ApiError> {
+    pub(crate) async fn delete_task(&self, id: u32) -> Result<bool, StateError> {
         let _writer = self.inner.writer.lock().await;
         if self.tasks_read().get(id).is_none() {
             return Ok(false);
@@ -143,8 +144,7 @@ impl ControllerState {
             .db
             .inventory()
             .delete_task(id)
-            .await
-            .map_err(ApiError::internal)?;
+            .await?;
         self.tasks_write().remove(id);
         tracing::info!(id, "task deleted");
         Ok(true)
@@ -156,7 +156,7 @@ impl ControllerState {
         id: u32,
         host: &str,
         rnic: &str,
-    ) -> Result<TaskInfo, ApiError> {
+    ) -> Result<TaskInfo, StateError> {
         let _writer = self.inner.writer.lock().await;
         let (pos, ready) = {
             let book = self.tasks_read();
@@ -166,7 +166,7 @@ impl ControllerState {
                 .iter()
                 .position(|e| e.host == host && e.rnic == rnic)
                 .ok_or_else(|| {
-                    ApiError::not_found(format!("task {id} has no endpoint {host}/{rnic}"))
+                    StateError::NotFound(format!("task {id} has no endpoint {host}/{rnic}"))
                 })?;
             (pos, task.endpoints[pos].ready)
         };
@@ -175,8 +175,7 @@ impl ControllerState {
                 .db
                 .inventory()
                 .set_ready(id, pos, true)
-                .await
-                .map_err(ApiError::internal)?;
+                .await?;
             self.tasks_write().set_ready(id, pos, true);
             tracing::debug!(id, host, rnic, "task endpoint ready");
         }
@@ -188,7 +187,7 @@ impl ControllerState {
     /// the same ones (incremental activation and deactivation keep the skeleton); replaced
     /// (back to preload) when endpoints came or went. For callers that own a task's whole
     /// spec, such as Kubernetes task discovery.
-    pub async fn sync_task(&self, spec: TaskSpec) -> Result<TaskInfo, ApiError> {
+    pub async fn sync_task(&self, spec: TaskSpec) -> Result<TaskInfo, StateError> {
         let existing = self.tasks_read().id_by_name(&spec.name);
         let Some(id) = existing else {
             return self.create_task(spec).await;
@@ -221,8 +220,7 @@ impl ControllerState {
                         .db
                         .inventory()
                         .set_ready(id, pos, ready)
-                        .await
-                        .map_err(ApiError::internal)?;
+                        .await?;
                     self.tasks_write().set_ready(id, pos, ready);
                 }
                 self.task(id).ok_or_else(|| unknown_task(id))
@@ -235,7 +233,7 @@ impl ControllerState {
     }
 
     /// Deletes the task with this name; `false` if there is none.
-    pub async fn delete_task_named(&self, name: &str) -> Result<bool, ApiError> {
+    pub async fn delete_task_named(&self, name: &str) -> Result<bool, StateError> {
         let id = self.tasks_read().id_by_name(name);
         match id {
             Some(id) => self.delete_task(id).await,
@@ -272,7 +270,7 @@ impl ControllerState {
     pub(crate) fn ingest_throughput(
         &self,
         upload: &ThroughputUpload,
-    ) -> Result<UploadAck, ApiError> {
+    ) -> Result<UploadAck, StateError> {
         let derived = {
             let reg = self.read();
             check_upload(&reg, upload)?;
@@ -374,39 +372,36 @@ impl ControllerState {
     }
 }
 
-fn unknown_task(id: u32) -> ApiError {
-    ApiError::not_found(format!("unknown task {id}"))
+fn unknown_task(id: u32) -> StateError {
+    StateError::NotFound(format!("unknown task {id}"))
 }
 
 /// Checks a throughput upload against the registry; nothing is stored when it fails.
-fn check_upload(reg: &Registry, u: &ThroughputUpload) -> Result<(), ApiError> {
+fn check_upload(reg: &Registry, u: &ThroughputUpload) -> Result<(), StateError> {
     let host = reg
         .host(u.host_id)
-        .ok_or_else(|| ApiError::not_found(format!("unknown host {}", u.host_id)))?;
+        .ok_or_else(|| StateError::NotFound(format!("unknown host {}", u.host_id)))?;
     if u.epoch != host.epoch {
-        return Err(ApiError::new(
-            StatusCode::CONFLICT,
-            format!(
-                "epoch {} is not the registered epoch {}: register again",
-                u.epoch, host.epoch
-            ),
-        ));
+        return Err(StateError::Conflict(format!(
+            "epoch {} is not the registered epoch {}: register again",
+            u.epoch, host.epoch
+        )));
     }
     if !(1..=MAX_THROUGHPUT_INTERVAL_MS).contains(&u.interval_ms) {
-        return Err(ApiError::bad_request(format!(
+        return Err(StateError::Invalid(format!(
             "interval_ms must be in 1..={MAX_THROUGHPUT_INTERVAL_MS}, got {}",
             u.interval_ms
         )));
     }
     if u.series.len() > MAX_RNICS_PER_HOST {
-        return Err(ApiError::bad_request(format!(
+        return Err(StateError::Invalid(format!(
             "at most {MAX_RNICS_PER_HOST} series per upload, got {}",
             u.series.len()
         )));
     }
     let mut seen = HashSet::new();
     for (i, s) in u.series.iter().enumerate() {
-        let bad = |why: String| ApiError::bad_request(format!("series[{i}]: {why}"));
+        let bad = |why: String| StateError::Invalid(format!("series[{i}]: {why}"));
         if reg.rnic(s.rnic_id).is_none_or(|r| r.host_id != u.host_id) {
             return Err(bad(format!(
                 "RNIC {} is not an RNIC of host {}",

@@ -1,43 +1,41 @@
-//! Bearer-token access control of the HTTP API: the `[auth]` config section, the roles a
-//! token grants and the axum middleware that wraps the server's whole router.
+//! Bearer-token access control of an HTTP API: the `[auth]` config section, the roles a
+//! token grants and the middleware that wraps a server's whole router.
 //!
-//! Roles: `read` may GET (and HEAD) anything under `/api/v1` but pinglists (they carry
-//! the cluster probe keys); `agent` may call only what an
-//! agent calls (registration, pinglist polls, result and throughput uploads, task readiness,
-//! the comm-info look-up of service tracing); `admin` may call everything. Outside `/api/`
-//! (health, readiness, `/metrics`, the dashboard's page and assets) and the OpenAPI document
-//! stay open. Without any token configured, auth is off (a warning is logged at start).
-//! An admitted request carries its [`CallerRole`], so handlers can hide what only
-//! administrators may see and know that callers are authenticated.
+//! Roles: `read` may GET (and HEAD) what its routes open to readers; `agent` may call only
+//! the routes declared for agents; `admin` may call everything (see [`crate::Access`],
+//! which each route declares). Outside `/api/` (health, readiness, `/metrics`, the
+//! dashboard's page and assets) and the open routes (the OpenAPI document) need no token.
+//! Without any token configured, auth is off (a warning is logged at start). An admitted
+//! request carries its [`Role`], so handlers can hide what only administrators may see and
+//! know that callers are authenticated.
 //!
 //! An agent token may name the hosts it stands for (`hosts`, exact names or `*` patterns):
-//! it can then register only those, and since result batches are bound to the upload key a
-//! registration returns, its holder cannot speak for any other host. A token without
-//! `hosts` (one secret shared by a DaemonSet) may register any host name.
+//! its requests then carry [`AgentHosts`], and the registration refuses any other host;
+//! since result batches are bound to the upload key a registration returns, its holder
+//! cannot speak for any other host. A token without `hosts` (one secret shared by a
+//! DaemonSet) may register any host name.
 
+use crate::{HttpError, Policy};
 use anyhow::{Context, Result, bail};
 use axum::Router;
 use axum::extract::{Request, State};
-use axum::http::{HeaderValue, Method, StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use rocemesh_proto::api::{CallerRole, ErrorBody};
 use serde::Deserialize;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-/// Path of the OpenAPI document, open to everyone.
-pub const OPENAPI_PATH: &str = "/api/v1/openapi.json";
 /// Shortest token accepted: anything shorter is guessable.
-pub const MIN_TOKEN_LEN: usize = 16;
+const MIN_TOKEN_LEN: usize = 16;
 /// Longest token accepted (a header, not a file dump).
-pub const MAX_TOKEN_LEN: usize = 4096;
+const MAX_TOKEN_LEN: usize = 4096;
 
-/// What a token may do.
+/// What a token may do; an admitted request carries its caller's role as an extension.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// GET of every API route (operators, dashboards, scripts).
+    /// GET of the API's views (operators, dashboards, scripts).
     Read,
     /// Everything (writes, deletes, configuration).
     Admin,
@@ -54,42 +52,6 @@ impl Role {
             Self::Agent => "agent",
         }
     }
-
-    /// Whether this role may call `method path` (a path under `/api/v1`).
-    pub fn may(self, method: &Method, path: &str) -> bool {
-        match self {
-            Self::Admin => true,
-            Self::Read => {
-                (*method == Method::GET || *method == Method::HEAD) && !carries_probe_keys(path)
-            }
-            Self::Agent => is_agent_call(method, path),
-        }
-    }
-}
-
-/// Pinglists carry the cluster probe keys: agents and admins only.
-fn carries_probe_keys(path: &str) -> bool {
-    path.starts_with("/api/v1/pinglists/")
-}
-
-/// The calls an agent makes, and nothing else.
-fn is_agent_call(method: &Method, path: &str) -> bool {
-    let Some(rest) = path.strip_prefix("/api/v1/") else {
-        return false;
-    };
-    let segments: Vec<&str> = rest.split('/').collect();
-    let get = *method == Method::GET || *method == Method::HEAD;
-    let post = *method == Method::POST;
-    match segments.as_slice() {
-        ["agents", "register"] | ["results"] | ["throughput"] | ["tasks", _, "ready"] => post,
-        ["pinglists", _] | ["rnics", "by-ip", _] => get,
-        _ => false,
-    }
-}
-
-/// Whether a path is served without a token.
-pub fn is_open(path: &str) -> bool {
-    !path.starts_with("/api/") || path == OPENAPI_PATH
 }
 
 /// The `[auth]` section of the server config.
@@ -161,7 +123,7 @@ pub struct Grant<'a> {
     /// Its role.
     pub role: Role,
     /// Host-name patterns an agent token is limited to (empty: any host).
-    pub hosts: &'a [String],
+    pub hosts: &'a Arc<[String]>,
 }
 
 /// Whether `name` matches `pattern`, where `*` stands for any run of characters.
@@ -184,17 +146,22 @@ fn matches(pattern: &str, name: &str) -> bool {
     rest.len() >= last.len() && rest.ends_with(last)
 }
 
-impl Grant<'_> {
-    /// Whether this grant may register host `name`.
+/// The host-name patterns of an agent token limited to some hosts, carried by its requests
+/// so that the registration can refuse any other host.
+#[derive(Debug, Clone)]
+pub struct AgentHosts(Arc<[String]>);
+
+impl AgentHosts {
+    /// Whether the token may register host `name` (any host when it names none).
     pub fn may_register(&self, name: &str) -> bool {
-        self.hosts.is_empty() || self.hosts.iter().any(|p| matches(p, name))
+        self.0.is_empty() || self.0.iter().any(|p| matches(p, name))
     }
 }
 
 struct Entry {
     role: Role,
     token: Box<[u8]>,
-    hosts: Vec<String>,
+    hosts: Arc<[String]>,
 }
 
 /// The accepted tokens, loaded once at start.
@@ -231,7 +198,7 @@ impl Tokens {
             entries.push(Entry {
                 role: t.role,
                 token: token.into_bytes().into_boxed_slice(),
-                hosts: t.hosts.clone(),
+                hosts: t.hosts.as_slice().into(),
             });
         }
         Ok((!entries.is_empty()).then(|| Arc::new(Self { entries })))
@@ -262,10 +229,20 @@ fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     std::hint::black_box(diff) == 0
 }
 
-/// Wraps `router` in the token check; without tokens it is returned as is (auth off).
-pub fn protect(router: Router, tokens: Option<Arc<Tokens>>) -> Router {
+/// The accepted tokens and the access rules of the routes they are checked against.
+struct Guard {
+    tokens: Arc<Tokens>,
+    policy: Policy,
+}
+
+/// Wraps `router` in the token check of `policy` (the rules of its routes, from
+/// [`crate::Routes`]); without tokens it is returned as is (auth off).
+pub fn protect(router: Router, tokens: Option<Arc<Tokens>>, policy: Policy) -> Router {
     match tokens {
-        Some(tokens) => router.layer(middleware::from_fn_with_state(tokens, check)),
+        Some(tokens) => router.layer(middleware::from_fn_with_state(
+            Arc::new(Guard { tokens, policy }),
+            check,
+        )),
         None => {
             tracing::warn!(
                 "no [auth] tokens configured: the API is open to anyone who can reach it"
@@ -276,7 +253,7 @@ pub fn protect(router: Router, tokens: Option<Arc<Tokens>>) -> Router {
 }
 
 fn refuse(status: StatusCode, error: String) -> Response {
-    let mut resp = (status, axum::Json(ErrorBody { error })).into_response();
+    let mut resp = HttpError::new(status, error).into_response();
     if status == StatusCode::UNAUTHORIZED {
         resp.headers_mut()
             .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
@@ -285,10 +262,10 @@ fn refuse(status: StatusCode, error: String) -> Response {
 }
 
 /// The middleware: open paths pass; others need a known token whose role allows the call.
-async fn check(State(tokens): State<Arc<Tokens>>, mut req: Request, next: Next) -> Response {
+async fn check(State(guard): State<Arc<Guard>>, mut req: Request, next: Next) -> Response {
     let path = req.uri().path().to_owned();
     let path = path.as_str();
-    if is_open(path) {
+    if guard.policy.is_open(path) {
         return next.run(req).await;
     }
     let presented = req
@@ -301,19 +278,13 @@ async fn check(State(tokens): State<Arc<Tokens>>, mut req: Request, next: Next) 
             "missing token: send `Authorization: Bearer <token>`".into(),
         );
     };
-    match tokens.grant_of(presented) {
+    match guard.tokens.grant_of(presented) {
         None => refuse(StatusCode::UNAUTHORIZED, "unknown token".into()),
-        Some(grant) if grant.role.may(req.method(), path) => {
-            req.extensions_mut().insert(match grant.role {
-                Role::Read => CallerRole::Read,
-                Role::Agent => CallerRole::Agent,
-                Role::Admin => CallerRole::Admin,
-            });
-            if !grant.hosts.is_empty() && path == REGISTER_PATH {
-                req = match registers_allowed_host(req, grant).await {
-                    Ok(req) => req,
-                    Err(refused) => return refused,
-                };
+        Some(grant) if guard.policy.admits(grant.role, req.method(), path) => {
+            let hosts = (!grant.hosts.is_empty()).then(|| AgentHosts(grant.hosts.clone()));
+            req.extensions_mut().insert(grant.role);
+            if let Some(hosts) = hosts {
+                req.extensions_mut().insert(hosts);
             }
             next.run(req).await
         }
@@ -328,75 +299,12 @@ async fn check(State(tokens): State<Arc<Tokens>>, mut req: Request, next: Next) 
     }
 }
 
-/// The registration route, whose body names the host an agent stands for.
-const REGISTER_PATH: &str = "/api/v1/agents/register";
-
-/// Reads a registration's body (bounded like the controller's) and refuses it when the
-/// host it names is not one `grant` may register; otherwise hands the request on intact.
-/// A body that is no registration goes on to the handler, which says what is wrong.
-async fn registers_allowed_host(req: Request, grant: Grant<'_>) -> Result<Request, Response> {
-    #[derive(Deserialize)]
-    struct Named {
-        host: String,
-    }
-    let (parts, body) = req.into_parts();
-    let bytes = axum::body::to_bytes(body, rocemesh_controller::api::MAX_BODY_BYTES)
-        .await
-        .map_err(|e| {
-            refuse(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!("registration body: {e}"),
-            )
-        })?;
-    if let Ok(named) = serde_json::from_slice::<Named>(&bytes)
-        && !grant.may_register(&named.host)
-    {
-        return Err(refuse(
-            StatusCode::FORBIDDEN,
-            format!("this agent token may not register host {:?}", named.host),
-        ));
-    }
-    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn tokens(toml_text: &str) -> Result<Option<Arc<Tokens>>> {
         Tokens::load(&toml::from_str::<AuthConfig>(toml_text)?)
-    }
-
-    #[test]
-    fn roles_allow_what_the_contract_says() {
-        let (get, post, delete) = (Method::GET, Method::POST, Method::DELETE);
-        assert!(Role::Read.may(&get, "/api/v1/problems"));
-        assert!(!Role::Read.may(&get, "/api/v1/pinglists/7"), "probe keys");
-        assert!(!Role::Read.may(&post, "/api/v1/tasks"));
-        assert!(Role::Admin.may(&delete, "/api/v1/hosts/3"));
-        for (m, p) in [
-            (&post, "/api/v1/agents/register"),
-            (&get, "/api/v1/pinglists/7"),
-            (&post, "/api/v1/results"),
-            (&post, "/api/v1/throughput"),
-            (&post, "/api/v1/tasks/4/ready"),
-            (&get, "/api/v1/rnics/by-ip/10.0.0.1"),
-        ] {
-            assert!(Role::Agent.may(m, p), "{m} {p}");
-        }
-        for (m, p) in [
-            (&get, "/api/v1/problems"),
-            (&post, "/api/v1/tasks"),
-            (&get, "/api/v1/tasks/4/ready"),
-            (&post, "/api/v1/tasks/4/ready/x"),
-            (&delete, "/api/v1/hosts/1"),
-            (&get, "/api/v1/rnics"),
-        ] {
-            assert!(!Role::Agent.may(m, p), "{m} {p}");
-        }
-        assert!(is_open("/healthz") && is_open("/") && is_open("/assets/app.js"));
-        assert!(is_open(OPENAPI_PATH) && is_open("/metrics"));
-        assert!(!is_open("/api/v1/problems") && !is_open("/api/v2/x"));
     }
 
     #[test]
@@ -423,12 +331,7 @@ mod tests {
     #[test]
     fn host_patterns_match_whole_names() {
         let grant = |hosts: &[&str], name: &str| {
-            let hosts: Vec<String> = hosts.iter().map(|h| h.to_string()).collect();
-            Grant {
-                role: Role::Agent,
-                hosts: &hosts,
-            }
-            .may_register(name)
+            AgentHosts(hosts.iter().map(|h| h.to_string()).collect()).may_register(name)
         };
         assert!(grant(&[], "anything"));
         assert!(grant(&["gpu-7"], "gpu-7"));
@@ -444,7 +347,7 @@ mod tests {
         )
         .unwrap()
         .unwrap();
-        assert_eq!(t.grant_of(b"0123456789abcdef").unwrap().hosts, ["n1"]);
+        assert_eq!(t.grant_of(b"0123456789abcdef").unwrap().hosts[..], ["n1"]);
         let err = tokens(
             "tokens = [{ role = \"admin\", token = \"0123456789abcdef\", hosts = [\"n1\"] }]",
         )

@@ -1,13 +1,13 @@
-//! Request size limits of the whole server: a hard ceiling on every body (whatever the
+//! Request size limits of a whole server: a hard ceiling on every body (whatever the
 //! handler does with it), a default for routes that set no limit of their own, and 413
-//! answers as JSON `ErrorBody`s like every other API error.
+//! answers as JSON [`HttpError`]s like every other API error.
 
+use crate::HttpError;
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use rocemesh_proto::api::ErrorBody;
 use tower_http::limit::RequestBodyLimitLayer;
 
 /// Hard ceiling of any request body: the largest per-route limit (task specs, 16 MiB).
@@ -20,7 +20,7 @@ pub const DEFAULT_BODY_BYTES: usize = 1 << 20;
 
 /// Applies the limits to every route of `router` (per-route limits set inside still win
 /// below the ceiling).
-pub fn apply(router: Router) -> Router {
+pub fn limit_bodies(router: Router) -> Router {
     router
         .layer(DefaultBodyLimit::max(DEFAULT_BODY_BYTES))
         .layer(RequestBodyLimitLayer::new(MAX_REQUEST_BYTES))
@@ -38,11 +38,9 @@ async fn json_413(req: Request, next: Next) -> Response {
     if resp.status() != StatusCode::PAYLOAD_TOO_LARGE || is_json {
         return resp;
     }
-    (
+    HttpError::new(
         StatusCode::PAYLOAD_TOO_LARGE,
-        axum::Json(ErrorBody {
-            error: format!("request body too large (this route takes at most its limit, the server at most {MAX_REQUEST_BYTES} bytes)"),
-        }),
+        format!("request body too large (this route takes at most its limit, the server at most {MAX_REQUEST_BYTES} bytes)"),
     )
-        .into_response()
+    .into_response()
 }

@@ -1,9 +1,8 @@
-//! HTTPS for the server's one listener: the `[tls]` config section, the rustls server
+//! HTTPS for a server's listener: the `[tls]` config section, the rustls server
 //! configuration built from PEM files (ring provider), optional client-certificate
-//! verification (mutual TLS). The listener itself (handshake deadlines, per-source
-//! limits) is `rocemesh_httpd`'s. Without `[tls]` the server speaks plain HTTP and says
-//! so at start when tokens are configured (a bearer token in clear text is a token
-//! given away).
+//! verification (mutual TLS); [`crate::serve`] terminates it. Without `[tls]` the server
+//! speaks plain HTTP and says so at start when tokens are configured (a bearer token in
+//! clear text is a token given away).
 
 use anyhow::{Context, Result};
 use rocemesh_proto::http_client::{read_certificates, read_private_key};
@@ -37,7 +36,7 @@ fn certificates(path: &Path) -> Result<Vec<CertificateDer<'static>>> {
 
 /// Builds the rustls server configuration of `[tls]`; every unreadable or unusable file is
 /// an error naming it (never its content).
-pub fn server_config(cfg: &TlsConfig) -> Result<Arc<ServerConfig>> {
+fn server_config(cfg: &TlsConfig) -> Result<Arc<ServerConfig>> {
     let chain = certificates(&cfg.cert_file).context("[tls] cert_file")?;
     let key = read_private_key(&cfg.key_file).context("[tls] key_file")?;
     let key = PrivateKeyDer::try_from(key.der().to_vec())
@@ -74,7 +73,7 @@ pub fn server_config(cfg: &TlsConfig) -> Result<Arc<ServerConfig>> {
 }
 
 /// Loads `[tls]` when configured; without it, warns if tokens would travel in clear text.
-pub fn load(tls: Option<&TlsConfig>, has_tokens: bool) -> Result<Option<Arc<ServerConfig>>> {
+pub fn load_tls(tls: Option<&TlsConfig>, has_tokens: bool) -> Result<Option<Arc<ServerConfig>>> {
     match tls {
         Some(cfg) => server_config(cfg).map(Some),
         None => {

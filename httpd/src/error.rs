@@ -1,18 +1,20 @@
-//! Every error the API returns: a status and an `ErrorBody`, never axum's plain text.
+//! The one error answer of every API route: a status and a JSON [`ErrorBody`], never
+//! axum's plain text.
 
 use axum::Json;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use rocemesh_proto::api::ErrorBody;
 
-/// An HTTP error with a reason for the client.
+/// An HTTP error with a reason for the client; every handler and extractor of the API
+/// answers failures with it.
 #[derive(Debug)]
-pub struct ApiError {
+pub struct HttpError {
     status: StatusCode,
     message: String,
 }
 
-impl ApiError {
+impl HttpError {
     /// Any status with a reason.
     pub fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
@@ -26,25 +28,38 @@ impl ApiError {
         Self::new(StatusCode::BAD_REQUEST, message)
     }
 
-    /// 404: no such host/RNIC/route.
+    /// 403: the caller may not do this.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, message)
+    }
+
+    /// 404: no such resource or route.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, message)
     }
 
-    /// 500: a server-side failure (database); the details go to the log, not the client.
-    /// An unavailable database (down, refusing connections, disk full) is a 503 naming
-    /// the database's own reason, so clients know to retry later.
+    /// 409: the request conflicts with the current state.
+    pub fn conflict(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::CONFLICT, message)
+    }
+
+    /// 503: the server cannot do it now; the client should retry later.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, message)
+    }
+
+    /// 500: a server-side failure; the details go to the log, not the client. With the
+    /// `store` feature, a failure of an unavailable database (down, refusing connections,
+    /// disk full) is a 503 naming the database's own reason, so clients know to retry.
     pub fn internal(err: anyhow::Error) -> Self {
         tracing::error!(error = format!("{err:#}"), "request failed");
+        #[cfg(feature = "store")]
         if rocemesh_store::is_unavailable(&err) {
-            return Self::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!("database unavailable: {}", err.root_cause()),
-            );
+            return Self::unavailable(format!("database unavailable: {}", err.root_cause()));
         }
         Self::new(
             StatusCode::INTERNAL_SERVER_ERROR,
-            "internal error (see controller log)",
+            "internal error (see the server log)",
         )
     }
 
@@ -52,18 +67,22 @@ impl ApiError {
     pub fn status(&self) -> StatusCode {
         self.status
     }
+
+    /// The reason given to the client.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
 }
 
-impl std::fmt::Display for ApiError {
+impl std::fmt::Display for HttpError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "{}: {}", self.status, self.message)
     }
 }
 
-/// In-process callers (task discovery) carry the refusal on as an `anyhow::Error`.
-impl std::error::Error for ApiError {}
+impl std::error::Error for HttpError {}
 
-impl IntoResponse for ApiError {
+impl IntoResponse for HttpError {
     fn into_response(self) -> Response {
         (
             self.status,
@@ -78,7 +97,7 @@ impl IntoResponse for ApiError {
 /// Extractor rejections keep their status (400, 413, 415, 422 ...) and text, as JSON.
 macro_rules! from_rejection {
     ($($rejection:ty),*) => {$(
-        impl From<$rejection> for ApiError {
+        impl From<$rejection> for HttpError {
             fn from(r: $rejection) -> Self {
                 Self::new(r.status(), r.body_text())
             }
@@ -88,5 +107,6 @@ macro_rules! from_rejection {
 from_rejection!(
     axum::extract::rejection::JsonRejection,
     axum::extract::rejection::PathRejection,
-    axum::extract::rejection::QueryRejection
+    axum::extract::rejection::QueryRejection,
+    axum::extract::rejection::BytesRejection
 );
