@@ -288,7 +288,13 @@ async fn get_problem(
         let [p] = one;
         return Ok(Json(p));
     }
-    match a.db().problems().get(id).await.map_err(HttpError::internal)? {
+    match a
+        .db()
+        .problems()
+        .get(id)
+        .await
+        .map_err(HttpError::internal)?
+    {
         Some(p) => Ok(Json(p)),
         None => Err(HttpError::not_found(format!("no problem {id}"))),
     }

@@ -321,11 +321,7 @@ impl ControllerState {
         if self.read().host(host_id).is_none() {
             return Ok(false);
         }
-        self.inner
-            .db
-            .inventory()
-            .delete_host(host_id)
-            .await?;
+        self.inner.db.inventory().delete_host(host_id).await?;
         self.write().remove_host(host_id);
         tracing::info!(host_id, "host decommissioned");
         Ok(true)

@@ -17,6 +17,7 @@ pub enum TestbedCmd {
     /// kinds: loss, flow_drop, delay, corrupt, congestion, link_down, link_flap, rnic_down,
     /// rnic_flap, spine_down, cpu_starve. Prints the fault id and its ground truth.
     Fault {
+        /// Which fabric.
         #[command(flatten)]
         prefix: PrefixArg,
         /// The fault as JSON.
@@ -24,6 +25,7 @@ pub enum TestbedCmd {
     },
     /// Clear one fault (`--id`) or all.
     Clear {
+        /// Which fabric.
         #[command(flatten)]
         prefix: PrefixArg,
         /// Fault id printed by `fault`; without it every fault is cleared.
@@ -53,6 +55,7 @@ pub enum JobCmd {
     /// "iteration_ms":2000,"pp_offset_ms":100,"allreduce_bytes":2000000,
     /// "activation_bytes":200000,"jitter_ms":10,"seed":1}'; prints its ground truth.
     Start {
+        /// Which fabric.
         #[command(flatten)]
         prefix: PrefixArg,
         /// The job as JSON.
@@ -60,6 +63,7 @@ pub enum JobCmd {
     },
     /// Stop a job by name.
     Stop {
+        /// Which fabric.
         #[command(flatten)]
         prefix: PrefixArg,
         /// Job name.

@@ -140,11 +140,7 @@ impl ControllerState {
         if self.tasks_read().get(id).is_none() {
             return Ok(false);
         }
-        self.inner
-            .db
-            .inventory()
-            .delete_task(id)
-            .await?;
+        self.inner.db.inventory().delete_task(id).await?;
         self.tasks_write().remove(id);
         tracing::info!(id, "task deleted");
         Ok(true)
@@ -171,11 +167,7 @@ impl ControllerState {
             (pos, task.endpoints[pos].ready)
         };
         if !ready {
-            self.inner
-                .db
-                .inventory()
-                .set_ready(id, pos, true)
-                .await?;
+            self.inner.db.inventory().set_ready(id, pos, true).await?;
             self.tasks_write().set_ready(id, pos, true);
             tracing::debug!(id, host, rnic, "task endpoint ready");
         }
@@ -216,11 +208,7 @@ impl ControllerState {
         match flips {
             Some(flips) => {
                 for (pos, ready) in flips {
-                    self.inner
-                        .db
-                        .inventory()
-                        .set_ready(id, pos, ready)
-                        .await?;
+                    self.inner.db.inventory().set_ready(id, pos, ready).await?;
                     self.tasks_write().set_ready(id, pos, ready);
                 }
                 self.task(id).ok_or_else(|| unknown_task(id))

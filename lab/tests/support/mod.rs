@@ -5,21 +5,21 @@ use std::process::Command;
 
 /// The lab binary under test; the agents its labs start run from the `rocemesh` binary
 /// beside it.
-pub fn bin() -> Command {
+pub(crate) fn bin() -> Command {
     let mut c = Command::new(env!("CARGO_BIN_EXE_rocemesh-lab"));
     c.env("RUST_LOG", "warn");
     c
 }
 
 /// Whether the test runs as root (namespace fabrics need it).
-pub fn is_root() -> bool {
+pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
 
 /// Runs an `eval ... --json` command, asserts it succeeded and returns its report
 /// (printed, for the test log).
-pub fn eval_report(cmd: &mut Command) -> serde_json::Value {
+pub(crate) fn eval_report(cmd: &mut Command) -> serde_json::Value {
     let out = cmd.output().expect("run rocemesh-lab eval");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "eval failed: {stderr}");
