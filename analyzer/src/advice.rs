@@ -16,7 +16,7 @@ use std::net::IpAddr;
 
 /// The components open problems put on the avoid list.
 #[derive(Debug, Default, Clone)]
-pub struct Avoid {
+pub(crate) struct Avoid {
     /// Switches and links of switch, link and latency problems, and the link and switch
     /// suspects of flow problems (a flow problem cannot single one out: avoid them all).
     fabric: HashSet<String>,
@@ -26,7 +26,7 @@ pub struct Avoid {
 
 impl Avoid {
     /// The avoid list of the active problems among `problems`.
-    pub fn from_problems(problems: &[Problem]) -> Self {
+    pub(crate) fn from_problems(problems: &[Problem]) -> Self {
         let mut avoid = Self::default();
         for p in problems.iter().filter(|p| p.state == ProblemState::Active) {
             match p.component_kind {
@@ -70,7 +70,7 @@ impl Avoid {
 
 /// One end of the pair, as advice names it.
 #[derive(Debug, Clone)]
-pub struct PairEnd {
+pub(crate) struct PairEnd {
     /// `host/ifname`.
     pub name: String,
     /// Host name.
@@ -121,7 +121,7 @@ pub struct PortAdvice {
 
 /// The advice for `src` -> `dst` from the traces among `traces` between their addresses
 /// (either direction: ACK traces run from `dst` back to `src`).
-pub fn advise(
+pub(crate) fn advise(
     map: &FabricMap,
     src: &PairEnd,
     dst: &PairEnd,

@@ -20,29 +20,29 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::net::IpAddr;
 
 /// Service 5-tuples remembered at most.
-pub const MAX_SERVICE_FLOWS: usize = 200_000;
+pub(crate) const MAX_SERVICE_FLOWS: usize = 200_000;
 /// A service 5-tuple not probed for this long is no longer a flow.
-pub const FLOW_TTL_MS: i64 = 60_000;
+pub(crate) const FLOW_TTL_MS: i64 = 60_000;
 /// Entries of one problem's blame list at most.
-pub const MAX_BLAMED: usize = 10;
+pub(crate) const MAX_BLAMED: usize = 10;
 /// Traced 5-tuples one enrichment reads at most.
 const MAX_TRACES: usize = 200_000;
 
 /// Bytes per second of an RNIC, when known (the controller's throughput samples).
-pub type RateSource = dyn Fn(u32) -> Option<f64> + Send + Sync;
+pub(crate) type RateSource = dyn Fn(u32) -> Option<f64> + Send + Sync;
 
 /// Service 5-tuples (prober RNIC, target RNIC, source port) with when they were last
 /// probed; bounded by [`MAX_SERVICE_FLOWS`]. Hashed with foldhash: ingest looks up every
 /// service-class result.
 #[derive(Debug, Default)]
-pub struct ServiceFlows {
+pub(crate) struct ServiceFlows {
     seen: foldhash::HashMap<(u32, u32, u16), i64>,
 }
 
 impl ServiceFlows {
     /// Notes a service-class probe result at `now_ms`.
     #[inline]
-    pub fn note(&mut self, r: &ProbeResult, now_ms: i64) {
+    pub(crate) fn note(&mut self, r: &ProbeResult, now_ms: i64) {
         let key = (r.prober_rnic, r.target_rnic, r.src_port);
         if let Some(t) = self.seen.get_mut(&key) {
             *t = now_ms;
@@ -58,7 +58,7 @@ impl ServiceFlows {
     }
 
     /// The 5-tuples probed within [`FLOW_TTL_MS`] of `now_ms`.
-    pub fn live(&self, now_ms: i64) -> Vec<(u32, u32, u16)> {
+    pub(crate) fn live(&self, now_ms: i64) -> Vec<(u32, u32, u16)> {
         self.seen
             .iter()
             .filter(|(_, t)| now_ms - **t < FLOW_TTL_MS)
@@ -69,7 +69,7 @@ impl ServiceFlows {
 
 /// One service flow and the path it takes now.
 #[derive(Debug, Clone)]
-pub struct Flow {
+pub(crate) struct Flow {
     /// Prober (source) RNIC id.
     pub src: u32,
     /// Target RNIC id.
@@ -81,7 +81,7 @@ pub struct Flow {
 }
 
 /// True for the problems whose component carries traffic worth apportioning.
-pub fn applies(kind: ProblemKind, component: ComponentKind) -> bool {
+pub(crate) fn applies(kind: ProblemKind, component: ComponentKind) -> bool {
     matches!(
         kind,
         ProblemKind::LinkFault | ProblemKind::SwitchFault | ProblemKind::HighLatency
@@ -90,7 +90,7 @@ pub fn applies(kind: ProblemKind, component: ComponentKind) -> bool {
 
 /// The tasks and task-less flows among `flows` that cross `component`, largest share
 /// first, at most [`MAX_BLAMED`].
-pub fn rank(
+pub(crate) fn rank(
     component: &str,
     flows: &[Flow],
     registry: &Registry,
@@ -161,7 +161,7 @@ pub fn rank(
 
 /// The current paths of `live` service flows in the diagnosis' path store: the latest
 /// trace when it reached the destination, else the last one that did.
-pub fn flows(d: &Diagnosis, registry: &Registry, live: &[(u32, u32, u16)]) -> Vec<Flow> {
+pub(crate) fn flows(d: &Diagnosis, registry: &Registry, live: &[(u32, u32, u16)]) -> Vec<Flow> {
     let ip = |id: u32| registry.meta(id).map(|m| m.ip);
     let mut wanted: HashMap<(IpAddr, IpAddr, u16), (u32, u32)> = HashMap::new();
     for &(src, dst, sport) in live {
@@ -199,7 +199,7 @@ pub fn flows(d: &Diagnosis, registry: &Registry, live: &[(u32, u32, u16)]) -> Ve
 }
 
 /// Puts the blame list on every finding it applies to.
-pub fn enrich(
+pub(crate) fn enrich(
     d: &Diagnosis,
     registry: &Registry,
     live: impl FnOnce() -> Vec<(u32, u32, u16)>,

@@ -35,13 +35,13 @@ struct Entry {
 
 /// The cache of host key fingerprints.
 #[derive(Debug, Default)]
-pub struct HostKeys {
+pub(crate) struct HostKeys {
     cache: Mutex<HashMap<u32, Entry>>,
 }
 
 impl HostKeys {
     /// Checks that `presented` is host `host_id`'s current upload key.
-    pub async fn prove(
+    pub(crate) async fn prove(
         &self,
         db: &Db,
         host_id: u32,

@@ -55,7 +55,7 @@ pub struct RejectedBatches {
 
 /// Why the HTTP layer refused an upload before ingest.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// Body above the limit.
     TooLarge,
     /// Wrong Content-Type.
@@ -128,7 +128,7 @@ struct HostState {
 
 /// Everything ingest mutates, behind one lock so a batch is applied atomically.
 #[derive(Debug)]
-pub struct IngestState {
+pub(crate) struct IngestState {
     /// Open periods.
     pub window: Window,
     hosts: HashMap<u32, HostState>,
@@ -144,7 +144,7 @@ pub struct IngestState {
 
 /// Result of [`IngestState::apply`].
 #[derive(Debug)]
-pub struct Applied {
+pub(crate) struct Applied {
     /// The reply to the agent.
     pub ack: UploadAck,
     /// Some record named an RNIC the registry does not know (worth a refresh).
@@ -154,7 +154,7 @@ pub struct Applied {
 impl IngestState {
     /// Fresh counters around a window, with per-ToR-pair series for at most
     /// `max_tor_pairs` pairs.
-    pub fn new(window: Window, max_tor_pairs: usize) -> Self {
+    pub(crate) fn new(window: Window, max_tor_pairs: usize) -> Self {
         Self {
             window,
             hosts: HashMap::new(),
@@ -169,12 +169,12 @@ impl IngestState {
     }
 
     /// Counts a batch decode failure.
-    pub fn reject(&mut self, e: &BatchError) {
+    pub(crate) fn reject(&mut self, e: &BatchError) {
         self.rejected.count(e);
     }
 
     /// Counts an upload refused by the HTTP layer.
-    pub fn reject_upload(&mut self, why: Refusal) {
+    pub(crate) fn reject_upload(&mut self, why: Refusal) {
         *match why {
             Refusal::TooLarge => &mut self.rejected.too_large,
             Refusal::ContentType => &mut self.rejected.bad_content_type,
@@ -183,7 +183,7 @@ impl IngestState {
     }
 
     /// Applies a validated batch received at `now_ms`.
-    pub fn apply(&mut self, batch: &Batch<'_>, registry: &Registry, now_ms: i64) -> Applied {
+    pub(crate) fn apply(&mut self, batch: &Batch<'_>, registry: &Registry, now_ms: i64) -> Applied {
         let h = batch.header;
         if self.note_upload(h.host_id, h.epoch, h.batch_seq, h.dropped, now_ms) {
             self.duplicates += 1;
@@ -296,7 +296,7 @@ impl IngestState {
     }
 
     /// Snapshot of the counters.
-    pub fn stats(&self) -> IngestStats {
+    pub(crate) fn stats(&self) -> IngestStats {
         let mut hosts: Vec<HostStats> = self.hosts.values().map(|h| h.stats.clone()).collect();
         hosts.sort_unstable_by_key(|h| h.host_id);
         IngestStats {
@@ -306,7 +306,7 @@ impl IngestState {
     }
 
     /// The counters without the per-host list (cheap enough for every scrape).
-    pub fn totals(&self) -> IngestStats {
+    pub(crate) fn totals(&self) -> IngestStats {
         IngestStats {
             batches: self.batches,
             records_accepted: self.records_accepted,
@@ -318,7 +318,7 @@ impl IngestState {
     }
 
     /// Cumulative per-ToR-pair counts and delay histograms (`/metrics`).
-    pub fn tor_pairs(&self) -> &TorPairMetrics {
+    pub(crate) fn tor_pairs(&self) -> &TorPairMetrics {
         &self.tor_pairs
     }
 }

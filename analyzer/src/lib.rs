@@ -9,28 +9,34 @@
 //! window ([`diagnosis`]). [`run`] drives ticks, diagnoses and registry
 //! refreshes; [`router`] serves the REST API.
 
-pub mod advice;
-pub mod api;
-pub mod blame;
-pub mod config;
-pub mod crossing;
-pub mod diagnosis;
-pub mod host_keys;
-pub mod ingest;
-pub mod latency;
-pub mod metrics;
-pub mod registry;
-pub mod shard;
-pub mod sla;
+mod advice;
+mod api;
+mod blame;
+mod config;
+mod crossing;
+mod diagnosis;
+mod host_keys;
+mod ingest;
+mod latency;
+mod metrics;
+mod registry;
+mod shard;
+mod sla;
 #[cfg(feature = "testing")]
 pub mod testing;
-pub mod wal;
-pub mod window;
+mod wal;
+mod window;
 
-pub use api::{router, routes};
+pub use advice::{CatalogPath, PortAdvice};
+pub use api::{PathDirection, PathsReply, openapi, router, routes};
 pub use config::{AnalyzerConfig, DiagnosisConfig};
+pub use crossing::Crossing;
 pub use diagnosis::engine::BaselineVote;
+pub use diagnosis::fabric::FabricMap;
 pub use ingest::{IngestError, IngestStats};
+pub use metrics::router as metrics_router;
+pub use shard::NODE_VERDICTS_LEASE;
+pub use sla::{SlaQuery, query as query_sla};
 
 use diagnosis::Diagnosis;
 use ingest::IngestState;

@@ -94,16 +94,16 @@ static BOUNDS_SECONDS: std::sync::LazyLock<[f64; BOUNDS]> = std::sync::LazyLock:
 const BUCKETS: usize = BOUNDS_NS.len() + 1;
 
 /// Default of `analyzer.max_tor_pair_series`: 32 ToRs fully meshed fit.
-pub const DEFAULT_MAX_TOR_PAIRS: usize = 1024;
+pub(crate) const DEFAULT_MAX_TOR_PAIRS: usize = 1024;
 /// Largest `analyzer.max_tor_pair_series` (about 3.8 M series, 33 MiB of histograms).
-pub const MAX_TOR_PAIRS: usize = 16_384;
+pub(crate) const MAX_TOR_PAIRS: usize = 16_384;
 /// Distinct pairs past the cap remembered, to count them (bounded memory; past it the
 /// count is a lower bound).
 const MAX_UNEXPORTED_TRACKED: usize = 65_536;
 
 /// A fixed-bucket histogram of nanosecond delays, exported in seconds.
 #[derive(Debug, Clone)]
-pub struct DelayHistogram {
+pub(crate) struct DelayHistogram {
     /// Per bucket (not cumulative), the last one is `+Inf`.
     counts: [u64; BUCKETS],
     sum_ns: u64,
@@ -121,13 +121,13 @@ impl Default for DelayHistogram {
 impl DelayHistogram {
     /// Counts one delay.
     #[inline]
-    pub fn observe(&mut self, ns: u32) {
+    pub(crate) fn observe(&mut self, ns: u32) {
         self.counts[bucket(ns)] += 1;
         self.sum_ns += u64::from(ns);
     }
 
     /// Number of delays counted.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.counts.iter().sum()
     }
 
@@ -144,7 +144,7 @@ impl DelayHistogram {
 
 /// What one ToR pair's probes showed since the analyzer started.
 #[derive(Debug, Clone, Default)]
-pub struct PairSeries {
+pub(crate) struct PairSeries {
     /// Probes counted.
     pub probes: u64,
     /// Of which not answered in time (any non-ok status).

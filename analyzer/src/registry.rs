@@ -13,7 +13,7 @@ use std::net::IpAddr;
 use std::sync::Arc;
 
 /// Largest RNIC id the dense cache accepts; larger ids are ignored with a warning.
-pub const MAX_RNIC_ID: u32 = (1 << 22) - 1;
+pub(crate) const MAX_RNIC_ID: u32 = (1 << 22) - 1;
 
 /// What ingest needs to know about an RNIC.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -189,7 +189,7 @@ impl Registry {
 
 /// Loads snapshots from the database, keeping ToR interning stable between loads.
 #[derive(Debug, Default)]
-pub struct RegistryLoader {
+pub(crate) struct RegistryLoader {
     ids: HashMap<String, u16>,
     names: Vec<String>,
     /// Task names interned like ToRs: ids stay valid in open SLA periods across loads.
@@ -199,7 +199,7 @@ pub struct RegistryLoader {
 
 impl RegistryLoader {
     /// Reads every registered RNIC into a fresh snapshot.
-    pub async fn load(&mut self, db: &Db) -> anyhow::Result<Registry> {
+    pub(crate) async fn load(&mut self, db: &Db) -> anyhow::Result<Registry> {
         let rows = db.inventory().registered_rnics().await?;
         let mut entries = Vec::with_capacity(rows.len());
         let mut metas = Vec::with_capacity(rows.len());
@@ -292,7 +292,7 @@ impl RegistryLoader {
 
 /// Task endpoints that name a namespace or a pod, per registered RNIC id (an endpoint
 /// names its RNIC by host and interface; endpoints of unregistered RNICs are left out).
-pub async fn load_labels(db: &Db) -> anyhow::Result<HashMap<u32, Vec<EndpointLabel>>> {
+pub(crate) async fn load_labels(db: &Db) -> anyhow::Result<HashMap<u32, Vec<EndpointLabel>>> {
     let rows = db.inventory().endpoint_labels().await?;
     let mut labels: HashMap<u32, Vec<EndpointLabel>> = HashMap::new();
     for EndpointLabelRow {

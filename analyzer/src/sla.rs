@@ -45,7 +45,7 @@ fn row(start_ms: i64, period_ms: i64, scope: SlaScope, key: String, m: &MetricSe
 /// Which side a timeout of an RNIC pair falls on (R-Pingmesh §5), from the problems open
 /// when its period is finalized.
 #[derive(Debug, Default, Clone)]
-pub struct DropSides {
+pub(crate) struct DropSides {
     /// RNICs with an RNIC-fault problem: timeouts to or from them are RNIC drops.
     pub rnic: HashSet<u32>,
     /// RNICs of hosts that are down, restarted or noisy: their timeouts are no network drop.
@@ -54,7 +54,7 @@ pub struct DropSides {
 
 impl DropSides {
     /// Sorts open problems' components into RNIC ids (names resolved with `registry`).
-    pub fn from_problems(problems: &[Problem], registry: &Registry) -> Self {
+    pub(crate) fn from_problems(problems: &[Problem], registry: &Registry) -> Self {
         let mut sides = Self::default();
         let host_rnics = |host: &str| -> Vec<u32> {
             registry
@@ -149,11 +149,11 @@ fn split_drops(rows: &mut [SlaRow], p: &Period, registry: &Registry, sides: &Dro
 }
 
 /// Key of the one service-scope row per period.
-pub const SERVICE_KEY: &str = "service";
+pub(crate) const SERVICE_KEY: &str = "service";
 
 /// Every non-empty scope of a finalized period, as rows (cluster, ToR pairs, RNICs, tasks,
 /// service; each group sorted by key), with drops split by `sides`.
-pub fn period_rows(
+pub(crate) fn period_rows(
     p: &Period,
     period_ms: i64,
     registry: &Registry,
@@ -281,7 +281,7 @@ pub async fn query(db: &Db, q: &SlaQuery) -> anyhow::Result<Vec<SlaRow>> {
 }
 
 /// Every stored row of the period starting at `start_ms` (the "latest" view after a restart).
-pub async fn period(db: &Db, start_ms: i64) -> anyhow::Result<Vec<SlaRow>> {
+pub(crate) async fn period(db: &Db, start_ms: i64) -> anyhow::Result<Vec<SlaRow>> {
     let mut rows = db.sla().period(start_ms).await?;
     label_rnic_rows(db, &mut rows).await?;
     Ok(rows)

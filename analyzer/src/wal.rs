@@ -24,14 +24,14 @@ pub enum WalError {
 
 /// The log's size accounting (the rows live in the database).
 #[derive(Debug)]
-pub struct Wal {
+pub(crate) struct Wal {
     bytes: AtomicU64,
     max_bytes: u64,
 }
 
 impl Wal {
     /// Reads the size of what the log holds.
-    pub async fn open(db: &Db, max_bytes: u64) -> anyhow::Result<Self> {
+    pub(crate) async fn open(db: &Db, max_bytes: u64) -> anyhow::Result<Self> {
         let wal = Self {
             bytes: AtomicU64::new(0),
             max_bytes,
@@ -51,13 +51,13 @@ impl Wal {
     }
 
     /// Bytes of batches held.
-    pub fn bytes(&self) -> u64 {
+    pub(crate) fn bytes(&self) -> u64 {
         self.bytes.load(Relaxed)
     }
 
     /// Commits `body` (received at `received_ms`, its newest record in the period starting
     /// at `last_period_ms`) before the upload is answered.
-    pub async fn append(
+    pub(crate) async fn append(
         &self,
         db: &Db,
         received_ms: i64,
@@ -83,7 +83,7 @@ impl Wal {
 
     /// Drops every batch whose periods all start at or before `through_ms` (they are
     /// stored).
-    pub async fn release(&self, db: &Db, through_ms: i64) -> anyhow::Result<()> {
+    pub(crate) async fn release(&self, db: &Db, through_ms: i64) -> anyhow::Result<()> {
         let done = sqlx::query("DELETE FROM ingest_wal WHERE last_period_ms <= $1")
             .bind(through_ms)
             .execute(db.pool())
@@ -98,7 +98,7 @@ impl Wal {
     /// Hands every logged batch with records after the period starting at `stored_ms`
     /// (the newest stored one; older batches are in `sla_periods` already, a crash just
     /// came before their row went) to `apply`, oldest first; returns how many there were.
-    pub async fn replay(
+    pub(crate) async fn replay(
         db: &Db,
         stored_ms: Option<i64>,
         mut apply: impl FnMut(&[u8]),

@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use rocemesh_analyzer::sla::{self, SlaQuery};
 use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
+use rocemesh_analyzer::{SlaQuery, query_sla};
 use rocemesh_proto::api::{SlaRow, SlaScope};
 use std::time::Duration;
 use tokio_util::sync::CancellationToken;
@@ -128,12 +128,12 @@ async fn period_figures_per_scope_are_exact_and_persisted() {
 
         // The same rows come back from the database.
         for scope in [SlaScope::Cluster, SlaScope::TorPair, SlaScope::Rnic] {
-            let stored = sla::query(&db, &query(scope, None)).await.unwrap();
+            let stored = query_sla(&db, &query(scope, None)).await.unwrap();
             let mut mem: Vec<SlaRow> = rows.iter().filter(|r| r.scope == scope).cloned().collect();
             mem.sort_by(|x, y| x.key.cmp(&y.key));
             assert_eq!(stored, mem, "{name} {scope:?}");
         }
-        let one = sla::query(&db, &query(SlaScope::Rnic, Some("2")))
+        let one = query_sla(&db, &query(SlaScope::Rnic, Some("2")))
             .await
             .unwrap();
         assert_eq!(one, vec![r2.clone()], "{name}");
@@ -237,7 +237,7 @@ async fn a_restarted_analyzer_serves_stored_rows_and_never_reopens_them() {
             .await
             .unwrap();
         assert_eq!(second.latest(), before, "{name}");
-        let stored = sla::query(&db, &query(SlaScope::TorPair, Some("tor-a->tor-a")))
+        let stored = query_sla(&db, &query(SlaScope::TorPair, Some("tor-a->tor-a")))
             .await
             .unwrap();
         assert_eq!(
@@ -276,7 +276,7 @@ async fn retention_purges_old_rows() {
         let starts = |scope| {
             let db = db.clone();
             async move {
-                let rows = sla::query(&db, &query(scope, None)).await.unwrap();
+                let rows = query_sla(&db, &query(scope, None)).await.unwrap();
                 rows.iter()
                     .map(|r| (r.period_start_ms - (now - 10_000)) / PERIOD)
                     .collect::<Vec<_>>()
@@ -325,7 +325,7 @@ async fn run_refreshes_the_registry_on_demand_and_flushes_at_cancel() {
         assert_eq!(accepted, 1, "{name}: RNIC 2 never became known");
         cancel.cancel();
         task.await.unwrap();
-        let stored = sla::query(&db, &query(SlaScope::Rnic, Some("2")))
+        let stored = query_sla(&db, &query(SlaScope::Rnic, Some("2")))
             .await
             .unwrap();
         assert_eq!(

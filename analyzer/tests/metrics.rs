@@ -12,7 +12,7 @@ use rocemesh_analyzer::testing::insert_link_problem;
 async fn scrape(a: std::sync::Arc<rocemesh_analyzer::Analyzer>) -> String {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    let app = rocemesh_analyzer::metrics::router(Some(a), Vec::new());
+    let app = rocemesh_analyzer::metrics_router(Some(a), Vec::new());
     tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let (status, text) = call(format!("http://{addr}/metrics"), None, None).await;
     assert_eq!(status, 200, "{text}");

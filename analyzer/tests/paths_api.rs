@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use rocemesh_analyzer::api::{PathDirection, PathsReply};
 use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
+use rocemesh_analyzer::{PathDirection, PathsReply};
 use rocemesh_proto::batch::{BatchEncoder, BatchHeader, CONTENT_TYPE};
 use rocemesh_proto::path::TracedPath;
 use std::net::IpAddr;

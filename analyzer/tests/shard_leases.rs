@@ -122,7 +122,7 @@ async fn sqlite_refuses_scale_out_and_runs_unsharded_without_it() {
 /// the verdicts of the others' problems.
 #[tokio::test]
 async fn one_instance_answers_for_the_deployments_problems() {
-    use rocemesh_analyzer::shard::NODE_VERDICTS_LEASE;
+    use rocemesh_analyzer::NODE_VERDICTS_LEASE;
     use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
     for (name, db) in test_databases().await {
         let mut cfg = AnalyzerConfig::default();

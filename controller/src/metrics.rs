@@ -1,6 +1,6 @@
 //! Prometheus metrics of the controller: registry size, pinglist polls by answer, and
 //! training tasks by pinglist phase. Read live from the shared state at every scrape;
-//! the server's `/metrics` route (`rocemesh_analyzer::metrics::router`) encodes them.
+//! the server's `/metrics` route (`rocemesh_analyzer::metrics_router`) encodes them.
 
 use crate::state::ControllerState;
 use prometheus_client::collector::Collector;

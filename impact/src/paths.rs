@@ -2,7 +2,7 @@
 //! behind the one narrow view it needs.
 
 use rocemesh_analyzer::Analyzer;
-use rocemesh_analyzer::diagnosis::fabric::FabricMap;
+use rocemesh_analyzer::FabricMap;
 use rocemesh_proto::path::TracedPath;
 use std::sync::Arc;
 

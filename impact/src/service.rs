@@ -4,8 +4,8 @@
 //! fabric map (ECMP may use any of them).
 
 use anyhow::Context;
-use rocemesh_analyzer::crossing::Crossing;
-use rocemesh_analyzer::diagnosis::fabric::FabricMap;
+use rocemesh_analyzer::Crossing;
+use rocemesh_analyzer::FabricMap;
 use rocemesh_proto::api::ComponentKind;
 use rocemesh_proto::path::TracedPath;
 use rocemesh_store::Db;

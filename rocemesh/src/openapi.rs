@@ -68,7 +68,7 @@ pub fn document(roles: Roles) -> OpenApi {
         doc.merge(rocemesh_controller::api::openapi());
     }
     if roles.analyzer() {
-        doc.merge(rocemesh_analyzer::api::openapi());
+        doc.merge(rocemesh_analyzer::openapi());
         doc.merge(rocemesh_alerts::openapi());
     }
     if roles.controller() && roles.analyzer() {

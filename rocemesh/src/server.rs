@@ -187,10 +187,7 @@ pub async fn build(cfg: &ServerConfig, roles: Roles, cancel: &CancellationToken)
     if cfg.kubernetes.enabled {
         background.push(kubernetes(cfg, controller, analyzer.clone(), cancel).await?);
     }
-    app = app.merge(rocemesh_analyzer::metrics::router(
-        analyzer.clone(),
-        metrics,
-    ));
+    app = app.merge(rocemesh_analyzer::metrics_router(analyzer.clone(), metrics));
     // The operator's dashboard at `/` (its panels say when a role's endpoints are absent).
     app = app.merge(rocemesh_dashboard::router());
     // A token's rights do not depend on the components this process runs: a call to one
@@ -254,7 +251,7 @@ async fn kubernetes(
             std::sync::Arc::new(move || {
                 let a = a.clone();
                 Box::pin(async move {
-                    let lease = rocemesh_analyzer::shard::NODE_VERDICTS_LEASE;
+                    let lease = rocemesh_analyzer::NODE_VERDICTS_LEASE;
                     a.deployment_problems(lease, rocemesh_proto::now_unix_ms())
                         .await
                         .unwrap_or_else(|e| {

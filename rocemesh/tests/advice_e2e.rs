@@ -8,8 +8,8 @@
 
 mod support;
 
-use rocemesh_analyzer::advice::PortAdvice;
-use rocemesh_analyzer::api::{PathDirection, PathsReply};
+use rocemesh_analyzer::PortAdvice;
+use rocemesh_analyzer::{PathDirection, PathsReply};
 use rocemesh_lab::lab::{Lab, LabTiming};
 use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{ComponentKind, HostInfo, Pinglist, Problem, ProblemState};

@@ -130,7 +130,7 @@ fn ctl_against_a_live_server() {
         advice.contains("advised source ports: ") || advice.contains("no advice: "),
         "{advice}"
     );
-    let json: rocemesh_analyzer::advice::PortAdvice = serde_json::from_str(&stdout(&ctl(
+    let json: rocemesh_analyzer::PortAdvice = serde_json::from_str(&stdout(&ctl(
         &url,
         Some(READ),
         &["--json", "advise", "ctl-host-1/r1", "ctl-host-2/r2"],

@@ -27,7 +27,7 @@ pub struct Liveness {
 
 /// Unfiled paths and host liveness, appended by ingest.
 #[derive(Debug)]
-pub struct Intake {
+pub(crate) struct Intake {
     /// Uploaded paths not yet filed, upload by upload (moved in, never copied).
     paths: VecDeque<Vec<TracedPath>>,
     /// Paths in `paths`.
@@ -38,7 +38,7 @@ pub struct Intake {
 
 impl Intake {
     /// Holds at most `max_paths` unfiled paths.
-    pub fn new(max_paths: usize) -> Self {
+    pub(crate) fn new(max_paths: usize) -> Self {
         Self {
             paths: VecDeque::new(),
             queued: 0,
@@ -48,7 +48,7 @@ impl Intake {
     }
 
     /// Queues uploaded paths for the next tick (the oldest go beyond the bound).
-    pub fn add_paths(&mut self, paths: Vec<TracedPath>) {
+    pub(crate) fn add_paths(&mut self, paths: Vec<TracedPath>) {
         if paths.is_empty() {
             return;
         }
@@ -69,13 +69,13 @@ impl Intake {
     }
 
     /// The paths queued since the last call, oldest first.
-    pub fn take_paths(&mut self) -> impl Iterator<Item = TracedPath> + use<> {
+    pub(crate) fn take_paths(&mut self) -> impl Iterator<Item = TracedPath> + use<> {
         self.queued = 0;
         std::mem::take(&mut self.paths).into_iter().flatten()
     }
 
     /// Notes an upload from `host_id` at `now_ms` (also a heartbeat without records).
-    pub fn note_upload(&mut self, host_id: u32, epoch: u32, now_ms: i64) {
+    pub(crate) fn note_upload(&mut self, host_id: u32, epoch: u32, now_ms: i64) {
         if !self.hosts.contains_key(&host_id) && self.hosts.len() >= MAX_HOSTS {
             return;
         }
@@ -99,7 +99,7 @@ impl Intake {
 
     /// Takes the (host id, epoch, last upload ms) a previous run saved, for hosts not
     /// heard from yet: a host that went silent before a restart is still known.
-    pub fn restore(&mut self, saved: Vec<(u32, u32, i64)>) {
+    pub(crate) fn restore(&mut self, saved: Vec<(u32, u32, i64)>) {
         for (host, epoch, at) in saved {
             if self.hosts.len() >= MAX_HOSTS {
                 return;
@@ -116,7 +116,7 @@ impl Intake {
 
     /// Hosts whose latest upload is newer than in `saved` by `every_ms` or more (or not
     /// in it), as (host id, epoch, last upload ms).
-    pub fn unsaved(&self, saved: &HashMap<u32, i64>, every_ms: i64) -> Vec<(u32, u32, i64)> {
+    pub(crate) fn unsaved(&self, saved: &HashMap<u32, i64>, every_ms: i64) -> Vec<(u32, u32, i64)> {
         self.hosts
             .iter()
             .filter(|(id, l)| {
@@ -130,7 +130,7 @@ impl Intake {
     }
 
     /// Liveness of every host that uploaded.
-    pub fn hosts(&self) -> &HashMap<u32, Liveness> {
+    pub(crate) fn hosts(&self) -> &HashMap<u32, Liveness> {
         &self.hosts
     }
 }

@@ -9,15 +9,15 @@
 //! lifecycle ([`tracker`]), stored through [`rocemesh_store::Problems`] when they
 //! change.
 
-pub mod engine;
-pub mod fabric;
-pub mod flows;
-pub mod intake;
-pub mod paths;
-pub mod policy;
-pub mod store;
-pub mod tomography;
-pub mod tracker;
+pub(crate) mod engine;
+pub(crate) mod fabric;
+pub(crate) mod flows;
+pub(crate) mod intake;
+pub(crate) mod paths;
+pub(crate) mod policy;
+pub(crate) mod store;
+pub(crate) mod tomography;
+pub(crate) mod tracker;
 
 use crate::config::AnalyzerConfig;
 use crate::latency::{LatencyStats, PairLatency};
@@ -54,7 +54,7 @@ pub struct Shared<'a> {
 
 /// A step run on each tick's findings before they become problems (the analyzer's flow
 /// blame): the diagnosis, the registry, the tick's time and the findings.
-pub type Enricher = Box<dyn Fn(&Diagnosis, &Registry, i64, &mut [Candidate]) + Send + Sync>;
+pub(crate) type Enricher = Box<dyn Fn(&Diagnosis, &Registry, i64, &mut [Candidate]) + Send + Sync>;
 
 /// Diagnosis state shared by ingest (intake) and the tick loop (analysis).
 pub struct Diagnosis {

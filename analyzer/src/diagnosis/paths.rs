@@ -74,7 +74,7 @@ pub(crate) fn far_end<'m>(l: &'m MapLink, device: &str) -> &'m str {
 
 /// A traced 5-tuple (UDP).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Tuple {
+pub(crate) struct Tuple {
     /// Source address.
     pub src: IpAddr,
     /// Destination address.
@@ -101,7 +101,7 @@ pub struct Traces {
 /// Hashed with foldhash: every uploaded trace is filed, and each tick looks up the
 /// traces of the flows it routes.
 #[derive(Debug)]
-pub struct PathStore {
+pub(crate) struct PathStore {
     current: foldhash::HashMap<Tuple, Traces>,
     old: foldhash::HashMap<Tuple, Traces>,
     max: usize,
@@ -109,7 +109,7 @@ pub struct PathStore {
 
 impl PathStore {
     /// An empty store holding at most `max` 5-tuples.
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         Self {
             current: foldhash::HashMap::default(),
             old: foldhash::HashMap::default(),
@@ -118,7 +118,7 @@ impl PathStore {
     }
 
     /// Takes one uploaded trace; an older trace than the one on record is ignored.
-    pub fn insert(&mut self, p: TracedPath) {
+    pub(crate) fn insert(&mut self, p: TracedPath) {
         let key = Tuple {
             src: p.src,
             dst: p.dst,
@@ -162,23 +162,19 @@ impl PathStore {
     }
 
     /// The traces of a 5-tuple.
-    pub fn get(&self, key: &Tuple) -> Option<&Traces> {
+    pub(crate) fn get(&self, key: &Tuple) -> Option<&Traces> {
         self.current.get(key).or_else(|| self.old.get(key))
     }
 
     /// Number of 5-tuples held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
         self.current.len() + self.old.len()
-    }
-
-    /// True when no trace is held.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// The traces whose latest trace satisfies `keep`, newest first, at most
     /// `limit` of them: a bounded copy for readers outside the diagnosis tick.
-    pub fn newest(&self, keep: impl Fn(&TracedPath) -> bool, limit: usize) -> Vec<Traces> {
+    pub(crate) fn newest(&self, keep: impl Fn(&TracedPath) -> bool, limit: usize) -> Vec<Traces> {
         let mut found: Vec<&Traces> = self
             .current
             .values()
@@ -199,7 +195,7 @@ impl PathStore {
 
 /// One end of a probe direction.
 #[derive(Debug, Clone, Copy)]
-pub struct End<'a> {
+pub(crate) struct End<'a> {
     /// Registry id.
     pub rnic: u32,
     /// Address.
@@ -212,7 +208,7 @@ pub struct End<'a> {
 
 /// What one direction of a flow says about the components it crosses.
 #[derive(Debug, Clone, Default, PartialEq)]
-pub struct Route {
+pub(crate) struct Route {
     /// Components an arriving packet vouches for, with weights (1 = surely crossed).
     pub ok: Vec<(Element, f64)>,
     /// Components a lost packet votes for, with weights.
@@ -411,7 +407,7 @@ fn break_candidates(
 
 /// What the traces of one direction (`src` -> `dst`) say; the hop list text is
 /// only written `with_text` (it is evidence for failed flows, not needed otherwise).
-pub fn route(
+pub(crate) fn route(
     map: &FabricMap,
     traces: Option<&Traces>,
     src: &End,

@@ -15,7 +15,7 @@ use std::hash::Hash;
 
 /// Findings held back until they have persisted: first and latest time each was found.
 #[derive(Debug)]
-pub struct Onset<K> {
+pub(crate) struct Onset<K> {
     pending: HashMap<K, (i64, i64)>,
 }
 
@@ -30,25 +30,25 @@ impl<K> Default for Onset<K> {
 impl<K: Eq + Hash> Onset<K> {
     /// Notes `key` found at `now_ms`; true once it has been found for at least `hold_ms`
     /// (without a gap that [`Self::forget_before`] dropped it for).
-    pub fn confirm(&mut self, key: K, now_ms: i64, hold_ms: i64) -> bool {
+    pub(crate) fn confirm(&mut self, key: K, now_ms: i64, hold_ms: i64) -> bool {
         let (first, last) = self.pending.entry(key).or_insert((now_ms, now_ms));
         *last = now_ms;
         now_ms - *first >= hold_ms
     }
 
     /// Forgets findings not seen since `before_ms`: their hold starts again.
-    pub fn forget_before(&mut self, before_ms: i64) {
+    pub(crate) fn forget_before(&mut self, before_ms: i64) {
         self.pending.retain(|_, (_, last)| *last >= before_ms);
     }
 
     /// Drops the hold of `key` (it is reported anyway).
-    pub fn remove(&mut self, key: &K) {
+    pub(crate) fn remove(&mut self, key: &K) {
         self.pending.remove(key);
     }
 }
 
 /// A held finding missing for more than two ticks starts its hold again.
-pub fn hold_gap_ms(tick_ms: u64) -> i64 {
+pub(crate) fn hold_gap_ms(tick_ms: u64) -> i64 {
     2 * tick_ms as i64
 }
 
@@ -56,7 +56,7 @@ pub fn hold_gap_ms(tick_ms: u64) -> i64 {
 /// of evidence: a fresh analyzer has less than one window of it, and judges a host silent
 /// since before it started only after `host_silent_ms` (every live agent has uploaded by
 /// then), so a restored host-down problem waits for that too.
-pub fn restore_hold_ms(kind: ProblemKind, c: &DiagnosisConfig) -> i64 {
+pub(crate) fn restore_hold_ms(kind: ProblemKind, c: &DiagnosisConfig) -> i64 {
     let hold = match kind {
         ProblemKind::HostDown => c.window_ms.max(c.host_silent_ms),
         _ => c.window_ms,
@@ -65,7 +65,7 @@ pub fn restore_hold_ms(kind: ProblemKind, c: &DiagnosisConfig) -> i64 {
 }
 
 /// True when a problem whose latest evidence was at `evidence_ms` is resolved at `now_ms`.
-pub fn resolved(now_ms: i64, evidence_ms: i64, resolve_after_ms: i64) -> bool {
+pub(crate) fn resolved(now_ms: i64, evidence_ms: i64, resolve_after_ms: i64) -> bool {
     now_ms - evidence_ms >= resolve_after_ms
 }
 
@@ -73,7 +73,7 @@ pub fn resolved(now_ms: i64, evidence_ms: i64, resolve_after_ms: i64) -> bool {
 /// that made it, or while probes to or from the RNIC still fail in the window (`failing`),
 /// so the problem resolves like any other once they stop. The verdict keeps explaining
 /// the RNIC's timeouts for longer (`rnic_sticky_ms`), but is not reported for that long.
-pub fn rnic_reported(made_ms: i64, now_ms: i64, failing: bool) -> bool {
+pub(crate) fn rnic_reported(made_ms: i64, now_ms: i64, failing: bool) -> bool {
     made_ms >= now_ms || failing
 }
 

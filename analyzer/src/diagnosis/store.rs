@@ -9,7 +9,7 @@ use sqlx::Row;
 const LIVENESS_CHUNK: usize = 300;
 
 /// Saves (host id, epoch, last upload ms) rows; a stored row is only ever moved forward.
-pub async fn save_liveness(db: &Db, rows: &[(u32, u32, i64)]) -> anyhow::Result<()> {
+pub(crate) async fn save_liveness(db: &Db, rows: &[(u32, u32, i64)]) -> anyhow::Result<()> {
     for chunk in rows.chunks(LIVENESS_CHUNK) {
         let values: Vec<String> = (0..chunk.len())
             .map(|i| format!("(${}, ${}, ${})", 3 * i + 1, 3 * i + 2, 3 * i + 3))
@@ -31,7 +31,7 @@ pub async fn save_liveness(db: &Db, rows: &[(u32, u32, i64)]) -> anyhow::Result<
 }
 
 /// Every saved (host id, epoch, last upload ms).
-pub async fn load_liveness(db: &Db) -> anyhow::Result<Vec<(u32, u32, i64)>> {
+pub(crate) async fn load_liveness(db: &Db) -> anyhow::Result<Vec<(u32, u32, i64)>> {
     let rows = sqlx::query("SELECT host_id, epoch, last_upload_ms FROM host_liveness")
         .fetch_all(db.pool())
         .await

@@ -42,7 +42,7 @@ pub struct FlowObs {
 
 /// Thresholds of one tomography run.
 #[derive(Debug, Clone, Copy)]
-pub struct Params {
+pub(crate) struct Params {
     /// Least score (Chernoff exponent) to blame a component.
     pub min_score: f64,
     /// Least weighted failures to blame a component.
@@ -58,7 +58,7 @@ pub struct Params {
 
 /// A blamed component.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Finding {
+pub(crate) struct Finding {
     /// The component.
     pub element: Element,
     /// Weighted failures it explains.
@@ -79,7 +79,7 @@ pub struct Finding {
 }
 
 /// Binomial upper-tail exponent: `n * KL(q || p)` for `q = f / n > p`, else 0.
-pub fn chernoff_score(f: f64, n: f64, p: f64) -> f64 {
+pub(crate) fn chernoff_score(f: f64, n: f64, p: f64) -> f64 {
     if n <= 0.0 || f <= 0.0 {
         return 0.0;
     }
@@ -378,7 +378,7 @@ fn switch_beats_parts(
 /// fault located elsewhere on its paths (a trace cut short by a router's ICMP rate limit,
 /// the ACKs of an ECMP blackhole) thus yield one verdict, while two faults each with
 /// flows of their own are both kept.
-pub fn explain_away(
+pub(crate) fn explain_away(
     obs: &[FlowObs],
     p: &Params,
     eligible: impl Fn(&Element) -> bool,
@@ -471,7 +471,7 @@ fn independent(obs: &[FlowObs], c: &Compiled, element: usize, other: usize) -> T
 /// Components most of whose probes fail at breaks located by fresh traces, whether
 /// or not explain-away blamed them (a sibling may have explained their failures):
 /// evidence that a whole switch is down.
-pub fn located_suspects(obs: &[FlowObs], min_failures: f64) -> Vec<Element> {
+pub(crate) fn located_suspects(obs: &[FlowObs], min_failures: f64) -> Vec<Element> {
     let c = compile(obs);
     let t = tally(obs, &c, &vec![true; obs.len()]);
     let mut v: Vec<Element> = t
@@ -486,7 +486,7 @@ pub fn located_suspects(obs: &[FlowObs], min_failures: f64) -> Vec<Element> {
 
 /// R-Pingmesh Algorithm 1: every failed path votes once per failure for each
 /// link and RNIC on it; components by votes, most first.
-pub fn alg1_votes(obs: &[FlowObs]) -> Vec<(Element, u64)> {
+pub(crate) fn alg1_votes(obs: &[FlowObs]) -> Vec<(Element, u64)> {
     let mut votes: HashMap<&Element, u64> = HashMap::new();
     for o in obs.iter().filter(|o| o.fail > 0.0) {
         for (e, _) in o

@@ -29,7 +29,7 @@ struct Tracked {
 
 /// Active and recently resolved problems.
 #[derive(Debug)]
-pub struct Tracker {
+pub(crate) struct Tracker {
     active: HashMap<Key, Tracked>,
     resolved: VecDeque<Tracked>,
     resolve_after_ms: i64,
@@ -42,7 +42,7 @@ fn key(p: &Problem) -> Key {
 
 impl Tracker {
     /// An empty tracker.
-    pub fn new(resolve_after_ms: u64) -> Self {
+    pub(crate) fn new(resolve_after_ms: u64) -> Self {
         Self {
             active: HashMap::new(),
             resolved: VecDeque::new(),
@@ -60,7 +60,7 @@ impl Tracker {
     /// resolution clock starts `hold_ms` after `now_ms`: the evidence that kept them active
     /// is missing, not gone, until the agents' uploads and traces have come in again
     /// (right after a restart every path is untraced, and tomography will not guess).
-    pub fn restore(&mut self, problems: Vec<Problem>, now_ms: i64, hold_ms: i64) {
+    pub(crate) fn restore(&mut self, problems: Vec<Problem>, now_ms: i64, hold_ms: i64) {
         for p in problems {
             let serial = self.serial();
             let t = Tracked {
@@ -80,7 +80,7 @@ impl Tracker {
     /// `stored` active ones inside it that it does not track yet. A taken-over problem is
     /// not resolved for `hold_ms` plus the usual resolution time ([`Self::restore`]): the
     /// agents of the dead instance's shards need that long to move here.
-    pub fn rescope(
+    pub(crate) fn rescope(
         &mut self,
         keep: impl Fn(&Problem) -> bool,
         stored: Vec<Problem>,
@@ -96,7 +96,7 @@ impl Tracker {
     }
 
     /// Names of the links with an active link-fault problem.
-    pub fn open_links(&self) -> Vec<String> {
+    pub(crate) fn open_links(&self) -> Vec<String> {
         self.active
             .keys()
             .filter(|(kind, ck, _)| *kind == ProblemKind::LinkFault && *ck == ComponentKind::Link)
@@ -105,7 +105,7 @@ impl Tracker {
     }
 
     /// Applies one tick's findings at `now_ms`.
-    pub fn update(&mut self, now_ms: i64, candidates: Vec<Candidate>) {
+    pub(crate) fn update(&mut self, now_ms: i64, candidates: Vec<Candidate>) {
         let mut seen = Vec::with_capacity(candidates.len());
         for c in candidates {
             let k: Key = (c.kind, c.component_kind, c.component.clone());
@@ -183,7 +183,7 @@ impl Tracker {
     }
 
     /// Problems to write: `(serial, problem)`; an id of 0 means not stored yet.
-    pub fn unsaved(&self) -> Vec<(u64, Problem)> {
+    pub(crate) fn unsaved(&self) -> Vec<(u64, Problem)> {
         self.active
             .values()
             .chain(self.resolved.iter())
@@ -193,7 +193,7 @@ impl Tracker {
     }
 
     /// Records that the problem with `serial` was written at `now_ms` under `id`.
-    pub fn mark_saved(&mut self, serial: u64, id: i64, now_ms: i64) {
+    pub(crate) fn mark_saved(&mut self, serial: u64, id: i64, now_ms: i64) {
         if let Some(t) = self
             .active
             .values_mut()
@@ -208,7 +208,7 @@ impl Tracker {
     }
 
     /// Problems in memory: active ones, and the recently resolved ones, most recent first.
-    pub fn problems(&self, state: ProblemState) -> Vec<Problem> {
+    pub(crate) fn problems(&self, state: ProblemState) -> Vec<Problem> {
         let mut v: Vec<Problem> = match state {
             ProblemState::Active => self.active.values().map(|t| t.problem.clone()).collect(),
             ProblemState::Resolved => self.resolved.iter().map(|t| t.problem.clone()).collect(),

@@ -7,11 +7,11 @@ use rocemesh_proto::api::LatencyWindowStats;
 use std::collections::HashMap;
 
 /// (prober RNIC id, target RNIC id).
-pub type PairKey = (u32, u32);
+pub(crate) type PairKey = (u32, u32);
 
 /// An RNIC pair whose latency detectors fired and whose latency has not come back.
 #[derive(Debug, Clone, PartialEq)]
-pub struct PairAlarm {
+pub(crate) struct PairAlarm {
     /// End of the window that raised it, ms since the Unix epoch.
     pub since_ms: i64,
     /// The pair's level before the anomaly (look-back median of window medians, or
@@ -30,7 +30,7 @@ pub struct PairAlarm {
 
 impl PairAlarm {
     /// Which detectors fired, for evidence.
-    pub fn detector(&self) -> String {
+    pub(crate) fn detector(&self) -> String {
         let names = [
             self.short_term.map(|_| "short_term_lof"),
             self.long_term.map(|_| "long_term_ztest"),
@@ -39,12 +39,12 @@ impl PairAlarm {
     }
 
     /// True when a probe of the pair with this network RTT counts as slow.
-    pub fn is_slow(&self, rtt_ns: u32) -> bool {
+    pub(crate) fn is_slow(&self, rtt_ns: u32) -> bool {
         f64::from(rtt_ns) > self.slow_above_ns
     }
 
     /// The window statistics in the wire form.
-    pub fn window_stats(&self) -> LatencyWindowStats {
+    pub(crate) fn window_stats(&self) -> LatencyWindowStats {
         let w = &self.window;
         LatencyWindowStats {
             p25_ns: w.p25,
@@ -60,38 +60,34 @@ impl PairAlarm {
 
 /// The alarmed pairs after one close, shared read-only with a diagnosis tick.
 #[derive(Debug, Clone, Default)]
-pub struct Verdicts {
+pub(crate) struct Verdicts {
     alarms: HashMap<PairKey, PairAlarm>,
 }
 
 impl Verdicts {
     /// Snapshot of the given alarms.
-    pub fn new(alarms: HashMap<PairKey, PairAlarm>) -> Self {
+    pub(crate) fn new(alarms: HashMap<PairKey, PairAlarm>) -> Self {
         Self { alarms }
     }
 
     /// The alarm of a pair, if it has one.
-    pub fn get(&self, prober: u32, target: u32) -> Option<&PairAlarm> {
+    pub(crate) fn get(&self, prober: u32, target: u32) -> Option<&PairAlarm> {
         self.alarms.get(&(prober, target))
     }
 
     /// True when the pair is alarmed and this RTT is above its slow threshold.
-    pub fn is_slow(&self, prober: u32, target: u32, rtt_ns: u32) -> bool {
+    pub(crate) fn is_slow(&self, prober: u32, target: u32, rtt_ns: u32) -> bool {
         self.get(prober, target).is_some_and(|a| a.is_slow(rtt_ns))
     }
 
     /// Every alarmed pair with its alarm.
-    pub fn iter(&self) -> impl Iterator<Item = (&PairKey, &PairAlarm)> + '_ {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&PairKey, &PairAlarm)> + '_ {
         self.alarms.iter()
     }
 
-    /// Alarmed pairs.
-    pub fn len(&self) -> usize {
-        self.alarms.len()
-    }
-
     /// True when no pair is alarmed.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    pub(crate) fn is_empty(&self) -> bool {
         self.alarms.is_empty()
     }
 }

@@ -23,7 +23,9 @@ mod pair;
 #[cfg(test)]
 mod tests;
 
-pub use alarm::{PairAlarm, PairKey, Verdicts};
+#[cfg(test)]
+pub(crate) use alarm::PairAlarm;
+pub(crate) use alarm::{PairKey, Verdicts};
 
 use crate::config::LatencyConfig;
 use pair::{Judge, PairState};
@@ -71,7 +73,7 @@ pub struct LatencyStats {
 
 /// The detectors of every RNIC pair.
 #[derive(Debug)]
-pub struct PairLatency {
+pub(crate) struct PairLatency {
     enabled: bool,
     /// Every new pair starts as a clone of this (config validated once).
     template: LatencyMonitor,
@@ -100,7 +102,7 @@ pub struct PairLatency {
 
 impl PairLatency {
     /// Detectors per `cfg`, ticked every `tick_ms`, starting at `now_ms`.
-    pub fn new(cfg: &LatencyConfig, tick_ms: u64, now_ms: i64) -> anyhow::Result<Self> {
+    pub(crate) fn new(cfg: &LatencyConfig, tick_ms: u64, now_ms: i64) -> anyhow::Result<Self> {
         cfg.validate()?;
         let short_ms = cfg.short_window_ms as i64;
         let close_after_ms = cfg.close_after_ms as i64;
@@ -128,7 +130,7 @@ impl PairLatency {
     }
 
     /// Takes the successful probes of an accepted batch received at `now_ms`.
-    pub fn take(&mut self, records: impl Iterator<Item = ProbeResult>, now_ms: i64) {
+    pub(crate) fn take(&mut self, records: impl Iterator<Item = ProbeResult>, now_ms: i64) {
         if !self.enabled {
             return;
         }
@@ -170,7 +172,7 @@ impl PairLatency {
 
     /// Closes the windows that ended `close_after_ms` before `now_ms`, evicts idle
     /// pairs, and returns the alarmed pairs (unchanged when no window closed).
-    pub fn close(&mut self, now_ms: i64) -> Arc<Verdicts> {
+    pub(crate) fn close(&mut self, now_ms: i64) -> Arc<Verdicts> {
         let through = (now_ms - self.close_after_ms).div_euclid(self.short_ms);
         if !self.enabled || through <= self.through {
             return Arc::clone(&self.verdicts);
@@ -209,7 +211,7 @@ impl PairLatency {
     }
 
     /// Counters since start.
-    pub fn stats(&self) -> LatencyStats {
+    pub(crate) fn stats(&self) -> LatencyStats {
         self.stats.clone()
     }
 }

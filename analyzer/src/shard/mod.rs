@@ -9,10 +9,10 @@
 //! instances' published liveness (and, for the tomography holder, their loss
 //! observations), keeps the findings in scope and publishes its own summary.
 
-pub mod scope;
-pub mod summary;
+pub(crate) mod scope;
+pub(crate) mod summary;
 
-pub use rocemesh_store::coord::ScaleoutConfig;
+pub(crate) use rocemesh_store::coord::ScaleoutConfig;
 
 use crate::diagnosis::Shared;
 use crate::{Analyzer, read, write};
@@ -24,7 +24,7 @@ use std::sync::{Arc, RwLock};
 use summary::Summary;
 
 /// The lease of the instance that runs the cross-shard tomography.
-pub const TOMOGRAPHY_LEASE: &str = "analyzer/tomography";
+pub(crate) const TOMOGRAPHY_LEASE: &str = "analyzer/tomography";
 /// The lease of the instance that writes node verdicts (Kubernetes conditions, taints).
 pub const NODE_VERDICTS_LEASE: &str = "analyzer/node-verdicts";
 

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 
 /// What one instance tells the others each tick.
 #[derive(Debug, Default, Serialize, Deserialize)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Loss observations of its probers (tomography inputs).
     pub loss: Vec<FlowObs>,
     /// Upload liveness of its agents.
@@ -21,7 +21,7 @@ pub struct Summary {
 /// counts add up, the first hop list stays as evidence. Tomography gives the same
 /// result on the compacted list, which is orders of magnitude smaller (one entry per
 /// path, not per flow).
-pub fn compact(obs: Vec<FlowObs>) -> Vec<FlowObs> {
+pub(crate) fn compact(obs: Vec<FlowObs>) -> Vec<FlowObs> {
     let mut index: HashMap<String, usize> = HashMap::new();
     let mut out: Vec<FlowObs> = Vec::new();
     for o in obs {
@@ -47,13 +47,18 @@ pub fn compact(obs: Vec<FlowObs>) -> Vec<FlowObs> {
 }
 
 /// Stores `summary` as instance `holder`'s newest, made at `tick_ms`.
-pub async fn publish(db: &Db, holder: &str, tick_ms: i64, summary: &Summary) -> anyhow::Result<()> {
+pub(crate) async fn publish(
+    db: &Db,
+    holder: &str,
+    tick_ms: i64,
+    summary: &Summary,
+) -> anyhow::Result<()> {
     coord::publish_summary(db, holder, tick_ms, &serde_json::to_string(summary)?).await
 }
 
 /// Another instance's summary as read back.
 #[derive(Debug)]
-pub struct Published {
+pub(crate) struct Published {
     /// What it said.
     pub summary: Summary,
     /// When it was made.
@@ -66,7 +71,7 @@ pub struct Published {
 
 /// The summaries other than `me`'s made since `since_ms`, `live` as of `now_ms`; a
 /// summary that does not parse is skipped with a warning.
-pub async fn others(
+pub(crate) async fn others(
     db: &Db,
     me: &str,
     since_ms: i64,

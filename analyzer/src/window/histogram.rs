@@ -51,7 +51,7 @@ fn value_of(bucket: usize) -> u64 {
 
 /// Delay distribution of one metric in one scope and period.
 #[derive(Debug)]
-pub struct Histogram {
+pub(crate) struct Histogram {
     count: u64,
     /// Least and largest sample (`u32::MAX` and 0 while empty).
     min: u32,
@@ -78,7 +78,7 @@ impl Histogram {
     /// Inlined: ingest inserts eight samples per result, and the call would cost a
     /// third of the insert.
     #[inline(always)]
-    pub fn insert(&mut self, v: u32) {
+    pub(crate) fn insert(&mut self, v: u32) {
         let bucket = bucket_of(v);
         let map = self.map.get_or_insert_with(|| Box::new([NO_BLOCK; BLOCKS]));
         let slot = &mut map[bucket / BLOCK];
@@ -95,7 +95,7 @@ impl Histogram {
 
     /// Adds every sample of `other`: the same histogram as inserting both sets of
     /// samples into one.
-    pub fn merge(&mut self, other: &Histogram) {
+    pub(crate) fn merge(&mut self, other: &Histogram) {
         let Some(theirs) = other.map.as_deref().filter(|_| other.count > 0) else {
             return;
         };
@@ -119,12 +119,12 @@ impl Histogram {
     }
 
     /// Number of samples.
-    pub fn count(&self) -> u64 {
+    pub(crate) fn count(&self) -> u64 {
         self.count
     }
 
     /// Forgets every sample but keeps the allocations for the next period.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         if self.count == 0 {
             return;
         }
@@ -137,7 +137,7 @@ impl Histogram {
 
     /// P50/P90/P99/P999 by nearest rank (the smallest value with at least
     /// `ceil(q * n)` samples at or below it), each within 1 % of the exact one.
-    pub fn quantiles(&self) -> Quantiles {
+    pub(crate) fn quantiles(&self) -> Quantiles {
         let mut out = [None; 4];
         if let (Some(map), true) = (self.map.as_deref(), self.count > 0) {
             let ranks =

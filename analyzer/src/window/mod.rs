@@ -14,16 +14,16 @@
 //! has caught up (a batch with a record sent after its latest refusal) or `refusal_hold_ms`
 //! has passed since that refusal.
 
-pub mod histogram;
-pub mod period;
+pub(crate) mod histogram;
+pub(crate) mod period;
 
 use std::collections::HashMap;
 
-pub use period::{MetricSet, Period};
+pub(crate) use period::{MetricSet, Period};
 
 /// Where a record goes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
+pub(crate) enum Placement {
     /// Into the slot with this index.
     Open(usize),
     /// Its period is already finalized (or past its grace time).
@@ -34,7 +34,7 @@ pub enum Placement {
 
 /// The ring of open periods.
 #[derive(Debug)]
-pub struct Window {
+pub(crate) struct Window {
     period_ms: i64,
     grace_ms: i64,
     slots: Vec<Period>,
@@ -53,13 +53,14 @@ pub struct Window {
 impl Window {
     /// A window with no period finalized after `finalized_through_ms` (the start
     /// of the newest period already persisted, if any).
-    pub fn new(period_ms: u64, grace_ms: u64, finalized_through_ms: Option<i64>) -> Self {
+    #[cfg(test)]
+    pub(crate) fn new(period_ms: u64, grace_ms: u64, finalized_through_ms: Option<i64>) -> Self {
         Self::catching_up(period_ms, grace_ms, finalized_through_ms, 0, i64::MIN)
     }
 
     /// A window that finalizes nothing before `hold_until_ms` and meanwhile opens every
     /// period not finalized whose grace ended less than `backfill_ms` before now.
-    pub fn catching_up(
+    pub(crate) fn catching_up(
         period_ms: u64,
         grace_ms: u64,
         finalized_through_ms: Option<i64>,
@@ -88,20 +89,20 @@ impl Window {
     }
 
     /// Sets how long a refused upload holds finalization at most ([`Self::refused`]).
-    pub fn with_refusal_hold(mut self, hold_ms: u64) -> Self {
+    pub(crate) fn with_refusal_hold(mut self, hold_ms: u64) -> Self {
         self.refusal_hold_ms = hold_ms as i64;
         self
     }
 
     /// An upload of `host` could not be taken at `now_ms` (its agent keeps the results and
     /// sends them again): no period is finalized until the host has caught up.
-    pub fn refused(&mut self, host: u32, now_ms: i64) {
+    pub(crate) fn refused(&mut self, host: u32, now_ms: i64) {
         self.refused.insert(host, now_ms);
     }
 
     /// `host` delivered a batch whose newest record was sent at `newest_send_ms`: past its
     /// latest refusal, its agent has sent everything it held.
-    pub fn delivered(&mut self, host: u32, newest_send_ms: i64) {
+    pub(crate) fn delivered(&mut self, host: u32, newest_send_ms: i64) {
         if self
             .refused
             .get(&host)
@@ -123,19 +124,14 @@ impl Window {
             .fold(self.hold_until_ms, i64::max)
     }
 
-    /// Period length in ms.
-    pub fn period_ms(&self) -> i64 {
-        self.period_ms
-    }
-
     /// Index of the period holding a send time given in ms.
     #[inline]
-    pub fn period_of(&self, send_ms: i64) -> i64 {
+    pub(crate) fn period_of(&self, send_ms: i64) -> i64 {
         send_ms.div_euclid(self.period_ms)
     }
 
     /// Decides where records of period `p` go at time `now_ms`, readying its slot.
-    pub fn place(&mut self, p: i64, now_ms: i64) -> Placement {
+    pub(crate) fn place(&mut self, p: i64, now_ms: i64) -> Placement {
         let hold = self.hold_until(now_ms);
         let closed = if now_ms < hold {
             self.grace_end(p).saturating_add(self.backfill_ms) <= now_ms
@@ -162,7 +158,7 @@ impl Window {
 
     /// The slot a [`Placement::Open`] named.
     #[inline]
-    pub fn slot_mut(&mut self, i: usize) -> &mut Period {
+    pub(crate) fn slot_mut(&mut self, i: usize) -> &mut Period {
         &mut self.slots[i]
     }
 
@@ -173,14 +169,14 @@ impl Window {
     }
 
     /// Start (ms) of the newest finalized period, if any.
-    pub fn finalized_through_ms(&self) -> Option<i64> {
+    pub(crate) fn finalized_through_ms(&self) -> Option<i64> {
         (self.finalized_through != i64::MIN)
             .then(|| self.finalized_through.saturating_mul(self.period_ms))
     }
 
     /// Hands every period due at `now_ms` (all open ones when `None`: shutdown)
     /// to `emit`, oldest first, then clears its slot.
-    pub fn finalize(&mut self, now_ms: Option<i64>, mut emit: impl FnMut(&Period)) {
+    pub(crate) fn finalize(&mut self, now_ms: Option<i64>, mut emit: impl FnMut(&Period)) {
         let held = now_ms.is_some_and(|now| now < self.hold_until(now));
         let mut order: Vec<usize> = (0..self.slots.len())
             .filter(|&i| {

@@ -7,7 +7,7 @@ use std::hash::{BuildHasherDefault, Hasher};
 
 /// Probe counts and delay distributions of one scope in one period.
 #[derive(Debug, Default)]
-pub struct MetricSet {
+pub(crate) struct MetricSet {
     /// Probes counted.
     pub probes: u64,
     /// Of which timed out (any non-ok status).
@@ -25,7 +25,7 @@ pub struct MetricSet {
 impl MetricSet {
     /// Counts a probe and all four of its delays (ToR-pair scope; the cluster adds them up).
     #[inline]
-    pub fn add_probe(&mut self, r: &ProbeResult) {
+    pub(crate) fn add_probe(&mut self, r: &ProbeResult) {
         self.add_as_target(r);
         if r.status == ProbeStatus::Ok {
             self.prober_delay.insert(r.prober_delay_ns);
@@ -34,7 +34,7 @@ impl MetricSet {
 
     /// Counts a probe against its target RNIC: everything but the prober delay.
     #[inline]
-    pub fn add_as_target(&mut self, r: &ProbeResult) {
+    pub(crate) fn add_as_target(&mut self, r: &ProbeResult) {
         self.probes += 1;
         if r.status == ProbeStatus::Ok {
             self.network_rtt.insert(r.network_rtt_ns);
@@ -47,19 +47,19 @@ impl MetricSet {
 
     /// Counts a probe against its prober RNIC: only the prober delay is its own.
     #[inline]
-    pub fn add_as_prober(&mut self, r: &ProbeResult) {
+    pub(crate) fn add_as_prober(&mut self, r: &ProbeResult) {
         if r.status == ProbeStatus::Ok {
             self.prober_delay.insert(r.prober_delay_ns);
         }
     }
 
     /// True when nothing was recorded.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.probes == 0 && self.prober_delay.count() == 0
     }
 
     /// Adds everything `other` recorded.
-    pub fn merge(&mut self, other: &MetricSet) {
+    pub(crate) fn merge(&mut self, other: &MetricSet) {
         self.probes += other.probes;
         self.timeouts += other.timeouts;
         self.network_rtt.merge(&other.network_rtt);
@@ -69,7 +69,7 @@ impl MetricSet {
     }
 
     /// Clears the counts, keeping allocations.
-    pub fn reset(&mut self) {
+    pub(crate) fn reset(&mut self) {
         self.probes = 0;
         self.timeouts = 0;
         self.network_rtt.reset();
@@ -82,7 +82,7 @@ impl MetricSet {
 /// Multiplicative hasher for the small integer ToR-pair keys (the std SipHash
 /// would cost more than the rest of a record's aggregation).
 #[derive(Default)]
-pub struct PairHasher(u64);
+pub(crate) struct PairHasher(u64);
 
 impl Hasher for PairHasher {
     fn finish(&self) -> u64 {
@@ -99,25 +99,25 @@ impl Hasher for PairHasher {
 }
 
 /// ToR pair key: prober ToR in the high half, target ToR in the low half.
-pub fn pair_key(prober_tor: u16, target_tor: u16) -> u32 {
+pub(crate) fn pair_key(prober_tor: u16, target_tor: u16) -> u32 {
     (u32::from(prober_tor) << 16) | u32::from(target_tor)
 }
 
 /// Splits a [`pair_key`] back into (prober ToR, target ToR).
-pub fn split_pair_key(key: u32) -> (u16, u16) {
+pub(crate) fn split_pair_key(key: u32) -> (u16, u16) {
     ((key >> 16) as u16, key as u16)
 }
 
 /// Most RNIC pairs whose timeouts one period keeps apart; the timeouts of further pairs
 /// are counted under [`UNATTRIBUTED`] (switch-side, as no RNIC is known to be behind them).
-pub const MAX_TIMEOUT_PAIRS: usize = 1 << 20;
+pub(crate) const MAX_TIMEOUT_PAIRS: usize = 1 << 20;
 /// The pair key of timeouts beyond [`MAX_TIMEOUT_PAIRS`].
-pub const UNATTRIBUTED: (u32, u32) = (u32::MAX, u32::MAX);
+pub(crate) const UNATTRIBUTED: (u32, u32) = (u32::MAX, u32::MAX);
 
 /// Everything aggregated for one period. Slots are reused period after period,
 /// so steady-state ingest allocates nothing.
 #[derive(Debug, Default)]
-pub struct Period {
+pub(crate) struct Period {
     /// Period index (`start_ms / period_ms`) this slot currently holds.
     pub index: i64,
     /// Results recorded.
@@ -139,7 +139,7 @@ pub struct Period {
 impl Period {
     /// Aggregates one record whose RNICs are known.
     #[inline]
-    pub fn add(&mut self, r: &ProbeResult, prober_tor: u16, target_tor: u16) {
+    pub(crate) fn add(&mut self, r: &ProbeResult, prober_tor: u16, target_tor: u16) {
         self.results += 1;
         self.tor_pairs
             .entry(pair_key(prober_tor, target_tor))
@@ -153,7 +153,12 @@ impl Period {
     /// Aggregates one record into the service-network scopes: the service class, and
     /// every task both RNICs serve (`prober_tasks`, `target_tasks`: interned task ids).
     #[inline]
-    pub fn add_service(&mut self, r: &ProbeResult, prober_tasks: &[u32], target_tasks: &[u32]) {
+    pub(crate) fn add_service(
+        &mut self,
+        r: &ProbeResult,
+        prober_tasks: &[u32],
+        target_tasks: &[u32],
+    ) {
         let service = r.class == ProbeClass::Service;
         if service {
             self.service.add_probe(r);
@@ -175,7 +180,7 @@ impl Period {
     }
 
     /// Makes room for RNIC ids below `len` (only grows when the registry grew).
-    pub fn ensure_rnics(&mut self, len: usize) {
+    pub(crate) fn ensure_rnics(&mut self, len: usize) {
         if self.rnics.len() < len {
             self.rnics.resize_with(len, MetricSet::default);
         }
@@ -183,19 +188,19 @@ impl Period {
 
     /// Whole-cluster aggregate: the ToR pairs' added up (at finalization, rather than a
     /// fifth set of histograms filled per result).
-    pub fn cluster(&self) -> MetricSet {
+    pub(crate) fn cluster(&self) -> MetricSet {
         let mut all = MetricSet::default();
         self.tor_pairs.values().for_each(|m| all.merge(m));
         all
     }
 
     /// True when nothing was recorded in this slot.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.results == 0
     }
 
     /// Clears the slot for period `index`, keeping allocations.
-    pub fn reset(&mut self, index: i64) {
+    pub(crate) fn reset(&mut self, index: i64) {
         self.index = index;
         if self.is_empty() {
             return;

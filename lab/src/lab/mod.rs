@@ -332,7 +332,7 @@ impl Drop for Lab {
 
 #[cfg(test)]
 mod tests {
-    use rocemesh_analyzer::diagnosis::fabric::FabricMap;
+    use rocemesh_analyzer::FabricMap;
     use rocemesh_testbed::{FabricSpec, Topology};
 
     #[test]

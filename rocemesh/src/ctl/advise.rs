@@ -5,7 +5,7 @@ use super::table::Table;
 use super::{Client, json_out, time};
 use anyhow::Result;
 use clap::Args;
-use rocemesh_analyzer::advice::PortAdvice;
+use rocemesh_analyzer::PortAdvice;
 
 /// `ctl advise` options.
 #[derive(Debug, Args)]
@@ -80,7 +80,7 @@ fn render(a: &PortAdvice, src: &str, dst: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use rocemesh_analyzer::advice::CatalogPath;
+    use rocemesh_analyzer::CatalogPath;
 
     #[test]
     fn renders_advice_and_says_why_there_is_none() {

@@ -57,7 +57,7 @@ pub struct BaselineVote {
 
 /// Everything one tick found.
 #[derive(Debug, Default)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// Problems present now.
     pub candidates: Vec<Candidate>,
     /// Algorithm 1 votes on the same data, most first.
@@ -67,7 +67,7 @@ pub struct Outcome {
 }
 
 /// What a tick reads.
-pub struct Inputs<'a> {
+pub(crate) struct Inputs<'a> {
     /// Tick time, ms since the Unix epoch.
     pub now_ms: i64,
     /// When the analyzer started (a host never heard from counts as silent since then).
@@ -86,7 +86,7 @@ pub struct Inputs<'a> {
 
 /// Diagnosis state kept across ticks: the window, sticky RNIC and switch verdicts.
 #[derive(Debug)]
-pub struct Engine {
+pub(crate) struct Engine {
     cfg: DiagnosisConfig,
     sticky: HashMap<u32, (i64, Evidence)>,
     /// Switches found down, until when a single failing link of theirs is still theirs
@@ -143,12 +143,12 @@ struct HostTally {
 impl Engine {
     /// Links with an open problem at `now_ms` (the tracker's, which outlive this engine:
     /// restored after a restart, taken over from a shard): reported as soon as found.
-    pub fn keep_open(&mut self, links: Vec<String>, now_ms: i64) {
+    pub(crate) fn keep_open(&mut self, links: Vec<String>, now_ms: i64) {
         self.link_holds.keep_open(links, now_ms);
     }
 
     /// Fresh state.
-    pub fn new(cfg: DiagnosisConfig) -> Self {
+    pub(crate) fn new(cfg: DiagnosisConfig) -> Self {
         Self {
             sticky: HashMap::new(),
             down_switches: HashMap::new(),
@@ -168,7 +168,7 @@ impl Engine {
     /// `paths_settle_ms` the tomography does not run, rather than localize on the few
     /// paths known so far (a partial trace without its complete one, one direction of a
     /// flow without the other) and blame a component beside the culprit.
-    pub fn await_paths(&mut self, now_ms: i64) {
+    pub(crate) fn await_paths(&mut self, now_ms: i64) {
         let until = now_ms.saturating_add(self.cfg.paths_settle_ms as i64);
         self.paths_until_ms = self.paths_until_ms.max(until);
     }
@@ -176,12 +176,12 @@ impl Engine {
     /// Scale-out: the next tick builds its loss observations even without failures and
     /// returns them in [`Outcome::loss`] (other shards merge them), and its tomography
     /// also explains `others`, the observations other shards published.
-    pub fn share(&mut self, others: Vec<FlowObs>) {
+    pub(crate) fn share(&mut self, others: Vec<FlowObs>) {
         self.shared = Some(others);
     }
 
     /// Aggregates results received at `now_ms` into the window.
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         records: impl Iterator<Item = ProbeResult>,
         registry: &Registry,
@@ -191,13 +191,13 @@ impl Engine {
     }
 
     /// The window's counters.
-    pub fn window_stats(&self) -> WindowStats {
+    pub(crate) fn window_stats(&self) -> WindowStats {
         self.window.stats()
     }
 
     /// Runs the whole pipeline once; results arriving afterwards are judged slow
     /// against this tick's latency alarms.
-    pub fn run(&mut self, inp: &Inputs) -> Outcome {
+    pub(crate) fn run(&mut self, inp: &Inputs) -> Outcome {
         let mut out = Outcome::default();
         let expired = self.window.advance(inp.now_ms);
         // Stage 1: timeouts judged against host liveness and agent restarts.

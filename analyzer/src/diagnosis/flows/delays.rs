@@ -4,11 +4,11 @@
 //! tick (the registry then says which host an RNIC is on).
 
 /// Delays of one RNIC: (reported, above the noise threshold).
-pub type Tally = (u32, u32);
+pub(crate) type Tally = (u32, u32);
 
 /// Per-RNIC delay tallies, dense by RNIC id (ids are bounded by the registry).
 #[derive(Debug)]
-pub struct Delays {
+pub(crate) struct Delays {
     slots_per_rnic: usize,
     /// `slots_per_rnic` buckets per RNIC.
     slots: Vec<Tally>,
@@ -17,7 +17,7 @@ pub struct Delays {
 
 impl Delays {
     /// No delays yet, `slots_per_rnic` buckets per RNIC.
-    pub fn new(slots_per_rnic: usize) -> Self {
+    pub(crate) fn new(slots_per_rnic: usize) -> Self {
         Self {
             slots_per_rnic,
             slots: Vec::new(),
@@ -26,7 +26,7 @@ impl Delays {
     }
 
     /// Counts one delay of RNIC `rnic`'s agent in slot `slot`.
-    pub fn add(&mut self, rnic: u32, slot: usize, slow: bool) {
+    pub(crate) fn add(&mut self, rnic: u32, slot: usize, slow: bool) {
         let r = rnic as usize;
         if self.totals.len() <= r {
             self.totals.resize(r + 1, (0, 0));
@@ -43,7 +43,7 @@ impl Delays {
     }
 
     /// Clears the slots `expired` of every RNIC.
-    pub fn expire(&mut self, expired: &[usize]) {
+    pub(crate) fn expire(&mut self, expired: &[usize]) {
         if expired.is_empty() {
             return;
         }
@@ -61,7 +61,7 @@ impl Delays {
     }
 
     /// Window totals of every RNIC with delays: (RNIC id, tally).
-    pub fn totals(&self) -> impl Iterator<Item = (u32, Tally)> + '_ {
+    pub(crate) fn totals(&self) -> impl Iterator<Item = (u32, Tally)> + '_ {
         self.totals
             .iter()
             .enumerate()

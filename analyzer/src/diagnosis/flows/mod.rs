@@ -20,9 +20,9 @@
 //! Memory follows flows (`max_flows` at most, ~160 bytes each with 12 buckets) and
 //! timeouts, not the results of the window.
 
-pub mod delays;
-pub mod ring;
-pub mod table;
+pub(crate) mod delays;
+pub(crate) mod ring;
+pub(crate) mod table;
 #[cfg(test)]
 mod tests;
 
@@ -84,7 +84,7 @@ impl Judge {
 
 /// The sliding window of results diagnosis reads.
 #[derive(Debug)]
-pub struct Window {
+pub(crate) struct Window {
     judge: Judge,
     ring: Ring,
     flows: FlowTable,
@@ -98,7 +98,7 @@ pub struct Window {
 
 impl Window {
     /// An empty window per `cfg`.
-    pub fn new(cfg: &DiagnosisConfig) -> Self {
+    pub(crate) fn new(cfg: &DiagnosisConfig) -> Self {
         let ring = Ring::new(cfg.window_ms, cfg.tick_ms);
         Self {
             judge: Judge {
@@ -118,7 +118,7 @@ impl Window {
 
     /// Aggregates results received at `now_ms` whose RNICs `registry` knows (timeouts
     /// are kept raw whatever they name: the tick judges them).
-    pub fn take(
+    pub(crate) fn take(
         &mut self,
         records: impl Iterator<Item = ProbeResult>,
         registry: &Registry,
@@ -171,13 +171,13 @@ impl Window {
     }
 
     /// Judges arriving results against these latency alarms from now on.
-    pub fn judge_with(&mut self, alarms: Arc<Verdicts>) {
+    pub(crate) fn judge_with(&mut self, alarms: Arc<Verdicts>) {
         self.alarms = alarms;
     }
 
     /// Moves the window on to `now_ms`: delays and timeouts that left it are dropped;
     /// returns the flow slots to clear ([`Self::sweep`]).
-    pub fn advance(&mut self, now_ms: i64) -> Vec<usize> {
+    pub(crate) fn advance(&mut self, now_ms: i64) -> Vec<usize> {
         let expired = self.ring.advance(now_ms);
         self.delays.expire(&expired);
         let start = self.ring.covers().start;
@@ -189,7 +189,7 @@ impl Window {
     /// Clears the `expired` slots of every flow and offers each flow to `keep`
     /// (forgotten when refused); the baselines of the flows kept with arrivals follow
     /// their window minimum.
-    pub fn sweep(&mut self, expired: &[usize], mut keep: impl FnMut(u32, &Flow) -> bool) {
+    pub(crate) fn sweep(&mut self, expired: &[usize], mut keep: impl FnMut(u32, &Flow) -> bool) {
         let judge = self.judge;
         self.flows.sweep(expired, |i, f| {
             if !keep(i, &*f) {
@@ -203,35 +203,35 @@ impl Window {
     }
 
     /// The flows.
-    pub fn flows(&self) -> &FlowTable {
+    pub(crate) fn flows(&self) -> &FlowTable {
         &self.flows
     }
 
     /// The flow table, to add the flows of judged timeouts.
-    pub fn flows_mut(&mut self) -> &mut FlowTable {
+    pub(crate) fn flows_mut(&mut self) -> &mut FlowTable {
         &mut self.flows
     }
 
     /// Per-RNIC processing delays.
-    pub fn delays(&self) -> &Delays {
+    pub(crate) fn delays(&self) -> &Delays {
         &self.delays
     }
 
     /// Timed-out probes held (some may have been sent after the tick's time).
-    pub fn timeouts(&self) -> impl Iterator<Item = &ProbeResult> + '_ {
+    pub(crate) fn timeouts(&self) -> impl Iterator<Item = &ProbeResult> + '_ {
         self.timeouts.iter()
     }
 
     /// Forgets every result (flows keep their baselines until the next sweep).
     #[cfg(test)]
-    pub fn forget_results(&mut self) {
+    pub(crate) fn forget_results(&mut self) {
         self.flows.forget_results();
         self.delays = Delays::new(self.ring.slots());
         self.timeouts.clear();
     }
 
     /// Counters since start.
-    pub fn stats(&self) -> WindowStats {
+    pub(crate) fn stats(&self) -> WindowStats {
         WindowStats {
             flows: self.flows.count() as u64,
             timeouts: self.timeouts.len() as u64,

@@ -17,7 +17,7 @@ const MAX_LIVE_BUCKETS: u64 = 20;
 
 /// Bucket arithmetic and the window's start.
 #[derive(Debug, Clone)]
-pub struct Ring {
+pub(crate) struct Ring {
     bucket_ms: i64,
     window_ms: i64,
     slots: usize,
@@ -33,7 +33,7 @@ pub struct Ring {
 impl Ring {
     /// A ring for a `window_ms` window moved on every `tick_ms`: one bucket per tick,
     /// or coarser when that would cut the window into more than 20 buckets.
-    pub fn new(window_ms: u64, tick_ms: u64) -> Self {
+    pub(crate) fn new(window_ms: u64, tick_ms: u64) -> Self {
         let window_ms = window_ms.max(1);
         let bucket_ms = tick_ms.max(1).max(window_ms.div_ceil(MAX_LIVE_BUCKETS));
         // Buckets the window touches at a tick, plus the spare one ahead.
@@ -49,7 +49,7 @@ impl Ring {
     }
 
     /// Slots of every per-bucket ring.
-    pub fn slots(&self) -> usize {
+    pub(crate) fn slots(&self) -> usize {
         self.slots
     }
 
@@ -68,7 +68,7 @@ impl Ring {
     /// Moves the window's start to cover `now_ms`; returns the slots of the buckets that
     /// left the window (each at most once, oldest first), to be cleared. A clock going
     /// backwards moves nothing.
-    pub fn advance(&mut self, now_ms: i64) -> Vec<usize> {
+    pub(crate) fn advance(&mut self, now_ms: i64) -> Vec<usize> {
         let Some(first) = self.first else {
             self.phase = now_ms.rem_euclid(self.bucket_ms);
             self.first = Some(self.bucket(now_ms - self.window_ms));
@@ -86,7 +86,7 @@ impl Ring {
 
     /// The slot a result sent at `send_ms` counts in, `None` when it is older than the
     /// window; the window starts at `now_ms` if nothing started it yet.
-    pub fn place(&mut self, send_ms: i64, now_ms: i64) -> Option<usize> {
+    pub(crate) fn place(&mut self, send_ms: i64, now_ms: i64) -> Option<usize> {
         let (from, to, slot) = self.last;
         if (from..to).contains(&send_ms) {
             return Some(slot);
@@ -113,7 +113,7 @@ impl Ring {
 
     /// Send times covered by the window: from the start of its oldest bucket (every send
     /// time when it has not started).
-    pub fn covers(&self) -> Range<i64> {
+    pub(crate) fn covers(&self) -> Range<i64> {
         let start = self.first.map_or(i64::MIN, |f| self.start_of(f));
         start..i64::MAX
     }

@@ -26,7 +26,7 @@ pub struct FlowKey {
 
 /// Successful probes of one flow in one bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Slot {
+pub(crate) struct Slot {
     /// Arrivals (at most `u16::MAX` per bucket are counted).
     pub ok: u16,
     /// Of which slow when they arrived.
@@ -37,7 +37,7 @@ pub struct Slot {
 
 impl Slot {
     /// No arrivals.
-    pub const EMPTY: Self = Self {
+    pub(crate) const EMPTY: Self = Self {
         ok: 0,
         slow: 0,
         min_rtt: u32::MAX,
@@ -46,7 +46,7 @@ impl Slot {
 
 /// One flow's window totals and baseline.
 #[derive(Debug, Clone)]
-pub struct Flow {
+pub(crate) struct Flow {
     /// The flow.
     pub key: FlowKey,
     /// Pinglist class of its latest result.
@@ -68,7 +68,7 @@ type Entry = (u32, u16, u16, u32);
 
 /// The flows of the window; indices stay valid until a flow is forgotten.
 #[derive(Debug)]
-pub struct FlowTable {
+pub(crate) struct FlowTable {
     slots_per_flow: usize,
     max_flows: usize,
     count: usize,
@@ -84,7 +84,7 @@ pub struct FlowTable {
 
 impl FlowTable {
     /// An empty table of at most `max_flows` flows with `slots_per_flow` buckets each.
-    pub fn new(slots_per_flow: usize, max_flows: usize) -> Self {
+    pub(crate) fn new(slots_per_flow: usize, max_flows: usize) -> Self {
         Self {
             slots_per_flow,
             max_flows,
@@ -98,12 +98,12 @@ impl FlowTable {
     }
 
     /// Flows tracked.
-    pub fn count(&self) -> usize {
+    pub(crate) fn count(&self) -> usize {
         self.count
     }
 
     /// One past the largest index in use.
-    pub fn bound(&self) -> usize {
+    pub(crate) fn bound(&self) -> usize {
         self.flows.len()
     }
 
@@ -117,13 +117,14 @@ impl FlowTable {
     }
 
     /// The index of a flow, `None` when unknown.
-    pub fn find(&self, key: &FlowKey) -> Option<u32> {
+    #[cfg(test)]
+    pub(crate) fn find(&self, key: &FlowKey) -> Option<u32> {
         let at = self.search(key).ok()?;
         Some(self.by_prober[key.prober as usize][at].3)
     }
 
     /// The index of a flow, added if new; `None` when the table is full.
-    pub fn intern(&mut self, key: FlowKey, class: ProbeClass) -> Option<u32> {
+    pub(crate) fn intern(&mut self, key: FlowKey, class: ProbeClass) -> Option<u32> {
         let at = match self.search(&key) {
             Ok(at) => return Some(self.by_prober[key.prober as usize][at].3),
             Err(at) => at,
@@ -159,23 +160,23 @@ impl FlowTable {
     }
 
     /// A flow by index.
-    pub fn get(&self, i: u32) -> &Flow {
+    pub(crate) fn get(&self, i: u32) -> &Flow {
         &self.flows[i as usize]
     }
 
     /// A flow by index, to set its class.
-    pub fn get_mut(&mut self, i: u32) -> &mut Flow {
+    pub(crate) fn get_mut(&mut self, i: u32) -> &mut Flow {
         &mut self.flows[i as usize]
     }
 
     /// The bucket counts of a flow.
-    pub fn ring(&self, i: u32) -> &[Slot] {
+    pub(crate) fn ring(&self, i: u32) -> &[Slot] {
         let at = i as usize * self.slots_per_flow;
         &self.slots[at..at + self.slots_per_flow]
     }
 
     /// Counts an arrival with this RTT in slot `slot` of flow `i`.
-    pub fn arrive(&mut self, i: u32, slot: usize, rtt_ns: u32, slow: bool) {
+    pub(crate) fn arrive(&mut self, i: u32, slot: usize, rtt_ns: u32, slow: bool) {
         let f = &mut self.flows[i as usize];
         let s = &mut self.slots[i as usize * self.slots_per_flow + slot];
         s.min_rtt = s.min_rtt.min(rtt_ns);
@@ -192,7 +193,7 @@ impl FlowTable {
     }
 
     /// Indices of every flow tracked (in index order).
-    pub fn indices(&self) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn indices(&self) -> impl Iterator<Item = u32> + '_ {
         self.flows
             .iter()
             .enumerate()
@@ -201,7 +202,7 @@ impl FlowTable {
     }
 
     /// Flows RNIC `r` probes or is probed by.
-    pub fn touching(&self, r: u32) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn touching(&self, r: u32) -> impl Iterator<Item = u32> + '_ {
         of(&self.by_prober, r)
             .iter()
             .map(|e| e.3)
@@ -209,7 +210,7 @@ impl FlowTable {
     }
 
     /// Flows probing from RNIC `prober` to RNIC `target`.
-    pub fn between(&self, prober: u32, target: u32) -> impl Iterator<Item = u32> + '_ {
+    pub(crate) fn between(&self, prober: u32, target: u32) -> impl Iterator<Item = u32> + '_ {
         let list = of(&self.by_prober, prober);
         let from = list.partition_point(|e| e.0 < target);
         list[from..]
@@ -220,7 +221,7 @@ impl FlowTable {
 
     /// Forgets every arrival (flows keep their baselines until the next sweep).
     #[cfg(test)]
-    pub fn forget_results(&mut self) {
+    pub(crate) fn forget_results(&mut self) {
         self.slots.fill(Slot::EMPTY);
         for f in &mut self.flows {
             (f.ok, f.slow, f.min_rtt) = (0, 0, u32::MAX);
@@ -229,7 +230,11 @@ impl FlowTable {
 
     /// Clears the slots `expired` of every flow (their buckets left the window), then
     /// hands each flow to `keep`, which may update it; flows it refuses are forgotten.
-    pub fn sweep(&mut self, expired: &[usize], mut keep: impl FnMut(u32, &mut Flow) -> bool) {
+    pub(crate) fn sweep(
+        &mut self,
+        expired: &[usize],
+        mut keep: impl FnMut(u32, &mut Flow) -> bool,
+    ) {
         let n = self.slots_per_flow;
         for (i, (f, ring)) in self
             .flows
