@@ -101,7 +101,7 @@ pub struct StoredTask {
 }
 
 /// An RNIC with its host's name, as the analyzer's registry reads it (ids unchecked).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct RegisteredRnic {
     /// Registry id.
     pub id: i64,
@@ -405,42 +405,13 @@ impl Inventory<'_> {
 
     /// Every RNIC with its host's name.
     pub async fn registered_rnics(&self) -> anyhow::Result<Vec<RegisteredRnic>> {
-        type Columns = (
-            i64,
-            i64,
-            Option<String>,
-            String,
-            String,
-            i64,
-            i64,
-            i64,
-            String,
-        );
-        let rows: Vec<Columns> = sqlx::query_as(
-            "SELECT r.id, r.host_id, r.tor, r.ifname, r.ip, r.qpn, r.epoch, r.registered_at_ms, h.name \
-             FROM rnics r JOIN hosts h ON h.id = r.host_id",
+        sqlx::query_as(
+            "SELECT r.id, r.host_id, r.tor, r.ifname, r.ip, r.qpn, r.epoch, r.registered_at_ms, \
+             h.name AS host FROM rnics r JOIN hosts h ON h.id = r.host_id",
         )
         .fetch_all(self.db.pool())
         .await
-        .context("reading the RNIC registry")?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(id, host_id, tor, ifname, ip, qpn, epoch, registered_at_ms, host)| {
-                    RegisteredRnic {
-                        id,
-                        host_id,
-                        tor,
-                        ifname,
-                        ip,
-                        qpn,
-                        epoch,
-                        registered_at_ms,
-                        host,
-                    }
-                },
-            )
-            .collect())
+        .context("reading the RNIC registry")
     }
 
     /// Every (registered RNIC, task) pair where the task names the RNIC as an endpoint.

@@ -141,7 +141,7 @@ pub struct ActiveCount {
 
 /// A stored problem as the impact loop reads it to assess it: decorations stay raw, so
 /// one unreadable row is skipped (or its blame ignored) there instead of failing all.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct AssessInput {
     /// Database id.
     pub id: i64,
@@ -323,17 +323,7 @@ impl Problems<'_> {
         resolved_since_ms: i64,
         limit: i64,
     ) -> anyhow::Result<Vec<AssessInput>> {
-        type Stored = (
-            i64,
-            String,
-            String,
-            i64,
-            Option<i64>,
-            Option<String>,
-            Option<String>,
-            String,
-        );
-        let rows: Vec<Stored> = sqlx::query_as(
+        sqlx::query_as(
             "SELECT id, component_kind, component, first_seen_ms, resolved_ms, \
              priority, affected_tasks, evidence FROM problems \
              WHERE state = 'active' OR resolved_ms >= $1 ORDER BY id DESC LIMIT $2",
@@ -342,33 +332,7 @@ impl Problems<'_> {
         .bind(limit)
         .fetch_all(self.db.pool())
         .await
-        .context("reading problems to assess")?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(
-                    id,
-                    component_kind,
-                    component,
-                    first_seen_ms,
-                    resolved_ms,
-                    priority,
-                    affected_tasks,
-                    evidence,
-                )| {
-                    AssessInput {
-                        id,
-                        component_kind,
-                        component,
-                        first_seen_ms,
-                        resolved_ms,
-                        priority,
-                        affected_tasks,
-                        evidence,
-                    }
-                },
-            )
-            .collect())
+        .context("reading problems to assess")
     }
 
     /// Writes new assessments (priority, affected tasks and their index) in one
