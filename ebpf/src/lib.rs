@@ -23,6 +23,7 @@ pub mod btf;
 pub mod elf_symbol;
 pub mod event;
 pub mod flow_table;
+mod hidden_btf;
 pub mod kernel_offsets;
 pub mod libraries;
 pub mod roce;

@@ -14,6 +14,7 @@ use aya::{Ebpf, EbpfLoader};
 
 use crate::elf_symbol::{VersionedSymbol, resolve_default};
 use crate::event::{FlowEvent, decode_event};
+use crate::hidden_btf;
 use crate::kernel_offsets::KernelOffsets;
 use crate::libraries::{self, FileId, LibraryFile};
 use crate::route::Route;
@@ -247,11 +248,27 @@ impl ServiceTracer {
         }
     }
 
+    /// Loads the object without letting aya parse vmlinux BTF when the process may: the
+    /// programs read fixed offsets handed in as globals (header offsets for the user route,
+    /// ib_core BTF offsets read before this, from the real `btf_dir`, for the kernel route),
+    /// so no CO-RE relocation needs it, yet `EbpfLoader::new()` parses it (~15 MB of peak
+    /// RSS). See [`hidden_btf`].
     fn load_object(offsets: Option<KernelOffsets>) -> Result<Loaded, TracerError> {
+        match hidden_btf::run_without_vmlinux_btf(move || Self::load_object_here(offsets)) {
+            Ok(loaded) => loaded,
+            Err(e) => {
+                tracing::debug!(
+                    "cannot hide /sys/kernel/btf for the BPF load ({e}); aya parses vmlinux BTF"
+                );
+                Self::load_object_here(offsets)
+            }
+        }
+    }
+
+    /// Loads the object on the calling thread.
+    fn load_object_here(offsets: Option<KernelOffsets>) -> Result<Loaded, TracerError> {
         let mut loader = EbpfLoader::new();
-        // The programs read fixed offsets handed in as globals (header offsets for the user
-        // route, ib_core BTF offsets for the kernel route): no CO-RE relocation, so aya need
-        // not parse the kernel's 5 MB vmlinux BTF (it would stay in the agent's RSS).
+        // No CO-RE: whatever BTF the constructor found is not used.
         loader.btf(None);
         let values;
         if let Some(o) = offsets {
