@@ -195,6 +195,17 @@ fn user_route_finds_a_running_process_library_through_proc_maps_and_root() {
         .spawn()
         .unwrap();
     let pid = child.id();
+    // The scan must find the library mapped: wait until the dynamic loader has mapped it
+    // (right after spawn the process may not even have exec'd yet).
+    let name = lib.file_name().unwrap().to_string_lossy().into_owned();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !std::fs::read_to_string(format!("/proc/{pid}/maps")).is_ok_and(|m| m.contains(&name)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "qp_app never mapped {name}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     let mut tracer = ServiceTracer::start(TracerOptions {
         route: Route::User,
         scan_processes: true,
