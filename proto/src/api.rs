@@ -411,6 +411,44 @@ pub enum ComponentKind {
     Flow,
 }
 
+impl ComponentKind {
+    /// The wire name (`"rnic"`, `"link"`, ...), as problems and reports spell it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Rnic => "rnic",
+            Self::Link => "link",
+            Self::Switch => "switch",
+            Self::Host => "host",
+            Self::Agent => "agent",
+            Self::Flow => "flow",
+        }
+    }
+}
+
+/// A component by kind and name: what a problem blames, what a fault was applied to.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Component {
+    /// Kind.
+    pub kind: ComponentKind,
+    /// Name (fabric-map link and switch names, `"<host>/<ifname>"` RNICs, host names).
+    pub name: String,
+}
+
+impl Component {
+    /// A component of `kind` named `name`.
+    pub fn new(kind: ComponentKind, name: impl Into<String>) -> Self {
+        Self {
+            kind,
+            name: name.into(),
+        }
+    }
+
+    /// `kind:name`, as reports print it.
+    pub fn label(&self) -> String {
+        format!("{}:{}", self.kind.as_str(), self.name)
+    }
+}
+
 /// The category of a problem; decides whether the network is to blame.
 #[derive(
     Debug, Clone, Copy, Serialize, Deserialize, PartialEq, Eq, Hash, PartialOrd, Ord, ToSchema,

@@ -15,33 +15,9 @@
 //!   truth is a false positive, also when several faults run at once.
 
 use rocemesh_analyzer::BaselineVote;
+pub use rocemesh_proto::api::Component;
 use rocemesh_proto::api::{ComponentKind, LinkDirection, Problem, ProblemKind};
 use serde::{Deserialize, Serialize};
-
-/// A component, named as the analyzer names it (fabric-map link and switch names,
-/// `"<host>/<ifname>"` RNICs, host names).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Component {
-    /// Kind.
-    pub kind: ComponentKind,
-    /// Name.
-    pub name: String,
-}
-
-impl Component {
-    /// A component of `kind` named `name`.
-    pub fn new(kind: ComponentKind, name: impl Into<String>) -> Self {
-        Self {
-            kind,
-            name: name.into(),
-        }
-    }
-
-    /// `kind:name`, as reports print it.
-    pub fn label(&self) -> String {
-        label(self.kind, &self.name)
-    }
-}
 
 /// The ground truth of one injected fault: what a perfect diagnosis reports.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -228,11 +204,7 @@ impl Score {
 
 /// `kind:name` of a component.
 pub fn label(kind: ComponentKind, name: &str) -> String {
-    let k = serde_json::to_value(kind)
-        .ok()
-        .and_then(|v| v.as_str().map(str::to_string))
-        .unwrap_or_default();
-    format!("{k}:{name}")
+    format!("{}:{name}", kind.as_str())
 }
 
 /// Scores `verdicts` against `truth` (see the module doc for the rules).

@@ -9,10 +9,11 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde::{Deserialize, Serialize};
 
-use crate::faults::{Fault, GroundTruth};
+use crate::faults::Fault;
 use crate::job::ActiveJob;
 use crate::process::TrackedProcess;
 use crate::spec::FabricSpec;
+use rocemesh_proto::api::Component;
 
 /// Directory holding `{prefix}.json`, `{prefix}.lock` and helper logs.
 pub const STATE_DIR: &str = "/run/rocemesh-testbed";
@@ -44,7 +45,7 @@ pub struct ActiveFault {
     /// What was asked for.
     pub fault: Fault,
     /// The component at fault (`None`: none of the fabric's), as [`crate::FaultHandle`] has it.
-    pub truth: Option<GroundTruth>,
+    pub truth: Option<Component>,
     /// Steps that remove it, in the order they were applied (run in reverse).
     pub undo: Vec<Undo>,
 }

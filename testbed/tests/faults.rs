@@ -6,14 +6,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{Fixture, root_or_skip};
+use rocemesh_proto::api::Component;
 use rocemesh_proto::api::ComponentKind;
-use rocemesh_testbed::{Background, Direction, Fabric, Fault, FiveTuple, GroundTruth};
+use rocemesh_testbed::{Background, Direction, Fabric, Fault, FiveTuple};
 
-fn truth(kind: ComponentKind, name: &str) -> GroundTruth {
-    GroundTruth {
-        kind,
-        name: name.into(),
-    }
+fn truth(kind: ComponentKind, name: &str) -> Component {
+    Component::new(kind, name)
 }
 
 #[test]

@@ -31,14 +31,14 @@ fn print_new_problems(
             println!(
                 "resolved: {:?} {} {}",
                 p.kind,
-                crate::eval::scenarios::kind_str(p.component_kind),
+                p.component_kind.as_str(),
                 p.component
             );
         } else {
             println!(
                 "FOUND{after}: {:?} on {} {} (confidence {:.2}, network at fault: {}) — {}",
                 p.kind,
-                crate::eval::scenarios::kind_str(p.component_kind),
+                p.component_kind.as_str(),
                 p.component,
                 p.confidence,
                 p.network,

@@ -7,18 +7,6 @@ use rocemesh_proto::api::{ComponentKind, ProblemKind};
 use rocemesh_sim::score::{Component, Truth};
 use rocemesh_testbed::{Direction, Fault, FiveTuple};
 
-/// Stable lowercase name of a component kind.
-pub fn kind_str(k: ComponentKind) -> &'static str {
-    match k {
-        ComponentKind::Rnic => "rnic",
-        ComponentKind::Link => "link",
-        ComponentKind::Switch => "switch",
-        ComponentKind::Host => "host",
-        ComponentKind::Agent => "agent",
-        ComponentKind::Flow => "flow",
-    }
-}
-
 /// How to undo an injection.
 #[derive(Debug)]
 pub enum Undo {

@@ -7,9 +7,10 @@ use std::path::Path;
 
 use anyhow::{Context, Result, bail};
 
-use super::{GroundTruth, Install};
+use super::Install;
 use crate::fabric::Fabric;
 use crate::state::Undo;
+use rocemesh_proto::api::Component;
 use rocemesh_proto::api::ComponentKind;
 
 /// cgroup v1 cpu controller mount point.
@@ -19,17 +20,14 @@ const CPU_CGROUP_ROOT: &str = "/sys/fs/cgroup/cpu";
 const PERIOD_US: u32 = 100_000;
 
 /// The host whose namespace `pid` lives in; `None` for a process outside the fabric.
-pub(super) fn owner(fabric: &Fabric, pid: u32) -> Result<Option<GroundTruth>> {
+pub(super) fn owner(fabric: &Fabric, pid: u32) -> Result<Option<Component>> {
     let ns =
         fs::metadata(format!("/proc/{pid}/ns/net")).with_context(|| format!("no process {pid}"))?;
     let host = fabric.hosts().iter().find(|h| {
         fs::metadata(format!("/var/run/netns/{}", h.netns))
             .is_ok_and(|m| m.ino() == ns.ino() && m.dev() == ns.dev())
     });
-    Ok(host.map(|h| GroundTruth {
-        kind: ComponentKind::Host,
-        name: h.name.clone(),
-    }))
+    Ok(host.map(|h| Component::new(ComponentKind::Host, h.name.clone())))
 }
 
 /// The `cgroup.procs` file of the cpu cgroup `pid` is in now.

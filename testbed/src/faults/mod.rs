@@ -18,7 +18,7 @@ use crate::netns;
 use crate::process::TrackedProcess;
 use crate::state::{ActiveFault, StateLock, Undo, log_path};
 use crate::topology::{Endpoint, Link};
-use rocemesh_proto::api::ComponentKind;
+use rocemesh_proto::api::{Component, ComponentKind};
 use rocemesh_proto::flow::FiveTuple;
 
 /// Which way across a link a fault acts. Links are named lower tier first ("h3r0-t0",
@@ -150,24 +150,15 @@ pub enum Fault {
     },
 }
 
-/// The fabric component a fault was applied to, in the testbed's names: a link like
-/// "t0-s1" or "h3r0-t0", a switch like "t0", an RNIC like "h3r0", a host like "h3".
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct GroundTruth {
-    /// What kind of component.
-    pub kind: ComponentKind,
-    /// Its name in the fabric.
-    pub name: String,
-}
-
 /// What [`Fabric::apply`] returns.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FaultHandle {
     /// Pass to [`Fabric::clear`].
     pub id: u16,
-    /// The component at fault; `None` when it is none of the fabric's (a CPU-starved
-    /// process outside every host).
-    pub truth: Option<GroundTruth>,
+    /// The component at fault, in the testbed's names (a link like "t0-s1" or "h3r0-t0", a
+    /// switch like "t0", an RNIC like "h3r0", a host like "h3"); `None` when it is none of
+    /// the fabric's (a CPU-starved process outside every host).
+    pub truth: Option<Component>,
 }
 
 /// What an installer needs: the fabric, the fault id, and the undo list it appends to.
@@ -209,11 +200,8 @@ impl Install<'_> {
     }
 }
 
-fn truth(kind: ComponentKind, name: &str) -> GroundTruth {
-    GroundTruth {
-        kind,
-        name: name.to_string(),
-    }
+fn truth(kind: ComponentKind, name: &str) -> Component {
+    Component::new(kind, name)
 }
 
 /// Ends receiving traffic in `direction` across `link`.
@@ -263,7 +251,7 @@ pub(crate) fn undo_all(steps: &[Undo], best_effort: bool) -> Option<anyhow::Erro
 
 impl Fault {
     /// Validates names and returns the component at fault.
-    fn ground_truth(&self, fabric: &Fabric) -> Result<Option<GroundTruth>> {
+    fn ground_truth(&self, fabric: &Fabric) -> Result<Option<Component>> {
         let t = fabric.topology();
         let link = |name: &str| {
             t.link(name)
