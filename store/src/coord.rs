@@ -194,7 +194,7 @@ pub async fn publish_summary(
 }
 
 /// Another instance's flow summary as stored.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct StoredSummary {
     /// The instance that made it.
     pub holder: String,
@@ -213,9 +213,9 @@ pub async fn summaries(
     since_ms: i64,
     now_ms: i64,
 ) -> anyhow::Result<Vec<StoredSummary>> {
-    let rows: Vec<(String, String, i64, bool)> = sqlx::query_as(
+    sqlx::query_as(
         "SELECT f.holder, f.body, f.tick_ms, EXISTS (SELECT 1 FROM leases l WHERE \
-         l.holder = f.holder AND l.name LIKE 'shard/%' AND l.expires_ms >= $3) \
+         l.holder = f.holder AND l.name LIKE 'shard/%' AND l.expires_ms >= $3) AS live \
          FROM flow_summaries f WHERE f.holder <> $1 AND f.tick_ms >= $2",
     )
     .bind(me)
@@ -223,16 +223,7 @@ pub async fn summaries(
     .bind(now_ms)
     .fetch_all(db.pool())
     .await
-    .context("reading other shards' flow summaries")?;
-    Ok(rows
-        .into_iter()
-        .map(|(holder, body, tick_ms, live)| StoredSummary {
-            holder,
-            body,
-            tick_ms,
-            live,
-        })
-        .collect())
+    .context("reading other shards' flow summaries")
 }
 
 /// What one balancing round should do, decided from the lease table alone.

@@ -124,7 +124,7 @@ pub struct RegisteredRnic {
 }
 
 /// A registered RNIC some task names as an endpoint.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct TaskMember {
     /// The RNIC's registry id.
     pub rnic_id: i64,
@@ -135,7 +135,7 @@ pub struct TaskMember {
 }
 
 /// The Kubernetes labels a task endpoint gives a registered RNIC.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct EndpointLabelRow {
     /// The RNIC's registry id.
     pub rnic_id: i64,
@@ -148,7 +148,7 @@ pub struct EndpointLabelRow {
 }
 
 /// A task endpoint with its RNIC's registration, if the RNIC registered.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct EndpointRow {
     /// The task's id.
     pub task_id: i64,
@@ -416,31 +416,22 @@ impl Inventory<'_> {
 
     /// Every (registered RNIC, task) pair where the task names the RNIC as an endpoint.
     pub async fn task_members(&self) -> anyhow::Result<Vec<TaskMember>> {
-        let rows: Vec<(i64, String, i64)> = sqlx::query_as(
-            "SELECT r.id, t.name, t.id FROM task_endpoints e \
+        sqlx::query_as(
+            "SELECT r.id AS rnic_id, t.name AS task, t.id AS task_id FROM task_endpoints e \
              JOIN tasks t ON t.id = e.task_id \
              JOIN hosts h ON h.name = e.host \
              JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic",
         )
         .fetch_all(self.db.pool())
         .await
-        .context("reading task endpoints")?;
-        Ok(rows
-            .into_iter()
-            .map(|(rnic_id, task, task_id)| TaskMember {
-                rnic_id,
-                task,
-                task_id,
-            })
-            .collect())
+        .context("reading task endpoints")
     }
 
     /// The namespace and pod labels task endpoints give registered RNICs, by RNIC id,
     /// task name and endpoint position (endpoints without either label are left out).
     pub async fn endpoint_labels(&self) -> anyhow::Result<Vec<EndpointLabelRow>> {
-        type Columns = (i64, String, Option<String>, Option<String>);
-        let rows: Vec<Columns> = sqlx::query_as(
-            "SELECT r.id, t.name, e.namespace, e.pod FROM task_endpoints e \
+        sqlx::query_as(
+            "SELECT r.id AS rnic_id, t.name AS task, e.namespace, e.pod FROM task_endpoints e \
              JOIN tasks t ON t.id = e.task_id \
              JOIN hosts h ON h.name = e.host \
              JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic \
@@ -449,48 +440,20 @@ impl Inventory<'_> {
         )
         .fetch_all(self.db.pool())
         .await
-        .context("reading task endpoint labels")?;
-        Ok(rows
-            .into_iter()
-            .map(|(rnic_id, task, namespace, pod)| EndpointLabelRow {
-                rnic_id,
-                task,
-                namespace,
-                pod,
-            })
-            .collect())
+        .context("reading task endpoint labels")
     }
 
     /// Every task endpoint with its RNIC's registration, by task and position.
     pub async fn endpoints(&self) -> anyhow::Result<Vec<EndpointRow>> {
-        type Columns = (
-            i64,
-            String,
-            String,
-            Option<i64>,
-            Option<String>,
-            Option<String>,
-        );
-        let rows: Vec<Columns> = sqlx::query_as(
-            "SELECT e.task_id, e.host, e.rnic, r.id, r.ip, r.tor FROM task_endpoints e \
+        sqlx::query_as(
+            "SELECT e.task_id, e.host, e.rnic, r.id AS rnic_id, r.ip, r.tor FROM task_endpoints e \
              LEFT JOIN hosts h ON h.name = e.host \
              LEFT JOIN rnics r ON r.host_id = h.id AND r.ifname = e.rnic \
              ORDER BY e.task_id, e.pos",
         )
         .fetch_all(self.db.pool())
         .await
-        .context("reading task endpoints")?;
-        Ok(rows
-            .into_iter()
-            .map(|(task_id, host, rnic, rnic_id, ip, tor)| EndpointRow {
-                task_id,
-                host,
-                rnic,
-                rnic_id,
-                ip,
-                tor,
-            })
-            .collect())
+        .context("reading task endpoints")
     }
 
     /// Every task's id.

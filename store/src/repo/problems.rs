@@ -127,7 +127,7 @@ impl StateFilter {
 }
 
 /// Active problems of one (kind, component kind, priority), for the metrics.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
 pub struct ActiveCount {
     /// The problem kind's stored name.
     pub kind: String,
@@ -299,21 +299,12 @@ impl Problems<'_> {
 
     /// Active problems counted by (kind, component kind, priority).
     pub async fn count_active(&self) -> anyhow::Result<Vec<ActiveCount>> {
-        let rows: Vec<(String, String, Option<String>, i64)> = sqlx::query_as(
-            "SELECT kind, component_kind, priority, COUNT(*) FROM problems \
+        Ok(sqlx::query_as(
+            "SELECT kind, component_kind, priority, COUNT(*) AS count FROM problems \
              WHERE state = 'active' GROUP BY kind, component_kind, priority",
         )
         .fetch_all(self.db.pool())
-        .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(kind, component_kind, priority, count)| ActiveCount {
-                kind,
-                component_kind,
-                priority,
-                count,
-            })
-            .collect())
+        .await?)
     }
 
     /// Active problems and those resolved at or after `resolved_since_ms` (at most
