@@ -100,7 +100,7 @@ impl Diagnosis {
             tracker.restore(problems, now_ms, policy::restore_hold_ms(kind, d));
         }
         let mut engine = Engine::new(d.clone());
-        engine.await_paths(now_ms);
+        engine.await_paths(now_ms, tracker.open_switches());
         let mut intake = Intake::new(d.max_paths);
         intake.restore(store::load_liveness(db).await?);
         Ok(Self {
@@ -216,7 +216,8 @@ impl Diagnosis {
     /// Agents new to this instance at `now_ms` re-send their traced paths: no tomography
     /// until they had time to ([`Engine::await_paths`]).
     pub fn await_paths(&self, now_ms: i64) {
-        lock(&self.engine).await_paths(now_ms);
+        let down = lock(&self.tracker).open_switches();
+        lock(&self.engine).await_paths(now_ms, down);
     }
 
     /// Upload liveness of the agents that upload here (other shards merge it).

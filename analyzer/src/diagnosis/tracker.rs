@@ -104,6 +104,17 @@ impl Tracker {
             .collect()
     }
 
+    /// Names of the switches with an active switch-fault problem.
+    pub(crate) fn open_switches(&self) -> Vec<String> {
+        self.active
+            .keys()
+            .filter(|(kind, ck, _)| {
+                *kind == ProblemKind::SwitchFault && *ck == ComponentKind::Switch
+            })
+            .map(|(_, _, name)| name.clone())
+            .collect()
+    }
+
     /// Applies one tick's findings at `now_ms`.
     pub(crate) fn update(&mut self, now_ms: i64, candidates: Vec<Candidate>) {
         let mut seen = Vec::with_capacity(candidates.len());

@@ -142,13 +142,12 @@ impl Engine {
                 .insert((*d).to_string(), inp.now_ms + c.window_ms as i64);
         }
         let recently_alive: HashSet<&str> = self.answered.keys().map(String::as_str).collect();
-        let groups = group_by_switch(
-            inp.map,
-            found,
-            &suspects,
-            &recently_alive,
-            &self.down_switches,
-        );
+        let liveness = Liveness {
+            alive: &recently_alive,
+            silence_known: inp.now_ms >= self.silence_known_ms,
+            down: &self.down_switches,
+        };
+        let groups = group_by_switch(inp.map, found, &suspects, &liveness);
         for (_, _, name, _) in groups.iter().filter(|g| g.0 == ProblemKind::SwitchFault) {
             self.down_switches
                 .insert(name.clone(), inp.now_ms + c.window_ms as i64);
@@ -332,19 +331,38 @@ fn evidence(f: &Finding, what: &str) -> Evidence {
 type Found = (ProblemKind, ComponentKind, String, Finding);
 type Group = (ProblemKind, ComponentKind, String, Vec<Finding>);
 
+/// What the engine knows of switches answering traces this tick.
+struct Liveness<'a> {
+    /// Switches that answered fresh traces of failed probes within a window.
+    alive: &'a HashSet<&'a str>,
+    /// Whether the engine has watched traces for a window: before that, a switch not
+    /// `alive` may only not have been asked yet, and is not taken for silent.
+    silence_known: bool,
+    /// Switches recently found down (or with an open switch problem after a restart).
+    down: &'a HashMap<String, i64>,
+}
+
+impl Liveness<'_> {
+    /// True when `d` may be declared down: not known alive, and either known silent or
+    /// already found down.
+    fn may_be_down(&self, d: &str) -> bool {
+        !self.alive.contains(d) && (self.silence_known || self.down.contains_key(d))
+    }
+}
+
 /// Link findings of one kind covering most (and at least two) links of a switch become
-/// one switch finding, unless the switch is known `alive` (it answered fresh traces of
-/// failed probes): a switch verdict needs more evidence than any one link's.
-/// `suspects` are loss suspects not blamed themselves (their failures were explained
-/// by a sibling) that still count towards their switches; a switch recently found
-/// `down` keeps any of its failing links.
+/// one switch finding, unless the switch is not known silent (it answered fresh traces
+/// of failed probes, or the engine has not watched a window yet): a switch verdict needs
+/// more evidence than any one link's. `suspects` are loss suspects not blamed themselves
+/// (their failures were explained by a sibling) that still count towards their
+/// switches; a switch recently found down keeps any of its failing links.
 fn group_by_switch(
     map: &FabricMap,
     found: Vec<Found>,
     suspects: &[Element],
-    alive: &HashSet<&str>,
-    down: &HashMap<String, i64>,
+    liveness: &Liveness,
 ) -> Vec<Group> {
+    let down = liveness.down;
     let mut per_switch: HashMap<(ProblemKind, String), Vec<usize>> = HashMap::new();
     for (i, (kind, ck, name, _)) in found.iter().enumerate() {
         if *ck != ComponentKind::Link {
@@ -367,7 +385,7 @@ fn group_by_switch(
     let mut switches: Vec<_> = per_switch
         .into_iter()
         .filter(|((kind, d), links)| {
-            if *kind == ProblemKind::SwitchFault && alive.contains(d.as_str()) {
+            if *kind == ProblemKind::SwitchFault && !liveness.may_be_down(d) {
                 return false;
             }
             let total = map.links_of(d).count();

@@ -108,6 +108,9 @@ pub(crate) struct Engine {
     shared: Option<Vec<FlowObs>>,
     /// No tomography before this time ([`Engine::await_paths`]).
     paths_until_ms: i64,
+    /// Before this time no switch counts as silent: which switches answer traces is
+    /// learnt over a window of tomography ([`Engine::await_paths`]).
+    silence_known_ms: i64,
 }
 
 /// Per-host tallies of one tick, keyed by host id.
@@ -160,6 +163,7 @@ impl Engine {
             cfg,
             shared: None,
             paths_until_ms: i64::MIN,
+            silence_known_ms: i64::MIN,
         }
     }
 
@@ -168,9 +172,21 @@ impl Engine {
     /// `paths_settle_ms` the tomography does not run, rather than localize on the few
     /// paths known so far (a partial trace without its complete one, one direction of a
     /// flow without the other) and blame a component beside the culprit.
-    pub(crate) fn await_paths(&mut self, now_ms: i64) {
+    ///
+    /// Which switches still answer traces is learnt from the traces of failed probes
+    /// over one window (`answered`), and that memory starts empty here:
+    /// for a window after the paths settle, no switch counts as silent, so a switch that
+    /// merely answered no trace yet (a late ICMP answer on a loaded box) is not declared
+    /// down. `down_switches` (those with an open switch problem, restored or taken
+    /// over) keep being reported as switches meanwhile.
+    pub(crate) fn await_paths(&mut self, now_ms: i64, down_switches: Vec<String>) {
         let until = now_ms.saturating_add(self.cfg.paths_settle_ms as i64);
         self.paths_until_ms = self.paths_until_ms.max(until);
+        let known = until.saturating_add(self.cfg.window_ms as i64);
+        self.silence_known_ms = self.silence_known_ms.max(known);
+        for s in down_switches {
+            self.down_switches.insert(s, known);
+        }
     }
 
     /// Scale-out: the next tick builds its loss observations even without failures and

@@ -367,7 +367,7 @@ fn tomography_waits_for_the_paths_agents_new_to_the_analyzer_send_again() {
     let cfg = DiagnosisConfig::default();
     let mut engine = Engine::new(cfg.clone());
     // Started (or took the shards over) just under `paths_settle_ms` ago.
-    engine.await_paths(NOW + 500 - cfg.paths_settle_ms as i64);
+    engine.await_paths(NOW + 500 - cfg.paths_settle_ms as i64, Vec::new());
     assert_eq!(found(&sim.diagnose_at(&mut engine, &map, NOW)), []);
     assert_eq!(
         found(&sim.diagnose_at(&mut engine, &map, NOW + 500)),
@@ -527,14 +527,19 @@ fn a_link_beside_an_open_link_problem_is_reported_only_once_it_persists() {
     );
 }
 
+/// Spine s1 down, `dt` ms later than [`Sim::new`]. Whole paths alone cannot tell t0-s1
+/// from t1-s1 here; every ToR's re-trace stops at the ToR.
+fn s1_down(dt: i64) -> Sim {
+    let mut sim = sim_later(dt);
+    sim.run(&mut |_, _, s, _| (s == Some(1), 0));
+    sim.retrace_via(1, |_| 1);
+    sim
+}
+
 #[test]
 fn spine_down_is_the_switch() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
-    let mut sim = Sim::new();
-    sim.run(&mut |_, _, s, _| (s == Some(1), 0));
-    // Whole paths alone cannot tell t0-s1 from t1-s1 here; every ToR's re-trace
-    // stops at the ToR.
-    sim.retrace_via(1, |_| 1);
+    let sim = s1_down(0);
     let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
     assert_eq!(got, [(ProblemKind::SwitchFault, "s1".to_string())]);
 }
@@ -550,9 +555,7 @@ fn a_switch_that_answered_traces_of_failed_probes_within_the_window_is_not_decla
     assert_eq!(found(&answering.diagnose_at(&mut engine, &map, NOW)), link);
     // A tick later s1 answers no trace (every re-trace stops at its ToR). In a 2x2 fabric
     // that alone looks like s1 down, as a fresh engine says...
-    let mut silent = Sim::new();
-    silent.run(&mut link_down(0, 1, 1));
-    silent.retrace_via(1, |_| 1);
+    let silent = t0_s1_down_s1_silent(0);
     let switch = [(ProblemKind::SwitchFault, "s1".to_string())];
     let fresh = found(&silent.diagnose_at(&mut Engine::new(cfg.clone()), &map, NOW));
     assert_eq!(fresh, switch);
@@ -564,14 +567,86 @@ fn a_switch_that_answered_traces_of_failed_probes_within_the_window_is_not_decla
     );
 }
 
+/// t0-s1 down and s1 answering no trace (late ICMP answers), `dt` ms later than
+/// [`Sim::new`]: every re-trace over s1 stops at its ToR. In a 2x2 fabric that alone
+/// looks like s1 down.
+fn t0_s1_down_s1_silent(dt: i64) -> Sim {
+    let mut sim = sim_later(dt);
+    sim.run(&mut link_down(0, 1, 1));
+    sim.retrace_via(1, |_| 1);
+    sim
+}
+
+/// Ticks `engine` from `from` to `to` (inclusive), each over `sim(tick - NOW)`: every
+/// tick's findings.
+fn ticks(
+    sim: impl Fn(i64) -> Sim,
+    engine: &mut Engine,
+    map: &FabricMap,
+    (from, to): (i64, i64),
+) -> Vec<Vec<(ProblemKind, String)>> {
+    let tick = DiagnosisConfig::default().tick_ms as i64;
+    let mut out = Vec::new();
+    let mut at = from;
+    while at <= to {
+        out.push(found(&sim(at - NOW).diagnose_at(engine, map, at)));
+        at += tick;
+    }
+    out
+}
+
+#[test]
+fn after_a_restart_a_switch_that_answered_no_trace_yet_is_not_declared_down() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let cfg = DiagnosisConfig::default();
+    let settle = cfg.paths_settle_ms as i64;
+    let window = cfg.window_ms as i64;
+    // The analyzer (re)started so that its paths settled just now: for a window it has
+    // not yet seen which switches answer traces, so s1's silence proves nothing.
+    let mut engine = Engine::new(cfg.clone());
+    engine.await_paths(NOW - settle, Vec::new());
+    let link = (ProblemKind::LinkFault, "t0-s1".to_string());
+    let during = ticks(
+        t0_s1_down_s1_silent,
+        &mut engine,
+        &map,
+        (NOW, NOW + window - 1),
+    );
+    assert!(
+        during.iter().flatten().all(|f| *f == link),
+        "a verdict other than the link while switch liveness was unknown: {during:?}"
+    );
+    assert_eq!(
+        during.last().unwrap(),
+        &[link],
+        "the link once its hold passed"
+    );
+    // A window of silence later, the same evidence is what a dead s1 gives.
+    let after = found(&t0_s1_down_s1_silent(window).diagnose_at(&mut engine, &map, NOW + window));
+    assert_eq!(after, [(ProblemKind::SwitchFault, "s1".to_string())]);
+}
+
+#[test]
+fn a_switch_with_an_open_problem_across_a_restart_stays_the_switch() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let cfg = DiagnosisConfig::default();
+    let mut engine = Engine::new(cfg.clone());
+    engine.await_paths(NOW - cfg.paths_settle_ms as i64, vec!["s1".to_string()]);
+    let got = ticks(
+        s1_down,
+        &mut engine,
+        &map,
+        (NOW, NOW + cfg.window_ms as i64),
+    );
+    let switch = [(ProblemKind::SwitchFault, "s1".to_string())];
+    assert!(got.iter().all(|f| f == &switch), "{got:?}");
+}
+
 #[test]
 fn a_down_switch_keeps_its_last_failing_link() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let mut engine = Engine::new(DiagnosisConfig::default());
-    let mut sim = Sim::new();
-    sim.run(&mut |_, _, s, _| (s == Some(1), 0));
-    sim.retrace_via(1, |_| 1);
-    let got = found(&sim.diagnose(&mut engine, &map));
+    let got = found(&s1_down(0).diagnose(&mut engine, &map));
     assert_eq!(got, [(ProblemKind::SwitchFault, "s1".to_string())]);
     // The spine is back; the window's last failures are t1's, not re-traced: in a
     // two-ToR fabric every path over s1 crosses both of its links, so explain-away
