@@ -264,11 +264,17 @@ pub struct DiagnosisConfig {
     pub min_failures: u32,
     /// Tomography: assumed background loss (parts per million) at least.
     pub background_loss_ppm: u32,
-    /// A probe is slow when its RTT exceeds the flow's baseline by this factor...
+    /// A probe timed in software (or by the application) is slow when its RTT exceeds
+    /// the flow's baseline by this factor...
     pub latency_factor: u32,
-    /// ...and by at least this much.
+    /// ...and by at least this much (host stacks add jitter of this order).
     #[serde(rename = "latency_min", with = "rocemesh_proto::duration::nanos")]
     pub latency_min_ns: u64,
+    /// A probe timed by NIC timestamps at both ends is slow when its RTT exceeds the
+    /// flow's baseline by this much: host software is out of such RTTs, so fabric
+    /// queueing is their only jitter and a delay of tens of microseconds stands out.
+    #[serde(rename = "latency_min_nic", with = "rocemesh_proto::duration::nanos")]
+    pub latency_min_nic_ns: u64,
     /// Least share (percent) of slow probes through a component to blame it for latency.
     pub latency_percent: u32,
     /// A problem without evidence for this long is resolved.
@@ -311,6 +317,7 @@ impl Default for DiagnosisConfig {
             background_loss_ppm: 1_000,
             latency_factor: 5,
             latency_min_ns: 1_000_000,
+            latency_min_nic_ns: 15_000,
             latency_percent: 50,
             resolve_after_ms: 10_000,
             link_confirm_ms: 5_000,
@@ -347,8 +354,11 @@ impl DiagnosisConfig {
             "analyzer.diagnosis percentages must be at most 100 and background_loss_ppm below 1,000,000"
         );
         ensure!(
-            self.background_loss_ppm > 0 && self.min_score > 0 && self.latency_factor > 0,
-            "analyzer.diagnosis.background_loss_ppm, min_score and latency_factor must be positive"
+            self.background_loss_ppm > 0
+                && self.min_score > 0
+                && self.latency_factor > 0
+                && self.latency_min_nic_ns > 0,
+            "analyzer.diagnosis.background_loss_ppm, min_score, latency_factor and latency_min_nic must be positive"
         );
         ensure!(
             self.host_silent_ms <= self.host_down_after_ms,

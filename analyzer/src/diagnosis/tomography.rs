@@ -49,7 +49,8 @@ pub(crate) struct Params {
     pub min_failures: f64,
     /// Background failure ratio assumed at least.
     pub floor: f64,
-    /// Least failure share of a component's probes to blame it.
+    /// Least failure share of a component's probes to blame it (the best explanation
+    /// below it explains its failures without being blamed).
     pub min_share: f64,
     /// Components under test when the observations stand for more than they name
     /// (healthy flows added up on the blamed components); `None`: those they name.
@@ -76,6 +77,10 @@ pub(crate) struct Finding {
     /// The one flow all the failures it explains belong to, if they do: then nothing
     /// singles the component out from the rest of that flow's paths.
     pub flow: Option<FlowKey>,
+    /// A switch crossed by these failures was ruled out against its parts this tick:
+    /// the finding may be a part of that switch's fault, seen before the switch's own
+    /// evidence suffices (its first ticks, when its parts' shares differ by chance).
+    pub beside_switch: bool,
 }
 
 /// Binomial upper-tail exponent: `n * KL(q || p)` for `q = f / n > p`, else 0.
@@ -251,9 +256,7 @@ fn best(
         .enumerate()
         .filter(|(e, x)| {
             // Known-path failures alone reach `min_failures` (so all failures do).
-            allowed[*e]
-                && x.fail - x.alternative >= p.min_failures
-                && x.fail >= p.min_share * (x.fail + x.ok)
+            allowed[*e] && x.fail - x.alternative >= p.min_failures
         })
         .map(|(e, x)| {
             let b = scored(e);
@@ -391,6 +394,7 @@ pub(crate) fn explain_away(
     let min_score = p.min_score + (tested as f64 / 100.0).max(1.0).ln();
     let mut allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
     let mut blamed: Vec<usize> = Vec::new();
+    let mut ruled_out: Vec<usize> = Vec::new();
     let mut found = Vec::new();
     // Each round removes at least one failed observation or rules out one switch:
     // bounded by their number.
@@ -399,9 +403,21 @@ pub(crate) fn explain_away(
             && !switch_beats_parts(obs, &c, (&live, &allowed), &b, (p, min_score))
         {
             allowed[b.element] = false;
+            ruled_out.push(b.element);
             continue;
         }
+        let beside_switch = (0..obs.len()).any(|i| {
+            let fails = |e: usize| c.fail[i].iter().any(|(x, _)| *x == e);
+            live[i] && obs[i].fail > 0.0 && fails(b.element) && ruled_out.iter().any(|&s| fails(s))
+        });
         let (examples, flow) = take(obs, &c, &mut live, b.element);
+        // The best explanation of its failures, but not (yet) failing often enough to
+        // be blamed: what it explains is no other component's either (a switch whose
+        // delay shows in fewer than `min_share` of its probes, a tick before it does,
+        // does not leave one of its links to be blamed for the same probes).
+        if b.tally.fail < p.min_share * (b.tally.fail + b.tally.ok) {
+            continue;
+        }
         blamed.push(b.element);
         found.push(Finding {
             element: c.elements[b.element].clone(),
@@ -412,6 +428,7 @@ pub(crate) fn explain_away(
             background: b.background,
             examples,
             flow,
+            beside_switch,
         });
     }
     let significant = |x: &Tally, background: f64| {

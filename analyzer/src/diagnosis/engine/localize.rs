@@ -208,12 +208,12 @@ impl Engine {
     }
 }
 
-/// Link findings held back until confirmed, and when each link finding was last reported.
+/// Link (and RNIC) findings held back until confirmed, and when each was last reported.
 #[derive(Debug, Default)]
 pub(super) struct LinkHolds {
-    /// Held links.
+    /// Held links and RNICs, by name.
     pending: Onset<String>,
-    /// Latest time each link finding was reported.
+    /// Latest time each held kind of finding was reported, by name.
     reported: HashMap<String, i64>,
 }
 
@@ -227,17 +227,23 @@ impl LinkHolds {
     }
 }
 
-/// Holds back link faults that may be the first sign of a switch going down until they
-/// have persisted `link_confirm_ms`: by then the switch's other links fail too and the
-/// switch verdict takes them over, instead of a link fault reported first. A link is held
-/// when fresh traces located breaks on it and one of its switches answered no fresh trace
-/// of a failed probe (a dead switch answers none; a broken link leaves both ends
-/// answering, and partial loss seldom breaks a trace). A link reported within the last
-/// `resolve_after_ms` is never held: its problem is still open, and holding it would
-/// resolve that problem and raise it again (an alert that flaps). A link sharing a switch
-/// with a link reported within that time is held too: where paths are only partly known
-/// (one direction of a flow untraced, right after a shard takeover) a fault's failures
-/// spill over to its siblings for a tick or two, while a second real fault persists.
+/// Holds back findings that may be the first sign of a switch's fault until they have
+/// persisted `link_confirm_ms`: by then the switch's evidence suffices and its verdict
+/// takes them over, instead of a part of it reported first. Two kinds are held:
+/// - a link fault whose fresh traces located breaks on it while one of its switches
+///   answered no fresh trace of a failed probe (a dead switch answers none; a broken
+///   link leaves both ends answering, and partial loss seldom breaks a trace), or that
+///   shares a switch with a link reported within `resolve_after_ms` (where paths are
+///   only partly known, one direction of a flow untraced or right after a shard
+///   takeover, a fault's failures spill over to its siblings for a tick or two, while a
+///   second real fault persists);
+/// - a link or RNIC finding (loss or latency) whose failures a switch also explained
+///   when that switch was ruled out against its parts this tick (a switch's first
+///   ticks, when its parts' shares differ by chance).
+///
+/// A finding reported within the last `resolve_after_ms` is never held: its problem is
+/// still open, and holding it would resolve that problem and raise it again (an alert
+/// that flaps).
 pub(super) fn confirm_links(
     holds: &mut LinkHolds,
     c: &DiagnosisConfig,
@@ -261,20 +267,24 @@ pub(super) fn confirm_links(
     groups
         .into_iter()
         .filter(|(kind, ck, name, found)| {
-            if *kind != ProblemKind::LinkFault || *ck != ComponentKind::Link {
+            if !matches!(ck, ComponentKind::Link | ComponentKind::Rnic) {
                 return true;
             }
-            let located = found.iter().any(|f| f.located > 0.0);
+            let beside_switch = found.iter().any(|f| f.beside_switch);
+            let link_fault = *kind == ProblemKind::LinkFault && *ck == ComponentKind::Link;
             let devices = map.link(name).map_or(&[][..], |l| &l.devices[..]);
-            let silent_end = devices.iter().any(|d| !alive.contains(d.as_str()));
-            let beside_open = devices.iter().any(|d| open_switches.contains(d));
-            let report =
-                holds.reported.contains_key(name) || !(located && silent_end || beside_open) || {
-                    holds
-                        .pending
-                        .confirm(name.clone(), now, c.link_confirm_ms as i64)
-                };
-            if report {
+            let held_link = link_fault && {
+                let located = found.iter().any(|f| f.located > 0.0);
+                let silent_end = devices.iter().any(|d| !alive.contains(d.as_str()));
+                let beside_open = devices.iter().any(|d| open_switches.contains(d));
+                located && silent_end || beside_open
+            };
+            let report = holds.reported.contains_key(name)
+                || !(held_link || beside_switch)
+                || holds
+                    .pending
+                    .confirm(name.clone(), now, c.link_confirm_ms as i64);
+            if report && (link_fault || beside_switch) {
                 holds.reported.insert(name.clone(), now);
             }
             report

@@ -31,7 +31,7 @@ use crate::latency::Verdicts;
 use crate::registry::Registry;
 use delays::Delays;
 use ring::Ring;
-use rocemesh_proto::ProbeResult;
+use rocemesh_proto::{ProbeResult, TimestampSource};
 use std::collections::VecDeque;
 use std::sync::Arc;
 use table::{Flow, FlowKey, FlowTable};
@@ -59,24 +59,33 @@ pub struct WindowStats {
 struct Judge {
     factor: f64,
     min_ns: f64,
+    nic_min_ns: f64,
     noise_delay_ns: u64,
 }
 
 impl Judge {
-    /// The factor rule: far above the flow's own baseline (gross delays).
-    fn above_baseline(&self, baseline: Option<f64>, rtt_ns: u32) -> bool {
+    /// Far above the flow's own baseline: for RTTs taken in software, by the factor rule
+    /// (gross delays: a busy host stack alone can multiply them); for RTTs taken by NIC
+    /// timestamps (`nic`), by `latency_min_nic` (their jitter is the fabric's queueing).
+    fn above_baseline(&self, baseline: Option<f64>, rtt_ns: u32, nic: bool) -> bool {
         let rtt = f64::from(rtt_ns);
-        baseline.is_some_and(|b| rtt > b * self.factor && rtt - b > self.min_ns)
+        baseline.is_some_and(|b| {
+            if nic {
+                rtt - b > self.nic_min_ns
+            } else {
+                rtt > b * self.factor && rtt - b > self.min_ns
+            }
+        })
     }
 
     /// The baseline after a tick whose window minimum was `min_rtt`: down at once, up
     /// slowly, never towards an anomalous value.
-    fn next_baseline(&self, baseline: Option<f64>, min_rtt: u32) -> f64 {
+    fn next_baseline(&self, baseline: Option<f64>, min_rtt: u32, nic: bool) -> f64 {
         let m = f64::from(min_rtt);
         match baseline {
             None => m,
             Some(b) if m <= b => m,
-            Some(b) if self.above_baseline(Some(b), min_rtt) => b,
+            Some(b) if self.above_baseline(Some(b), min_rtt, nic) => b,
             Some(b) => b + (m - b) * BASELINE_DRIFT,
         }
     }
@@ -104,6 +113,7 @@ impl Window {
             judge: Judge {
                 factor: f64::from(cfg.latency_factor),
                 min_ns: cfg.latency_min_ns as f64,
+                nic_min_ns: cfg.latency_min_nic_ns as f64,
                 noise_delay_ns: cfg.noise_delay_ns,
             },
             flows: FlowTable::new(ring.slots(), cfg.max_flows),
@@ -162,7 +172,10 @@ impl Window {
             };
             let f = self.flows.get_mut(i);
             f.class = r.class;
-            let slow = self.judge.above_baseline(f.baseline, r.network_rtt_ns)
+            f.nic = r.ts_source == TimestampSource::Hardware;
+            let slow = self
+                .judge
+                .above_baseline(f.baseline, r.network_rtt_ns, f.nic)
                 || self
                     .alarms
                     .is_slow(r.prober_rnic, r.target_rnic, r.network_rtt_ns);
@@ -196,7 +209,7 @@ impl Window {
                 return false;
             }
             if f.ok > 0 {
-                f.baseline = Some(judge.next_baseline(f.baseline, f.min_rtt));
+                f.baseline = Some(judge.next_baseline(f.baseline, f.min_rtt, f.nic));
             }
             true
         });

@@ -59,6 +59,8 @@ pub(crate) struct Flow {
     pub min_rtt: u32,
     /// RTT baseline, ns: follows the window minimum (down at once, up slowly).
     pub baseline: Option<f64>,
+    /// Whether its latest RTT was taken by NIC timestamps at both ends.
+    pub nic: bool,
     live: bool,
 }
 
@@ -139,6 +141,7 @@ impl FlowTable {
             slow: 0,
             min_rtt: u32::MAX,
             baseline: None,
+            nic: false,
             live: true,
         };
         let i = match self.free.pop() {

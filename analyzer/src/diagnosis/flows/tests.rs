@@ -8,7 +8,7 @@ use crate::registry::RnicEntry;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use rocemesh_proto::testing::probe_result;
-use rocemesh_proto::{ProbeClass, ProbeStatus};
+use rocemesh_proto::{ProbeClass, ProbeStatus, TimestampSource};
 use std::collections::HashMap;
 
 const RNICS: u32 = 6;
@@ -30,11 +30,17 @@ fn registry() -> Registry {
 fn config() -> DiagnosisConfig {
     DiagnosisConfig {
         max_records: 1_000,
-        // Factor rule within reach of the random RTTs.
+        // Factor rule and NIC floor within reach of the random RTTs.
         latency_factor: 2,
         latency_min_ns: 1_000,
+        latency_min_nic_ns: 5_000,
         ..DiagnosisConfig::default()
     }
+}
+
+/// Flows on source port 50,001 are timed by NIC timestamps, the others in software.
+fn nic(k: &FlowKey) -> bool {
+    k.sport == 50_001
 }
 
 fn key(r: &ProbeResult) -> FlowKey {
@@ -114,6 +120,9 @@ fn random_result(rng: &mut StdRng, at: i64) -> ProbeResult {
         rng.random_range(10_000..40_000),
     );
     r.src_port = rng.random_range(50_000..50_003);
+    if nic(&key(&r)) {
+        r.ts_source = TimestampSource::Hardware;
+    }
     r.prober_delay_ns = rng.random_range(0..8_000_000);
     r.responder_delay_ns = rng.random_range(0..8_000_000);
     if !ok && rng.random_bool(0.3) {
@@ -144,8 +153,9 @@ fn running_totals_equal_a_recount_of_the_window() {
                     .map(|_| random_result(&mut rng, at))
                     .collect();
                 for r in &batch {
+                    let k = key(r);
                     let slow =
-                        judge.above_baseline(baselines.get(&key(r)).copied(), r.network_rtt_ns);
+                        judge.above_baseline(baselines.get(&k).copied(), r.network_rtt_ns, nic(&k));
                     taken.push((*r, r.status == ProbeStatus::Ok && slow));
                 }
                 w.take(batch.into_iter(), &registry, at);
@@ -158,7 +168,7 @@ fn running_totals_equal_a_recount_of_the_window() {
             // Baselines as the old tick moved them (flows without arrivals forgotten).
             baselines.retain(|k, _| want.flows.contains_key(k));
             for (k, &(_, _, min)) in &want.flows {
-                let b = judge.next_baseline(baselines.get(k).copied(), min);
+                let b = judge.next_baseline(baselines.get(k).copied(), min, nic(k));
                 baselines.insert(*k, b);
                 let i = w.flows().find(k).map(|i| w.flows().get(i).baseline);
                 assert_eq!(i, Some(Some(b)), "seed {seed}");
@@ -264,4 +274,20 @@ fn timeouts_are_bounded_and_results_of_unknown_rnics_ignored() {
     assert_eq!(w.flows().count(), 0);
     let s = w.stats();
     assert_eq!((s.timeouts, s.dropped_timeouts), (1_000, 500));
+}
+
+#[test]
+fn nic_timed_rtts_are_slow_tens_of_microseconds_above_their_baseline() {
+    let judge = Window::new(&DiagnosisConfig::default()).judge;
+    let b = Some(10_000.0);
+    // NIC timestamps: fabric queueing is the only jitter; 15 µs above the baseline is slow.
+    assert!(judge.above_baseline(b, 30_000, true));
+    assert!(!judge.above_baseline(b, 20_000, true));
+    // Software timestamps: a busy host stack alone multiplies RTTs; only gross delays.
+    assert!(!judge.above_baseline(b, 30_000, false));
+    assert!(!judge.above_baseline(b, 900_000, false));
+    assert!(judge.above_baseline(b, 2_000_000, false));
+    // The baseline does not follow a slow window minimum either way.
+    assert_eq!(judge.next_baseline(b, 40_000, true), 10_000.0);
+    assert!(judge.next_baseline(b, 40_000, false) > 10_000.0);
 }
