@@ -148,9 +148,18 @@ impl Engine {
             down: &self.down_switches,
         };
         let groups = group_by_switch(inp.map, found, &suspects, &liveness);
-        for (_, _, name, _) in groups.iter().filter(|g| g.0 == ProblemKind::SwitchFault) {
-            self.down_switches
-                .insert(name.clone(), inp.now_ms + c.window_ms as i64);
+        // A switch is down when most of its failures end at breaks fresh traces located
+        // (it answers none): then a single failing link of its stays its for a window.
+        // A switch losing part of its traffic, whose traces mostly get through, is
+        // judged afresh every tick.
+        for (_, _, name, f) in groups.iter().filter(|g| g.0 == ProblemKind::SwitchFault) {
+            let (located, failures) = f
+                .iter()
+                .fold((0.0, 0.0), |(l, n), x| (l + x.located, n + x.failures));
+            if 2.0 * located >= failures {
+                self.down_switches
+                    .insert(name.clone(), inp.now_ms + c.window_ms as i64);
+            }
         }
         let groups = confirm_links(
             &mut self.link_holds,
@@ -361,7 +370,8 @@ impl Liveness<'_> {
 }
 
 /// Link findings of one kind covering most (and at least two) links of a switch become
-/// one switch finding, unless the switch is not known silent (it answered fresh traces
+/// one switch finding (for loss: findings located at breaks by fresh traces), unless the
+/// switch is not known silent (it answered fresh traces
 /// of failed probes, or the engine has not watched a window yet): a switch verdict needs
 /// more evidence than any one link's. `suspects` are loss suspects not blamed themselves
 /// (their failures were explained by a sibling) that still count towards their
@@ -399,15 +409,20 @@ fn group_by_switch(
                 return false;
             }
             let total = map.links_of(d).count();
-            let extra = if *kind == ProblemKind::SwitchFault {
-                map.links_of(d)
+            let implicated = if *kind == ProblemKind::SwitchFault {
+                // A silent switch's links fail at breaks fresh traces locate right
+                // before it; links losing part of their probes, whose traces reach
+                // their destinations, are not a switch that stopped answering.
+                let located = links.iter().filter(|&&i| found[i].3.located > 0.0);
+                let extra = map
+                    .links_of(d)
                     .filter(|l| suspects.contains(&Element::Link(l.name.clone())))
                     .filter(|l| !links.iter().any(|&i| found[i].2 == l.name))
-                    .count()
+                    .count();
+                located.count() + extra
             } else {
-                0
+                links.len()
             };
-            let implicated = links.len() + extra;
             (*kind == ProblemKind::SwitchFault && down.contains_key(d))
                 || (implicated >= 2 && implicated as f64 > SWITCH_SHARE * total as f64)
         })
