@@ -673,7 +673,8 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
                 ),
             "{backend}: {v}"
         );
-        // Its RNIC losing most probes during the hang makes it a communication hang.
+        // Its RNIC losing most probes during the hang (no pair rows of the task yet) makes it
+        // a communication hang.
         let hang_from = windows.last().unwrap()["from_ms"].as_i64().unwrap();
         let mut row = rnic_sla_row(&regs[2].rnics[0].id.to_string(), hang_from, 100, 9_000);
         row.timeouts = 90;
@@ -695,6 +696,41 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
                 .contains("90 of 100 probes on its pairs lost"),
             "{backend}: {v}"
         );
+        // The task's own pairs answering during the hang outweigh the RNIC's totals: the
+        // process stopped, its host and link are alive.
+        let straggler = regs[2].rnics[0].id;
+        let mut pair_rows = Vec::new();
+        for peer in [0, 1, 3].map(|r| regs[r].rnics[0].id) {
+            for (src, dst) in [(straggler, peer), (peer, straggler)] {
+                pair_rows.push(rocemesh_store::TaskPairRow {
+                    task_id: task,
+                    period_start_ms: hang_from,
+                    period_ms: 20_000,
+                    src_rnic: src,
+                    dst_rnic: dst,
+                    probes: 50,
+                    lost: 0,
+                    rtt_p50_ns: Some(9_000),
+                });
+            }
+        }
+        srv.db.task_pairs().persist(&pair_rows).await.unwrap();
+        let v: Value = srv.get(&format!("/tasks/{task}/verdict")).await;
+        let h = &v["health"];
+        assert_eq!(
+            h["worst"],
+            json!(WindowClass::NonCommunicationHang),
+            "{backend}: {v}"
+        );
+        let last = h["windows"].as_array().unwrap().last().unwrap().clone();
+        assert!(
+            last["evidence"]
+                .as_str()
+                .unwrap()
+                .ends_with("over the hang: its pairs answer probes (0 of 300 lost)"),
+            "{backend}: {v}"
+        );
+        assert_eq!(h["attributions"], json!([]), "{backend}: {v}");
         // The same verdict over an interval that ends before the stop: healthy.
         let to = start_ms + (iterations as i64 * 10 - 1) * step;
         let v: Value = srv
