@@ -142,6 +142,13 @@ impl Analyzer {
         // window catches up: agents' held results and the log fold into their periods.
         let period = cfg.period_ms as i64;
         let missed = newest.is_some_and(|start| start + 2 * period + cfg.grace_ms as i64 <= now);
+        // Task-matrix problems restored above keep their evidence until the next period is
+        // stored, when the newest one is recent (else they resolve as usual).
+        if let Some(start) = newest.filter(|_| !missed) {
+            diagnosis
+                .read_task_matrices(&db, &registry, start, now + 2 * period)
+                .await?;
+        }
         let logged = wal.as_ref().is_some_and(|w| w.bytes() > 0);
         let hold_until = if missed || logged {
             now + cfg.catch_up.as_millis() as i64
