@@ -9,6 +9,7 @@ use rocemesh_taskhealth::{
     Health, PairHealth, Settings, Throughput, Window, WindowClass, assess, confirm_hang,
 };
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use utoipa::ToSchema;
 
 /// Most matrix cells one verdict reads (a task of 1,000 ranks probing 100 peers each).
@@ -124,7 +125,13 @@ async fn matrix(
             limit: MAX_CELLS,
         })
         .await?;
-    let rank = |id: i64| ids.iter().position(|x| i64::from(*x) == id);
+    let ranks: HashMap<i64, usize> = ids
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(r, id)| (i64::from(*id), r))
+        .collect();
+    let rank = |id: i64| ranks.get(&id).copied();
     Ok(cells
         .iter()
         .filter_map(|c| {

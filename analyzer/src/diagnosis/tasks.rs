@@ -6,7 +6,7 @@
 
 use super::engine::Candidate;
 use crate::registry::Registry;
-use rocemesh_proto::api::{ComponentKind, Evidence};
+use rocemesh_proto::api::{Evidence, ProblemKind};
 use rocemesh_store::{CellFilter, Db, TaskPairCell};
 use rocemesh_taskhealth::{Attribution, Blame, PairHealth, Settings, attribute};
 use std::collections::BTreeMap;
@@ -72,7 +72,8 @@ impl TaskFindings {
     }
 }
 
-/// Folds `c` into the finding on the same (kind, component) in `into`, if any.
+/// Folds `c` into the finding on the same (kind, component) in `into`, if any: that one's
+/// figures stay, `c`'s detail is appended.
 fn merge(into: &mut Vec<Candidate>, c: Candidate) {
     match into.iter_mut().find(|x| {
         (x.kind, x.component_kind, &x.component) == (c.kind, c.component_kind, &c.component)
@@ -137,7 +138,7 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
                         a.bad_cells,
                         a.cells,
                         a.loss * 100.0,
-                        if a.component_kind == ComponentKind::Rnic && a.loss == 0.0 {
+                        if a.kind == ProblemKind::HighLatency {
                             " (median RTT above twice the task's)"
                         } else {
                             ""
@@ -179,7 +180,7 @@ fn side_totals(a: &Attribution, pairs: &[PairHealth]) -> (u64, u64) {
 mod tests {
     use super::*;
     use crate::registry::{RnicEntry, RnicMeta};
-    use rocemesh_proto::api::ProblemKind;
+    use rocemesh_proto::api::ComponentKind;
     use std::sync::Arc;
 
     fn registry() -> Registry {
