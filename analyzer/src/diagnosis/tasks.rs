@@ -247,6 +247,26 @@ mod tests {
         );
         assert!(task_findings(&reg, 9, &cells(0)).is_empty());
 
+        // A slow column without loss: high latency on the destination.
+        let mut slow = cells(0);
+        for c in slow.iter_mut().filter(|c| c.dst_rnic == 2) {
+            c.rtt_ns = Some(100_000);
+        }
+        let latency = task_findings(&reg, 9, &slow);
+        assert_eq!(latency.len(), 1, "{latency:?}");
+        assert_eq!(
+            (latency[0].kind, latency[0].component.as_str()),
+            (ProblemKind::HighLatency, "h2/r0")
+        );
+        assert!(
+            latency[0].evidence.detail.ends_with(
+                "h2/r0 as destination, 3 of 3 pairs bad, 0.00 % of their probes lost \
+                 (median RTT above twice the task's)"
+            ),
+            "{}",
+            latency[0].evidence.detail
+        );
+
         let findings = TaskFindings {
             found,
             until_ms: 1_000,
