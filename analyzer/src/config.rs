@@ -5,6 +5,10 @@ use rocemesh_anomaly::{LongTermConfig, MonitorConfig, ShortTermConfig};
 use serde::Deserialize;
 use std::path::PathBuf;
 
+/// Largest `max_task_pairs`: open periods (up to backfill / period + 4 of them) each hold
+/// that many pairs at most.
+const MAX_TASK_PAIRS: usize = 1_000_000;
+
 /// Tunables of the analyzer; every field has a production default.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(default, deny_unknown_fields)]
@@ -52,6 +56,10 @@ pub struct AnalyzerConfig {
     /// Most ToR pairs with their own `/metrics` series (about 230 series and 2 KiB each);
     /// further pairs are counted in `rocemesh_tor_pairs_unexported`.
     pub max_tor_pair_series: usize,
+    /// Most RNIC pairs of tasks one period keeps per-pair outcomes of (C4D's matrix, about
+    /// 300 bytes each per open period); results of further pairs are counted in
+    /// `rocemesh_task_pair_results_unstored`. 0 keeps none.
+    pub max_task_pairs: usize,
 }
 
 /// Per RNIC-pair latency anomaly detection (SkeletonHunter §5.2): short windows scored
@@ -391,6 +399,7 @@ impl Default for AnalyzerConfig {
             latency: LatencyConfig::default(),
             scaleout: crate::shard::ScaleoutConfig::default(),
             max_tor_pair_series: crate::metrics::DEFAULT_MAX_TOR_PAIRS,
+            max_task_pairs: 20_000,
         }
     }
 }
@@ -433,6 +442,11 @@ impl AnalyzerConfig {
             "analyzer.max_tor_pair_series must be between 1 and {}, got {}",
             crate::metrics::MAX_TOR_PAIRS,
             self.max_tor_pair_series
+        );
+        ensure!(
+            self.max_task_pairs <= MAX_TASK_PAIRS,
+            "analyzer.max_task_pairs must be at most {MAX_TASK_PAIRS}, got {}",
+            self.max_task_pairs
         );
         ensure!(
             self.latency.short_window_ms >= self.diagnosis.tick_ms,

@@ -116,6 +116,10 @@ pub struct IngestStats {
     pub duplicate_batches: u64,
     /// Records dropped from taken batches.
     pub dropped_records: DroppedRecords,
+    /// Task-pair outcomes not kept: results of a task's RNIC pair new to a period that
+    /// already held `analyzer.max_task_pairs` pairs (they still count in every other scope).
+    #[serde(default)]
+    pub task_pairs_unstored: u64,
     /// Per uploading host, by host id.
     pub hosts: Vec<HostStats>,
 }
@@ -138,6 +142,9 @@ pub(crate) struct IngestState {
     duplicates: u64,
     dropped: DroppedRecords,
     tor_pairs: TorPairMetrics,
+    /// Most task pairs one period keeps apart.
+    max_task_pairs: usize,
+    task_pairs_unstored: u64,
     /// Service 5-tuples seen lately (flow blame).
     pub service_flows: ServiceFlows,
 }
@@ -154,8 +161,10 @@ pub(crate) struct Applied {
 impl IngestState {
     /// Fresh counters around a window, with per-ToR-pair series for at most
     /// `max_tor_pairs` pairs.
-    pub(crate) fn new(window: Window, max_tor_pairs: usize) -> Self {
+    pub(crate) fn new(window: Window, max_tor_pairs: usize, max_task_pairs: usize) -> Self {
         Self {
+            max_task_pairs,
+            task_pairs_unstored: 0,
             window,
             hosts: HashMap::new(),
             batches: 0,
@@ -224,10 +233,11 @@ impl IngestState {
                 Placement::Open(i) => {
                     let slot = self.window.slot_mut(i);
                     slot.add(&r, prober.tor, target.tor);
-                    slot.add_service(
+                    self.task_pairs_unstored += slot.add_service(
                         &r,
                         registry.tasks_of(r.prober_rnic),
                         registry.tasks_of(r.target_rnic),
+                        self.max_task_pairs,
                     );
                     if r.class == ProbeClass::Service {
                         self.service_flows.note(&r, now_ms);
@@ -313,6 +323,7 @@ impl IngestState {
             rejected_batches: self.rejected.clone(),
             duplicate_batches: self.duplicates,
             dropped_records: self.dropped.clone(),
+            task_pairs_unstored: self.task_pairs_unstored,
             hosts: Vec::new(),
         }
     }

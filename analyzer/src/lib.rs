@@ -83,7 +83,7 @@ pub struct Analyzer {
     refresh_notify: Notify,
     latest: RwLock<Arc<Vec<SlaRow>>>,
     /// Finalized periods not yet stored, oldest first; the lock also serializes storing.
-    pending: tokio::sync::Mutex<VecDeque<Vec<SlaRow>>>,
+    pending: tokio::sync::Mutex<VecDeque<Finalized>>,
     diagnosis: Diagnosis,
     tick_metrics: metrics::TickMetrics,
     /// Scale-out membership (`None`: this analyzer sees every agent).
@@ -98,6 +98,13 @@ pub struct Analyzer {
     /// Write-ahead log of accepted batches (`None` with several analyzer instances, whose
     /// replays would take each other's batches).
     wal: Option<wal::Wal>,
+}
+
+/// The rows of one finalized period, stored together.
+struct Finalized {
+    start_ms: i64,
+    sla: Vec<SlaRow>,
+    task_pairs: Vec<rocemesh_store::TaskPairRow>,
 }
 
 /// Why [`Analyzer::accept`] refused an upload.
@@ -135,6 +142,13 @@ impl Analyzer {
         // window catches up: agents' held results and the log fold into their periods.
         let period = cfg.period_ms as i64;
         let missed = newest.is_some_and(|start| start + 2 * period + cfg.grace_ms as i64 <= now);
+        // Task-matrix problems restored above keep their evidence until the next period is
+        // stored, when the newest one is recent (else they resolve as usual).
+        if let Some(start) = newest.filter(|_| !missed) {
+            diagnosis
+                .read_task_matrices(&db, &registry, start, now + 2 * period)
+                .await?;
+        }
         let logged = wal.as_ref().is_some_and(|w| w.bytes() > 0);
         let hold_until = if missed || logged {
             now + cfg.catch_up.as_millis() as i64
@@ -155,7 +169,11 @@ impl Analyzer {
             host_keys: host_keys::HostKeys::default(),
             diagnosis,
             tick_metrics: metrics::TickMetrics::default(),
-            state: Mutex::new(IngestState::new(window, cfg.max_tor_pair_series)),
+            state: Mutex::new(IngestState::new(
+                window,
+                cfg.max_tor_pair_series,
+                cfg.max_task_pairs,
+            )),
             registry: RwLock::new(Arc::new(registry)),
             loader: tokio::sync::Mutex::new(loader),
             refresh_wanted: AtomicBool::new(false),
@@ -276,18 +294,28 @@ impl Analyzer {
     }
 
     /// Finalizes every period whose grace time has passed at `now_unix_ms`,
-    /// stores the rows (retrying earlier failures first) and purges expired rows.
+    /// stores the rows (retrying earlier failures first), purges expired rows and reads
+    /// the newest stored period's task matrices for diagnosis.
     pub async fn tick(&self, now_unix_ms: i64) -> anyhow::Result<()> {
-        if self.finalize_and_store(Some(now_unix_ms)).await? {
+        if let Some(newest) = self.finalize_and_store(Some(now_unix_ms)).await? {
+            let rnic_before = now_unix_ms.saturating_sub(self.cfg.rnic_retention_ms as i64);
             let purged = self
                 .db
                 .sla()
                 .purge(
                     now_unix_ms.saturating_sub(self.cfg.retention_ms as i64),
-                    now_unix_ms.saturating_sub(self.cfg.rnic_retention_ms as i64),
+                    rnic_before,
                 )
-                .await?;
+                .await?
+                + self.db.task_pairs().purge(rnic_before).await?;
             tracing::debug!(purged, "expired SLA rows purged");
+            // Its findings hold until the next period should have been stored.
+            let period = self.cfg.period_ms as i64;
+            let until = now_unix_ms + 2 * period;
+            let registry = read(&self.registry);
+            self.diagnosis
+                .read_task_matrices(&self.db, &registry, newest, until)
+                .await?;
         }
         Ok(())
     }
@@ -297,8 +325,8 @@ impl Analyzer {
         self.finalize_and_store(None).await.map(drop)
     }
 
-    /// Returns true when at least one period was stored.
-    async fn finalize_and_store(&self, now: Option<i64>) -> anyhow::Result<bool> {
+    /// Returns the start of the newest period stored, when any was.
+    async fn finalize_and_store(&self, now: Option<i64>) -> anyhow::Result<Option<i64>> {
         let mut pending = self.pending.lock().await;
         let registry = read(&self.registry);
         let period_ms = self.cfg.period_ms as i64;
@@ -308,26 +336,30 @@ impl Analyzer {
             let sides = sides.get_or_insert_with(|| {
                 sla::DropSides::from_problems(&self.problems(ProblemState::Active), &registry)
             });
-            pending.push_back(sla::period_rows(p, period_ms, &registry, sides));
+            pending.push_back(Finalized {
+                start_ms: p.index * period_ms,
+                sla: sla::period_rows(p, period_ms, &registry, sides),
+                task_pairs: sla::task_pair_rows(p, period_ms, &registry),
+            });
         });
         if let Some(newest) = pending.back() {
-            write(&self.latest, Arc::new(newest.clone()));
+            write(&self.latest, Arc::new(newest.sla.clone()));
         }
         while pending.len() > MAX_PENDING_PERIODS {
             if let Some(lost) = pending.pop_front() {
-                let start = lost.first().map(|r| r.period_start_ms);
                 tracing::error!(
-                    period_start_ms = start,
-                    rows = lost.len(),
+                    period_start_ms = lost.start_ms,
+                    rows = lost.sla.len() + lost.task_pairs.len(),
                     "SLA period dropped: database unreachable too long"
                 );
             }
         }
-        let mut stored = false;
-        while let Some(rows) = pending.front() {
-            self.db.sla().persist(rows).await?;
+        let mut stored = None;
+        while let Some(f) = pending.front() {
+            self.db.sla().persist(&f.sla).await?;
+            self.db.task_pairs().persist(&f.task_pairs).await?;
+            stored = Some(f.start_ms);
             pending.pop_front();
-            stored = true;
         }
         // Every finalized period is stored now: the batches they hold are durable there.
         let through = lock(&self.state).window.finalized_through_ms();

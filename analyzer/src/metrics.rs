@@ -514,6 +514,12 @@ impl Collector for Snapshot {
             dropped.map(|(reason, n)| ([("reason", reason)], n)),
             counter,
         )?;
+        single_counter(
+            &mut enc,
+            "rocemesh_task_pair_results_unstored",
+            "Results of a task's RNIC pair not kept per pair: its period already held analyzer.max_task_pairs pairs.",
+            i.task_pairs_unstored,
+        )?;
         let w = &self.window;
         let held = [
             (

@@ -121,6 +121,14 @@ impl Registry {
             .map_or("?", |t| t.0.as_str())
     }
 
+    /// Name of the task with database id `id`.
+    pub fn task_name_by_id(&self, id: u32) -> Option<&str> {
+        self.task_names
+            .iter()
+            .find(|t| t.1 == id)
+            .map(|t| t.0.as_str())
+    }
+
     /// Database id of an interned task.
     pub fn task_id(&self, task: u32) -> Option<u32> {
         self.task_names.get(task as usize).map(|t| t.1)

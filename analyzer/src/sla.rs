@@ -4,7 +4,7 @@
 use crate::registry::Registry;
 use crate::window::{MetricSet, Period};
 use rocemesh_proto::api::{ComponentKind, Problem, ProblemKind, ProblemState, SlaRow, SlaScope};
-use rocemesh_store::{Db, SlaFilter};
+use rocemesh_store::{Db, SlaFilter, TaskPairRow};
 use serde::Deserialize;
 use std::collections::{HashMap, HashSet};
 
@@ -218,6 +218,30 @@ pub(crate) fn period_rows(
     rows
 }
 
+/// The per-pair rows of every task of a finalized period (C4D's matrix), by task database
+/// id; pairs of tasks no longer registered are left out.
+pub(crate) fn task_pair_rows(p: &Period, period_ms: i64, registry: &Registry) -> Vec<TaskPairRow> {
+    let mut rows: Vec<TaskPairRow> = p
+        .task_pairs
+        .iter()
+        .filter(|(_, o)| o.probes > 0)
+        .filter_map(|(&(t, src, dst), o)| {
+            Some(TaskPairRow {
+                task_id: registry.task_id(t)?,
+                period_start_ms: p.index * period_ms,
+                period_ms,
+                src_rnic: src,
+                dst_rnic: dst,
+                probes: o.probes,
+                lost: o.lost,
+                rtt_p50_ns: o.rtt.quantiles().p50,
+            })
+        })
+        .collect();
+    rows.sort_unstable_by_key(|r| (r.task_id, r.src_rnic, r.dst_rnic));
+    rows
+}
+
 /// Puts on every RNIC row the Kubernetes labels of the task endpoints on that RNIC now
 /// (labels are not stored with the rows: tasks come and go, the figures stay).
 async fn label_rnic_rows(db: &Db, rows: &mut [SlaRow]) -> anyhow::Result<()> {
@@ -344,7 +368,7 @@ mod tests {
                 };
                 let (a, b) = (reg.get(prober).unwrap(), reg.get(target).unwrap());
                 p.add(&r, a.tor, b.tor);
-                p.add_service(&r, reg.tasks_of(prober), reg.tasks_of(target));
+                p.add_service(&r, reg.tasks_of(prober), reg.tasks_of(target), usize::MAX);
             }
         };
         add(1, 3, false, 4); // RNIC 3 is faulty: RNIC drops
@@ -390,7 +414,7 @@ mod tests {
             p.pair_timeouts.insert((i, u32::MAX - 1), [1, 0]);
         }
         let r = probe_result(1, 2, 0, false, 0);
-        p.add_service(&r, &[], &[]);
+        p.add_service(&r, &[], &[], usize::MAX);
         assert_eq!(
             p.pair_timeouts[&crate::window::period::UNATTRIBUTED],
             [1, 0]

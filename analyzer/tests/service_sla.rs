@@ -112,3 +112,98 @@ async fn task_and_service_rows_count_the_probes_of_their_pairs_and_are_served() 
         assert_eq!(status, 400, "{name}: an unknown scope is refused");
     }
 }
+
+/// A restarted analyzer reads the task matrices of the newest stored period at once: a
+/// lossy row of task `ft` blames its RNIC as a source, a lossy cell of the two-rank task
+/// `llm` its connection, each filed as a problem naming the task; once those findings
+/// expire (no newer period stored) the problems resolve like any other.
+#[tokio::test]
+async fn a_restart_files_the_newest_periods_task_matrix_attributions() {
+    use rocemesh_proto::api::{ComponentKind, ProblemKind, ProblemState};
+    use rocemesh_store::{StateFilter, TaskPairRow};
+    for (name, db) in rocemesh_store::test_databases().await {
+        fabric(&db).await;
+        let now = rocemesh_proto::now_unix_ms();
+        let start = now / PERIOD * PERIOD - PERIOD;
+        db.sla()
+            .persist(&[rocemesh_proto::testing::rnic_sla_row("1", start, 10, 1_000)])
+            .await
+            .unwrap();
+        let row = |task_id, src_rnic, dst_rnic, lost| TaskPairRow {
+            task_id,
+            period_start_ms: start,
+            period_ms: PERIOD,
+            src_rnic,
+            dst_rnic,
+            probes: 200,
+            lost,
+            rtt_p50_ns: Some(20_000),
+        };
+        // ft: RNICs 2, 3, 4, every probe from 2 losing 5 %; llm: RNICs 1, 3, 1 -> 3 lossy.
+        let mut rows = vec![row(1, 1, 3, 10), row(1, 3, 1, 0)];
+        for (s, d) in [(2, 3), (2, 4), (3, 2), (3, 4), (4, 2), (4, 3)] {
+            rows.push(row(2, s, d, if s == 2 { 10 } else { 0 }));
+        }
+        db.task_pairs().persist(&rows).await.unwrap();
+        let a = Analyzer::new(db.clone(), AnalyzerConfig::default())
+            .await
+            .unwrap();
+        a.diagnose(now).await.unwrap();
+        let mut found: Vec<_> = db
+            .problems()
+            .load_active()
+            .await
+            .unwrap()
+            .into_iter()
+            .filter(|p| p.evidence.detail.contains(" matrix: "))
+            .map(|p| (p.kind, p.component_kind, p.component, p.evidence.detail))
+            .collect();
+        found.sort_by(|x, y| x.2.cmp(&y.2));
+        assert_eq!(found.len(), 2, "{name}: {found:?}");
+        assert_eq!(
+            (found[0].0, found[0].1, found[0].2.as_str()),
+            (
+                ProblemKind::FlowFault,
+                ComponentKind::Flow,
+                "host-1/eth1 -> host-2/eth3"
+            ),
+            "{name}"
+        );
+        assert!(
+            found[0]
+                .3
+                .starts_with("task llm (id 1) matrix: host-1/eth1 -> host-2/eth3 as connection"),
+            "{name}: {}",
+            found[0].3
+        );
+        assert_eq!(
+            (found[1].0, found[1].1, found[1].2.as_str()),
+            (ProblemKind::RnicFault, ComponentKind::Rnic, "host-1/eth2"),
+            "{name}"
+        );
+        assert!(
+            found[1].3.starts_with(
+                "task ft (id 2) matrix: host-1/eth2 as source, 2 of 2 pairs bad, 5.00 %"
+            ),
+            "{name}: {}",
+            found[1].3
+        );
+        // Still found a period later; with no newer period stored, the findings lapse two
+        // periods after the start and the problems resolve resolve_after after their last
+        // evidence.
+        a.diagnose(now + PERIOD).await.unwrap();
+        assert_eq!(
+            db.problems().load_active().await.unwrap().len(),
+            2,
+            "{name}"
+        );
+        a.diagnose(now + 3 * PERIOD).await.unwrap();
+        let resolved = db
+            .problems()
+            .query(StateFilter::Resolved, None, i64::MIN, 100)
+            .await
+            .unwrap();
+        assert_eq!(resolved.len(), 2, "{name}: {resolved:?}");
+        assert!(resolved.iter().all(|p| p.state == ProblemState::Resolved));
+    }
+}

@@ -1,11 +1,19 @@
-//! The hang/slow part of a task's verdict: its ranks' throughput, judged window by window
-//! by `rocemesh-taskhealth`, with straggler and attributions named `host/rnic`.
+//! The hang/slow part of a task's verdict: its ranks' throughput and the stored probe
+//! outcomes of its RNIC pairs (C4D's matrix), judged window by window by
+//! `rocemesh-taskhealth`, with straggler and attributions named `host/rnic`.
 
 use crate::assess::Impact;
 use crate::service::Endpoint;
-use rocemesh_taskhealth::{Health, Settings, Throughput, WindowClass, assess, confirm_hang};
+use rocemesh_store::CellFilter;
+use rocemesh_taskhealth::{
+    Health, PairHealth, Settings, Throughput, Window, WindowClass, assess, confirm_hang,
+};
 use serde::{Deserialize, Serialize};
+use std::collections::HashMap;
 use utoipa::ToSchema;
+
+/// Most matrix cells one verdict reads (a task of 1,000 ranks probing 100 peers each).
+const MAX_CELLS: u32 = 100_000;
 
 /// Where the ranks' throughput comes from (the controller's rings in a `server`).
 pub trait ThroughputSource: Send + Sync {
@@ -27,7 +35,8 @@ pub struct TaskHealth {
     pub worst: Option<WindowClass>,
     /// The straggler of the worst window, `host/rnic`.
     pub straggler: Option<String>,
-    /// Every judged window and the probe attributions.
+    /// Every judged window, and the attributions of the probe matrix read from the
+    /// outcomes of the task's RNIC pairs stored per SLA period (`task_pair_periods`).
     #[serde(flatten)]
     pub health: Health,
 }
@@ -41,22 +50,45 @@ pub async fn of(
     from: i64,
     to: i64,
 ) -> anyhow::Result<Result<TaskHealth, String>> {
-    let (ids, mut health) = match judge(impact, task, endpoints, from, to) {
+    let ids: Vec<u32> = endpoints.iter().filter_map(|e| e.rnic_id).collect();
+    let ranked = ids.len() == endpoints.len();
+    let pairs = if ranked {
+        matrix(impact, task, &ids, from, to).await?
+    } else {
+        Vec::new()
+    };
+    let (ids, mut health) = match judge(impact, task, (ids, ranked), &pairs, from, to) {
         Ok(x) => x,
         Err(why) => return Ok(Err(why)),
     };
-    // Per-pair outcomes are not stored: a hang's straggler is checked against its RNIC's
-    // probe totals over the hang (a dead link loses them, a stopped process does not).
+    // A hang is the interval's tail: its straggler's probes over the hang alone say more
+    // than the interval's matrix (healthy before the hang) — its task pairs' outcomes
+    // there, else its RNIC's totals (a dead link loses them, a stopped process does not).
+    let s = Settings::default();
     for w in health.windows.iter_mut().filter(|w| w.class.is_hang()) {
-        let Some(id) = w.straggler.and_then(|r| ids.get(r)) else {
+        let Some((r, id)) = w.straggler.and_then(|r| ids.get(r).map(|id| (r, *id))) else {
             continue;
         };
-        let (probes, lost) = impact
-            .db()
-            .sla()
-            .rnic_totals(*id, w.from_ms, w.to_ms)
-            .await?;
-        confirm_hang(w, probes, lost, &Settings::default());
+        let during = matrix(impact, task, &ids, w.from_ms, w.to_ms).await?;
+        let (mut probes, mut lost) = during
+            .iter()
+            .filter(|p| p.src == r || p.dst == r)
+            .fold((0, 0), |(n, l), p| (n + p.probes, l + p.lost));
+        if probes == 0 {
+            (probes, lost) = impact
+                .db()
+                .sla()
+                .rnic_totals(id, w.from_ms, w.to_ms)
+                .await?;
+        }
+        let mut hang = Window {
+            evidence: String::new(),
+            ..w.clone()
+        };
+        confirm_hang(&mut hang, probes, lost, &s);
+        w.class = hang.class;
+        let why = hang.evidence.trim_start_matches("; ");
+        w.evidence = format!("{}; over the hang: {why}", w.evidence);
     }
     let ranks: Vec<String> = endpoints.iter().map(Endpoint::name).collect();
     let worst = health.worst().cloned();
@@ -71,19 +103,63 @@ pub async fn of(
     }))
 }
 
-/// The ranks' registry ids and their throughput judged over `[from, to]`.
+/// The stored probe outcomes of the task's RNIC pairs over `[from, to]`, as cells over
+/// the ranks `ids` (pairs of RNICs not among them are left out).
+async fn matrix(
+    impact: &Impact,
+    task: u32,
+    ids: &[u32],
+    from: i64,
+    to: i64,
+) -> anyhow::Result<Vec<PairHealth>> {
+    if ids.len() < 2 {
+        return Ok(Vec::new());
+    }
+    let cells = impact
+        .db()
+        .task_pairs()
+        .cells(&CellFilter {
+            task: Some(task),
+            from_ms: from,
+            to_ms: to,
+            limit: MAX_CELLS,
+        })
+        .await?;
+    let ranks: HashMap<i64, usize> = ids
+        .iter()
+        .enumerate()
+        .rev()
+        .map(|(r, id)| (i64::from(*id), r))
+        .collect();
+    let rank = |id: i64| ranks.get(&id).copied();
+    Ok(cells
+        .iter()
+        .filter_map(|c| {
+            Some(PairHealth {
+                src: rank(c.src_rnic)?,
+                dst: rank(c.dst_rnic)?,
+                probes: c.probes.max(0) as u64,
+                lost: c.lost.clamp(0, c.probes.max(0)) as u64,
+                rtt_us: c.rtt_ns.map(|ns| ns as f64 / 1_000.0),
+            })
+        })
+        .collect())
+}
+
+/// The ranks' registry ids (and whether every endpoint has one) and their throughput
+/// judged over `[from, to]` with the probe matrix `pairs`.
 fn judge(
     impact: &Impact,
     task: u32,
-    endpoints: &[Endpoint],
+    (ids, ranked): (Vec<u32>, bool),
+    pairs: &[PairHealth],
     from: i64,
     to: i64,
 ) -> Result<(Vec<u32>, Health), String> {
     let source = impact
         .throughput()
         .ok_or("this process holds no throughput (run the controller here)")?;
-    let ids: Vec<u32> = endpoints.iter().filter_map(|e| e.rnic_id).collect();
-    if ids.len() < 2 || ids.len() != endpoints.len() {
+    if ids.len() < 2 || !ranked {
         return Err("fewer than two registered ranks".into());
     }
     let (interval_ms, end_ms, series) = source.series(&ids)?;
@@ -109,6 +185,5 @@ fn judge(
             })
             .collect(),
     };
-    // Per-pair probe outcomes are not stored: the matrix stays empty.
-    Ok((ids, assess(&tp, &[], &Settings::default())))
+    Ok((ids, assess(&tp, pairs, &Settings::default())))
 }

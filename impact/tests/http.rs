@@ -669,11 +669,12 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
                 .as_str()
                 .unwrap()
                 .ends_with(
-                    "moved 0 % of its peers' median in the last burst; no probes on its pairs"
+                    "moved 0 % of its peers' median in the last burst; over the hang: no probes on its pairs"
                 ),
             "{backend}: {v}"
         );
-        // Its RNIC losing most probes during the hang makes it a communication hang.
+        // Its RNIC losing most probes during the hang (no pair rows of the task yet) makes it
+        // a communication hang.
         let hang_from = windows.last().unwrap()["from_ms"].as_i64().unwrap();
         let mut row = rnic_sla_row(&regs[2].rnics[0].id.to_string(), hang_from, 100, 9_000);
         row.timeouts = 90;
@@ -695,6 +696,41 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
                 .contains("90 of 100 probes on its pairs lost"),
             "{backend}: {v}"
         );
+        // The task's own pairs answering during the hang outweigh the RNIC's totals: the
+        // process stopped, its host and link are alive.
+        let straggler = regs[2].rnics[0].id;
+        let mut pair_rows = Vec::new();
+        for peer in [0, 1, 3].map(|r| regs[r].rnics[0].id) {
+            for (src, dst) in [(straggler, peer), (peer, straggler)] {
+                pair_rows.push(rocemesh_store::TaskPairRow {
+                    task_id: task,
+                    period_start_ms: hang_from,
+                    period_ms: 20_000,
+                    src_rnic: src,
+                    dst_rnic: dst,
+                    probes: 50,
+                    lost: 0,
+                    rtt_p50_ns: Some(9_000),
+                });
+            }
+        }
+        srv.db.task_pairs().persist(&pair_rows).await.unwrap();
+        let v: Value = srv.get(&format!("/tasks/{task}/verdict")).await;
+        let h = &v["health"];
+        assert_eq!(
+            h["worst"],
+            json!(WindowClass::NonCommunicationHang),
+            "{backend}: {v}"
+        );
+        let last = h["windows"].as_array().unwrap().last().unwrap().clone();
+        assert!(
+            last["evidence"]
+                .as_str()
+                .unwrap()
+                .ends_with("over the hang: its pairs answer probes (0 of 300 lost)"),
+            "{backend}: {v}"
+        );
+        assert_eq!(h["attributions"], json!([]), "{backend}: {v}");
         // The same verdict over an interval that ends before the stop: healthy.
         let to = start_ms + (iterations as i64 * 10 - 1) * step;
         let v: Value = srv
@@ -847,4 +883,221 @@ async fn tasks_blamed_in_the_evidence_are_affected() {
         assert_eq!(got.affected_tasks, vec![a], "{backend}");
         srv.wait_priority(outside, Priority::P2).await;
     }
+}
+
+/// Five ranks train on a healthy rhythm while the probes from one rank (random; the seed is
+/// printed, `ROCEMESH_EVAL_SEED` replays it) lose 5 %: the analyzer stores the task's pair
+/// table, the verdict over that period blames the rank as a source, and the diagnosis
+/// files an RNIC-fault problem on its RNIC naming the task — resolved once a period
+/// without the loss has been stored and `resolve_after` has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lossy_ranks_row_is_attributed_stored_as_a_problem_and_resolved() {
+    use rocemesh_proto::batch::encode_batch;
+    use rocemesh_proto::testing::probe_result;
+    use rocemesh_store::CellFilter;
+    const PERIOD: i64 = 20_000;
+    const GRACE: i64 = 7_000;
+    const RESOLVE_AFTER: i64 = 10_000;
+    let seed: u64 = match std::env::var("ROCEMESH_EVAL_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
+        Err(_) => rocemesh_proto::now_unix_ms() as u64,
+    };
+    eprintln!("lossy rank seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
+    let n = 5usize;
+    let lossy = (seed % n as u64) as usize;
+    for (backend, db) in rocemesh_store::test_databases().await {
+        let srv = start(db.clone()).await;
+        let hosts: Vec<String> = (0..n).map(|i| format!("h{i}")).collect();
+        let mut regs = Vec::new();
+        for (i, h) in hosts.iter().enumerate() {
+            regs.push(
+                srv.register_host(h, &format!("10.0.0.{}", i + 1), "t0")
+                    .await,
+            );
+        }
+        let names: Vec<&str> = hosts.iter().map(String::as_str).collect();
+        let task = srv.task("train", &names).await;
+        srv.analyzer.refresh_registry().await.unwrap();
+        let ids: Vec<u32> = regs.iter().map(|r| r.rnics[0].id).collect();
+        // A healthy rhythm over the last minute: 300 ms bursts every second.
+        let step = 100i64;
+        let len = 600usize;
+        let now = rocemesh_proto::now_unix_ms();
+        let series_start = now - len as i64 * step;
+        for reg in &regs {
+            let tx: Vec<u64> = (0..len)
+                .map(|s| if s % 10 < 3 { 50_000_000 } else { 1_000 })
+                .collect();
+            let body = json!({"host_id": reg.host_id, "epoch": reg.epoch, "interval_ms": step,
+                "series": [{"rnic_id": reg.rnics[0].id, "start_ms": series_start,
+                            "tx_bytes": tx, "rx_bytes": vec![0u64; len]}]});
+            let (s, b) = srv.send("POST", "/throughput", body).await;
+            assert_eq!(s, 200, "{backend}: {b}");
+        }
+        // Every pair probed 200 times in period t0 (lossy: 10 of the rank's probes to each
+        // peer lost), then 200 times in t0 + PERIOD without loss.
+        // Both periods end before now, inside the throughput series.
+        let t0 = now / PERIOD * PERIOD - 2 * PERIOD;
+        let mut seq = 0u64;
+        let mut upload = |period: i64, lossy_row: bool| {
+            for (s, reg) in regs.iter().enumerate() {
+                let mut records = Vec::new();
+                for (d, &dst) in ids.iter().enumerate().filter(|(d, _)| *d != s) {
+                    for k in 0..200i64 {
+                        let ok = !(lossy_row && s == lossy && k < 10);
+                        records.push(probe_result(
+                            ids[s],
+                            dst,
+                            period + 50 * k + d as i64,
+                            ok,
+                            10_000,
+                        ));
+                    }
+                }
+                seq += 1;
+                let header = BatchHeader {
+                    host_id: reg.host_id,
+                    epoch: reg.epoch,
+                    batch_seq: seq,
+                    dropped: 0,
+                };
+                let ack = srv
+                    .analyzer
+                    .ingest(&encode_batch(header, &records), period + PERIOD - 1)
+                    .unwrap();
+                assert_eq!(ack.accepted, records.len() as u64, "{backend}");
+            }
+        };
+        upload(t0, true);
+        let judged = t0 + PERIOD + GRACE;
+        srv.analyzer.tick(judged).await.unwrap();
+        // The pair table: every ordered pair, the lossy row's cells with their losses.
+        let cells = db
+            .task_pairs()
+            .cells(&CellFilter {
+                task: Some(task),
+                from_ms: t0,
+                to_ms: t0,
+                limit: 100,
+            })
+            .await
+            .unwrap();
+        assert_eq!(cells.len(), n * (n - 1), "{backend}: {cells:?}");
+        for c in &cells {
+            let want = if c.src_rnic == i64::from(ids[lossy]) {
+                10
+            } else {
+                0
+            };
+            assert_eq!((c.probes, c.lost), (200, want), "{backend}: {c:?}");
+            assert_eq!(c.rtt_ns, Some(10_000), "{backend}: {c:?}");
+        }
+        // The verdict over that period carries the attribution.
+        let v: Value = srv
+            .get(&format!(
+                "/tasks/{task}/verdict?from={t0}&to={}",
+                t0 + PERIOD - 1
+            ))
+            .await;
+        let attributions = v["health"]["attributions"].as_array().unwrap();
+        assert_eq!(attributions.len(), 1, "{backend}: {v}");
+        let a = &attributions[0];
+        assert_eq!(
+            (&a["blame"], &a["rank"], &a["kind"], &a["bad_cells"]),
+            (
+                &json!("source"),
+                &json!(lossy),
+                &json!("rnic_fault"),
+                &json!(n - 1)
+            ),
+            "{backend}: {v}"
+        );
+        assert_eq!(v["health"]["worst"], "healthy", "{backend}: {v}");
+        // A healthy interval's verdict has none.
+        let v: Value = srv
+            .get(&format!(
+                "/tasks/{task}/verdict?from={}&to={}",
+                t0 + PERIOD,
+                t0 + 2 * PERIOD - 1
+            ))
+            .await;
+        assert!(
+            v["health"]["attributions"].as_array().unwrap().is_empty(),
+            "{backend}: {v}"
+        );
+
+        // The diagnosis files it as a problem on that RNIC, naming the task.
+        let rnic = format!("h{lossy}/eth1");
+        srv.analyzer.diagnose(judged).await.unwrap();
+        let found = rnic_problems(&db, &rnic).await;
+        assert_eq!(found.len(), 1, "{backend}: {found:?}");
+        let p = &found[0];
+        assert_eq!(p.state, ProblemState::Active, "{backend}");
+        assert_eq!(p.component_kind, ComponentKind::Rnic, "{backend}");
+        assert!(
+            p.evidence.detail.contains(&format!(
+                "task train (id {task}) matrix: {rnic} as source, 4 of 4 pairs bad"
+            )),
+            "{backend}: {}",
+            p.evidence.detail
+        );
+        // Still seen while the stored period holds it (past resolve_after of the first tick).
+        srv.analyzer.diagnose(judged + 15_000).await.unwrap();
+        assert_eq!(
+            rnic_problems(&db, &rnic).await[0].state,
+            ProblemState::Active,
+            "{backend}"
+        );
+        // The loss stops: once the healthy period is stored, it resolves after resolve_after.
+        upload(t0 + PERIOD, false);
+        let healthy = t0 + 2 * PERIOD + GRACE;
+        srv.analyzer.tick(healthy).await.unwrap();
+        srv.analyzer.diagnose(healthy).await.unwrap();
+        assert_eq!(
+            rnic_problems(&db, &rnic).await[0].state,
+            ProblemState::Active,
+            "{backend}: resolves only after resolve_after without evidence"
+        );
+        srv.analyzer
+            .diagnose(judged + 15_000 + RESOLVE_AFTER)
+            .await
+            .unwrap();
+        let found = rnic_problems(&db, &rnic).await;
+        assert_eq!(found.len(), 1, "{backend}: {found:?}");
+        assert_eq!(
+            found[0].state,
+            ProblemState::Resolved,
+            "{backend}: {found:?}"
+        );
+        // Nothing else on the task's RNICs or connections was blamed.
+        let all = db
+            .problems()
+            .query(rocemesh_store::StateFilter::All, None, i64::MIN, 100)
+            .await
+            .unwrap();
+        let matrix_kinds = [
+            ProblemKind::RnicFault,
+            ProblemKind::FlowFault,
+            ProblemKind::HighLatency,
+        ];
+        assert!(
+            all.iter()
+                .filter(|p| matrix_kinds.contains(&p.kind))
+                .all(|p| p.component == rnic),
+            "{backend}: {all:?}"
+        );
+    }
+}
+
+/// Every stored RNIC-fault problem on `rnic`.
+async fn rnic_problems(db: &Db, rnic: &str) -> Vec<Problem> {
+    db.problems()
+        .query(rocemesh_store::StateFilter::All, None, i64::MIN, 100)
+        .await
+        .unwrap()
+        .into_iter()
+        .filter(|p| p.kind == ProblemKind::RnicFault && p.component == rnic)
+        .collect()
 }

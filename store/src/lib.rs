@@ -3,9 +3,10 @@
 //!
 //! Every table several components use has one typed repository here, the only code with
 //! SQL for it: [`Problems`] (`db.problems()`), [`Inventory`] (hosts, RNICs, tasks), [`Sla`]
-//! (SLA periods) and [`coord`] (instances, leases, flow summaries). A table only one
-//! component uses stays with that component. `tests/sql_ownership.rs` holds the map and
-//! fails on SQL naming a table outside its owner.
+//! (SLA periods), [`TaskPairs`] (probe outcomes of task RNIC pairs per period) and
+//! [`coord`] (instances, leases, flow summaries). A table only one component uses stays
+//! with that component. `tests/sql_ownership.rs` holds the map and fails on SQL naming a
+//! table outside its owner.
 //!
 //! Queries go through `sqlx::Any`, so they use `$1, $2` placeholders and only the types
 //! Any supports (integers, f64, bool, text, bytes): times are `i64` unix ms, ids `i64`.
@@ -30,6 +31,7 @@ pub use repo::inventory::{
 };
 pub use repo::problems::{ActiveCount, AssessInput, Assessment, Problems, StateFilter};
 pub use repo::sla::{Sla, SlaFilter};
+pub use repo::task_pairs::{CellFilter, TaskPairCell, TaskPairRow, TaskPairs};
 pub use unavailable::is_unavailable;
 pub use url::redact_url;
 

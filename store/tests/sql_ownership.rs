@@ -17,6 +17,7 @@ const OWNERS: &[(&str, &str)] = &[
     ("leases", "store/src/coord.rs"),
     ("flow_summaries", "store/src/coord.rs"),
     ("sla_periods", "store/src/repo/sla.rs"),
+    ("task_pair_periods", "store/src/repo/task_pairs.rs"),
     ("host_liveness", "analyzer/src/diagnosis/store.rs"),
     ("ingest_wal", "analyzer/src/wal.rs"),
     ("probe_keys", "controller/src/probe_keys.rs"),

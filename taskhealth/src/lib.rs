@@ -199,7 +199,9 @@ pub struct Health {
     pub baseline_period_ms: Option<f64>,
     /// Judged windows, oldest first.
     pub windows: Vec<Window>,
-    /// Probe matrix attributions, strongest first.
+    /// Probe matrix attributions, strongest first (in a verdict: from the stored outcomes
+    /// of the task's RNIC pairs in the SLA periods overlapping the interval; the analyzer
+    /// also files those of the newest period as problems).
     pub attributions: Vec<Attribution>,
     /// Why nothing could be judged, when that is so.
     pub note: Option<String>,

@@ -7,7 +7,8 @@
 //! host noise, then tomography of the rest ([`tomography`]) over the traced paths
 //! ([`paths`]) named by the fabric map ([`fabric`]). Findings become problems with a
 //! lifecycle ([`tracker`]), stored through [`rocemesh_store::Problems`] when they
-//! change.
+//! change. The attributions of the task matrices of the newest stored period join each
+//! tick's findings ([`tasks`]).
 
 pub(crate) mod engine;
 pub(crate) mod fabric;
@@ -16,6 +17,7 @@ pub(crate) mod intake;
 pub(crate) mod paths;
 pub(crate) mod policy;
 pub(crate) mod store;
+pub(crate) mod tasks;
 pub(crate) mod tomography;
 pub(crate) mod tracker;
 
@@ -72,6 +74,8 @@ pub struct Diagnosis {
     /// Per RNIC-pair latency detectors: fed by ingest, closed by the tick.
     latency: Mutex<PairLatency>,
     baseline: RwLock<Arc<Vec<BaselineVote>>>,
+    /// Attributions of the task matrices of the newest stored period.
+    tasks: RwLock<Arc<tasks::TaskFindings>>,
     /// Serializes database writes of problems and liveness.
     writing: tokio::sync::Mutex<()>,
     /// Latest upload time saved per host ([`store::save_liveness`]).
@@ -114,6 +118,7 @@ impl Diagnosis {
             tracker: Mutex::new(tracker),
             latency: Mutex::new(PairLatency::new(&cfg.latency, d.tick_ms, now_ms)?),
             baseline: RwLock::new(Arc::new(Vec::new())),
+            tasks: RwLock::new(Arc::default()),
             writing: tokio::sync::Mutex::new(()),
         })
     }
@@ -196,6 +201,7 @@ impl Diagnosis {
         });
         drop(paths);
         drop(engine);
+        read(&self.tasks).add_to(&mut outcome.candidates, now_ms);
         if let Some(keep) = keep {
             outcome.candidates.retain(|c| keep(c));
         }
@@ -206,6 +212,20 @@ impl Diagnosis {
         write(&self.baseline, Arc::new(outcome.baseline));
         lock(&self.tracker).update(now_ms, outcome.candidates);
         outcome.loss
+    }
+
+    /// Reads the task matrices of the period starting at `start_ms` (just stored): their
+    /// attributions join every tick's findings until `until_ms`.
+    pub(crate) async fn read_task_matrices(
+        &self,
+        db: &Db,
+        registry: &Registry,
+        start_ms: i64,
+        until_ms: i64,
+    ) -> anyhow::Result<()> {
+        let found = tasks::TaskFindings::read(db, registry, start_ms, until_ms).await?;
+        write(&self.tasks, Arc::new(found));
+        Ok(())
     }
 
     /// Sets the [`Enricher`] (once; later calls are ignored).

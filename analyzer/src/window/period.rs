@@ -114,6 +114,20 @@ pub(crate) const MAX_TIMEOUT_PAIRS: usize = 1 << 20;
 /// The pair key of timeouts beyond [`MAX_TIMEOUT_PAIRS`].
 pub(crate) const UNATTRIBUTED: (u32, u32) = (u32::MAX, u32::MAX);
 
+/// Probe outcomes of one (prober, target) RNIC pair of one task in a period.
+#[derive(Debug, Default)]
+pub(crate) struct PairOutcome {
+    /// Probes counted.
+    pub probes: u64,
+    /// Of which timed out.
+    pub lost: u64,
+    /// Network RTT of the answered ones.
+    pub rtt: Histogram,
+}
+
+/// Key of [`Period::task_pairs`]: (interned task, prober RNIC, target RNIC).
+pub(crate) type TaskPairKey = (u32, u32, u32);
+
 /// Everything aggregated for one period. Slots are reused period after period,
 /// so steady-state ingest allocates nothing.
 #[derive(Debug, Default)]
@@ -134,6 +148,9 @@ pub(crate) struct Period {
     /// Timeouts per (prober, target) RNIC pair, [all, of which service-class]: which
     /// side dropped them is decided at finalization, against the RNICs' problems then.
     pub pair_timeouts: HashMap<(u32, u32), [u64; 2]>,
+    /// Per pair of two endpoints of one task (C4D's matrix), at most the `max_task_pairs`
+    /// given to [`Self::add_service`]; entries of the slot's previous period stay for reuse.
+    pub task_pairs: HashMap<TaskPairKey, PairOutcome>,
 }
 
 impl Period {
@@ -151,20 +168,36 @@ impl Period {
     }
 
     /// Aggregates one record into the service-network scopes: the service class, and
-    /// every task both RNICs serve (`prober_tasks`, `target_tasks`: interned task ids).
+    /// every task both RNICs serve (`prober_tasks`, `target_tasks`: interned task ids),
+    /// as a whole and per RNIC pair while the period holds fewer than `max_task_pairs`
+    /// pairs. Returns how many task pairs it could not count.
     #[inline]
     pub(crate) fn add_service(
         &mut self,
         r: &ProbeResult,
         prober_tasks: &[u32],
         target_tasks: &[u32],
-    ) {
+        max_task_pairs: usize,
+    ) -> u64 {
         let service = r.class == ProbeClass::Service;
         if service {
             self.service.add_probe(r);
         }
+        let mut unstored = 0;
         for t in prober_tasks.iter().filter(|t| target_tasks.contains(t)) {
             self.tasks.entry(*t).or_default().add_probe(r);
+            let key = (*t, r.prober_rnic, r.target_rnic);
+            if self.task_pairs.len() >= max_task_pairs && !self.task_pairs.contains_key(&key) {
+                unstored += 1;
+                continue;
+            }
+            let pair = self.task_pairs.entry(key).or_default();
+            pair.probes += 1;
+            if r.status == ProbeStatus::Ok {
+                pair.rtt.insert(r.network_rtt_ns);
+            } else {
+                pair.lost += 1;
+            }
         }
         if r.status != ProbeStatus::Ok {
             let mut key = (r.prober_rnic, r.target_rnic);
@@ -177,6 +210,7 @@ impl Period {
             n[0] += 1;
             n[1] += u64::from(service);
         }
+        unstored
     }
 
     /// Makes room for RNIC ids below `len` (only grows when the registry grew).
@@ -211,6 +245,13 @@ impl Period {
         self.tasks.values_mut().for_each(MetricSet::reset);
         self.service.reset();
         self.pair_timeouts.clear();
+        // Pairs the finished period did not see go (tasks end); the others are reused.
+        self.task_pairs.retain(|_, p| p.probes > 0);
+        for p in self.task_pairs.values_mut() {
+            p.probes = 0;
+            p.lost = 0;
+            p.rtt.reset();
+        }
     }
 }
 
@@ -259,5 +300,61 @@ mod tests {
         p.reset(9);
         assert!(p.is_empty() && p.rnics.iter().all(MetricSet::is_empty) && p.index == 9);
         assert_eq!(split_pair_key(pair_key(7, 300)), (7, 300));
+    }
+
+    /// Pairs of two endpoints of one task are kept per task up to the cap; past it they
+    /// are counted as unstored. A reused slot keeps the pairs its last period saw, emptied.
+    #[test]
+    fn task_pairs_are_kept_per_task_up_to_the_cap() {
+        let mut p = Period::default();
+        p.ensure_rnics(5);
+        // RNICs 1 and 2 serve tasks 0 and 1, RNIC 3 task 0, RNIC 4 none.
+        let tasks = |id: u32| -> &[u32] {
+            match id {
+                1 | 2 => &[0, 1],
+                3 => &[0],
+                _ => &[],
+            }
+        };
+        let mut unstored = 0;
+        for (a, b, status) in [
+            (1, 2, ProbeStatus::Ok),
+            (1, 2, ProbeStatus::Timeout),
+            (2, 1, ProbeStatus::Ok),
+            (1, 3, ProbeStatus::Ok),
+            (3, 4, ProbeStatus::Ok),
+            (1, 2, ProbeStatus::Ok),
+        ] {
+            let r = rec(a, b, status, 10_000);
+            p.add(&r, 0, 0);
+            unstored += p.add_service(&r, tasks(a), tasks(b), 4);
+        }
+        // (0, 1, 2), (1, 1, 2), (0, 2, 1), (1, 2, 1) fill the cap; task 0's 1 -> 3 is past
+        // it; 3 -> 4 is in no task.
+        assert_eq!((unstored, p.task_pairs.len()), (1, 4));
+        let c = &p.task_pairs[&(0, 1, 2)];
+        assert_eq!((c.probes, c.lost, c.rtt.count()), (3, 1, 2));
+        assert_eq!(
+            c.rtt.quantiles().p50,
+            p.task_pairs[&(1, 1, 2)].rtt.quantiles().p50
+        );
+        p.reset(1);
+        assert_eq!(p.task_pairs.len(), 4, "kept for reuse");
+        assert!(
+            p.task_pairs
+                .values()
+                .all(|c| c.probes == 0 && c.rtt.count() == 0)
+        );
+        let r = rec(1, 2, ProbeStatus::Ok, 10_000);
+        p.add(&r, 0, 0);
+        p.add_service(&r, tasks(1), tasks(2), 4);
+        p.reset(2);
+        let mut kept: Vec<_> = p.task_pairs.keys().copied().collect();
+        kept.sort_unstable();
+        assert_eq!(
+            kept,
+            [(0, 1, 2), (1, 1, 2)],
+            "pairs of the last period only"
+        );
     }
 }

@@ -3,3 +3,4 @@
 pub(crate) mod inventory;
 pub(crate) mod problems;
 pub(crate) mod sla;
+pub(crate) mod task_pairs;
