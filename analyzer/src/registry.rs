@@ -322,6 +322,48 @@ pub(crate) async fn load_labels(db: &Db) -> anyhow::Result<HashMap<u32, Vec<Endp
     Ok(labels)
 }
 
+/// RNICs 1..=4 on hosts h1..h4 (`h{r}/r0` at 198.18.0.r), RNIC r under ToR `tor(r)` of
+/// `tors`, every RNIC an endpoint of task 0 named `job` with id `task_id`: the fabric of
+/// the analyzer's unit tests.
+#[cfg(test)]
+pub(crate) fn four_rnics_one_task(
+    tors: &[&str],
+    tor: impl Fn(u32) -> u16,
+    task_id: u32,
+) -> Registry {
+    let mut reg = Registry::new(
+        (1..=4).map(|r| {
+            let e = RnicEntry {
+                host_id: r,
+                tor: tor(r),
+            };
+            (r, e)
+        }),
+        tors.iter()
+            .map(|t| t.to_string())
+            .collect::<Vec<_>>()
+            .into(),
+    );
+    for r in 1..=4u32 {
+        reg.set_meta(
+            r,
+            RnicMeta {
+                name: format!("h{r}/r0"),
+                host: format!("h{r}"),
+                ip: format!("198.18.0.{r}").parse().unwrap(),
+                qpn: 7,
+                epoch: 1,
+                registered_at_ms: 0,
+            },
+        );
+    }
+    reg.set_tasks(
+        (1..=4).map(|r| (r, vec![0])).collect(),
+        Arc::from(vec![("job".to_string(), task_id)]),
+    );
+    reg
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -314,43 +314,12 @@ pub(crate) async fn period(db: &Db, start_ms: i64) -> anyhow::Result<Vec<SlaRow>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{RnicEntry, RnicMeta};
     use rocemesh_proto::ProbeClass;
     use rocemesh_proto::testing::{active_problem, probe_result};
-    use std::sync::Arc;
 
     /// RNIC r (1..=4) on host hr, ToR t0 for 1-2 and t1 for 3-4; task 0 on every RNIC.
     fn registry() -> Registry {
-        let mut reg = Registry::new(
-            (1..=4).map(|r| {
-                (
-                    r,
-                    RnicEntry {
-                        host_id: r,
-                        tor: u16::from(r > 2),
-                    },
-                )
-            }),
-            vec!["t0".to_string(), "t1".to_string()].into(),
-        );
-        for r in 1..=4u32 {
-            reg.set_meta(
-                r,
-                RnicMeta {
-                    name: format!("h{r}/r0"),
-                    host: format!("h{r}"),
-                    ip: format!("198.18.0.{r}").parse().unwrap(),
-                    qpn: 7,
-                    epoch: 1,
-                    registered_at_ms: 0,
-                },
-            );
-        }
-        reg.set_tasks(
-            (1..=4).map(|r| (r, vec![0])).collect(),
-            Arc::from(vec![("job".to_string(), 1)]),
-        );
-        reg
+        crate::registry::four_rnics_one_task(&["t0", "t1"], |r| u16::from(r > 2), 1)
     }
 
     /// Timeouts to an RNIC with an RNIC fault are RNIC drops, those to a down host are

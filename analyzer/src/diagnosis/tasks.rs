@@ -179,33 +179,10 @@ fn side_totals(a: &Attribution, pairs: &[PairHealth]) -> (u64, u64) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::registry::{RnicEntry, RnicMeta};
     use rocemesh_proto::api::ComponentKind;
-    use std::sync::Arc;
 
     fn registry() -> Registry {
-        let mut reg = Registry::new(
-            (1..=4).map(|r| (r, RnicEntry { host_id: r, tor: 0 })),
-            vec!["t0".to_string()].into(),
-        );
-        for r in 1..=4u32 {
-            reg.set_meta(
-                r,
-                RnicMeta {
-                    name: format!("h{r}/r0"),
-                    host: format!("h{r}"),
-                    ip: format!("198.18.0.{r}").parse().unwrap(),
-                    qpn: 7,
-                    epoch: 1,
-                    registered_at_ms: 0,
-                },
-            );
-        }
-        reg.set_tasks(
-            (1..=4).map(|r| (r, vec![0])).collect(),
-            Arc::from(vec![("job".to_string(), 9)]),
-        );
-        reg
+        crate::registry::four_rnics_one_task(&["t0"], |_| 0, 9)
     }
 
     fn cells(lossy_src: i64) -> Vec<TaskPairCell> {

@@ -1,12 +1,11 @@
 //! The `sla_periods` table (migrations 0002 and 0013): the analyzer stores the SLA rows
 //! of every finalized period; its API and the impact loop's coverage read them back.
 
-use crate::{Backend, Db};
+use crate::Db;
 use anyhow::Context;
 use rocemesh_proto::api::{Quantiles, SlaRow, SlaScope};
 use sqlx::Row;
 use std::collections::HashMap;
-use std::fmt::Write as _;
 
 /// Rows per multi-row INSERT (24 parameters each; stays far below the
 /// SQLite and PostgreSQL parameter limits).
@@ -55,9 +54,6 @@ impl Sla<'_> {
     /// Stores the rows of finalized periods in one transaction (multi-row inserts).
     /// A row already stored for the same (scope, key, period) is kept as it was.
     pub async fn persist(&self, rows: &[SlaRow]) -> anyhow::Result<()> {
-        // SQLite resolves `$N` names by a linear search per parameter, which makes a
-        // 10,000-parameter statement take ~0.3 s; its positional `?` binds in order.
-        let positional = self.db.backend() == Backend::Sqlite;
         let mut conn = self
             .db
             .pool()
@@ -68,20 +64,12 @@ impl Sla<'_> {
             .await
             .context("starting the SLA transaction")?;
         for chunk in rows.chunks(INSERT_CHUNK) {
-            let mut sql = format!("INSERT INTO sla_periods ({COLUMNS}) VALUES ");
-            for i in 0..chunk.len() {
-                sql.push_str(if i == 0 { "(" } else { ", (" });
-                for c in 0..N_COLUMNS {
-                    let sep = if c == 0 { "" } else { ", " };
-                    if positional {
-                        let _ = write!(sql, "{sep}?");
-                    } else {
-                        let _ = write!(sql, "{sep}${}", i * N_COLUMNS + c + 1);
-                    }
-                }
-                sql.push(')');
-            }
-            sql.push_str(" ON CONFLICT (scope, scope_key, period_start_ms) DO NOTHING");
+            let sql = super::insert_values(
+                self.db.backend(),
+                ("sla_periods", COLUMNS, N_COLUMNS),
+                chunk.len(),
+                "ON CONFLICT (scope, scope_key, period_start_ms) DO NOTHING",
+            );
             let mut q = sqlx::query(&sql);
             for r in chunk {
                 q = q

@@ -3,9 +3,8 @@
 //! task; task verdicts and the analyzer's task matrix read them back as C4D's
 //! source × destination matrix.
 
-use crate::{Backend, Db};
+use crate::Db;
 use anyhow::Context;
-use std::fmt::Write as _;
 
 /// Rows per multi-row INSERT (8 parameters each).
 const INSERT_CHUNK: usize = 1_000;
@@ -85,7 +84,6 @@ impl TaskPairs<'_> {
         if rows.is_empty() {
             return Ok(());
         }
-        let positional = self.db.backend() == Backend::Sqlite;
         let mut tx = self
             .db
             .pool()
@@ -93,20 +91,12 @@ impl TaskPairs<'_> {
             .await
             .context("starting the task-pair transaction")?;
         for chunk in rows.chunks(INSERT_CHUNK) {
-            let mut sql = format!("INSERT INTO task_pair_periods ({COLUMNS}) VALUES ");
-            for i in 0..chunk.len() {
-                sql.push_str(if i == 0 { "(" } else { ", (" });
-                for c in 0..N_COLUMNS {
-                    let sep = if c == 0 { "" } else { ", " };
-                    if positional {
-                        let _ = write!(sql, "{sep}?");
-                    } else {
-                        let _ = write!(sql, "{sep}${}", i * N_COLUMNS + c + 1);
-                    }
-                }
-                sql.push(')');
-            }
-            sql.push_str(" ON CONFLICT (task_id, period_start_ms, src_rnic, dst_rnic) DO NOTHING");
+            let sql = super::insert_values(
+                self.db.backend(),
+                ("task_pair_periods", COLUMNS, N_COLUMNS),
+                chunk.len(),
+                "ON CONFLICT (task_id, period_start_ms, src_rnic, dst_rnic) DO NOTHING",
+            );
             let mut q = sqlx::query(&sql);
             let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             for r in chunk {
