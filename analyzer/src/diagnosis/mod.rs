@@ -34,7 +34,7 @@ use rocemesh_proto::api::{Problem, ProblemKind, ProblemState};
 use rocemesh_proto::batch::Batch;
 use rocemesh_proto::path::TracedPath;
 use rocemesh_store::Db;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 use tomography::FlowObs;
 use tracker::Tracker;
@@ -200,8 +200,26 @@ impl Diagnosis {
             latency: &latency,
         });
         drop(paths);
+        let silent: HashSet<u32> = hosts
+            .iter()
+            .filter(|(_, l)| engine.silent(l, now_ms))
+            .map(|(&id, _)| id)
+            .collect();
         drop(engine);
-        read(&self.tasks).add_to(&mut outcome.candidates, now_ms);
+        // Hosts whose trouble is not the network's: silent, or with such a verdict (this
+        // tick's, or still open).
+        let mut excused: HashSet<String> = lock(&self.tracker).non_network_hosts();
+        excused.extend(
+            outcome
+                .candidates
+                .iter()
+                .filter(|c| !c.kind.is_network())
+                .map(|c| c.component.clone()),
+        );
+        read(&self.tasks).add_to(&mut outcome.candidates, now_ms, |r| {
+            registry.get(r).is_some_and(|e| silent.contains(&e.host_id))
+                || registry.meta(r).is_some_and(|m| excused.contains(&m.host))
+        });
         if let Some(keep) = keep {
             outcome.candidates.retain(|c| keep(c));
         }

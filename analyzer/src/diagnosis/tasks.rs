@@ -15,10 +15,14 @@ use std::collections::BTreeMap;
 /// ids go unread that period (logged).
 const MAX_CELLS: u32 = 200_000;
 
+/// One attribution as a finding, with the RNICs of the side it blames (the rank, or both
+/// ends of a connection).
+type Found = (Candidate, Vec<u32>);
+
 /// Findings of the task matrices of the newest stored period.
 #[derive(Debug, Default)]
 pub(crate) struct TaskFindings {
-    found: Vec<Candidate>,
+    found: Vec<Found>,
     /// They stand for the newest period until this time (the next should be stored by then).
     until_ms: i64,
 }
@@ -51,23 +55,30 @@ impl TaskFindings {
         for c in cells {
             by_task.entry(c.task_id).or_default().push(c);
         }
-        let mut found: Vec<Candidate> = Vec::new();
-        for (task, cells) in by_task {
-            for c in task_findings(registry, task, &cells) {
-                merge(&mut found, c);
-            }
-        }
+        let found = by_task
+            .into_iter()
+            .flat_map(|(task, cells)| task_findings(registry, task, &cells))
+            .collect();
         Ok(Self { found, until_ms })
     }
 
     /// Adds the findings still standing at `now_ms` to a tick's `candidates`: one the engine
-    /// found too keeps the engine's figures, with the task's evidence appended.
-    pub(crate) fn add_to(&self, candidates: &mut Vec<Candidate>, now_ms: i64) {
+    /// found too keeps the engine's figures, with the task's evidence appended. Host
+    /// triage comes first, as in the engine: a finding on an RNIC `excused` (its host is
+    /// down, its agent restarted, its host is noisy) is not the network's and is dropped.
+    pub(crate) fn add_to(
+        &self,
+        candidates: &mut Vec<Candidate>,
+        now_ms: i64,
+        excused: impl Fn(u32) -> bool,
+    ) {
         if now_ms > self.until_ms {
             return;
         }
-        for c in &self.found {
-            merge(candidates, c.clone());
+        for (c, rnics) in &self.found {
+            if !rnics.iter().any(|&r| excused(r)) {
+                merge(candidates, c.clone());
+            }
         }
     }
 }
@@ -87,7 +98,7 @@ fn merge(into: &mut Vec<Candidate>, c: Candidate) {
 }
 
 /// The attributions of one task's cells, named after its RNICs.
-fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<Candidate> {
+fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<Found> {
     // Ranks: the task's RNICs seen in the cells, in id order.
     let mut rnics: Vec<i64> = cells
         .iter()
@@ -119,13 +130,21 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
     attribute(rnics.len(), &pairs, &Settings::default())
         .into_iter()
         .filter_map(|a| {
-            let (component, side) = match (a.rank, a.pair) {
-                (Some(r), _) => (name(r)?, blame_word(a.blame)),
-                (None, Some((s, d))) => (format!("{} -> {}", name(s)?, name(d)?), "connection"),
+            let (component, side, ranks) = match (a.rank, a.pair) {
+                (Some(r), _) => (name(r)?, blame_word(a.blame), vec![r]),
+                (None, Some((s, d))) => (
+                    format!("{} -> {}", name(s)?, name(d)?),
+                    "connection",
+                    vec![s, d],
+                ),
                 (None, None) => return None,
             };
             let (probes, lost) = side_totals(&a, &pairs);
-            Some(Candidate {
+            let ids = ranks
+                .iter()
+                .filter_map(|&r| u32::try_from(rnics[r]).ok())
+                .collect();
+            let c = Candidate {
                 kind: a.kind,
                 component_kind: a.component_kind,
                 confidence: f64::from(a.bad_cells) / f64::from(a.cells.max(1)),
@@ -147,7 +166,8 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
                     ..Evidence::default()
                 },
                 component,
-            })
+            };
+            Some((c, ids))
         })
         .collect()
 }
@@ -209,7 +229,8 @@ mod tests {
         let reg = registry();
         let found = task_findings(&reg, 9, &cells(3));
         assert_eq!(found.len(), 1, "{found:?}");
-        let c = &found[0];
+        let (c, rnics) = &found[0];
+        assert_eq!(rnics, &[3]);
         assert_eq!(
             (c.kind, c.component_kind, c.component.as_str()),
             (ProblemKind::RnicFault, ComponentKind::Rnic, "h3/r0")
@@ -232,16 +253,16 @@ mod tests {
         let latency = task_findings(&reg, 9, &slow);
         assert_eq!(latency.len(), 1, "{latency:?}");
         assert_eq!(
-            (latency[0].kind, latency[0].component.as_str()),
+            (latency[0].0.kind, latency[0].0.component.as_str()),
             (ProblemKind::HighLatency, "h2/r0")
         );
         assert!(
-            latency[0].evidence.detail.ends_with(
+            latency[0].0.evidence.detail.ends_with(
                 "h2/r0 as destination, 3 of 3 pairs bad, 0.00 % of their probes lost \
                  (median RTT above twice the task's)"
             ),
             "{}",
-            latency[0].evidence.detail
+            latency[0].0.evidence.detail
         );
 
         let findings = TaskFindings {
@@ -259,9 +280,13 @@ mod tests {
                 ..Evidence::default()
             },
         }];
-        findings.add_to(&mut tick, 1_001);
+        findings.add_to(&mut tick, 1_001, |_| false);
         assert_eq!(tick[0].evidence.detail, "engine", "expired");
-        findings.add_to(&mut tick, 1_000);
+        // Host triage first: h3 down (or its agent restarting) excuses its RNIC.
+        let mut alone = Vec::new();
+        findings.add_to(&mut alone, 1_000, |r| r == 3);
+        assert!(alone.is_empty(), "{alone:?}");
+        findings.add_to(&mut tick, 1_000, |_| false);
         assert_eq!(tick.len(), 1);
         assert_eq!((tick[0].evidence.probes, tick[0].confidence), (7, 1.0));
         assert!(

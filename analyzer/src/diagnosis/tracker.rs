@@ -5,7 +5,7 @@
 use super::engine::Candidate;
 use super::policy;
 use rocemesh_proto::api::{ComponentKind, Problem, ProblemKind, ProblemState};
-use std::collections::{HashMap, VecDeque};
+use std::collections::{HashMap, HashSet, VecDeque};
 
 /// Resolved problems kept in memory for in-process queries.
 const KEEP_RESOLVED: usize = 1_000;
@@ -110,6 +110,18 @@ impl Tracker {
             .keys()
             .filter(|(kind, ck, _)| {
                 *kind == ProblemKind::SwitchFault && *ck == ComponentKind::Switch
+            })
+            .map(|(_, _, name)| name.clone())
+            .collect()
+    }
+
+    /// Hosts with an active problem that is not the network's (host down, agent restart,
+    /// host noise): their RNICs' failures are theirs.
+    pub(crate) fn non_network_hosts(&self) -> HashSet<String> {
+        self.active
+            .keys()
+            .filter(|(kind, ck, _)| {
+                !kind.is_network() && matches!(ck, ComponentKind::Host | ComponentKind::Agent)
             })
             .map(|(_, _, name)| name.clone())
             .collect()

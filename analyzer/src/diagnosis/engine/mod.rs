@@ -189,6 +189,12 @@ impl Engine {
         }
     }
 
+    /// True when a host last heard from as `l` is silent at `now_ms` (no upload for
+    /// `host_silent_ms`): its RNICs' timeouts are its own, not the network's.
+    pub(crate) fn silent(&self, l: &Liveness, now_ms: i64) -> bool {
+        now_ms - l.last_upload_ms > self.cfg.host_silent_ms as i64
+    }
+
     /// Scale-out: the next tick builds its loss observations even without failures and
     /// returns them in [`Outcome::loss`] (other shards merge them), and its tomography
     /// also explains `others`, the observations other shards published.
