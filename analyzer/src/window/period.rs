@@ -114,8 +114,8 @@ pub(crate) const MAX_TIMEOUT_PAIRS: usize = 1 << 20;
 /// The pair key of timeouts beyond [`MAX_TIMEOUT_PAIRS`].
 pub(crate) const UNATTRIBUTED: (u32, u32) = (u32::MAX, u32::MAX);
 
-/// Everything aggregated for one period. Slots are reused period after period,
-/// so steady-state ingest allocates nothing.
+/// Everything aggregated for one period. A slot's aggregates are allocated as its period
+/// fills and freed when it is finalized ([`super::Window::finalize`]).
 #[derive(Debug, Default)]
 pub(crate) struct Period {
     /// Period index (`start_ms / period_ms`) this slot currently holds.
