@@ -3,7 +3,10 @@
 # rocemesh-bench (controller scale, 1,000-agent load, agent cost, analyzer, kernels vs the
 # Python stack), prints one Markdown table and writes the rows to target/bench.json.
 # Extra arguments go to rocemesh-bench, e.g. `scripts/bench.sh --quick` or
-# `scripts/bench.sh --only load`. Figures and how to read them: docs/benchmarks.md.
+# `scripts/bench.sh --only load`. Each row prints its target and, where one is measured in
+# the same run, its baseline: `--base-rocemesh <rocemesh binary of another commit>` makes the
+# analyzer process rows measure that build's analyzer too, as their baseline.
+# Figures and how to read them: docs/benchmarks.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

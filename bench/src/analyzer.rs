@@ -170,6 +170,7 @@ pub(crate) fn run(opts: &Opts) -> Result<Vec<Row>> {
     rows.push(tick_row(&base));
     rows.extend(crate::analyzer_proc::rows(
         &opts.rocemesh,
+        opts.base_rocemesh.as_deref(),
         fabric(tors),
         if opts.quick { 30 } else { 60 },
     )?);

@@ -20,8 +20,75 @@ const MB_PER_10K_TARGET: f64 = 200.0;
 /// How often memory is sampled while the agents run.
 const STEP: Duration = Duration::from_secs(1);
 
-/// Memory of the analyzer process over `seconds` of agents on `shape`.
-pub(crate) fn rows(rocemesh: &Path, shape: Shape, seconds: u64) -> Result<Vec<Row>> {
+/// What one analyzer process held and used over a run.
+struct Measured {
+    /// RSS of the process before any agent registered, MB.
+    empty: f64,
+    /// RSS growth at the end, MB per 10k RNICs.
+    end: f64,
+    /// Peak RSS growth, MB per 10k RNICs.
+    peak: f64,
+    /// CPU, % of one core.
+    cpu: f64,
+    stats: String,
+}
+
+/// Memory of the analyzer process over `seconds` of agents on `shape`; with `base` (the
+/// `rocemesh` binary of the commit compared against), the same run is made with it first
+/// and its figures are each row's baseline.
+pub(crate) fn rows(
+    rocemesh: &Path,
+    base: Option<&Path>,
+    shape: Shape,
+    seconds: u64,
+) -> Result<Vec<Row>> {
+    let base = base
+        .map(|b| measure(b, shape.clone(), seconds))
+        .transpose()?;
+    let m = measure(rocemesh, shape.clone(), seconds)?;
+    let rnics = Sim::new(SimConfig::new(shape, 1))?.fabric().rnics.len();
+    let scale = format!(
+        "{}k RNICs, {seconds} s over HTTP, no simulator in the process",
+        rnics / 1000
+    );
+    let versus = |what: &str, f: fn(&Measured) -> f64| {
+        base.as_ref()
+            .map(|b| format!("base build: {} {what}; ", crate::report::fmt_value(f(b))))
+            .unwrap_or_default()
+    };
+    Ok(vec![
+        Row::new(
+            SECTION,
+            format!("analyzer process memory per 10k RNICs (RSS growth at the end; {scale})"),
+            m.end,
+            "MB",
+        )
+        .at_most(MB_PER_10K_TARGET)
+        .baseline(format!(
+            "{}empty analyzer process: {:.1} MB",
+            versus("MB", |b| b.end),
+            m.empty
+        )),
+        Row::new(
+            SECTION,
+            format!("analyzer process peak memory per 10k RNICs (VmHWM growth; {scale})"),
+            m.peak,
+            "MB",
+        )
+        .at_most(MB_PER_10K_TARGET)
+        .baseline(versus("MB", |b| b.peak)),
+        Row::new(
+            SECTION,
+            format!("analyzer process CPU, % of one core ({scale})"),
+            m.cpu,
+            "%",
+        )
+        .baseline(format!("{}{}", versus("%", |b| b.cpu), m.stats)),
+    ])
+}
+
+/// Runs `rocemesh`'s analyzer and controller processes under `seconds` of agents on `shape`.
+fn measure(rocemesh: &Path, shape: Shape, seconds: u64) -> Result<Measured> {
     let scratch = Scratch::new("analyzer-proc")?;
     let sim = Sim::new(SimConfig::new(shape, 1))?;
     let rnics = sim.fabric().rnics.len() as f64;
@@ -69,35 +136,11 @@ pub(crate) fn rows(rocemesh: &Path, shape: Shape, seconds: u64) -> Result<Vec<Ro
     controller.stop();
     analyzer.stop();
     let per_10k = |mb: f64| (mb - empty) * 10_000.0 / rnics;
-    let scale = format!(
-        "{}k RNICs, {seconds} s over HTTP, no simulator in the process",
-        rnics as u64 / 1000
-    );
-    Ok(vec![
-        Row::new(
-            SECTION,
-            format!("analyzer process memory per 10k RNICs (RSS growth at the end; {scale})"),
-            per_10k(end),
-            "MB",
-        )
-        .at_most(MB_PER_10K_TARGET)
-        .baseline(format!("empty analyzer process: {empty:.1} MB")),
-        Row::new(
-            SECTION,
-            format!("analyzer process peak memory per 10k RNICs (VmHWM growth; {scale})"),
-            per_10k(hwm.max(peak)),
-            "MB",
-        )
-        .at_most(MB_PER_10K_TARGET),
-        Row::new(
-            SECTION,
-            format!("analyzer process CPU, % of one core ({scale})"),
-            cpu,
-            "%",
-        )
-        .baseline(format!(
-            "{} uploads, {} request errors",
-            stats.uploads, stats.errors
-        )),
-    ])
+    Ok(Measured {
+        empty,
+        end: per_10k(end),
+        peak: per_10k(hwm.max(peak)),
+        cpu,
+        stats: format!("{} uploads, {} request errors", stats.uploads, stats.errors),
+    })
 }

@@ -43,6 +43,10 @@ pub struct Opts {
     /// The `rocemesh` binary the server and agent processes run; default: next to this one.
     #[arg(long, default_value_os_t = sibling_rocemesh())]
     pub rocemesh: PathBuf,
+    /// Analyzer section: the `rocemesh` binary of the commit to compare against; its
+    /// analyzer process is measured in the same run and is the baseline of the process rows.
+    #[arg(long)]
+    pub base_rocemesh: Option<PathBuf>,
 }
 
 /// `rocemesh` in the directory of this executable (both are built into one target dir).

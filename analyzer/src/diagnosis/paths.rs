@@ -85,14 +85,147 @@ pub(crate) struct Tuple {
     pub dport: u16,
 }
 
-/// The traces known for one 5-tuple (shared: a trace that reached its destination is
-/// both, and readers copy them out of the store cheaply).
+/// The traces known for one 5-tuple, as readers outside the tick get them: a copy.
 #[derive(Debug, Clone)]
 pub struct Traces {
     /// The newest trace, complete or not.
     pub latest: Arc<TracedPath>,
     /// The newest trace that reached the destination.
     pub complete: Option<Arc<TracedPath>>,
+}
+
+/// Hop code of a silent TTL in [`Known::hops`]; an answering hop is its address's index in
+/// [`Addrs`] plus one.
+const SILENT: u32 = 0;
+/// [`Known::flags`]: the latest trace reached the destination (it is the complete one too).
+const REACHED: u8 = 1;
+/// [`Known::flags`]: the latest trace is of the ACK direction.
+const ACK: u8 = 1 << 1;
+/// [`Known::flags`]: an older complete trace is known (its hops follow the latest's).
+const COMPLETE: u8 = 1 << 2;
+/// [`Known::flags`]: that complete trace is of the ACK direction.
+const COMPLETE_ACK: u8 = 1 << 3;
+/// Addresses [`Addrs`] may hold beyond twice the hop codes stored before it is rebuilt.
+const ADDRS_SLACK: usize = 1024;
+
+/// Hop addresses, each held once: a stored hop is a 4-byte code where an
+/// `Option<IpAddr>` takes 17 bytes, and the few thousand switch addresses of a fabric are
+/// shared by every trace that crosses them.
+#[derive(Debug, Default)]
+struct Addrs {
+    ids: foldhash::HashMap<IpAddr, u32>,
+    list: Vec<IpAddr>,
+}
+
+impl Addrs {
+    /// The hop code of `hop`, interning its address.
+    fn code(&mut self, hop: Option<IpAddr>) -> u32 {
+        let Some(a) = hop else { return SILENT };
+        let list = &mut self.list;
+        *self.ids.entry(a).or_insert_with(|| {
+            list.push(a);
+            list.len() as u32
+        })
+    }
+
+    /// The hop a code stands for.
+    fn hop(list: &[IpAddr], code: u32) -> Option<IpAddr> {
+        code.checked_sub(1).map(|i| list[i as usize])
+    }
+}
+
+/// The traces of one 5-tuple in one allocation: the latest trace's hop codes, then those of
+/// the newest complete one when that is an older trace.
+#[derive(Debug)]
+struct Known {
+    latest_at: u64,
+    complete_at: u64,
+    hops: Box<[u32]>,
+    latest_len: u8,
+    flags: u8,
+}
+
+impl Known {
+    /// `p` as the latest trace, with `older_complete` (its time, ACK flag and hop codes)
+    /// kept unless `p` reached the destination itself.
+    fn new(p: &TracedPath, older_complete: Option<(u64, bool, &[u32])>, addrs: &mut Addrs) -> Self {
+        let mut flags = 0;
+        if p.reached {
+            flags |= REACHED;
+        }
+        if p.ack_direction {
+            flags |= ACK;
+        }
+        let older_complete = older_complete.filter(|_| !p.reached);
+        // The wire carries at most `MAX_HOPS` (16) hops; longer lists are cut to what a
+        // `u8` length holds.
+        let latest = &p.hops[..p.hops.len().min(usize::from(u8::MAX))];
+        let mut hops = Vec::with_capacity(latest.len() + older_complete.map_or(0, |c| c.2.len()));
+        hops.extend(latest.iter().map(|&h| addrs.code(h)));
+        let mut complete_at = 0;
+        if let Some((at, ack, codes)) = older_complete {
+            flags |= COMPLETE;
+            if ack {
+                flags |= COMPLETE_ACK;
+            }
+            complete_at = at;
+            hops.extend_from_slice(codes);
+        }
+        Self {
+            latest_at: p.traced_at_unix_ns,
+            complete_at,
+            hops: hops.into_boxed_slice(),
+            latest_len: latest.len() as u8,
+            flags,
+        }
+    }
+
+    fn latest_codes(&self) -> &[u32] {
+        &self.hops[..usize::from(self.latest_len)]
+    }
+
+    /// The latest trace: (time, ACK direction, hop codes).
+    fn latest(&self) -> (u64, bool, &[u32]) {
+        (self.latest_at, self.flags & ACK != 0, self.latest_codes())
+    }
+
+    /// The newest complete trace: (time, ACK direction, hop codes).
+    fn complete(&self) -> Option<(u64, bool, &[u32])> {
+        if self.flags & REACHED != 0 {
+            Some((self.latest_at, self.flags & ACK != 0, self.latest_codes()))
+        } else if self.flags & COMPLETE != 0 {
+            let codes = &self.hops[usize::from(self.latest_len)..];
+            Some((self.complete_at, self.flags & COMPLETE_ACK != 0, codes))
+        } else {
+            None
+        }
+    }
+}
+
+/// The traces of one 5-tuple as the store holds them, for [`route`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Traced<'a> {
+    known: &'a Known,
+    addrs: &'a [IpAddr],
+    dst: IpAddr,
+}
+
+impl Traced<'_> {
+    /// True when the latest trace reached the destination.
+    fn reached(&self) -> bool {
+        self.known.flags & REACHED != 0
+    }
+
+    /// Switch hops ([`switch_hops`]) of the latest trace.
+    fn latest(&self) -> Vec<Option<IpAddr>> {
+        switch_hops(self.known.latest_codes(), self.addrs, self.dst)
+    }
+
+    /// Switch hops of the newest complete trace.
+    fn complete(&self) -> Option<Vec<Option<IpAddr>>> {
+        let (_, _, codes) = self.known.complete()?;
+        Some(switch_hops(codes, self.addrs, self.dst))
+    }
 }
 
 /// Latest traces per 5-tuple, bounded: two generations of at most `max / 2`
@@ -102,9 +235,12 @@ pub struct Traces {
 /// traces of the flows it routes.
 #[derive(Debug)]
 pub(crate) struct PathStore {
-    current: foldhash::HashMap<Tuple, Traces>,
-    old: foldhash::HashMap<Tuple, Traces>,
+    current: foldhash::HashMap<Tuple, Known>,
+    old: foldhash::HashMap<Tuple, Known>,
     max: usize,
+    addrs: Addrs,
+    /// Hop codes held by both generations (bounds `addrs`).
+    codes: usize,
 }
 
 impl PathStore {
@@ -114,6 +250,8 @@ impl PathStore {
             current: foldhash::HashMap::default(),
             old: foldhash::HashMap::default(),
             max: max.max(2),
+            addrs: Addrs::default(),
+            codes: 0,
         }
     }
 
@@ -125,45 +263,66 @@ impl PathStore {
             sport: p.src_port,
             dport: p.dst_port,
         };
-        let entry = match self.current.get_mut(&key) {
-            Some(e) => e,
-            None => {
-                if self.current.len() >= self.max / 2 {
-                    // The retired generation's table, emptied, is the next one: full
-                    // size already, it never grows (rehashes) again.
-                    std::mem::swap(&mut self.old, &mut self.current);
-                    self.current.clear();
-                }
-                match self.old.remove(&key) {
-                    Some(revived) => self.current.entry(key).or_insert(revived),
-                    None => {
-                        let p = Arc::new(p);
-                        let complete = p.reached.then(|| Arc::clone(&p));
-                        self.current.insert(
-                            key,
-                            Traces {
-                                latest: p,
-                                complete,
-                            },
-                        );
-                        return;
-                    }
-                }
+        if !self.current.contains_key(&key) {
+            if self.current.len() >= self.max / 2 {
+                // The retired generation's table, emptied, is the next one: full
+                // size already, it never grows (rehashes) again.
+                std::mem::swap(&mut self.old, &mut self.current);
+                self.codes -= self.current.values().map(|k| k.hops.len()).sum::<usize>();
+                self.current.clear();
             }
+            let known = match self.old.remove(&key) {
+                Some(revived) => revived,
+                None => {
+                    let known = Known::new(&p, None, &mut self.addrs);
+                    self.codes += known.hops.len();
+                    self.current.insert(key, known);
+                    self.bound_addrs();
+                    return;
+                }
+            };
+            self.current.insert(key, known);
+        }
+        let Some(entry) = self.current.get_mut(&key) else {
+            return;
         };
-        if p.traced_at_unix_ns < entry.latest.traced_at_unix_ns {
+        if p.traced_at_unix_ns < entry.latest_at {
             return;
         }
-        let p = Arc::new(p);
-        if p.reached {
-            entry.complete = Some(Arc::clone(&p));
+        let known = Known::new(&p, entry.complete(), &mut self.addrs);
+        self.codes = self.codes + known.hops.len() - entry.hops.len();
+        *entry = known;
+        self.bound_addrs();
+    }
+
+    /// Rebuilds the address table from the hop codes held once it holds more than twice
+    /// as many addresses as codes (addresses of forgotten traces): bounded by the paths
+    /// held, at an amortized constant cost per insert.
+    fn bound_addrs(&mut self) {
+        if self.addrs.list.len() <= 2 * self.codes + ADDRS_SLACK {
+            return;
         }
-        entry.latest = p;
+        let old = std::mem::take(&mut self.addrs);
+        let mut recode = vec![SILENT; old.list.len()];
+        for k in self.current.values_mut().chain(self.old.values_mut()) {
+            for c in k.hops.iter_mut().filter(|c| **c != SILENT) {
+                let was = *c as usize - 1;
+                if recode[was] == SILENT {
+                    recode[was] = self.addrs.code(Some(old.list[was]));
+                }
+                *c = recode[was];
+            }
+        }
     }
 
     /// The traces of a 5-tuple.
-    pub(crate) fn get(&self, key: &Tuple) -> Option<&Traces> {
-        self.current.get(key).or_else(|| self.old.get(key))
+    pub(crate) fn get(&self, key: &Tuple) -> Option<Traced<'_>> {
+        let known = self.current.get(key).or_else(|| self.old.get(key))?;
+        Some(Traced {
+            known,
+            addrs: &self.addrs.list,
+            dst: key.dst,
+        })
     }
 
     /// Number of 5-tuples held.
@@ -172,24 +331,64 @@ impl PathStore {
         self.current.len() + self.old.len()
     }
 
+    /// Fills `out` with one stored trace of `key`, as uploaded.
+    fn fill(&self, out: &mut TracedPath, key: &Tuple, (at, ack, codes): (u64, bool, &[u32])) {
+        out.src = key.src;
+        out.dst = key.dst;
+        out.src_port = key.sport;
+        out.dst_port = key.dport;
+        out.traced_at_unix_ns = at;
+        out.ack_direction = ack;
+        out.hops.clear();
+        out.hops
+            .extend(codes.iter().map(|&c| Addrs::hop(&self.addrs.list, c)));
+    }
+
     /// The traces whose latest trace satisfies `keep`, newest first, at most
     /// `limit` of them: a bounded copy for readers outside the diagnosis tick.
     pub(crate) fn newest(&self, keep: impl Fn(&TracedPath) -> bool, limit: usize) -> Vec<Traces> {
-        let mut found: Vec<&Traces> = self
-            .current
-            .values()
-            .chain(self.old.values())
-            .filter(|t| keep(&t.latest))
-            .collect();
+        let mut path = TracedPath {
+            src: IpAddr::from([0, 0, 0, 0]),
+            dst: IpAddr::from([0, 0, 0, 0]),
+            src_port: 0,
+            dst_port: 0,
+            traced_at_unix_ns: 0,
+            reached: false,
+            ack_direction: false,
+            hops: Vec::new(),
+        };
+        let mut found: Vec<(&Tuple, &Known)> = Vec::new();
+        for (key, k) in self.current.iter().chain(self.old.iter()) {
+            self.fill(&mut path, key, k.latest());
+            path.reached = k.flags & REACHED != 0;
+            if keep(&path) {
+                found.push((key, k));
+            }
+        }
         let limit = limit.min(found.len());
         if limit < found.len() {
-            found.select_nth_unstable_by_key(limit, |t| {
-                std::cmp::Reverse(t.latest.traced_at_unix_ns)
-            });
+            found.select_nth_unstable_by_key(limit, |(_, k)| std::cmp::Reverse(k.latest_at));
             found.truncate(limit);
         }
-        found.sort_unstable_by_key(|t| std::cmp::Reverse(t.latest.traced_at_unix_ns));
-        found.into_iter().cloned().collect()
+        found.sort_unstable_by_key(|(_, k)| std::cmp::Reverse(k.latest_at));
+        found
+            .into_iter()
+            .map(|(key, k)| {
+                self.fill(&mut path, key, k.latest());
+                path.reached = k.flags & REACHED != 0;
+                let latest = Arc::new(path.clone());
+                let complete = match k.complete() {
+                    Some(_) if path.reached => Some(Arc::clone(&latest)),
+                    Some(c) => {
+                        self.fill(&mut path, key, c);
+                        path.reached = true;
+                        Some(Arc::new(path.clone()))
+                    }
+                    None => None,
+                };
+                Traces { latest, complete }
+            })
+            .collect()
     }
 }
 
@@ -221,11 +420,12 @@ pub(crate) struct Route {
     pub untraced: bool,
 }
 
-/// Hop addresses of switches only: the destination answering itself is dropped.
-fn switch_hops(p: &TracedPath) -> Vec<Option<IpAddr>> {
-    let mut hops = p.hops.clone();
+/// Hop addresses of switches only (of hop codes `codes` of a trace towards `dst`): the
+/// destination answering itself is dropped.
+fn switch_hops(codes: &[u32], addrs: &[IpAddr], dst: IpAddr) -> Vec<Option<IpAddr>> {
+    let mut hops: Vec<Option<IpAddr>> = codes.iter().map(|&c| Addrs::hop(addrs, c)).collect();
     while let Some(last) = hops.last() {
-        if last.is_none() || *last == Some(p.dst) {
+        if last.is_none() || *last == Some(dst) {
             hops.pop();
         } else {
             break;
@@ -409,7 +609,7 @@ fn break_candidates(
 /// only written `with_text` (it is evidence for failed flows, not needed otherwise).
 pub(crate) fn route(
     map: &FabricMap,
-    traces: Option<&Traces>,
+    traces: Option<Traced<'_>>,
     src: &End,
     dst: &End,
     with_text: bool,
@@ -440,9 +640,9 @@ pub(crate) fn route(
             untraced: src.tor != dst.tor,
         };
     };
-    let complete = t.complete.as_deref().map(switch_hops);
-    if t.latest.reached {
-        let hops = switch_hops(&t.latest);
+    let complete = t.complete();
+    if t.reached() {
+        let hops = t.latest();
         let path = full_path(map, &hops, src, dst);
         return Route {
             ok: path.clone(),
@@ -452,7 +652,7 @@ pub(crate) fn route(
             untraced: false,
         };
     }
-    let hops = switch_hops(&t.latest);
+    let hops = t.latest();
     // Silence after the destination's ToR is what arrival looks like too (the agent
     // cannot tell them apart after a timeout): no break is located, the whole path votes.
     let last = hops.iter().rev().flatten().next();
@@ -697,6 +897,34 @@ mod tests {
         let top = &store.newest(|_| true, 1)[0];
         assert_eq!((top.latest.src_port, top.latest.reached), (0, false));
         assert_eq!(top.complete.as_ref().map(|c| c.traced_at_unix_ns), Some(0));
+    }
+
+    #[test]
+    fn address_table_is_rebuilt_from_the_traces_held() {
+        let map = FabricMap::parse(MAP).unwrap();
+        let mut store = PathStore::new(100);
+        let (a, b) = ends();
+        let key = Tuple {
+            src: a.ip,
+            dst: b.ip,
+            sport: 50_000,
+            dport: 4791,
+        };
+        store.insert(trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], true, 0));
+        let before = route(&map, store.get(&key), &a, &b, true);
+        // Newer partial traces of another 5-tuple, each through addresses never seen again:
+        // the table forgets them, and the complete trace above keeps its hops.
+        for at in 1..5_000u32 {
+            let mut t = trace(&["198.18.0.0", "*"], false, u64::from(at));
+            t.src_port = 1;
+            t.hops[1] = Some(IpAddr::from(at.to_be_bytes()));
+            store.insert(t);
+            assert!(store.addrs.list.len() <= 2 * store.codes + ADDRS_SLACK);
+        }
+        assert!(store.addrs.list.len() < 5_000);
+        assert_eq!(route(&map, store.get(&key), &a, &b, true), before);
+        let t = &store.newest(|p| p.src_port == 1, 1)[0];
+        assert_eq!(t.latest.hops[1], Some(IpAddr::from(4_999u32.to_be_bytes())));
     }
 
     #[test]

@@ -3,9 +3,11 @@
 //! Values below 64 get one exact bucket each; above, every power of two is split
 //! into 64 equal buckets, so a bucket's midpoint is within 1/128 (< 1 %) of any
 //! value it holds. The 1,728 buckets are stored in 16-bucket blocks that are
-//! allocated on first use, so an RNIC whose RTTs span two octaves costs a few
-//! hundred bytes, and an empty histogram costs no heap at all. `reset` keeps the
-//! allocations, so a reused histogram inserts without allocating.
+//! allocated on first use, kept in block order and found through a bit mask of the
+//! blocks present (the block's rank among them is its index), so an RNIC whose RTTs
+//! span two octaves costs a few hundred bytes in one allocation, and an empty histogram
+//! costs no heap at all. `reset` keeps the allocation, so a reused histogram inserts
+//! without allocating.
 
 use rocemesh_proto::api::Quantiles;
 
@@ -17,10 +19,10 @@ const SUB: u32 = 1 << SUB_BITS;
 const BUCKETS: usize = (SUB + (32 - SUB_BITS) * SUB) as usize;
 /// Buckets per lazily allocated block.
 const BLOCK: usize = 16;
-/// Number of blocks.
+/// Number of blocks (bits of [`Histogram::present`]).
 const BLOCKS: usize = BUCKETS / BLOCK;
-/// Marks a block that is not allocated.
-const NO_BLOCK: u8 = u8::MAX;
+/// Words of [`Histogram::present`].
+const WORDS: usize = BLOCKS.div_ceil(64);
 
 /// The percentiles every SLA row reports, in the order of [`Quantiles`].
 const LEVELS: [f64; 4] = [0.50, 0.90, 0.99, 0.999];
@@ -56,8 +58,9 @@ pub(crate) struct Histogram {
     /// Least and largest sample (`u32::MAX` and 0 while empty).
     min: u32,
     max: u32,
-    /// Block number -> index into `blocks`, or `NO_BLOCK`.
-    map: Option<Box<[u8; BLOCKS]>>,
+    /// Bit `b` set: block `b` is in `blocks`.
+    present: [u64; WORDS],
+    /// The blocks present, by block number.
     blocks: Vec<[u32; BLOCK]>,
 }
 
@@ -67,26 +70,48 @@ impl Default for Histogram {
             count: 0,
             min: u32::MAX,
             max: 0,
-            map: None,
+            present: [0; WORDS],
             blocks: Vec::new(),
         }
     }
 }
 
 impl Histogram {
+    /// Where block `b` is (or goes) in `blocks`: the blocks present below it.
+    #[inline(always)]
+    fn rank(&self, b: usize) -> usize {
+        let (word, bit) = (b / 64, b % 64);
+        let below: u32 = self.present[..word].iter().map(|w| w.count_ones()).sum();
+        (below + (self.present[word] & ((1u64 << bit) - 1)).count_ones()) as usize
+    }
+
+    /// The counts of block `b`, added (zero) if not present. Grows `blocks` by exactly
+    /// one block: a histogram holds the few blocks its samples span, not a doubling's slack.
+    #[inline(always)]
+    fn block_mut(&mut self, b: usize) -> &mut [u32; BLOCK] {
+        let at = self.rank(b);
+        let (word, bit) = (b / 64, 1u64 << (b % 64));
+        if self.present[word] & bit == 0 {
+            self.present[word] |= bit;
+            self.blocks.reserve_exact(1);
+            self.blocks.insert(at, [0; BLOCK]);
+        }
+        &mut self.blocks[at]
+    }
+
+    /// The blocks present with their block numbers, in order.
+    fn iter_blocks(&self) -> impl Iterator<Item = (usize, &[u32; BLOCK])> + '_ {
+        let numbers = (0..BLOCKS).filter(|&b| self.present[b / 64] & (1u64 << (b % 64)) != 0);
+        numbers.zip(&self.blocks)
+    }
+
     /// Adds one sample. O(1); allocates only the first time a block is touched.
     /// Inlined: ingest inserts eight samples per result, and the call would cost a
     /// third of the insert.
     #[inline(always)]
     pub(crate) fn insert(&mut self, v: u32) {
         let bucket = bucket_of(v);
-        let map = self.map.get_or_insert_with(|| Box::new([NO_BLOCK; BLOCKS]));
-        let slot = &mut map[bucket / BLOCK];
-        if *slot == NO_BLOCK {
-            *slot = self.blocks.len() as u8;
-            self.blocks.push([0; BLOCK]);
-        }
-        let cell = &mut self.blocks[*slot as usize][bucket % BLOCK];
+        let cell = &mut self.block_mut(bucket / BLOCK)[bucket % BLOCK];
         *cell = cell.saturating_add(1);
         self.min = self.min.min(v);
         self.max = self.max.max(v);
@@ -96,20 +121,11 @@ impl Histogram {
     /// Adds every sample of `other`: the same histogram as inserting both sets of
     /// samples into one.
     pub(crate) fn merge(&mut self, other: &Histogram) {
-        let Some(theirs) = other.map.as_deref().filter(|_| other.count > 0) else {
+        if other.count == 0 {
             return;
-        };
-        let map = self.map.get_or_insert_with(|| Box::new([NO_BLOCK; BLOCKS]));
-        for (slot, &from) in map.iter_mut().zip(theirs.iter()) {
-            if from == NO_BLOCK {
-                continue;
-            }
-            if *slot == NO_BLOCK {
-                *slot = self.blocks.len() as u8;
-                self.blocks.push([0; BLOCK]);
-            }
-            let cells = &mut self.blocks[*slot as usize];
-            for (c, &n) in cells.iter_mut().zip(&other.blocks[from as usize]) {
+        }
+        for (b, theirs) in other.iter_blocks() {
+            for (c, &n) in self.block_mut(b).iter_mut().zip(theirs) {
                 *c = c.saturating_add(n);
             }
         }
@@ -128,9 +144,7 @@ impl Histogram {
         if self.count == 0 {
             return;
         }
-        if let Some(map) = self.map.as_deref_mut() {
-            map.fill(NO_BLOCK);
-        }
+        self.present = [0; WORDS];
         self.blocks.clear();
         (self.count, self.min, self.max) = (0, u32::MAX, 0);
     }
@@ -139,16 +153,13 @@ impl Histogram {
     /// `ceil(q * n)` samples at or below it), each within 1 % of the exact one.
     pub(crate) fn quantiles(&self) -> Quantiles {
         let mut out = [None; 4];
-        if let (Some(map), true) = (self.map.as_deref(), self.count > 0) {
+        if self.count > 0 {
             let ranks =
                 LEVELS.map(|q| ((q * self.count as f64).ceil() as u64).clamp(1, self.count));
             let mut next = 0;
             let mut seen = 0u64;
-            'walk: for (block_no, &slot) in map.iter().enumerate() {
-                if slot == NO_BLOCK {
-                    continue;
-                }
-                for (i, &c) in self.blocks[slot as usize].iter().enumerate() {
+            'walk: for (block_no, block) in self.iter_blocks() {
+                for (i, &c) in block.iter().enumerate() {
                     seen += u64::from(c);
                     while next < ranks.len() && seen >= ranks[next] {
                         let v = value_of(block_no * BLOCK + i);

@@ -189,8 +189,13 @@ impl Window {
             let slot = &mut self.slots[i];
             emit(slot);
             self.finalized_through = self.finalized_through.max(slot.index);
-            let index = slot.index;
-            slot.reset(index);
+            // The slot holds another period only a whole ring later (35 periods with the
+            // default backfill): its aggregates are freed rather than kept for reuse, so
+            // memory follows the open periods, not every slot of the ring.
+            *slot = Period {
+                index: slot.index,
+                ..Period::default()
+            };
         }
     }
 }

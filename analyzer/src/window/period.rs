@@ -128,8 +128,8 @@ pub(crate) struct PairOutcome {
 /// Key of [`Period::task_pairs`]: (interned task, prober RNIC, target RNIC).
 pub(crate) type TaskPairKey = (u32, u32, u32);
 
-/// Everything aggregated for one period. Slots are reused period after period,
-/// so steady-state ingest allocates nothing.
+/// Everything aggregated for one period. A slot's aggregates are allocated as its period
+/// fills and freed when it is finalized ([`super::Window::finalize`]).
 #[derive(Debug, Default)]
 pub(crate) struct Period {
     /// Period index (`start_ms / period_ms`) this slot currently holds.

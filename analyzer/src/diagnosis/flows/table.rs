@@ -68,20 +68,44 @@ pub(crate) struct Flow {
 /// flow's index.
 type Entry = (u32, u16, u16, u32);
 
+/// Flows per page of the table's storage (a power of two: an index splits into page and
+/// offset with a shift and a mask).
+const PAGE_BITS: u32 = 10;
+/// Flows per page.
+const PAGE: usize = 1 << PAGE_BITS;
+
+/// A page of flows and their bucket counts, allocated at its full size once: the table
+/// grows a page at a time, so at most one page is allocated and unused, where arrays grown
+/// by doubling leave up to half of themselves unused and copy everything as they grow.
+#[derive(Debug)]
+struct Page {
+    /// At most [`PAGE`] flows (capacity exactly that).
+    flows: Vec<Flow>,
+    /// Bucket counts, `slots_per_flow` per flow slot of the page (flow-major: one flow's
+    /// ring is adjacent).
+    slots: Box<[Slot]>,
+}
+
 /// The flows of the window; indices stay valid until a flow is forgotten.
 #[derive(Debug)]
 pub(crate) struct FlowTable {
     slots_per_flow: usize,
     max_flows: usize,
     count: usize,
-    flows: Vec<Flow>,
-    /// Bucket counts, `slots_per_flow` per flow (flow-major: one flow's ring is adjacent).
-    slots: Vec<Slot>,
+    /// One past the largest index in use.
+    bound: usize,
+    pages: Vec<Page>,
     free: Vec<u32>,
     /// Per prober RNIC id: its flows, sorted.
     by_prober: Vec<Vec<Entry>>,
     /// Per target RNIC id: the indices of the flows probing it.
     by_target: Vec<Vec<u32>>,
+}
+
+/// Page and offset of flow index `i`.
+#[inline]
+fn split(i: u32) -> (usize, usize) {
+    ((i >> PAGE_BITS) as usize, i as usize & (PAGE - 1))
 }
 
 impl FlowTable {
@@ -91,8 +115,8 @@ impl FlowTable {
             slots_per_flow,
             max_flows,
             count: 0,
-            flows: Vec::new(),
-            slots: Vec::new(),
+            bound: 0,
+            pages: Vec::new(),
             free: Vec::new(),
             by_prober: Vec::new(),
             by_target: Vec::new(),
@@ -106,7 +130,7 @@ impl FlowTable {
 
     /// One past the largest index in use.
     pub(crate) fn bound(&self) -> usize {
-        self.flows.len()
+        self.bound
     }
 
     /// Where `key` is (`Ok`) or would go (`Err`) in its prober's list.
@@ -146,14 +170,19 @@ impl FlowTable {
         };
         let i = match self.free.pop() {
             Some(i) => {
-                self.flows[i as usize] = flow;
+                *self.get_mut(i) = flow;
                 i
             }
             None => {
-                self.flows.push(flow);
-                self.slots
-                    .resize(self.flows.len() * self.slots_per_flow, Slot::EMPTY);
-                (self.flows.len() - 1) as u32
+                if self.bound.is_multiple_of(PAGE) {
+                    self.pages.push(Page {
+                        flows: Vec::with_capacity(PAGE),
+                        slots: vec![Slot::EMPTY; PAGE * self.slots_per_flow].into_boxed_slice(),
+                    });
+                }
+                self.pages[self.bound / PAGE].flows.push(flow);
+                self.bound += 1;
+                (self.bound - 1) as u32
             }
         };
         self.count += 1;
@@ -164,24 +193,29 @@ impl FlowTable {
 
     /// A flow by index.
     pub(crate) fn get(&self, i: u32) -> &Flow {
-        &self.flows[i as usize]
+        let (p, at) = split(i);
+        &self.pages[p].flows[at]
     }
 
     /// A flow by index, to set its class.
     pub(crate) fn get_mut(&mut self, i: u32) -> &mut Flow {
-        &mut self.flows[i as usize]
+        let (p, at) = split(i);
+        &mut self.pages[p].flows[at]
     }
 
     /// The bucket counts of a flow.
     pub(crate) fn ring(&self, i: u32) -> &[Slot] {
-        let at = i as usize * self.slots_per_flow;
-        &self.slots[at..at + self.slots_per_flow]
+        let (p, at) = split(i);
+        let at = at * self.slots_per_flow;
+        &self.pages[p].slots[at..at + self.slots_per_flow]
     }
 
     /// Counts an arrival with this RTT in slot `slot` of flow `i`.
     pub(crate) fn arrive(&mut self, i: u32, slot: usize, rtt_ns: u32, slow: bool) {
-        let f = &mut self.flows[i as usize];
-        let s = &mut self.slots[i as usize * self.slots_per_flow + slot];
+        let (p, at) = split(i);
+        let page = &mut self.pages[p];
+        let f = &mut page.flows[at];
+        let s = &mut page.slots[at * self.slots_per_flow + slot];
         s.min_rtt = s.min_rtt.min(rtt_ns);
         f.min_rtt = f.min_rtt.min(rtt_ns);
         if s.ok == u16::MAX {
@@ -197,8 +231,9 @@ impl FlowTable {
 
     /// Indices of every flow tracked (in index order).
     pub(crate) fn indices(&self) -> impl Iterator<Item = u32> + '_ {
-        self.flows
+        self.pages
             .iter()
+            .flat_map(|p| &p.flows)
             .enumerate()
             .filter(|(_, f)| f.live)
             .map(|(i, _)| i as u32)
@@ -225,9 +260,11 @@ impl FlowTable {
     /// Forgets every arrival (flows keep their baselines until the next sweep).
     #[cfg(test)]
     pub(crate) fn forget_results(&mut self) {
-        self.slots.fill(Slot::EMPTY);
-        for f in &mut self.flows {
-            (f.ok, f.slow, f.min_rtt) = (0, 0, u32::MAX);
+        for p in &mut self.pages {
+            p.slots.fill(Slot::EMPTY);
+            for f in &mut p.flows {
+                (f.ok, f.slow, f.min_rtt) = (0, 0, u32::MAX);
+            }
         }
     }
 
@@ -239,12 +276,11 @@ impl FlowTable {
         mut keep: impl FnMut(u32, &mut Flow) -> bool,
     ) {
         let n = self.slots_per_flow;
-        for (i, (f, ring)) in self
-            .flows
+        let flows = self
+            .pages
             .iter_mut()
-            .zip(self.slots.chunks_exact_mut(n))
-            .enumerate()
-        {
+            .flat_map(|p| p.flows.iter_mut().zip(p.slots.chunks_exact_mut(n)));
+        for (i, (f, ring)) in flows.enumerate() {
             if !f.live {
                 continue;
             }

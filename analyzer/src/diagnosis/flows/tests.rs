@@ -291,3 +291,33 @@ fn nic_timed_rtts_are_slow_tens_of_microseconds_above_their_baseline() {
     assert_eq!(judge.next_baseline(b, 40_000, true), 10_000.0);
     assert!(judge.next_baseline(b, 40_000, false) > 10_000.0);
 }
+
+#[test]
+fn flows_beyond_one_page_keep_their_rings_apart() {
+    // Three pages' worth: every flow's ring and totals stay its own across page edges.
+    let n = 2_500u32;
+    let mut t = FlowTable::new(4, 10_000);
+    let k = |i: u32| FlowKey {
+        prober: i % 50,
+        target: 1_000 + i,
+        sport: 7,
+        dport: 9,
+    };
+    for i in 0..n {
+        assert_eq!(t.intern(k(i), ProbeClass::TorMesh), Some(i));
+        t.arrive(i, (i % 4) as usize, 1_000 + i, i % 3 == 0);
+    }
+    assert_eq!((t.count(), t.bound()), (n as usize, n as usize));
+    for i in 0..n {
+        let f = t.get(i);
+        assert_eq!((f.key, f.ok, f.min_rtt), (k(i), 1, 1_000 + i));
+        assert_eq!(t.ring(i)[(i % 4) as usize].min_rtt, 1_000 + i);
+        assert_eq!(t.find(&k(i)), Some(i));
+    }
+    // Forget the odd flows: their indices come back, the even ones stay where they were.
+    t.sweep(&[], |i, _| i % 2 == 0);
+    assert_eq!(t.indices().count(), (n / 2) as usize);
+    assert!(t.indices().all(|i| i % 2 == 0 && t.get(i).ok == 1));
+    let again = t.intern(k(n), ProbeClass::TorMesh);
+    assert!(again.is_some_and(|i| i % 2 == 1 && t.ring(i).iter().all(|s| *s == Slot::EMPTY)));
+}
