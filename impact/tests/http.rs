@@ -1043,8 +1043,21 @@ async fn a_lossy_ranks_row_is_attributed_stored_as_a_problem_and_resolved() {
             "{backend}: {}",
             p.evidence.detail
         );
-        // Still seen while the stored period holds it (past resolve_after of the first tick).
-        srv.analyzer.diagnose(judged + 15_000).await.unwrap();
+        // Still seen while the stored period holds it (past resolve_after of the first tick),
+        // the agents uploading meanwhile (a silent host's findings would be its own).
+        let later = judged + 15_000;
+        for reg in &regs {
+            let header = BatchHeader {
+                host_id: reg.host_id,
+                epoch: reg.epoch,
+                batch_seq: 1_000_000,
+                dropped: 0,
+            };
+            srv.analyzer
+                .ingest(&encode_batch(header, &[]), later - 1_000)
+                .unwrap();
+        }
+        srv.analyzer.diagnose(later).await.unwrap();
         assert_eq!(
             rnic_problems(&db, &rnic).await[0].state,
             ProblemState::Active,
