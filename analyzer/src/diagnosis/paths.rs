@@ -713,6 +713,16 @@ mod tests {
         }
     }
 
+    /// The 5-tuple `trace` traces from `a` to `b`.
+    fn probed_tuple(a: &End, b: &End) -> Tuple {
+        Tuple {
+            src: a.ip,
+            dst: b.ip,
+            sport: 50_000,
+            dport: 4791,
+        }
+    }
+
     fn ends() -> (End<'static>, End<'static>) {
         (
             End {
@@ -753,12 +763,7 @@ mod tests {
             1,
         ));
         let (a, b) = ends();
-        let key = Tuple {
-            src: a.ip,
-            dst: b.ip,
-            sport: 50_000,
-            dport: 4791,
-        };
+        let key = probed_tuple(&a, &b);
         let r = route(&map, store.get(&key), &a, &b, true);
         let names: Vec<_> = r.fail.iter().map(|(e, _)| e.clone()).collect();
         // Each link with the direction it is crossed in: up into s1, down into t1.
@@ -785,12 +790,7 @@ mod tests {
         let map = FabricMap::parse(MAP).unwrap();
         let mut store = PathStore::new(100);
         let (a, b) = ends();
-        let key = Tuple {
-            src: a.ip,
-            dst: b.ip,
-            sport: 50_000,
-            dport: 4791,
-        };
+        let key = probed_tuple(&a, &b);
         store.insert(trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], true, 1));
         // Broke after t0: the link t0 takes towards s1 (from the complete trace), or s1
         // could not route on (a silent s1 may just have lost its link down to t1).
@@ -837,12 +837,7 @@ mod tests {
         // Partial trace without a complete one: t0's links except the one it came in on.
         let mut store = PathStore::new(100);
         store.insert(trace(&["198.18.0.0", "*"], false, 1));
-        let key = Tuple {
-            src: a.ip,
-            dst: b.ip,
-            sport: 50_000,
-            dport: 4791,
-        };
+        let key = probed_tuple(&a, &b);
         // Each choice carries the rest of its way (the spine may only have stopped
         // answering traceroute while the loss is on its link down to t1).
         let r = route(&map, store.get(&key), &a, &b, true);
@@ -904,12 +899,7 @@ mod tests {
         let map = FabricMap::parse(MAP).unwrap();
         let mut store = PathStore::new(100);
         let (a, b) = ends();
-        let key = Tuple {
-            src: a.ip,
-            dst: b.ip,
-            sport: 50_000,
-            dport: 4791,
-        };
+        let key = probed_tuple(&a, &b);
         store.insert(trace(&["198.18.0.0", "198.19.0.3", "198.19.0.6"], true, 0));
         let before = route(&map, store.get(&key), &a, &b, true);
         // Newer partial traces of another 5-tuple, each through addresses never seen again:
