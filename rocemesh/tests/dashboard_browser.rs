@@ -603,18 +603,27 @@ fn auth_on_asks_for_a_token() {
         &scratch_dir("dash-auth"),
         "[auth]\ntokens = [{ role = \"read\", token = \"read-token-0123456789\" }]\n",
     );
-    // The page and its assets are open; the API answers 401 without a token.
-    let dom = dump_dom(&browser, &format!("{url}/"));
-    assert!(
-        !by_id(&dom, "form", "auth").attrs.contains_key("hidden"),
-        "token field shown"
-    );
-    for panel in [
+    // The page and its assets are open; the API answers 401 without a token. On a loaded
+    // machine a dump may come before the page has heard the 401s: dump again, up to a
+    // deadline, until the page has rendered them.
+    const PANELS: [&str; 4] = [
         "heatmap-panel",
         "rnics-panel",
         "problems-panel",
         "tasks-panel",
-    ] {
+    ];
+    let asks = |dom: &str, panel: &str| {
+        panel_unavailable(dom, panel).is_some_and(|why| why.contains("enter an API token"))
+    };
+    let shown = |dom: &str| !by_id(dom, "form", "auth").attrs.contains_key("hidden");
+    let rendered = |dom: &str| shown(dom) && PANELS.iter().all(|p| asks(dom, p));
+    let deadline = Instant::now() + Duration::from_secs(90);
+    let mut dom = dump_dom(&browser, &format!("{url}/"));
+    while !rendered(&dom) && Instant::now() < deadline {
+        dom = dump_dom(&browser, &format!("{url}/"));
+    }
+    assert!(shown(&dom), "token field shown");
+    for panel in PANELS {
         let why = panel_unavailable(&dom, panel).unwrap_or_else(|| panic!("{panel} claims data"));
         assert!(why.contains("enter an API token"), "{panel}: {why}");
     }
