@@ -1,6 +1,6 @@
 //! Emulated training-job traffic on a real namespace fabric (root only): interface counters of
 //! the host namespaces show the job's shape (periodic bursts, DP groups moving together, stages
-//! shifted), and stop_job / down stop it.
+//! shifted), and stop_job / down stop it; a ring job is closed loop.
 
 mod common;
 
@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::{Fixture, root_or_skip};
-use rocemesh_testbed::{Fabric, FabricSpec, JobHandle, JobSpec};
+use rocemesh_testbed::{Collective, Fabric, FabricSpec, JobHandle, JobSpec, netns};
 
 const SAMPLE_MS: u64 = 50;
 
@@ -318,4 +318,81 @@ fn jobs_share_a_non_rail_fabric_and_stop_independently() {
         }
     }
     assert_eq!(f.0.jobs().unwrap().len(), 1);
+}
+
+#[test]
+fn a_ring_job_is_closed_loop_so_a_stopped_rank_stalls_every_peer() {
+    if !root_or_skip() {
+        return;
+    }
+    let f = Fixture::up(FabricSpec {
+        prefix: "tbring".into(),
+        tors: 2,
+        spines: 2,
+        hosts_per_tor: 2,
+        rnics_per_host: 1,
+        rail_optimized: false,
+        management: false,
+    });
+    let spec = JobSpec {
+        tp: 1,
+        pp: 1,
+        dp: 4,
+        allreduce_bytes: 4 * 64 * 1024,
+        burst_mbps: 8,
+        collective: Collective::Ring {
+            compute_ms: 200,
+            busy_ms: 20,
+        },
+        ..JobSpec::tp2_pp2_dp4("ring")
+    };
+    let job = f.0.start_job(&spec).expect("ring job");
+    let total = |s: &BTreeMap<String, Vec<f64>>, name: &str| s[name].iter().sum::<f64>();
+    // Every rank moves data (ranks connect to their successors within the first second).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let running = loop {
+        let s = sample(&job, 40);
+        if s.len() == 4 && s.keys().all(|n| total(&s, n) > 100_000.0) {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "the ring never ran: {s:?}");
+    };
+    println!(
+        "running: {:?} bytes per 2 s",
+        running
+            .keys()
+            .map(|n| total(&running, n))
+            .collect::<Vec<_>>()
+    );
+    // Loss recovery is RoCE-like in the ranks' namespaces.
+    let ns_sack = netns::in_netns(&f.0.hosts()[0].netns, || {
+        std::fs::read_to_string("/proc/sys/net/ipv4/tcp_sack")
+    })
+    .expect("setns");
+    assert_eq!(ns_sack.expect("tcp_sack").trim(), "0");
+
+    // One rank stopped: after the in-flight steps drain, nobody moves data.
+    let stopped = job.helpers()[1].process.pid;
+    // SAFETY: kill has no memory preconditions; the pid is this job's helper.
+    unsafe { libc::kill(stopped as libc::pid_t, libc::SIGSTOP) };
+    std::thread::sleep(Duration::from_secs(2));
+    let stalled = sample(&job, 30);
+    for (name, s) in &stalled {
+        let bytes: f64 = s.iter().sum();
+        assert!(
+            bytes < 0.02 * total(&running, name),
+            "{name} still moved {bytes} bytes with a rank stopped"
+        );
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(stopped as libc::pid_t, libc::SIGCONT) };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let s = sample(&job, 40);
+        if s.keys().all(|n| total(&s, n) > 50_000.0) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the ring did not resume: {s:?}");
+    }
+    f.0.stop_job("ring").expect("stop");
 }

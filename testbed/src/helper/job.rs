@@ -1,14 +1,15 @@
-//! One host's share of an emulated training job: paced UDP bursts from its RNICs on the job's
-//! common clock. Every RNIC of the host that takes part binds [`JOB_PORT`] so arriving traffic
-//! meets a socket (no ICMP port-unreachable replies); nothing reads it, the kernel drops what
-//! overflows the receive buffer after the RNIC counted it, which keeps the helper cheap.
+//! One host's share of an emulated training job: paced UDP bursts from its RNICs on the
+//! job's common clock (a [`Collective::Ring`] job runs in [`super::ring`] instead). Every
+//! RNIC of the host that takes part binds [`JOB_PORT`] so arriving traffic meets a socket
+//! (no ICMP port-unreachable replies); nothing reads it, the kernel drops what overflows the
+//! receive buffer after the RNIC counted it, which keeps the helper cheap.
 
 use std::net::{SocketAddrV4, UdpSocket};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 
-use crate::job::{DATAGRAM, JOB_PORT, JobSpec, Plan, jitter_ms};
+use crate::job::{Collective, DATAGRAM, JOB_PORT, JobSpec, Plan, jitter_ms};
 use crate::spec::FabricSpec;
 use crate::topology::Topology;
 
@@ -40,6 +41,9 @@ pub(super) fn run(fabric: &str, job: &str, host: usize, start_unix_ms: u64) -> R
         );
     }
     let plan = Plan::new(&topology, &job)?;
+    if job.collective != Collective::Paced {
+        return super::ring::run(&plan, host);
+    }
     let endpoints = plan.endpoints_on(host);
     let sockets = endpoints
         .iter()

@@ -1,12 +1,13 @@
 //! The helper process: `nfq` (NFQUEUE delayer/corrupter), `blast` (paced background UDP
-//! traffic) and `job` (one host's share of an emulated training job). It runs inside a fabric
-//! namespace, started by [`crate::Fabric::apply`] or [`crate::Fabric::start_job`] as the
+//! traffic) and `job` (one host's share of an emulated training job, paced or a ring). It
+//! runs inside a fabric namespace, started by [`crate::Fabric::apply`] or [`crate::Fabric::start_job`] as the
 //! `rocemesh-testbed-helper` binary or as a hidden subcommand of another binary that calls
 //! [`run`]. It prints [`crate::process::READY_LINE`] on stdout once set up.
 
 mod blast;
 mod job;
 mod nfq;
+mod ring;
 
 use std::io::Write;
 use std::net::{Ipv4Addr, SocketAddrV4};

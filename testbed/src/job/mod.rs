@@ -20,8 +20,11 @@ use crate::netns;
 use crate::process::TrackedProcess;
 use crate::state::{StateLock, log_path};
 
-pub(crate) use plan::{Plan, jitter_ms};
-pub use spec::{JobSpec, MAX_BURST_MBPS, MAX_ITERATION_MS, MAX_JOB_NAME_LEN, MIN_ITERATION_MS};
+pub(crate) use plan::{Plan, RnicRef, jitter_ms};
+pub use spec::{
+    Collective, JobSpec, MAX_BURST_MBPS, MAX_COMPUTE_MS, MAX_ITERATION_MS, MAX_JOB_NAME_LEN,
+    MIN_ITERATION_MS,
+};
 pub use truth::{JobTruth, RnicRole};
 
 /// UDP port every job RNIC sends from and to (one job per RNIC, so one port suffices).

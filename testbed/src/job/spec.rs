@@ -22,6 +22,31 @@ fn default_burst_mbps() -> u32 {
     16
 }
 
+/// Longest computation phase of a ring job, milliseconds.
+pub const MAX_COMPUTE_MS: u32 = 60_000;
+
+/// How a job's ranks move their data.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Collective {
+    /// Open loop: every transfer starts on the job's common clock, whatever its peers do
+    /// (traffic shapes for skeleton inference).
+    #[default]
+    Paced,
+    /// Closed loop: each iteration computes, then runs a ring all-reduce over TCP among the
+    /// data-parallel ranks, each step waiting for the previous step's chunk. A rank that
+    /// computes long, stops or loses packets holds its peers back, as in a real job (task
+    /// health). Needs `tp = pp = 1`; `iteration_ms`, `pp_offset_ms`, `activation_bytes` and
+    /// `jitter_ms` do not apply: the iteration period emerges.
+    Ring {
+        /// Wall time of the computation phase, milliseconds.
+        compute_ms: u32,
+        /// CPU time the computation burns within it (busy loop; the rest sleeps), so CPU
+        /// starvation of the rank's process stretches it.
+        busy_ms: u32,
+    },
+}
+
 /// A synthetic DP × PP × TP training job (SkeletonHunter §3.2) placed on consecutive hosts of a
 /// fabric from `first_host` on, one GPU per RNIC.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -54,6 +79,9 @@ pub struct JobSpec {
     /// Sending rate of one RNIC during a burst, Mbit/s.
     #[serde(default = "default_burst_mbps")]
     pub burst_mbps: u32,
+    /// Open-loop paced transfers (default) or a closed-loop ring.
+    #[serde(default)]
+    pub collective: Collective,
 }
 
 impl JobSpec {
@@ -74,6 +102,7 @@ impl JobSpec {
             seed: 7,
             first_host: 0,
             burst_mbps: 16,
+            collective: Collective::Paced,
         }
     }
 
@@ -139,6 +168,21 @@ impl JobSpec {
                 "burst_mbps {} outside 1..={MAX_BURST_MBPS}",
                 self.burst_mbps
             );
+        }
+        if let Collective::Ring {
+            compute_ms,
+            busy_ms,
+        } = self.collective
+        {
+            if self.tp != 1 || self.pp != 1 || self.dp < 2 {
+                bail!("a ring job needs tp = pp = 1 and dp >= 2 (one rank per RNIC)");
+            }
+            if !(1..=MAX_COMPUTE_MS).contains(&compute_ms) || busy_ms > compute_ms {
+                bail!(
+                    "a ring job needs 1 <= compute_ms <= {MAX_COMPUTE_MS} and busy_ms <= compute_ms"
+                );
+            }
+            return Ok(());
         }
         let iteration = f64::from(self.iteration_ms);
         let shift =
@@ -222,6 +266,56 @@ pub(crate) mod tests {
             ..job()
         };
         assert!(big.validate(&fabric(true)).is_err());
+    }
+
+    #[test]
+    fn a_ring_needs_one_rank_per_rnic_and_a_sane_computation() {
+        let one_rail = FabricSpec {
+            rnics_per_host: 1,
+            ..fabric(false)
+        };
+        let ring = |compute_ms, busy_ms| JobSpec {
+            tp: 1,
+            pp: 1,
+            dp: 4,
+            // The paced phases would not fit: a ring does not use them.
+            allreduce_bytes: 10_000_000,
+            collective: Collective::Ring {
+                compute_ms,
+                busy_ms,
+            },
+            ..job()
+        };
+        ring(300, 50).validate(&one_rail).unwrap();
+        let err = |j: JobSpec| j.validate(&one_rail).unwrap_err().to_string();
+        assert!(err(ring(300, 301)).contains("busy_ms"));
+        assert!(err(ring(0, 0)).contains("compute_ms"));
+        assert!(
+            err(JobSpec {
+                dp: 1,
+                ..ring(300, 50)
+            })
+            .contains("dp >= 2")
+        );
+        assert!(
+            err(JobSpec {
+                tp: 2,
+                dp: 2,
+                ..ring(300, 50)
+            })
+            .contains("tp = pp = 1")
+        );
+        let text = r#"{"name":"j","tp":1,"pp":1,"dp":2,"iteration_ms":500,"pp_offset_ms":0,
+            "allreduce_bytes":1000,"activation_bytes":0,"jitter_ms":0,"seed":1,
+            "collective":{"kind":"ring","compute_ms":300,"busy_ms":40}}"#;
+        let j: JobSpec = serde_json::from_str(text).unwrap();
+        assert_eq!(
+            j.collective,
+            Collective::Ring {
+                compute_ms: 300,
+                busy_ms: 40
+            }
+        );
     }
 
     #[test]
