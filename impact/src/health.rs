@@ -6,7 +6,8 @@ use crate::assess::Impact;
 use crate::service::Endpoint;
 use rocemesh_store::CellFilter;
 use rocemesh_taskhealth::{
-    Health, PairHealth, Settings, Throughput, Window, WindowClass, assess, confirm_hang,
+    Health, PairHealth, Settings, Tally, Throughput, Window, WindowClass, assess, confirm_hang,
+    tallies,
 };
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -70,22 +71,20 @@ pub async fn of(
             continue;
         };
         let during = matrix(impact, task, &ids, w.from_ms, w.to_ms).await?;
-        let (mut probes, mut lost) = during
-            .iter()
-            .filter(|p| p.src == r || p.dst == r)
-            .fold((0, 0), |(n, l), p| (n + p.probes, l + p.lost));
-        if probes == 0 {
-            (probes, lost) = impact
+        let mut by_direction: Vec<Tally> = tallies(&during, r).to_vec();
+        if by_direction.iter().all(|t| t.1 == 0) {
+            let (probes, lost) = impact
                 .db()
                 .sla()
                 .rnic_totals(id, w.from_ms, w.to_ms)
                 .await?;
+            by_direction = vec![("on its RNIC", probes, lost)];
         }
         let mut hang = Window {
             evidence: String::new(),
             ..w.clone()
         };
-        confirm_hang(&mut hang, probes, lost, &s);
+        confirm_hang(&mut hang, &by_direction, &s);
         w.class = hang.class;
         let why = hang.evidence.trim_start_matches("; ");
         w.evidence = format!("{}; over the hang: {why}", w.evidence);

@@ -693,7 +693,7 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
             last["evidence"]
                 .as_str()
                 .unwrap()
-                .contains("90 of 100 probes on its pairs lost"),
+                .contains("90 of 100 probes on its RNIC lost"),
             "{backend}: {v}"
         );
         // The task's own pairs answering during the hang outweigh the RNIC's totals: the
@@ -724,10 +724,9 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
         );
         let last = h["windows"].as_array().unwrap().last().unwrap().clone();
         assert!(
-            last["evidence"]
-                .as_str()
-                .unwrap()
-                .ends_with("over the hang: its pairs answer probes (0 of 300 lost)"),
+            last["evidence"].as_str().unwrap().ends_with(
+                "over the hang: its pairs answer probes (lost: 0 of 150 to it, 0 of 150 from it)"
+            ),
             "{backend}: {v}"
         );
         assert_eq!(h["attributions"], json!([]), "{backend}: {v}");

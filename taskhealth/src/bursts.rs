@@ -73,7 +73,7 @@ pub(crate) fn bursts(bytes: &[Vec<f64>], threshold: f64) -> Vec<Burst> {
     }
     let mut out: Vec<Burst> = spans
         .iter()
-        .map(|&(s, e)| stats(bytes, threshold, s, e))
+        .map(|&(s, e)| span(bytes, threshold, s, e))
         .collect();
     let volumes: Vec<f64> = out.iter().map(Burst::total).collect();
     let Some(median) = quantile(&volumes, 0.5) else {
@@ -82,7 +82,7 @@ pub(crate) fn bursts(bytes: &[Vec<f64>], threshold: f64) -> Vec<Burst> {
     let mut i = 0;
     while i + 1 < out.len() {
         if out[i].total() < MINOR_VOLUME * median {
-            let merged = stats(bytes, threshold, out[i].start, out[i + 1].end);
+            let merged = span(bytes, threshold, out[i].start, out[i + 1].end);
             out.splice(i..i + 2, [merged]);
         } else {
             i += 1;
@@ -91,7 +91,8 @@ pub(crate) fn bursts(bytes: &[Vec<f64>], threshold: f64) -> Vec<Burst> {
     out
 }
 
-fn stats(bytes: &[Vec<f64>], threshold: f64, start: usize, end: usize) -> Burst {
+/// The burst of samples `start..end`.
+pub(crate) fn span(bytes: &[Vec<f64>], threshold: f64, start: usize, end: usize) -> Burst {
     let mut b = Burst {
         start,
         end,

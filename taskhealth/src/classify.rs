@@ -1,6 +1,6 @@
 //! Iteration windows of a task and their verdicts.
 
-use crate::bursts::{Burst, bursts, threshold};
+use crate::bursts::{Burst, bursts, span, threshold};
 use crate::matrix::attribute;
 use crate::{
     Attribution, Blame, Health, PairHealth, Settings, Throughput, Window, WindowClass, quantile,
@@ -17,6 +17,9 @@ const HANG_VOLUME: f64 = 0.5;
 /// A rank starting this fraction of a slow window's excess after its peers' median onset
 /// held the window back.
 const LATE_SHARE: f64 = 0.5;
+/// A burst closer than this fraction of the healthy period to the previous one is a
+/// fragment of it.
+const FRAGMENT: f64 = 0.75;
 
 /// Judges every iteration window of `tp` (with the probe health of the task's skeleton
 /// pairs over the same interval).
@@ -40,17 +43,25 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
     };
     let step = f64::from(tp.interval_ms.max(1));
     let at = |sample: usize| tp.start_ms + (sample as f64 * step) as i64;
-    let bursts = bursts(&tp.bytes, th);
+    let mut bursts = bursts(&tp.bytes, th);
     let peers = peers(&tp.groups, ranks);
-    let periods: Vec<f64> = bursts
-        .windows(2)
-        .map(|w| (w[1].start - w[0].start) as f64 * step)
-        .collect();
-    let base = s.baseline_period_ms.or_else(|| {
-        (periods.len() >= MIN_ITERATIONS)
-            .then(|| quantile(&periods, BASELINE_QUANTILE))
-            .flatten()
-    });
+    let learn = |bursts: &[Burst]| {
+        let periods: Vec<f64> = bursts
+            .windows(2)
+            .map(|w| (w[1].start - w[0].start) as f64 * step)
+            .collect();
+        s.baseline_period_ms.or_else(|| {
+            (periods.len() >= MIN_ITERATIONS)
+                .then(|| quantile(&periods, BASELINE_QUANTILE))
+                .flatten()
+        })
+    };
+    let mut base = learn(&bursts);
+    if let Some(b) = base.filter(|b| *b > 0.0) {
+        if join_fragments(&tp.bytes, th, &mut bursts, FRAGMENT * b / step) {
+            base = learn(&bursts);
+        }
+    }
     let Some(base) = base.filter(|b| *b > 0.0) else {
         health.note = Some(format!(
             "{} bursts: too few iterations to learn the task's rhythm",
@@ -85,6 +96,23 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
         });
     }
     health
+}
+
+/// Joins each burst starting less than `min_samples` after the previous one into it: no
+/// iteration runs that much faster than the rhythm, so it is one collective split by a
+/// stall (a retransmission timeout longer than the bridged gap). True when any was joined.
+fn join_fragments(bytes: &[Vec<f64>], th: f64, bursts: &mut Vec<Burst>, min_samples: f64) -> bool {
+    let before = bursts.len();
+    let mut i = 0;
+    while i + 1 < bursts.len() {
+        if ((bursts[i + 1].start - bursts[i].start) as f64) < min_samples {
+            let joined = span(bytes, th, bursts[i].start, bursts[i + 1].end);
+            bursts.splice(i..i + 2, [joined]);
+        } else {
+            i += 1;
+        }
+    }
+    bursts.len() != before
 }
 
 fn median_of(v: impl Iterator<Item = f64>) -> f64 {
@@ -252,10 +280,6 @@ fn hang(
             format!("{head}; every rank finished the last burst alike"),
         );
     };
-    let (probes, lost) = pairs
-        .iter()
-        .filter(|p| p.src == r || p.dst == r)
-        .fold((0u64, 0u64), |(n, l), p| (n + p.probes, l + p.lost));
     let moved = format!(
         "rank {r} moved {:.0} % of its peers' median in the last burst",
         if med[r] > 0.0 { 100.0 * share(r) } else { 0.0 }
@@ -274,33 +298,61 @@ fn hang(
         straggler: Some(r),
         evidence: format!("{head}; {moved}"),
     };
-    if probes > 0 {
-        confirm_hang(&mut w, probes, lost, s);
+    let t = tallies(pairs, r);
+    if t.iter().any(|t| t.1 > 0) {
+        confirm_hang(&mut w, &t, s);
     }
     (w.class, w.straggler, w.evidence)
 }
 
-/// Reads a hang window again with its straggler's probe outcomes over the window (all of
-/// its pairs, or its RNIC's totals where per-pair outcomes are not at hand): losing at
-/// least `hang_loss` of them makes it a communication hang, answering makes it a
-/// non-communication hang (the process stopped, the host and link are alive). Other
-/// windows, and hangs without a straggler, are left alone.
-pub fn confirm_hang(w: &mut Window, probes: u64, lost: u64, s: &Settings) {
+/// Probe outcomes of one direction of a hang's straggler: what they are (for the
+/// evidence: "to it", "from it", "on its RNIC"), probes, lost.
+pub type Tally<'a> = (&'a str, u64, u64);
+
+/// The straggler `r`'s tallies in `pairs`: probes to it, probes from it.
+pub fn tallies(pairs: &[PairHealth], r: usize) -> [Tally<'static>; 2] {
+    let sum = |f: &dyn Fn(&PairHealth) -> bool| {
+        pairs
+            .iter()
+            .filter(|p| f(p))
+            .fold((0u64, 0u64), |(n, l), p| (n + p.probes, l + p.lost))
+    };
+    let (to_n, to_l) = sum(&|p| p.dst == r);
+    let (from_n, from_l) = sum(&|p| p.src == r);
+    [("to it", to_n, to_l), ("from it", from_n, from_l)]
+}
+
+/// Reads a hang window again with its straggler's probe outcomes over the window, by
+/// direction (its pairs, or its RNIC's totals where per-pair outcomes are not at hand):
+/// losing at least `hang_loss` of them in any direction makes it a communication hang —
+/// an unreachable endpoint, whatever its own prober reports (its probes may leave by
+/// another interface) — answering in every direction makes it a non-communication hang
+/// (the process stopped, the host and link are alive). Other windows, and hangs without a
+/// straggler, are left alone.
+pub fn confirm_hang(w: &mut Window, tallies: &[Tally], s: &Settings) {
     if !w.class.is_hang() || w.straggler.is_none() {
         return;
     }
-    let (class, why) = if probes == 0 {
-        (w.class, "no probes on its pairs".to_string())
-    } else if lost as f64 >= s.hang_loss * probes as f64 {
-        (
+    let measured: Vec<&Tally> = tallies.iter().filter(|t| t.1 > 0).collect();
+    let worst = measured
+        .iter()
+        .max_by(|a, b| (a.2 as f64 / a.1 as f64).total_cmp(&(b.2 as f64 / b.1 as f64)));
+    let (class, why) = match worst {
+        None => (w.class, "no probes on its pairs".to_string()),
+        Some((what, probes, lost)) if *lost as f64 >= s.hang_loss * *probes as f64 => (
             WindowClass::CommunicationHang,
-            format!("{lost} of {probes} probes on its pairs lost"),
-        )
-    } else {
-        (
-            WindowClass::NonCommunicationHang,
-            format!("its pairs answer probes ({lost} of {probes} lost)"),
-        )
+            format!("{lost} of {probes} probes {what} lost"),
+        ),
+        Some(_) => {
+            let each: Vec<String> = measured
+                .iter()
+                .map(|(what, probes, lost)| format!("{lost} of {probes} {what}"))
+                .collect();
+            (
+                WindowClass::NonCommunicationHang,
+                format!("its pairs answer probes (lost: {})", each.join(", ")),
+            )
+        }
     };
     w.class = class;
     w.evidence = format!("{}; {why}", w.evidence);
@@ -338,6 +390,49 @@ mod tests {
             rtt_us: Some(10.0),
         });
         assess(&tp, &pairs, &Settings::default())
+    }
+
+    #[test]
+    fn a_collective_split_by_a_stall_is_one_slow_window_not_two() {
+        // Four ranks on a 10-sample rhythm (bursts of 4 samples); in iterations 6 and 7 a
+        // retransmission timeout stalls the collective for 4 samples after 2, and the
+        // iteration takes 15 samples.
+        let mut bytes = vec![vec![0.0; 130]; 4];
+        let stalled = [6, 7];
+        for series in &mut bytes {
+            let mut t = 0;
+            for it in 0..12 {
+                let active: &[usize] = if stalled.contains(&it) {
+                    &[0, 1, 6, 7, 8]
+                } else {
+                    &[0, 1, 2, 3]
+                };
+                for k in active {
+                    series[t + k] = 1000.0;
+                }
+                t += if stalled.contains(&it) { 15 } else { 10 };
+            }
+        }
+        let tp = Throughput {
+            interval_ms: 100,
+            start_ms: 0,
+            bytes,
+            groups: Vec::new(),
+        };
+        let h = assess(&tp, &[], &Settings::default());
+        assert_eq!(h.baseline_period_ms, Some(1000.0), "{h:#?}");
+        let slow: Vec<_> = h
+            .windows
+            .iter()
+            .filter(|w| w.class != WindowClass::Healthy)
+            .map(|w| (w.from_ms, w.to_ms))
+            .collect();
+        // Each stalled iteration is one window of 1.5 periods, not a fragment and a rest.
+        assert_eq!(slow, vec![(6_000, 7_500), (7_500, 9_000)], "{h:#?}");
+        assert!(
+            h.windows.iter().all(|w| w.to_ms - w.from_ms >= 1_000),
+            "{h:#?}"
+        );
     }
 
     #[test]
@@ -430,21 +525,34 @@ mod tests {
             evidence: "stopped".into(),
         };
         let mut w = hang.clone();
-        confirm_hang(&mut w, 100, 60, &s);
+        confirm_hang(&mut w, &[("on its RNIC", 100, 60)], &s);
         assert_eq!(w.class, WindowClass::CommunicationHang);
         assert!(
-            w.evidence.ends_with("60 of 100 probes on its pairs lost"),
+            w.evidence.ends_with("60 of 100 probes on its RNIC lost"),
             "{}",
             w.evidence
         );
         let mut w = hang.clone();
-        confirm_hang(&mut w, 100, 2, &s);
+        confirm_hang(&mut w, &[("to it", 100, 2), ("from it", 50, 0)], &s);
+        assert_eq!(w.class, WindowClass::NonCommunicationHang);
+        assert!(
+            w.evidence
+                .ends_with("(lost: 2 of 100 to it, 0 of 50 from it)")
+        );
+        // A dead link loses the probes to it; its own prober's may leave by another
+        // interface and be answered: one direction lost is enough.
+        let mut w = hang.clone();
+        confirm_hang(&mut w, &[("to it", 450, 450), ("from it", 500, 0)], &s);
+        assert_eq!(w.class, WindowClass::CommunicationHang, "{}", w.evidence);
+        assert!(w.evidence.ends_with("450 of 450 probes to it lost"));
+        let mut w = hang.clone();
+        confirm_hang(&mut w, &[("to it", 0, 0)], &s);
         assert_eq!(w.class, WindowClass::NonCommunicationHang);
         let mut w = Window {
             class: WindowClass::CommunicationSlow,
             ..hang
         };
-        confirm_hang(&mut w, 100, 100, &s);
+        confirm_hang(&mut w, &[("to it", 100, 100)], &s);
         assert_eq!(
             (w.class, w.evidence.as_str()),
             (WindowClass::CommunicationSlow, "stopped")

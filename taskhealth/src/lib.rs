@@ -18,7 +18,7 @@ mod bursts;
 mod classify;
 mod matrix;
 
-pub use classify::{assess, confirm_hang};
+pub use classify::{Tally, assess, confirm_hang, tallies};
 pub use matrix::attribute;
 
 use rocemesh_proto::api::{ComponentKind, ProblemKind};
