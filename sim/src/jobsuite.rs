@@ -2,7 +2,7 @@
 //! `rocemesh-taskhealth` and scored against its truth — the class of every iteration
 //! window, the straggler of every faulty window, and the probe-matrix attributions.
 
-use crate::job::{self, JobFault, JobRun};
+use crate::job::{self, JobFault};
 use rocemesh_taskhealth::{Blame, Health, Settings, WindowClass, assess};
 use serde::Serialize;
 use std::collections::BTreeMap;
@@ -35,8 +35,8 @@ pub struct JobOutcome {
     pub faulty_right: u32,
     /// ... with the right straggler.
     pub straggler_right: u32,
-    /// The attributions were right: the faulty rank's link as an endpoint (or the lossy
-    /// pair as a connection), and nothing else blamed.
+    /// The attributions were right: the faulty rank's link (as an endpoint, source or
+    /// destination; or the lossy pair as a connection), and nothing else blamed.
     pub attribution_right: bool,
     /// Classes found where the truth differed (for replays).
     pub wrong: Vec<String>,
@@ -73,6 +73,38 @@ pub struct Report {
 }
 
 impl Report {
+    /// Totals `jobs`, scored from a run of `seed`.
+    pub fn new(seed: u64, jobs: Vec<JobOutcome>) -> Report {
+        let mut classes: BTreeMap<&'static str, ClassScore> = BTreeMap::new();
+        let mut attribution: BTreeMap<&'static str, (u32, u32)> = BTreeMap::new();
+        for o in &jobs {
+            let a = attribution.entry(o.fault).or_default();
+            a.0 += u32::from(o.attribution_right);
+            a.1 += 1;
+            let h = classes.entry(WindowClass::Healthy.as_str()).or_default();
+            h.windows += o.healthy_windows;
+            h.correct += o.healthy_right;
+            if o.faulty_windows > 0 {
+                let c = classes.entry(o.class.as_str()).or_default();
+                c.windows += o.faulty_windows;
+                c.correct += o.faulty_right;
+                c.faulty_right += o.faulty_right;
+                c.straggler_right += o.straggler_right;
+            }
+        }
+        for c in classes.values_mut() {
+            c.accuracy = (c.windows > 0).then(|| f64::from(c.correct) / f64::from(c.windows));
+            c.straggler_accuracy = (c.faulty_right > 0)
+                .then(|| f64::from(c.straggler_right) / f64::from(c.faulty_right));
+        }
+        Report {
+            seed,
+            classes,
+            attribution,
+            jobs,
+        }
+    }
+
     /// The smallest per-class window accuracy.
     pub fn min_accuracy(&self) -> f64 {
         self.classes
@@ -124,14 +156,23 @@ impl Report {
     }
 }
 
+/// When a job's fault began and when its series ended, ms (the throughput's clock).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Timeline {
+    /// The fault's onset.
+    pub fault_at_ms: i64,
+    /// End of the judged series.
+    pub end_ms: i64,
+}
+
 /// The truth of a window `[from, to)`: the fault's class once it began, healthy before;
 /// a window straddling the start is not scored, unless it runs to the end of a hung job
 /// (it holds the hang).
-fn truth(run: &JobRun, from: i64, to: i64) -> Option<WindowClass> {
-    let class = run.spec.fault.class();
-    if to <= run.fault_at_ms {
+fn truth(fault: &JobFault, t: Timeline, from: i64, to: i64) -> Option<WindowClass> {
+    let class = fault.class();
+    if to <= t.fault_at_ms {
         Some(WindowClass::Healthy)
-    } else if from >= run.fault_at_ms || (class.is_hang() && to >= run.end_ms) {
+    } else if from >= t.fault_at_ms || (class.is_hang() && to >= t.end_ms) {
         Some(class)
     } else {
         None
@@ -141,8 +182,10 @@ fn truth(run: &JobRun, from: i64, to: i64) -> Option<WindowClass> {
 fn attribution_right(fault: &JobFault, h: &Health) -> bool {
     let a = &h.attributions;
     match *fault {
+        // The rank's endpoint, or one side of it: a dead RNIC's own prober may report
+        // nothing (or its probes leave by another interface), leaving only its column.
         JobFault::LinkLoss { rank, .. } | JobFault::LinkDown { rank } => {
-            a.len() == 1 && a[0].rank == Some(rank) && a[0].blame == Blame::Endpoint
+            a.len() == 1 && a[0].rank == Some(rank) && a[0].blame != Blame::Connection
         }
         JobFault::PathLoss { src, dst, .. } => {
             a.len() == 1 && a[0].pair == Some((src, dst)) && a[0].blame == Blame::Connection
@@ -156,23 +199,47 @@ pub fn run_one(seed: u64, index: u32) -> (JobOutcome, Health) {
     let spec = job::draw(seed, index, index % FAULTS);
     let run = job::run(&spec, seed ^ u64::from(index));
     let h = assess(&run.throughput, &run.pairs, &Settings::default());
+    let timeline = Timeline {
+        fault_at_ms: run.fault_at_ms,
+        end_ms: run.end_ms,
+    };
+    let o = score(
+        index,
+        &spec.fault,
+        (spec.ranks, spec.interval_ms),
+        timeline,
+        &h,
+    );
+    (o, h)
+}
+
+/// Scores the health `h` judged on job `index` (`ranks` ranks sampled every
+/// `interval_ms`) against its `fault` with `timeline` — a simulated job's or one run on a
+/// namespace testbed.
+pub fn score(
+    index: u32,
+    fault: &JobFault,
+    (ranks, interval_ms): (usize, u32),
+    timeline: Timeline,
+    h: &Health,
+) -> JobOutcome {
     let mut o = JobOutcome {
         index,
-        fault: spec.fault.name(),
-        class: spec.fault.class(),
-        rank: spec.fault.rank(),
-        ranks: spec.ranks,
-        interval_ms: spec.interval_ms,
+        fault: fault.name(),
+        class: fault.class(),
+        rank: fault.rank(),
+        ranks,
+        interval_ms,
         healthy_windows: 0,
         healthy_right: 0,
         faulty_windows: 0,
         faulty_right: 0,
         straggler_right: 0,
-        attribution_right: attribution_right(&spec.fault, &h),
+        attribution_right: attribution_right(fault, h),
         wrong: Vec::new(),
     };
     for w in &h.windows {
-        let Some(t) = truth(&run, w.from_ms, w.to_ms) else {
+        let Some(t) = truth(fault, timeline, w.from_ms, w.to_ms) else {
             continue;
         };
         let right = w.class == t;
@@ -182,7 +249,7 @@ pub fn run_one(seed: u64, index: u32) -> (JobOutcome, Health) {
         } else {
             o.faulty_windows += 1;
             o.faulty_right += u32::from(right);
-            o.straggler_right += u32::from(right && w.straggler == spec.fault.rank());
+            o.straggler_right += u32::from(right && w.straggler == fault.rank());
         }
         if !right {
             o.wrong.push(format!(
@@ -193,46 +260,16 @@ pub fn run_one(seed: u64, index: u32) -> (JobOutcome, Health) {
             ));
         }
     }
-    if spec.fault.class().is_hang() && !h.windows.iter().any(|w| w.class.is_hang()) {
+    if fault.class().is_hang() && !h.windows.iter().any(|w| w.class.is_hang()) {
         // A hang nobody reported is a missed window.
         o.faulty_windows += 1;
         o.wrong
-            .push(format!("{} not reported", spec.fault.class().as_str()));
+            .push(format!("{} not reported", fault.class().as_str()));
     }
-    (o, h)
+    o
 }
 
 /// Runs scenarios `0..n` of `seed`.
 pub fn run(seed: u64, n: u32) -> Report {
-    let mut classes: BTreeMap<&'static str, ClassScore> = BTreeMap::new();
-    let mut attribution: BTreeMap<&'static str, (u32, u32)> = BTreeMap::new();
-    let mut jobs = Vec::new();
-    for i in 0..n {
-        let (o, _) = run_one(seed, i);
-        let a = attribution.entry(o.fault).or_default();
-        a.0 += u32::from(o.attribution_right);
-        a.1 += 1;
-        let h = classes.entry(WindowClass::Healthy.as_str()).or_default();
-        h.windows += o.healthy_windows;
-        h.correct += o.healthy_right;
-        if o.faulty_windows > 0 {
-            let c = classes.entry(o.class.as_str()).or_default();
-            c.windows += o.faulty_windows;
-            c.correct += o.faulty_right;
-            c.faulty_right += o.faulty_right;
-            c.straggler_right += o.straggler_right;
-        }
-        jobs.push(o);
-    }
-    for c in classes.values_mut() {
-        c.accuracy = (c.windows > 0).then(|| f64::from(c.correct) / f64::from(c.windows));
-        c.straggler_accuracy =
-            (c.faulty_right > 0).then(|| f64::from(c.straggler_right) / f64::from(c.faulty_right));
-    }
-    Report {
-        seed,
-        classes,
-        attribution,
-        jobs,
-    }
+    Report::new(seed, (0..n).map(|i| run_one(seed, i).0).collect())
 }
