@@ -1,6 +1,7 @@
-//! `rocemesh-lab eval --suite tasks` as the binary runs it (no root: simulated jobs): the seed
-//! given is the seed reported, every job and class is in the JSON report, the text report
-//! is the table, and a suite of no jobs is refused.
+//! `rocemesh-lab eval --suite tasks` as the binary runs it: on simulated jobs (no root) the
+//! seed given is the seed reported, every job and class is in the JSON report, the text
+//! report is the table, and a suite of no jobs is refused; `--testbed` (root) runs ring jobs
+//! on namespace fabrics.
 
 mod support;
 
@@ -49,4 +50,92 @@ fn the_task_suite_reports_every_class_for_the_seed_given() {
         .unwrap();
     assert!(!none.status.success());
     assert!(String::from_utf8_lossy(&none.stderr).contains("--random must be at least 1"));
+}
+
+/// The testbed part (root: namespace fabrics) on a fresh seed every run, printed;
+/// `ROCEMESH_EVAL_SEED=<seed>` replays it, `--only I` one case. Asserted: every kind runs
+/// end to end as real ring jobs, healthy iterations stay healthy, a stopped rank and a dead
+/// RNIC hang the job and a starved rank slows it, and most cases name the right class and
+/// straggler (the measured accuracy is in docs/tasks.md).
+#[test]
+fn the_testbed_task_suite_runs_ring_jobs_and_scores_every_kind() {
+    if !support::is_root() {
+        eprintln!(
+            "skipping the_testbed_task_suite_runs_ring_jobs_and_scores_every_kind: needs root"
+        );
+        return;
+    }
+    let seed: u64 = match std::env::var("ROCEMESH_EVAL_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
+        Err(_) => rocemesh_proto::now_unix_ns() as u64,
+    };
+    eprintln!("testbed task suite seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
+    let mut cmd = match std::env::var_os("ROCEMESH_EVAL_BIN") {
+        Some(path) => std::process::Command::new(path),
+        None => bin(),
+    };
+    let report = support::eval_report(cmd.args([
+        "eval",
+        "--suite",
+        "tasks",
+        "--testbed",
+        "--random",
+        "6",
+        "--seed",
+        &seed.to_string(),
+        "--json",
+        "--prefix",
+        "rmtt",
+        "--baseline-secs",
+        "10",
+        "--fault-secs",
+        "12",
+    ]));
+    assert_eq!(report["seed"].as_u64(), Some(seed));
+    let jobs = report["jobs"].as_array().expect("jobs");
+    assert_eq!(jobs.len(), 5, "five rank cases");
+    assert_eq!(report["blame"].as_array().map(Vec::len), Some(1));
+    let healthy = &report["classes"]["healthy"];
+    assert!(
+        healthy["accuracy"].as_f64() >= Some(0.8),
+        "healthy iterations judged healthy: {healthy}"
+    );
+    let windows = |fault: &str| -> Vec<String> {
+        let i = jobs
+            .iter()
+            .find(|j| j["fault"] == fault)
+            .unwrap_or_else(|| panic!("no {fault} case"))["index"]
+            .as_u64()
+            .unwrap() as usize;
+        report["cases"][i]["windows"][0]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|w| w.as_str().unwrap().to_string())
+            .collect()
+    };
+    for fault in ["stopped", "link_down"] {
+        let w = windows(fault);
+        assert!(
+            w.iter().any(|w| w.contains("_hang ")),
+            "{fault}: no hang in {w:#?}"
+        );
+    }
+    let w = windows("cpu_starved");
+    assert!(
+        w.iter().any(|w| w.contains("_slow ")),
+        "cpu_starved: no slow window in {w:#?}"
+    );
+    let right: u64 = report["worst"]
+        .as_object()
+        .unwrap()
+        .values()
+        .map(|v| v[0].as_u64().unwrap())
+        .sum();
+    assert!(
+        right >= 4,
+        "worst window and straggler right in {right} of 5 cases"
+    );
 }

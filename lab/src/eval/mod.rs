@@ -26,7 +26,7 @@ pub enum Suite {
     /// Latency anomaly detectors on labelled synthetic RNIC-pair series.
     Latency,
     /// Task hang/slow verdicts and attributions on simulated training jobs (--random N
-    /// jobs, --seed).
+    /// jobs, --seed; --testbed: on namespace fabrics).
     Tasks,
 }
 
@@ -70,6 +70,9 @@ pub struct EvalArgs {
     /// With --random: run only scenario I of the suite (replays a failing one).
     #[arg(long, value_name = "I")]
     pub only: Option<u32>,
+    /// Task suite: run ring jobs on namespace fabrics (root) instead of simulated jobs.
+    #[arg(long)]
+    pub testbed: bool,
 }
 
 /// The fabric every scenario runs on: 3 ToRs × 2 spines × 2 hosts per ToR, 1 RNIC each.

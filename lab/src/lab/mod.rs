@@ -3,11 +3,12 @@
 //! demo and the evaluation suite both run on it.
 
 pub mod skeleton_job;
+pub mod task_job;
 
 use anyhow::{Context, Result, bail};
 use rocemesh::config::ServerConfig;
 use rocemesh::server::{self, Roles, RunningServer};
-use rocemesh_proto::api::{HostInfo, Problem};
+use rocemesh_proto::api::{HostInfo, Problem, TaskEndpoint, TaskInfo, TaskSpec};
 use rocemesh_testbed::{Fabric, FabricSpec, HelperCommand, Topology, netns};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -279,6 +280,42 @@ impl Lab {
         resp.body_mut()
             .read_json()
             .with_context(|| format!("POST {url}: bad JSON"))
+    }
+
+    /// Creates task `name` over the REST API with every RNIC of `hosts` (fabric host
+    /// indices) as endpoints in that order (host-major: the ranks of a job placed there),
+    /// with namespace and pod, then registers each endpoint ready.
+    pub fn create_task(&self, name: &str, hosts: &[usize]) -> Result<TaskInfo> {
+        let all = self.fabric.hosts();
+        let endpoints = hosts
+            .iter()
+            .map(|&i| all.get(i).with_context(|| format!("no host {i}")))
+            .collect::<Result<Vec<_>>>()?
+            .into_iter()
+            .flat_map(|h| {
+                h.rnics.iter().map(|r| TaskEndpoint {
+                    host: h.name.clone(),
+                    rnic: r.ifname.clone(),
+                    rail: Some(u32::from(r.rail)),
+                    namespace: Some("training".into()),
+                    pod: Some(format!("{name}-{}", h.name)),
+                    ready: false,
+                })
+            })
+            .collect::<Vec<_>>();
+        let spec = TaskSpec {
+            name: name.to_string(),
+            endpoints,
+        };
+        let mut task: TaskInfo = self.post("/api/v1/tasks", &spec)?;
+        for e in &spec.endpoints {
+            let body = serde_json::json!({"host": e.host, "rnic": e.rnic});
+            task = self.post(&format!("/api/v1/tasks/{}/ready", task.id), &body)?;
+        }
+        if let Some((e, _)) = task.endpoints.iter().find(|(_, id)| id.is_none()) {
+            bail!("task endpoint {}/{} is not registered", e.host, e.rnic);
+        }
+        Ok(task)
     }
 
     /// Stops the server gracefully and starts it again on the same address and database,

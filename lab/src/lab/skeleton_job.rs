@@ -7,9 +7,7 @@
 use super::{Lab, LabTiming};
 use anyhow::{Context, Result, bail};
 use rocemesh_proto::ProbeClass;
-use rocemesh_proto::api::{
-    HostInfo, Pinglist, SkeletonInfo, TaskEndpoint, TaskInfo, TaskPhase, TaskSpec,
-};
+use rocemesh_proto::api::{HostInfo, Pinglist, SkeletonInfo, TaskInfo, TaskPhase};
 use rocemesh_testbed::{FabricSpec, JobSpec, JobTruth};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
@@ -117,7 +115,8 @@ pub fn run(prefix: &str) -> Result<SkeletonRun> {
         c.skeleton.features.window = STFT_WINDOW;
     })?;
     lab.wait_ready(Duration::from_secs(30))?;
-    let mut task = create_task(&lab)?;
+    let all: Vec<usize> = (0..lab.fabric.hosts().len()).collect();
+    let mut task = lab.create_task(&job_spec().name, &all)?;
     let created = Instant::now();
     // Fill the inference window once without job traffic (probes only), plus an upload
     // period and an inference period of slack.
@@ -174,39 +173,6 @@ pub fn run(prefix: &str) -> Result<SkeletonRun> {
         time_to_skeleton_s,
         pinglist_pairs,
     })
-}
-
-/// Creates the task over the REST API: every RNIC of the fabric in rank order (host-major),
-/// with namespace and pod, then registers each endpoint ready.
-fn create_task(lab: &Lab) -> Result<TaskInfo> {
-    let endpoints = lab
-        .fabric
-        .hosts()
-        .iter()
-        .flat_map(|h| {
-            h.rnics.iter().map(|r| TaskEndpoint {
-                host: h.name.clone(),
-                rnic: r.ifname.clone(),
-                rail: Some(u32::from(r.rail)),
-                namespace: Some("training".into()),
-                pod: Some(format!("{}-{}", job_spec().name, h.name)),
-                ready: false,
-            })
-        })
-        .collect::<Vec<_>>();
-    let spec = TaskSpec {
-        name: job_spec().name,
-        endpoints,
-    };
-    let mut task: TaskInfo = lab.post("/api/v1/tasks", &spec)?;
-    for e in &spec.endpoints {
-        let body = serde_json::json!({"host": e.host, "rnic": e.rnic});
-        task = lab.post(&format!("/api/v1/tasks/{}/ready", task.id), &body)?;
-    }
-    if let Some((e, _)) = task.endpoints.iter().find(|(_, id)| id.is_none()) {
-        bail!("task endpoint {}/{} is not registered", e.host, e.rnic);
-    }
-    Ok(task)
 }
 
 /// The truth's groups and skeleton pairs as RNIC ids of the task.
