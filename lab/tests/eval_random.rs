@@ -12,17 +12,8 @@ fn a_fresh_random_lab_suite_runs_and_meets_the_floors() {
         eprintln!("skipping a_fresh_random_lab_suite_runs_and_meets_the_floors: needs root");
         return;
     }
-    let seed: u64 = match std::env::var("ROCEMESH_EVAL_SEED") {
-        Ok(s) => s
-            .parse()
-            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
-        Err(_) => rocemesh_proto::now_unix_ns() as u64,
-    };
-    eprintln!("random lab suite seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
-    let mut cmd = match std::env::var_os("ROCEMESH_EVAL_BIN") {
-        Some(path) => std::process::Command::new(path),
-        None => support::bin(),
-    };
+    let seed = support::eval_seed("random lab suite");
+    let mut cmd = support::eval_bin();
     let seed_arg = seed.to_string();
     let report = support::eval_report(cmd.args([
         "eval",

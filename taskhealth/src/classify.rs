@@ -57,10 +57,10 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
         })
     };
     let mut base = learn(&bursts);
-    if let Some(b) = base.filter(|b| *b > 0.0) {
-        if join_fragments(&tp.bytes, th, &mut bursts, FRAGMENT * b / step) {
-            base = learn(&bursts);
-        }
+    if let Some(b) = base.filter(|b| *b > 0.0)
+        && join_fragments(&tp.bytes, th, &mut bursts, FRAGMENT * b / step)
+    {
+        base = learn(&bursts);
     }
     let Some(base) = base.filter(|b| *b > 0.0) else {
         health.note = Some(format!(

@@ -189,17 +189,21 @@ fn print_report(report: &run::Report, json: bool) -> Result<()> {
     Ok(())
 }
 
+/// The indices `--random n` runs: all, or the one `--only` names.
+fn indices(args: &EvalArgs, n: u32) -> Result<Vec<u32>> {
+    Ok(match args.only {
+        Some(i) if i >= n => bail!("--only {i} is not below --random {n}"),
+        Some(i) => vec![i],
+        None => (0..n).collect(),
+    })
+}
+
 /// `--random N`: N drawn scenarios, each on a fresh lab of its drawn shape.
 fn run_random(args: &EvalArgs, n: u32) -> Result<()> {
     let seed = args
         .seed
         .unwrap_or_else(|| rocemesh_proto::now_unix_ns() as u64);
-    let indices: Vec<u32> = match args.only {
-        Some(i) if i >= n => bail!("--only {i} is not below --random {n}"),
-        Some(i) => vec![i],
-        None => (0..n).collect(),
-    };
-    let drawn = indices
+    let drawn = indices(args, n)?
         .into_iter()
         .map(|i| random::draw(seed, i, &args.prefix))
         .collect::<Result<Vec<_>>>()?;

@@ -105,7 +105,7 @@ pub struct CaseRun {
     pub problems: Vec<Problem>,
 }
 
-/// The ring job of `p` on `fabric`.
+/// The ring job of placement `p`: 64 KiB steps at 8 Mbit/s after each computation.
 pub fn ring_spec(p: &Placement, seed: u64) -> JobSpec {
     let n = p.hosts.len() as u32;
     JobSpec {

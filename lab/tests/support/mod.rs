@@ -11,6 +11,28 @@ pub(crate) fn bin() -> Command {
     c
 }
 
+/// The seed of a randomized suite: `ROCEMESH_EVAL_SEED` when set (a replay), else a fresh
+/// one; printed with how to replay it.
+pub(crate) fn eval_seed(suite: &str) -> u64 {
+    let seed = match std::env::var("ROCEMESH_EVAL_SEED") {
+        Ok(s) => s
+            .parse()
+            .unwrap_or_else(|_| panic!("ROCEMESH_EVAL_SEED={s:?} is not a number")),
+        Err(_) => rocemesh_proto::now_unix_ns() as u64,
+    };
+    eprintln!("{suite} seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
+    seed
+}
+
+/// The lab binary the namespace suites run: `ROCEMESH_EVAL_BIN` (the test command points
+/// it at a release build for seconds-scale timing), else the one under test.
+pub(crate) fn eval_bin() -> Command {
+    match std::env::var_os("ROCEMESH_EVAL_BIN") {
+        Some(path) => Command::new(path),
+        None => bin(),
+    }
+}
+
 /// Whether the test runs as root (namespace fabrics need it).
 pub(crate) fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.

@@ -12,18 +12,24 @@ use rocemesh_sim::jobsuite;
 /// Jobs when `--random` names none: twenty of each fault class.
 const DEFAULT_JOBS: u32 = 120;
 
-/// Runs the suite and prints its table (or JSON).
-pub(super) fn run(args: &EvalArgs) -> Result<()> {
-    if args.testbed {
-        return testbed::run(args);
-    }
-    let n = args.random.unwrap_or(DEFAULT_JOBS);
+/// The suite's size (`--random`, else `default`) and seed (`--seed`, else a fresh one).
+fn size_and_seed(args: &EvalArgs, default: u32) -> Result<(u32, u64)> {
+    let n = args.random.unwrap_or(default);
     if n == 0 {
         bail!("--random must be at least 1");
     }
     let seed = args
         .seed
         .unwrap_or_else(|| rocemesh_proto::now_unix_ns() as u64);
+    Ok((n, seed))
+}
+
+/// Runs the suite and prints its table (or JSON).
+pub(super) fn run(args: &EvalArgs) -> Result<()> {
+    if args.testbed {
+        return testbed::run(args);
+    }
+    let (n, seed) = size_and_seed(args, DEFAULT_JOBS)?;
     eprintln!(
         "eval: task suite, {n} jobs, seed {seed} (replay: --suite tasks --random {n} --seed {seed})"
     );

@@ -310,18 +310,8 @@ fn score_blame(index: u32, tor: &str, crossing: &str, other: &str, run: &CaseRun
 
 /// Runs the suite (`--random N`, default one case of each kind; `--only I` replays one).
 pub(super) fn run(args: &EvalArgs) -> Result<()> {
-    let n = args.random.unwrap_or(CASES);
-    if n == 0 {
-        bail!("--random must be at least 1");
-    }
-    let seed = args
-        .seed
-        .unwrap_or_else(|| rocemesh_proto::now_unix_ns() as u64);
-    let indices: Vec<u32> = match args.only {
-        Some(i) if i >= n => bail!("--only {i} is not below --random {n}"),
-        Some(i) => vec![i],
-        None => (0..n).collect(),
-    };
+    let (n, seed) = super::size_and_seed(args, CASES)?;
+    let indices = super::super::indices(args, n)?;
     crate::lab::require_root("rocemesh-lab eval --suite tasks --testbed")?;
     eprintln!(
         "eval: task suite on the testbed, {n} cases, seed {seed} (replay: --suite tasks --testbed --random {n} --seed {seed} [--only I])"
