@@ -81,6 +81,22 @@ impl JobFault {
         }
     }
 
+    /// The same fault on rank `rank` (a fault without a rank is returned as it is): the
+    /// rank as another numbering of the same job names it.
+    pub fn with_rank(self, rank: usize) -> JobFault {
+        match self {
+            Self::CpuStarved { factor, .. } => Self::CpuStarved { rank, factor },
+            Self::LinkLoss { loss, stretch, .. } => Self::LinkLoss {
+                rank,
+                loss,
+                stretch,
+            },
+            Self::Stopped { .. } => Self::Stopped { rank },
+            Self::LinkDown { .. } => Self::LinkDown { rank },
+            Self::Healthy | Self::PathLoss { .. } => self,
+        }
+    }
+
     /// Short name (`cpu_starved`, ...).
     pub fn name(&self) -> &'static str {
         match self {

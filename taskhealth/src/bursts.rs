@@ -79,20 +79,35 @@ pub(crate) fn bursts(bytes: &[Vec<f64>], threshold: f64) -> Vec<Burst> {
     let Some(median) = quantile(&volumes, 0.5) else {
         return out;
     };
+    join(bytes, threshold, &mut out, |b, _| {
+        b.total() < MINOR_VOLUME * median
+    });
+    out
+}
+
+/// Joins each burst with the next while `joins(burst, next)` holds (the joined burst is
+/// tested again with its new next). True when any was joined.
+pub(crate) fn join(
+    bytes: &[Vec<f64>],
+    threshold: f64,
+    bursts: &mut Vec<Burst>,
+    joins: impl Fn(&Burst, &Burst) -> bool,
+) -> bool {
+    let before = bursts.len();
     let mut i = 0;
-    while i + 1 < out.len() {
-        if out[i].total() < MINOR_VOLUME * median {
-            let merged = span(bytes, threshold, out[i].start, out[i + 1].end);
-            out.splice(i..i + 2, [merged]);
+    while i + 1 < bursts.len() {
+        if joins(&bursts[i], &bursts[i + 1]) {
+            let joined = span(bytes, threshold, bursts[i].start, bursts[i + 1].end);
+            bursts.splice(i..i + 2, [joined]);
         } else {
             i += 1;
         }
     }
-    out
+    bursts.len() != before
 }
 
 /// The burst of samples `start..end`.
-pub(crate) fn span(bytes: &[Vec<f64>], threshold: f64, start: usize, end: usize) -> Burst {
+fn span(bytes: &[Vec<f64>], threshold: f64, start: usize, end: usize) -> Burst {
     let mut b = Burst {
         start,
         end,

@@ -1,6 +1,6 @@
 //! Iteration windows of a task and their verdicts.
 
-use crate::bursts::{Burst, bursts, span, threshold};
+use crate::bursts::{Burst, bursts, join, threshold};
 use crate::matrix::attribute;
 use crate::{
     Attribution, Blame, Health, PairHealth, Settings, Throughput, Window, WindowClass, quantile,
@@ -57,8 +57,13 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
         })
     };
     let mut base = learn(&bursts);
+    // A burst starting that close after the previous one is a fragment of it: no
+    // iteration runs that much faster than the rhythm, so a stall longer than the bridged
+    // gap (a retransmission timeout) split one collective.
     if let Some(b) = base.filter(|b| *b > 0.0)
-        && join_fragments(&tp.bytes, th, &mut bursts, FRAGMENT * b / step)
+        && join(&tp.bytes, th, &mut bursts, |a, next| {
+            ((next.start - a.start) as f64) * step < FRAGMENT * b
+        })
     {
         base = learn(&bursts);
     }
@@ -96,23 +101,6 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
         });
     }
     health
-}
-
-/// Joins each burst starting less than `min_samples` after the previous one into it: no
-/// iteration runs that much faster than the rhythm, so it is one collective split by a
-/// stall (a retransmission timeout longer than the bridged gap). True when any was joined.
-fn join_fragments(bytes: &[Vec<f64>], th: f64, bursts: &mut Vec<Burst>, min_samples: f64) -> bool {
-    let before = bursts.len();
-    let mut i = 0;
-    while i + 1 < bursts.len() {
-        if ((bursts[i + 1].start - bursts[i].start) as f64) < min_samples {
-            let joined = span(bytes, th, bursts[i].start, bursts[i + 1].end);
-            bursts.splice(i..i + 2, [joined]);
-        } else {
-            i += 1;
-        }
-    }
-    bursts.len() != before
 }
 
 fn median_of(v: impl Iterator<Item = f64>) -> f64 {

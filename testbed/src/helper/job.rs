@@ -41,8 +41,12 @@ pub(super) fn run(fabric: &str, job: &str, host: usize, start_unix_ms: u64) -> R
         );
     }
     let plan = Plan::new(&topology, &job)?;
-    if job.collective != Collective::Paced {
-        return super::ring::run(&plan, host);
+    if let Collective::Ring {
+        compute_ms,
+        busy_ms,
+    } = job.collective
+    {
+        return super::ring::run(&plan, host, compute_ms, busy_ms);
     }
     let endpoints = plan.endpoints_on(host);
     let sockets = endpoints

@@ -1,8 +1,8 @@
-//! The helper process: `nfq` (NFQUEUE delayer/corrupter), `blast` (paced background UDP
-//! traffic) and `job` (one host's share of an emulated training job, paced or a ring). It
-//! runs inside a fabric namespace, started by [`crate::Fabric::apply`] or [`crate::Fabric::start_job`] as the
-//! `rocemesh-testbed-helper` binary or as a hidden subcommand of another binary that calls
-//! [`run`]. It prints [`crate::process::READY_LINE`] on stdout once set up.
+//! The helper process: `nfq` (NFQUEUE delayer/corrupter), `blast` (paced background UDP traffic)
+//! and `job` (one host's share of an emulated training job, paced or a ring). It runs inside a
+//! fabric namespace, started by [`crate::Fabric::apply`] or [`crate::Fabric::start_job`] as the
+//! `rocemesh-testbed-helper` binary or as a hidden subcommand of another binary that calls [`run`].
+//! It prints [`crate::process::READY_LINE`] on stdout once set up.
 
 mod blast;
 mod job;

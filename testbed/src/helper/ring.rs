@@ -1,30 +1,29 @@
-//! One host's ranks of a closed-loop ring job ([`Collective::Ring`]): each iteration a rank
-//! computes (burns `busy_ms` of its own CPU time, sleeps out the rest of `compute_ms`), then
-//! runs a ring all-reduce over TCP with its data-parallel peers: `2 (n - 1)` steps, each
-//! sending one chunk of `allreduce_bytes / n` to the next rank at `burst_mbps` and
-//! receiving one from the previous rank, a step's send waiting for the previous step's
-//! chunk. Transfers are receiver-driven as NCCL's are: a rank grants its predecessor a
-//! one-byte credit per step when it is ready to receive, and a sender waits for the credit,
-//! so a rank still computing neither sends nor receives. Dependencies are real: a rank that
-//! computes long, is stopped or whose link loses packets (TCP retransmits) delays every
-//! peer, and a dead one hangs the job.
+//! One host's ranks of a closed-loop ring job ([`crate::job::Collective::Ring`]): each iteration a
+//! rank computes (burns `busy_ms` of its own CPU time, sleeps out the rest of `compute_ms`), then
+//! runs a ring all-reduce over TCP with its data-parallel peers: `2 (n - 1)` steps, each sending
+//! one chunk of `allreduce_bytes / n` to the next rank at `burst_mbps` and receiving one from the
+//! previous rank, a step's send waiting for the previous step's chunk. Transfers are
+//! receiver-driven as NCCL's are: a rank grants its predecessor a one-byte credit per step when it
+//! is ready to receive, and a sender waits for the credit, so a rank still computing neither sends
+//! nor receives. Dependencies are real: a rank that computes long, is stopped or whose link loses
+//! packets (TCP retransmits) delays every peer, and a dead one hangs the job.
 //!
-//! Loss recovery is made RoCE-like: an RC queue pair has no selective retransmission and
-//! recovers a lost tail only after its retransmission timeout, so loss stretches a
-//! collective. Linux TCP's SACK, RACK and tail-loss probes make loss almost free at the
-//! testbed's sub-millisecond RTT, so the helper switches them off in its host namespace
-//! (`tcp_sack`, `tcp_recovery`, `tcp_early_retrans`, per network namespace) before
-//! connecting; a lost tail then costs TCP's 200 ms minimum RTO.
+//! Loss recovery is made RoCE-like: an RC queue pair has no selective retransmission and recovers a
+//! lost tail only after its retransmission timeout, so loss stretches a collective. Linux TCP's
+//! SACK, RACK and tail-loss probes make loss almost free at the testbed's sub-millisecond RTT, so
+//! the helper switches them off in its host namespace (`tcp_sack`, `tcp_recovery`,
+//! `tcp_early_retrans`, per network namespace) before connecting; a lost tail then costs TCP's
+//! 200 ms minimum RTO.
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Context, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::job::{Collective, JOB_PORT, Plan, RnicRef};
+use crate::job::{JOB_PORT, Plan, RnicRef};
 
 /// Bytes written per pacing step.
 const PIECE: usize = 16 * 1024;
@@ -32,14 +31,7 @@ const PIECE: usize = 16 * 1024;
 const CONNECT_FOR: Duration = Duration::from_secs(30);
 
 /// Binds the ranks of `host`, announces readiness and runs them until one fails.
-pub(super) fn run(plan: &Plan, host: usize) -> Result<()> {
-    let Collective::Ring {
-        compute_ms,
-        busy_ms,
-    } = plan.spec.collective
-    else {
-        bail!("not a ring job");
-    };
+pub(super) fn run(plan: &Plan, host: usize, compute_ms: u32, busy_ms: u32) -> Result<()> {
     let n = plan.ranks.len();
     let chunk = (plan.spec.allreduce_bytes / n as u64).max(1) as usize;
     let timing = Timing {

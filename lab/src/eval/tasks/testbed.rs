@@ -219,36 +219,17 @@ fn score_rank(d: &Drawn, fault: &JobFault, run: &CaseRun) -> Result<(JobOutcome,
         );
     };
     // The verdict names ranks `host/rnic`; the case numbers them in its task's order.
-    let named = |rank: usize| run.ranks[0].get(rank).cloned();
-    let index_in_verdict = |rank: usize| -> Result<usize> {
-        let name = named(rank).context("rank out of range")?;
-        health
-            .ranks
-            .iter()
-            .position(|r| *r == name)
-            .with_context(|| format!("the verdict does not list rank {name}"))
-    };
-    let fault = match *fault {
-        JobFault::CpuStarved { rank, factor } => JobFault::CpuStarved {
-            rank: index_in_verdict(rank)?,
-            factor,
-        },
-        JobFault::LinkLoss {
-            rank,
-            loss,
-            stretch,
-        } => JobFault::LinkLoss {
-            rank: index_in_verdict(rank)?,
-            loss,
-            stretch,
-        },
-        JobFault::Stopped { rank } => JobFault::Stopped {
-            rank: index_in_verdict(rank)?,
-        },
-        JobFault::LinkDown { rank } => JobFault::LinkDown {
-            rank: index_in_verdict(rank)?,
-        },
-        f => f,
+    let fault = match fault.rank() {
+        Some(rank) => {
+            let name = run.ranks[0].get(rank).context("rank out of range")?;
+            let r = health
+                .ranks
+                .iter()
+                .position(|r| r == name)
+                .with_context(|| format!("the verdict does not list rank {name}"))?;
+            fault.with_rank(r)
+        }
+        None => *fault,
     };
     // A hang window runs to the end of the series the verdict read.
     let end_ms = health
