@@ -88,6 +88,11 @@ fn the_testbed_task_suite_runs_ring_jobs_and_scores_every_kind() {
     let jobs = report["jobs"].as_array().expect("jobs");
     assert_eq!(jobs.len(), 5, "five rank cases");
     assert_eq!(report["blame"].as_array().map(Vec::len), Some(1));
+    // Every job recorded its iterations (the per-window truth of slowing faults).
+    for c in report["cases"].as_array().expect("cases") {
+        let its = c["iterations"].as_array().expect("iterations");
+        assert!(its.len() >= 5, "case {}: iterations {its:?}", c["index"]);
+    }
     let healthy = &report["classes"]["healthy"];
     assert!(
         healthy["accuracy"].as_f64() >= Some(0.8),

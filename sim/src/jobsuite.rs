@@ -156,27 +156,75 @@ impl Report {
     }
 }
 
-/// When a job's fault began and when its series ended, ms (the throughput's clock).
+/// When a job's fault began and when its series ended, ms (the throughput's clock), and
+/// when its iterations began, if the job recorded them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Timeline {
+pub struct Timeline<'a> {
     /// The fault's onset.
     pub fault_at_ms: i64,
     /// End of the judged series.
     pub end_ms: i64,
+    /// Start of each iteration's communication, ascending, by the job's own record (empty
+    /// when it keeps none): a slowing fault need not slow every iteration (a lossy link may
+    /// lose nothing on a collective's critical path), and an iteration the job ran at its
+    /// healthy pace is a healthy window whatever was injected.
+    pub iterations: &'a [i64],
 }
 
 /// The truth of a window `[from, to)`: the fault's class once it began, healthy before;
 /// a window straddling the start is not scored, unless it runs to the end of a hung job
-/// (it holds the hang).
+/// (it holds the hang). With the job's record, a window of a slowing fault has the fault's
+/// class only if one of the iterations it spans was slow ([`measured_slow`]).
 fn truth(fault: &JobFault, t: Timeline, from: i64, to: i64) -> Option<WindowClass> {
     let class = fault.class();
     if to <= t.fault_at_ms {
         Some(WindowClass::Healthy)
-    } else if from >= t.fault_at_ms || (class.is_hang() && to >= t.end_ms) {
+    } else if from >= t.fault_at_ms {
+        match measured_slow(t, from, to) {
+            Some(false) if !class.is_hang() => Some(WindowClass::Healthy),
+            _ => Some(class),
+        }
+    } else if class.is_hang() && to >= t.end_ms {
         Some(class)
     } else {
         None
     }
+}
+
+/// Whether the recorded iterations a window `[from, to)` spans include a slow one: longer
+/// than [`Settings::slow_factor`] times the median period before the fault. `None` when
+/// there is no record, too little of it before the fault, or the window's ends are not
+/// within half a period of an iteration's start.
+fn measured_slow(t: Timeline, from: i64, to: i64) -> Option<bool> {
+    let starts = t.iterations;
+    let mut healthy: Vec<i64> = starts
+        .windows(2)
+        .filter(|w| w[1] <= t.fault_at_ms)
+        .map(|w| w[1] - w[0])
+        .collect();
+    if healthy.len() < 3 {
+        return None;
+    }
+    healthy.sort_unstable();
+    let period = healthy[healthy.len() / 2] as f64;
+    let nearest = |at: i64| {
+        let i = starts
+            .iter()
+            .enumerate()
+            .min_by_key(|(_, s)| (**s - at).abs())?
+            .0;
+        ((starts[i] - at).abs() as f64 <= period / 2.0).then_some(i)
+    };
+    let (first, last) = (nearest(from)?, nearest(to)?);
+    if last <= first {
+        return None;
+    }
+    let slow = Settings::default().slow_factor * period;
+    Some(
+        starts[first..=last]
+            .windows(2)
+            .any(|w| (w[1] - w[0]) as f64 > slow),
+    )
 }
 
 fn attribution_right(fault: &JobFault, h: &Health) -> bool {
@@ -202,6 +250,7 @@ pub fn run_one(seed: u64, index: u32) -> (JobOutcome, Health) {
     let timeline = Timeline {
         fault_at_ms: run.fault_at_ms,
         end_ms: run.end_ms,
+        iterations: &[],
     };
     let o = score(
         index,
@@ -272,4 +321,63 @@ pub fn score(
 /// Runs scenarios `0..n` of `seed`.
 pub fn run(seed: u64, n: u32) -> Report {
     Report::new(seed, (0..n).map(|i| run_one(seed, i).0).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A job recording 800 ms iterations, starting at 0, 800, …, 4 800, 6 000, 6 800,
+    /// 8 000, 8 800: the ones started at 4 800 and 6 800 (after a fault at 4 000) took
+    /// 1 200 ms.
+    fn starts() -> Vec<i64> {
+        let lengths = [800, 800, 800, 800, 800, 800, 1_200, 800, 1_200, 800];
+        let mut at = 0;
+        let mut s = vec![at];
+        for l in lengths {
+            at += l;
+            s.push(at);
+        }
+        s
+    }
+
+    #[test]
+    fn with_a_record_only_the_windows_of_slow_iterations_are_slow() {
+        let s = starts();
+        let t = Timeline {
+            fault_at_ms: 4_000,
+            end_ms: 12_000,
+            iterations: &s,
+        };
+        let lossy = JobFault::LinkLoss {
+            rank: 1,
+            loss: 0.03,
+            stretch: f64::NAN,
+        };
+        let slow = lossy.class();
+        // (from, to) a verdict might report, a sample off the recorded starts.
+        let cases = [
+            ((0, 800), Some(WindowClass::Healthy)),
+            ((3_950, 4_850), None),
+            ((4_050, 4_850), Some(WindowClass::Healthy)),
+            ((4_850, 6_050), Some(slow)),
+            ((6_000, 6_800), Some(WindowClass::Healthy)),
+            ((6_050, 8_000), Some(slow)),
+            ((8_000, 8_800), Some(WindowClass::Healthy)),
+            // Not near an iteration's start: the fault decides.
+            ((5_300, 6_000), Some(slow)),
+        ];
+        for ((from, to), want) in cases {
+            assert_eq!(truth(&lossy, t, from, to), want, "window {from}..{to}");
+        }
+        // Without a record every window after the fault is slow.
+        let blind = Timeline {
+            iterations: &[],
+            ..t
+        };
+        assert_eq!(truth(&lossy, blind, 6_000, 6_800), Some(slow));
+        // A hang keeps its class whatever the record says.
+        let stopped = JobFault::Stopped { rank: 1 };
+        assert_eq!(truth(&stopped, t, 8_000, 12_000), Some(stopped.class()));
+    }
 }

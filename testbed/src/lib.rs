@@ -22,7 +22,7 @@ pub mod topology;
 
 pub use fabric::{Fabric, HelperCommand};
 pub use faults::{Background, Direction, Fault, FaultHandle};
-pub use job::{Collective, JobHandle, JobSpec, JobTruth, RnicRole};
+pub use job::{Collective, JobHandle, JobSpec, JobTruth, RingIteration, RnicRole};
 /// The flow of [`Fault::FlowDrop`] and [`Fabric::spine_for`].
 pub use rocemesh_proto::flow::FiveTuple;
 pub use spec::FabricSpec;

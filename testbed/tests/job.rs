@@ -203,6 +203,10 @@ fn job_traffic_has_the_training_shape_and_stops() {
         "stage 1 lags stage 0 by {lag:.0} ms"
     );
 
+    // Only ring jobs record their iterations.
+    let paced = f.0.job_iterations("llm-a").unwrap_err().to_string();
+    assert!(paced.contains("is paced"), "{paced}");
+
     // stop_job stops the traffic and its helpers.
     f.0.stop_job("llm-a").unwrap();
     assert!(job.helpers().iter().all(|h| !h.process.is_alive()));
@@ -373,10 +377,12 @@ fn a_ring_job_is_closed_loop_so_a_stopped_rank_stalls_every_peer() {
 
     // One rank stopped: after the in-flight steps drain, nobody moves data.
     let stopped = job.helpers()[1].process.pid;
+    let stopped_at = rocemesh_proto::now_unix_ms();
     // SAFETY: kill has no memory preconditions; the pid is this job's helper.
     unsafe { libc::kill(stopped as libc::pid_t, libc::SIGSTOP) };
     std::thread::sleep(Duration::from_secs(2));
     let stalled = sample(&job, 30);
+    let continued_at = rocemesh_proto::now_unix_ms();
     for (name, s) in &stalled {
         let bytes: f64 = s.iter().sum();
         assert!(
@@ -394,5 +400,31 @@ fn a_ring_job_is_closed_loop_so_a_stopped_rank_stalls_every_peer() {
         }
         assert!(Instant::now() < deadline, "the ring did not resume: {s:?}");
     }
+    // The ranks' own record: every rank iterates, iteration k of every rank starts
+    // together (the ring is lock-step), and none completes while a rank is stopped once
+    // the in-flight iteration has drained (an iteration lasts about 0.6 s).
+    let its = f.0.job_iterations("ring").expect("iterations");
+    for r in 0..4 {
+        assert!(
+            its.iter().filter(|i| i.rank == r).count() >= 4,
+            "rank {r}: {its:?}"
+        );
+    }
+    let mut starts: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for i in &its {
+        starts.entry(i.iteration).or_default().push(i.start_unix_ms);
+    }
+    for (k, s) in &starts {
+        let spread = s.iter().max().unwrap() - s.iter().min().unwrap();
+        assert!(spread < 400, "iteration {k} starts {s:?} apart");
+    }
+    let during: Vec<_> = its
+        .iter()
+        .filter(|i| i.end_unix_ms > stopped_at + 1_500 && i.end_unix_ms < continued_at)
+        .collect();
+    assert!(
+        during.is_empty(),
+        "iterations ended while a rank was stopped: {during:?}"
+    );
     f.0.stop_job("ring").expect("stop");
 }

@@ -9,7 +9,9 @@ use super::{Lab, LabTiming};
 use anyhow::{Context, Result, bail};
 use rocemesh_impact::Verdict;
 use rocemesh_proto::api::{Problem, TaskInfo};
-use rocemesh_testbed::{Collective, Direction, FabricSpec, Fault, JobHandle, JobSpec};
+use rocemesh_testbed::{
+    Collective, Direction, FabricSpec, Fault, JobHandle, JobSpec, RingIteration,
+};
 use serde::Serialize;
 use std::time::{Duration, Instant};
 
@@ -101,6 +103,8 @@ pub struct CaseRun {
     pub ranks: Vec<Vec<String>>,
     /// Unix ms of the injection.
     pub fault_at_ms: i64,
+    /// What each job's ranks recorded of their iterations, in the order of [`Case::jobs`].
+    pub iterations: Vec<Vec<RingIteration>>,
     /// Network problems the analyzer had open or resolved by the end.
     pub problems: Vec<Problem>,
 }
@@ -167,12 +171,17 @@ pub fn run(prefix: &str, case: &Case, seed: u64) -> Result<CaseRun> {
     std::thread::sleep(case.fault_for);
     let to = rocemesh_proto::now_unix_ms();
     let read = read_back(&lab, &tasks, from, to);
+    let iterations = jobs
+        .iter()
+        .map(|j| lab.fabric.job_iterations(j.name()))
+        .collect::<Result<Vec<_>>>();
     undo.run(&lab);
     for j in &jobs {
         lab.fabric.stop_job(j.name())?;
     }
     let (verdicts, problems) = read?;
     Ok(CaseRun {
+        iterations: iterations?,
         ranks: tasks
             .iter()
             .map(|t| {

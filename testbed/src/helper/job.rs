@@ -46,7 +46,8 @@ pub(super) fn run(fabric: &str, job: &str, host: usize, start_unix_ms: u64) -> R
         busy_ms,
     } = job.collective
     {
-        return super::ring::run(&plan, host, compute_ms, busy_ms);
+        let record = crate::job::record_path(&fabric.prefix, &job.name, &topology.hosts[host].name);
+        return super::ring::run(&plan, host, (compute_ms, busy_ms), &record);
     }
     let endpoints = plan.endpoints_on(host);
     let sockets = endpoints

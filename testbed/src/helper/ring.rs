@@ -17,21 +17,28 @@
 
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, SocketAddrV4, TcpListener, TcpStream};
-use std::sync::mpsc;
+use std::path::Path;
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 
-use crate::job::{JOB_PORT, Plan, RnicRef};
+use crate::job::{JOB_PORT, Plan, Recorder, RingIteration, RnicRef};
 
 /// Bytes written per pacing step.
 const PIECE: usize = 16 * 1024;
 /// How long a rank keeps trying to reach its ring successor (peers start one by one).
 const CONNECT_FOR: Duration = Duration::from_secs(30);
 
-/// Binds the ranks of `host`, announces readiness and runs them until one fails.
-pub(super) fn run(plan: &Plan, host: usize, compute_ms: u32, busy_ms: u32) -> Result<()> {
+/// Binds the ranks of `host`, announces readiness and runs them until one fails, each
+/// iteration of each rank appended to the record at `record`.
+pub(super) fn run(
+    plan: &Plan,
+    host: usize,
+    (compute_ms, busy_ms): (u32, u32),
+    record: &Path,
+) -> Result<()> {
     let n = plan.ranks.len();
     let chunk = (plan.spec.allreduce_bytes / n as u64).max(1) as usize;
     let timing = Timing {
@@ -42,6 +49,7 @@ pub(super) fn run(plan: &Plan, host: usize, compute_ms: u32, busy_ms: u32) -> Re
         steps: 2 * (n - 1),
     };
     roce_like_loss_recovery()?;
+    let recorder = Arc::new(Recorder::create(record)?);
     let mine: Vec<usize> = (0..n).filter(|&r| plan.ranks[r].host == host).collect();
     let listeners = mine
         .iter()
@@ -57,8 +65,9 @@ pub(super) fn run(plan: &Plan, host: usize, compute_ms: u32, busy_ms: u32) -> Re
         let next = plan.ranks[(r + 1) % n].clone();
         let timing = timing.clone();
         let failed = failed_tx.clone();
+        let recorder = Arc::clone(&recorder);
         std::thread::spawn(move || {
-            let e = rank(&me, &next, listener, &timing).unwrap_err();
+            let e = rank((r, &me), &next, listener, &timing, &recorder).unwrap_err();
             let _ = failed.send(e.context(format!("rank on {}", me.name)));
         });
     }
@@ -75,9 +84,16 @@ struct Timing {
     steps: usize,
 }
 
-/// One rank forever: connect to the successor (a sender thread), accept the predecessor,
-/// then compute and all-reduce. Returns only on error.
-fn rank(me: &RnicRef, next: &RnicRef, listener: TcpListener, t: &Timing) -> Result<()> {
+/// Global rank `r` on `me` forever: connect to the successor (a sender thread), accept the
+/// predecessor, then compute and all-reduce, recording each all-reduce. Returns only on
+/// error.
+fn rank(
+    (r, me): (usize, &RnicRef),
+    next: &RnicRef,
+    listener: TcpListener,
+    t: &Timing,
+    recorder: &Recorder,
+) -> Result<()> {
     let (step_tx, step_rx) = mpsc::channel::<()>();
     let (done_tx, done_rx) = mpsc::channel::<Result<()>>();
     let (from, to, timing) = (me.ip, next.ip, t.clone());
@@ -106,8 +122,10 @@ fn rank(me: &RnicRef, next: &RnicRef, listener: TcpListener, t: &Timing) -> Resu
         .context("accepting the ring predecessor")?;
     input.set_nodelay(true)?;
     let mut buf = vec![0u8; t.chunk];
+    let mut iteration = 0;
     loop {
         compute(t.busy, t.compute);
+        let start_unix_ms = rocemesh_proto::now_unix_ms();
         for _ in 0..t.steps {
             input
                 .write_all(&[1])
@@ -120,6 +138,13 @@ fn rank(me: &RnicRef, next: &RnicRef, listener: TcpListener, t: &Timing) -> Resu
         for _ in 0..t.steps {
             done_rx.recv().context("the sender thread ended")??;
         }
+        recorder.record(&RingIteration {
+            rank: r,
+            iteration,
+            start_unix_ms,
+            end_unix_ms: rocemesh_proto::now_unix_ms(),
+        })?;
+        iteration += 1;
     }
 }
 

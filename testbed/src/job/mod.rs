@@ -6,6 +6,7 @@
 //! [`Fabric::stop_job`] or [`Fabric::down`] kill them, also from another process.
 
 mod plan;
+mod record;
 mod spec;
 mod truth;
 
@@ -21,6 +22,8 @@ use crate::process::TrackedProcess;
 use crate::state::{StateLock, log_path};
 
 pub(crate) use plan::{Plan, RnicRef, jitter_ms};
+pub use record::RingIteration;
+pub(crate) use record::{Recorder, path as record_path};
 pub use spec::{
     Collective, JobSpec, MAX_BURST_MBPS, MAX_COMPUTE_MS, MAX_ITERATION_MS, MAX_JOB_NAME_LEN,
     MIN_ITERATION_MS,
@@ -191,6 +194,30 @@ impl Fabric {
         lock.save(&state)?;
         tracing::info!(job = name, "job stopped");
         Ok(())
+    }
+
+    /// What the ranks of running ring job `name` recorded of their iterations so far
+    /// ([`RingIteration`]), ordered by start; an error for a paced job, which records none.
+    pub fn job_iterations(&self, name: &str) -> Result<Vec<RingIteration>> {
+        let state = StateLock::acquire(&self.spec().prefix)?.load_existing()?;
+        let job = state
+            .jobs
+            .iter()
+            .find(|j| j.spec.name == name)
+            .with_context(|| format!("no running job {name:?}"))?;
+        if !matches!(job.spec.collective, Collective::Ring { .. }) {
+            bail!("job {name:?} is paced: only ring jobs record their iterations");
+        }
+        let mut all = Vec::new();
+        for h in &job.helpers {
+            all.extend(record::read(&record::path(
+                &self.spec().prefix,
+                name,
+                &h.host,
+            ))?);
+        }
+        all.sort_by_key(|it| (it.start_unix_ms, it.rank));
+        Ok(all)
     }
 
     /// Jobs running on the fabric (e.g. started by another process), with their truth.

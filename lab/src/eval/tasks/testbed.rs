@@ -14,7 +14,7 @@ use rocemesh_proto::api::ComponentKind;
 use rocemesh_sim::job::JobFault;
 use rocemesh_sim::jobsuite::{self, JobOutcome, Report, Timeline};
 use rocemesh_sim::rng::{Rng, hash};
-use rocemesh_testbed::FabricSpec;
+use rocemesh_testbed::{FabricSpec, RingIteration};
 use serde::Serialize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
@@ -32,6 +32,9 @@ pub(super) struct Drawn {
     pub case: Case,
     /// Each job's judged windows and attributions ([`summary`]).
     pub windows: Vec<Vec<String>>,
+    /// The first job's iterations by its own record: `start (s from the injection) length`
+    /// (the start of one all-reduce to the next's).
+    pub iterations: Vec<String>,
     /// Its truth.
     #[serde(skip)]
     truth: Truth,
@@ -174,6 +177,7 @@ pub(super) fn draw(seed: u64, index: u32, baseline: Duration, fault_for: Duratio
     Drawn {
         index,
         windows: Vec::new(),
+        iterations: Vec::new(),
         case: Case {
             fabric,
             jobs,
@@ -208,8 +212,14 @@ fn summary(v: &Verdict, fault_at_ms: i64) -> Vec<String> {
     windows.chain(attributions).collect()
 }
 
-/// Scores the rank case `d` from what its run measured.
-fn score_rank(d: &Drawn, fault: &JobFault, run: &CaseRun) -> Result<(JobOutcome, bool)> {
+/// Scores the rank case `d` from what its run measured and when its first job's
+/// iterations began (`starts`, [`collective_starts`]).
+fn score_rank(
+    d: &Drawn,
+    fault: &JobFault,
+    run: &CaseRun,
+    starts: &[i64],
+) -> Result<(JobOutcome, bool)> {
     let verdict = run.verdicts.first().context("no verdict")?;
     let Some(health) = &verdict.health else {
         bail!(
@@ -242,6 +252,7 @@ fn score_rank(d: &Drawn, fault: &JobFault, run: &CaseRun) -> Result<(JobOutcome,
     let timeline = Timeline {
         fault_at_ms: run.fault_at_ms,
         end_ms,
+        iterations: starts,
     };
     let ranks = health.ranks.len();
     let interval = task_job::SAMPLE_INTERVAL_MS as u32;
@@ -250,6 +261,18 @@ fn score_rank(d: &Drawn, fault: &JobFault, run: &CaseRun) -> Result<(JobOutcome,
         && fault.rank().map(|r| health.ranks[r].clone()) == health.straggler;
     let o = jobsuite::score(d.index, &fault, (ranks, interval), timeline, &health.health);
     Ok((o, worst_right))
+}
+
+/// When each iteration's all-reduce began: its first rank's start (the ring is lock-step,
+/// so iteration `k` of every rank is the same collective and traffic begins with the
+/// first rank done computing).
+fn collective_starts(its: &[RingIteration]) -> Vec<i64> {
+    let mut first: BTreeMap<u64, i64> = BTreeMap::new();
+    for it in its {
+        let s = first.entry(it.iteration).or_insert(it.start_unix_ms);
+        *s = (*s).min(it.start_unix_ms);
+    }
+    first.into_values().collect()
 }
 
 fn score_blame(index: u32, tor: &str, crossing: &str, other: &str, run: &CaseRun) -> BlameOutcome {
@@ -319,9 +342,17 @@ pub(super) fn run(args: &EvalArgs) -> Result<()> {
             .iter()
             .map(|v| summary(v, run.fault_at_ms))
             .collect();
+        let starts = collective_starts(run.iterations.first().context("no iterations")?);
+        d.iterations = starts
+            .windows(2)
+            .map(|w| {
+                let at = (w[0] - run.fault_at_ms) as f64 / 1e3;
+                format!("{at:+.1}s {} ms", w[1] - w[0])
+            })
+            .collect();
         match &d.truth {
             Truth::Rank(fault) => {
-                let (o, worst_right) = score_rank(&d, fault, &run)?;
+                let (o, worst_right) = score_rank(&d, fault, &run, &starts)?;
                 let w = worst.entry(o.fault).or_default();
                 w.0 += u32::from(worst_right);
                 w.1 += 1;
@@ -440,5 +471,24 @@ mod tests {
                 (t, i) => panic!("case {i:?} with truth {t:?}"),
             }
         }
+    }
+
+    #[test]
+    fn an_iteration_begins_with_its_first_rank_done_computing() {
+        let it = |rank, iteration, start_unix_ms| RingIteration {
+            rank,
+            iteration,
+            start_unix_ms,
+            end_unix_ms: start_unix_ms + 300,
+        };
+        // Rank 1 computes 200 ms longer each time; its record comes first.
+        let its = [
+            it(1, 0, 1_200),
+            it(1, 1, 2_200),
+            it(0, 0, 1_000),
+            it(0, 1, 2_000),
+            it(0, 2, 3_000),
+        ];
+        assert_eq!(collective_starts(&its), [1_000, 2_000, 3_000]);
     }
 }
