@@ -9,7 +9,13 @@ const ACTIVE_FRACTION: f64 = 0.05;
 const MERGE_GAP: usize = 2;
 /// A burst moving less than this fraction of the median burst's volume is the partial
 /// start of the next one (peers sent a first chunk and wait for a late rank).
-const MINOR_VOLUME: f64 = 0.3;
+pub(crate) const MINOR_VOLUME: f64 = 0.3;
+/// A burst that moved less than this fraction of the median burst's volume did not
+/// finish its collective ...
+const UNFINISHED: f64 = 0.8;
+/// ... and the next burst is its rest when the two moved at most this fraction of it
+/// together (retransmitted bytes count too).
+const FINISHED: f64 = 1.25;
 
 /// One burst: samples `start..end`, per-rank statistics.
 #[derive(Debug, Clone, PartialEq)]
@@ -44,7 +50,10 @@ pub(crate) fn threshold(bytes: &[Vec<f64>]) -> Option<f64> {
         .map(|p| p * ACTIVE_FRACTION)
 }
 
-/// Bursts of the series, oldest first; minor bursts are folded into the next one.
+/// Bursts of the series, oldest first. A burst that stopped short of an iteration's
+/// volume is joined with the next when the two moved about one (a stall longer than the
+/// bridged gap, such as a retransmission timeout, split one collective); a minor burst
+/// left is the partial start of the next one and folded into it.
 pub(crate) fn bursts(bytes: &[Vec<f64>], threshold: f64) -> Vec<Burst> {
     let len = bytes.iter().map(Vec::len).min().unwrap_or(0);
     let busy = |t: usize| bytes.iter().any(|r| r[t] > threshold);
@@ -79,6 +88,9 @@ pub(crate) fn bursts(bytes: &[Vec<f64>], threshold: f64) -> Vec<Burst> {
     let Some(median) = quantile(&volumes, 0.5) else {
         return out;
     };
+    join(bytes, threshold, &mut out, |a, next| {
+        a.total() < UNFINISHED * median && a.total() + next.total() <= FINISHED * median
+    });
     join(bytes, threshold, &mut out, |b, _| {
         b.total() < MINOR_VOLUME * median
     });

@@ -1,6 +1,6 @@
 //! Iteration windows of a task and their verdicts.
 
-use crate::bursts::{Burst, bursts, join, threshold};
+use crate::bursts::{Burst, MINOR_VOLUME, bursts, join, threshold};
 use crate::matrix::attribute;
 use crate::{
     Attribution, Blame, Health, PairHealth, Settings, Throughput, Window, WindowClass, quantile,
@@ -66,6 +66,18 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
         })
     {
         base = learn(&bursts);
+    }
+    let volume = quantile(&bursts.iter().map(Burst::total).collect::<Vec<_>>(), 0.5);
+    // A minor burst of a minority of the ranks, a hang's silence after the previous burst
+    // and with none after it, does not end the hang: no collective began (its peers would
+    // send their first chunks), it is stray traffic of a stopped job (a send draining,
+    // probes).
+    if let (Some(b), Some(v), [.., prev, last]) = (base, volume, &bursts[..])
+        && last.total() < MINOR_VOLUME * v
+        && 2 * last.onset.iter().flatten().count() < ranks
+        && ((last.start - prev.start) as f64) * step > s.hang_factor * b
+    {
+        bursts.pop();
     }
     let Some(base) = base.filter(|b| *b > 0.0) else {
         health.note = Some(format!(
@@ -421,6 +433,74 @@ mod tests {
             h.windows.iter().all(|w| w.to_ms - w.from_ms >= 1_000),
             "{h:#?}"
         );
+    }
+
+    #[test]
+    fn a_collective_that_stalls_near_its_end_is_one_slow_window() {
+        // Four ranks on a 10-sample rhythm (bursts of 4 samples); in iteration 6 a
+        // retransmission timeout stalls the last step for 5 samples, so its rest starts
+        // 0.8 periods after the collective did, too late to be a fragment by time alone.
+        let mut bytes = vec![vec![0.0; 120]; 4];
+        for series in &mut bytes {
+            let mut t = 0;
+            for it in 0..11 {
+                let active: &[usize] = if it == 6 {
+                    &[0, 1, 2, 8]
+                } else {
+                    &[0, 1, 2, 3]
+                };
+                for k in active {
+                    series[t + k] = 1000.0;
+                }
+                t += if it == 6 { 14 } else { 10 };
+            }
+        }
+        let tp = Throughput {
+            interval_ms: 100,
+            start_ms: 0,
+            bytes,
+            groups: Vec::new(),
+        };
+        let h = assess(&tp, &[], &Settings::default());
+        let slow: Vec<_> = h
+            .windows
+            .iter()
+            .filter(|w| w.class != WindowClass::Healthy)
+            .map(|w| (w.from_ms, w.to_ms))
+            .collect();
+        assert_eq!(slow, vec![(6_000, 7_400)], "{h:#?}");
+        assert_eq!(h.windows.len(), 10, "{h:#?}");
+    }
+
+    #[test]
+    fn stray_traffic_during_a_hang_does_not_end_it() {
+        // Ranks 0 and 2 keep the rhythm until sample 60, then the job hangs; 3 periods
+        // later rank 2 sends a blip (a drained send, probes).
+        let mut bytes = vec![vec![1.0; 100]; 3];
+        for series in &mut bytes {
+            for it in 0..6 {
+                for s in 0..3 {
+                    series[it * 10 + s] = 1000.0;
+                }
+            }
+        }
+        bytes[2][95] = 600.0;
+        let mut tp = Throughput {
+            interval_ms: 100,
+            start_ms: 0,
+            bytes,
+            groups: Vec::new(),
+        };
+        let h = assess(&tp, &[], &Settings::default());
+        let w = h.worst().unwrap();
+        assert!(w.class.is_hang(), "{h:#?}");
+        assert_eq!((w.from_ms, w.to_ms), (5_000, 10_000), "{h:#?}");
+        // Most ranks starting to send is a collective beginning late: a slow iteration.
+        tp.bytes[0][95] = 600.0;
+        let h = assess(&tp, &[], &Settings::default());
+        let w = h.worst().unwrap();
+        assert!(!w.class.is_hang(), "{h:#?}");
+        assert_eq!((w.from_ms, w.to_ms), (5_000, 9_500), "{h:#?}");
     }
 
     #[test]
