@@ -392,25 +392,23 @@ mod tests {
         assess(&tp, &pairs, &Settings::default())
     }
 
-    #[test]
-    fn a_collective_split_by_a_stall_is_one_slow_window_not_two() {
-        // Four ranks on a 10-sample rhythm (bursts of 4 samples); in iterations 6 and 7 a
-        // retransmission timeout stalls the collective for 4 samples after 2, and the
-        // iteration takes 15 samples.
-        let mut bytes = vec![vec![0.0; 130]; 4];
-        let stalled = [6, 7];
+    /// Four ranks sampled every 100 ms: iteration `it` (of `iterations`) is active at the
+    /// samples `shape(it).0` after its start and lasts `shape(it).1` samples. The health
+    /// and its windows that are not healthy.
+    fn rhythm(
+        len: usize,
+        iterations: usize,
+        shape: impl Fn(usize) -> (&'static [usize], usize),
+    ) -> (Health, Vec<(i64, i64)>) {
+        let mut bytes = vec![vec![0.0; len]; 4];
         for series in &mut bytes {
             let mut t = 0;
-            for it in 0..12 {
-                let active: &[usize] = if stalled.contains(&it) {
-                    &[0, 1, 6, 7, 8]
-                } else {
-                    &[0, 1, 2, 3]
-                };
+            for it in 0..iterations {
+                let (active, length) = shape(it);
                 for k in active {
                     series[t + k] = 1000.0;
                 }
-                t += if stalled.contains(&it) { 15 } else { 10 };
+                t += length;
             }
         }
         let tp = Throughput {
@@ -420,13 +418,28 @@ mod tests {
             groups: Vec::new(),
         };
         let h = assess(&tp, &[], &Settings::default());
-        assert_eq!(h.baseline_period_ms, Some(1000.0), "{h:#?}");
-        let slow: Vec<_> = h
+        let slow = h
             .windows
             .iter()
             .filter(|w| w.class != WindowClass::Healthy)
             .map(|w| (w.from_ms, w.to_ms))
             .collect();
+        (h, slow)
+    }
+
+    #[test]
+    fn a_collective_split_by_a_stall_is_one_slow_window_not_two() {
+        // A 10-sample rhythm (bursts of 4 samples); in iterations 6 and 7 a retransmission
+        // timeout stalls the collective for 4 samples after 2, and the iteration takes 15
+        // samples.
+        let (h, slow) = rhythm(130, 12, |it| {
+            if it == 6 || it == 7 {
+                (&[0, 1, 6, 7, 8], 15)
+            } else {
+                (&[0, 1, 2, 3], 10)
+            }
+        });
+        assert_eq!(h.baseline_period_ms, Some(1000.0), "{h:#?}");
         // Each stalled iteration is one window of 1.5 periods, not a fragment and a rest.
         assert_eq!(slow, vec![(6_000, 7_500), (7_500, 9_000)], "{h:#?}");
         assert!(
@@ -437,37 +450,16 @@ mod tests {
 
     #[test]
     fn a_collective_that_stalls_near_its_end_is_one_slow_window() {
-        // Four ranks on a 10-sample rhythm (bursts of 4 samples); in iteration 6 a
-        // retransmission timeout stalls the last step for 5 samples, so its rest starts
-        // 0.8 periods after the collective did, too late to be a fragment by time alone.
-        let mut bytes = vec![vec![0.0; 120]; 4];
-        for series in &mut bytes {
-            let mut t = 0;
-            for it in 0..11 {
-                let active: &[usize] = if it == 6 {
-                    &[0, 1, 2, 8]
-                } else {
-                    &[0, 1, 2, 3]
-                };
-                for k in active {
-                    series[t + k] = 1000.0;
-                }
-                t += if it == 6 { 14 } else { 10 };
+        // In iteration 6 a retransmission timeout stalls the last step for 5 samples, so
+        // its rest starts 0.8 periods after the collective did, too late to be a fragment
+        // by time alone.
+        let (h, slow) = rhythm(120, 11, |it| {
+            if it == 6 {
+                (&[0, 1, 2, 8], 14)
+            } else {
+                (&[0, 1, 2, 3], 10)
             }
-        }
-        let tp = Throughput {
-            interval_ms: 100,
-            start_ms: 0,
-            bytes,
-            groups: Vec::new(),
-        };
-        let h = assess(&tp, &[], &Settings::default());
-        let slow: Vec<_> = h
-            .windows
-            .iter()
-            .filter(|w| w.class != WindowClass::Healthy)
-            .map(|w| (w.from_ms, w.to_ms))
-            .collect();
+        });
         assert_eq!(slow, vec![(6_000, 7_400)], "{h:#?}");
         assert_eq!(h.windows.len(), 10, "{h:#?}");
     }
