@@ -401,20 +401,23 @@ fn a_ring_job_is_closed_loop_so_a_stopped_rank_stalls_every_peer() {
         assert!(Instant::now() < deadline, "the ring did not resume: {s:?}");
     }
     // The ranks' own record: every rank iterates, iteration k of every rank starts
-    // together (the ring is lock-step), and none completes while a rank is stopped once
-    // the in-flight iteration has drained (an iteration lasts about 0.6 s).
+    // together (the ring is lock-step; checked on the iterations done before the stop,
+    // as the stop may catch a rank computing), and none completes while a rank is
+    // stopped once the in-flight iteration has drained (an iteration lasts about 0.6 s).
     let its = f.0.job_iterations("ring").expect("iterations");
     for r in 0..4 {
         assert!(
-            its.iter().filter(|i| i.rank == r).count() >= 4,
+            its.iter().filter(|i| i.rank == r).count() >= 3,
             "rank {r}: {its:?}"
         );
     }
-    let mut starts: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
-    for i in &its {
-        starts.entry(i.iteration).or_default().push(i.start_unix_ms);
+    let mut before: BTreeMap<u64, Vec<i64>> = BTreeMap::new();
+    for i in its.iter().filter(|i| i.end_unix_ms < stopped_at) {
+        before.entry(i.iteration).or_default().push(i.start_unix_ms);
     }
-    for (k, s) in &starts {
+    let whole: Vec<_> = before.iter().filter(|(_, s)| s.len() == 4).collect();
+    assert!(whole.len() >= 2, "iterations before the stop: {before:?}");
+    for (k, s) in whole {
         let spread = s.iter().max().unwrap() - s.iter().min().unwrap();
         assert!(spread < 400, "iteration {k} starts {s:?} apart");
     }
