@@ -197,16 +197,15 @@ fn truth(fault: &JobFault, t: Timeline, from: i64, to: i64) -> Option<WindowClas
 /// within half a period of an iteration's start.
 fn measured_slow(t: Timeline, from: i64, to: i64) -> Option<bool> {
     let starts = t.iterations;
-    let mut healthy: Vec<i64> = starts
+    let healthy: Vec<f64> = starts
         .windows(2)
         .filter(|w| w[1] <= t.fault_at_ms)
-        .map(|w| w[1] - w[0])
+        .map(|w| (w[1] - w[0]) as f64)
         .collect();
     if healthy.len() < 3 {
         return None;
     }
-    healthy.sort_unstable();
-    let period = healthy[healthy.len() / 2] as f64;
+    let period = crate::score::median(healthy)?;
     let nearest = |at: i64| {
         let i = starts
             .iter()

@@ -348,7 +348,8 @@ impl BaselineTracker {
     }
 }
 
-fn median(mut v: Vec<f64>) -> Option<f64> {
+/// The median of `v`; `None` when empty.
+pub(crate) fn median(mut v: Vec<f64>) -> Option<f64> {
     if v.is_empty() {
         return None;
     }
