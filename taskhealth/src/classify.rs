@@ -20,6 +20,9 @@ const LATE_SHARE: f64 = 0.5;
 /// A burst closer than this fraction of the healthy period to the previous one is a
 /// fragment of it.
 const FRAGMENT: f64 = 0.75;
+/// A job whose last iteration ran slow is not hung before its silence outlasts that
+/// iteration by this factor (its next burst is due later than the rhythm's).
+const SLOW_GRACE: f64 = 1.5;
 
 /// Judges every iteration window of `tp` (with the probe health of the task's skeleton
 /// pairs over the same interval).
@@ -95,7 +98,10 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
             }
             None => {
                 let silent = (len - b.start) as f64 * step;
-                if silent <= s.hang_factor * base {
+                let last_period = i
+                    .checked_sub(1)
+                    .map_or(0.0, |p| (b.start - bursts[p].start) as f64 * step);
+                if silent <= (s.hang_factor * base).max(SLOW_GRACE * last_period) {
                     // The newest iteration is still running.
                     continue;
                 }
@@ -263,7 +269,7 @@ fn hang(
     // peers' last transfers look like.
     let dead = attributions
         .iter()
-        .find(|a| a.rank.is_some() && a.blame != Blame::Connection && a.loss >= s.hang_loss / 2.0);
+        .find(|a| a.rank.is_some() && a.blame != Blame::Connection && a.loss >= s.hang_loss);
     if let Some(a) = dead
         && straggler != a.rank
     {
@@ -465,6 +471,30 @@ mod tests {
     }
 
     #[test]
+    fn a_job_running_three_times_slower_is_slow_until_its_silence_outlasts_its_pace() {
+        // Six iterations of 10 samples, then three of 32 (3.2 periods: a starved rank) and
+        // a burst at sample 156; the series ends some samples after it.
+        let shape = |it: usize| -> (&'static [usize], usize) {
+            (&[0, 1, 2, 3], if (6..9).contains(&it) { 32 } else { 10 })
+        };
+        // 3.1 healthy periods of silence: the next slow iteration is not due yet.
+        let (h, _) = rhythm(156 + 31, 10, shape);
+        assert_eq!(h.baseline_period_ms, Some(1000.0), "{h:#?}");
+        assert_eq!(h.windows.len(), 9, "{h:#?}");
+        assert!(h.windows.iter().all(|w| !w.class.is_hang()), "{h:#?}");
+        assert!(
+            h.windows[6..]
+                .iter()
+                .all(|w| w.class == WindowClass::NonCommunicationSlow),
+            "{h:#?}"
+        );
+        // Silent for 1.5 times the slow pace: hung.
+        let (h, _) = rhythm(156 + 49, 10, shape);
+        assert_eq!(h.windows.len(), 10, "{h:#?}");
+        assert!(h.worst().unwrap().class.is_hang(), "{h:#?}");
+    }
+
+    #[test]
     fn stray_traffic_during_a_hang_does_not_end_it() {
         // Ranks 0 and 2 keep the rhythm until sample 60, then the job hangs; 3 periods
         // later rank 2 sends a blip (a drained send, probes).
@@ -605,6 +635,10 @@ mod tests {
         confirm_hang(&mut w, &[("to it", 450, 450), ("from it", 500, 0)], &s);
         assert_eq!(w.class, WindowClass::CommunicationHang, "{}", w.evidence);
         assert!(w.evidence.ends_with("450 of 450 probes to it lost"));
+        // A dead RNIC read over a period that began well before the hang: diluted.
+        let mut w = hang.clone();
+        confirm_hang(&mut w, &[("to it", 399, 196), ("from it", 353, 0)], &s);
+        assert_eq!(w.class, WindowClass::CommunicationHang, "{}", w.evidence);
         let mut w = hang.clone();
         confirm_hang(&mut w, &[("to it", 0, 0)], &s);
         assert_eq!(w.class, WindowClass::NonCommunicationHang);

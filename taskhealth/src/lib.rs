@@ -74,6 +74,9 @@ pub struct Settings {
     /// Pairs with fewer probes are not judged.
     pub min_probes: u64,
     /// Straggler pairs losing at least this fraction make a hang a communication hang.
+    /// Low, since outcomes are stored per SLA period: the period that straddles a hang's
+    /// start carries the probes answered before it, so a dead endpoint's loss reads
+    /// diluted, and a stopped process (its host answers) loses next to none.
     pub hang_loss: f64,
     /// Healthy iteration period, when known; otherwise learned from the series.
     pub baseline_period_ms: Option<f64>,
@@ -89,7 +92,7 @@ impl Default for Settings {
             min_lost: 3,
             rtt_factor: 2.0,
             min_probes: 20,
-            hang_loss: 0.5,
+            hang_loss: 0.25,
             baseline_period_ms: None,
         }
     }
