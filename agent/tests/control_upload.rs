@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{Request, Response, serve};
+use common::{Request, Response, serve, wait_for};
 use rocemesh_agent::{AgentConfig, RnicConfig, ServiceTracing, start};
 use rocemesh_proto::api::*;
 use rocemesh_proto::batch::{BatchHeader, decode_batch};
@@ -213,7 +213,22 @@ fn registers_polls_with_etag_and_uploads_to_the_controller_url() {
         }
     });
     let agent = start(config(url, "127.0.7.10", 47_941)).unwrap();
-    std::thread::sleep(Duration::from_millis(1_600));
+    let both_paths = |ups: &[Upload]| {
+        let paths = ups.iter().flat_map(|u| &u.paths);
+        let acks: Vec<bool> = paths.map(|p| p.ack_direction).collect();
+        acks.contains(&false) && acks.contains(&true)
+    };
+    wait_for(
+        "re-registration, ETag polls, probes, uploads and both traced paths",
+        || {
+            let ups = uploads.lock().unwrap();
+            state.lock().unwrap().not_modified >= 3
+                && agent.stats().probes_sent >= 80
+                && ups.len() >= 3
+                && both_paths(&ups)
+                && ups.iter().map(|u| u.ok).sum::<usize>() >= 80
+        },
+    );
     let stats = agent.stats();
     assert_eq!(agent.host_id(), Some(HOST_ID));
     {
@@ -289,7 +304,10 @@ fn analyzer_outage_keeps_probing_bounds_the_buffer_and_retries_the_same_batch() 
     cfg.analyzer_url = Some(ana_url);
     cfg.buffer_capacity = 40;
     let agent = start(cfg).unwrap();
-    std::thread::sleep(Duration::from_millis(1_300));
+    wait_for("failed uploads, a full buffer and probing", || {
+        let s = agent.stats();
+        s.upload_failures >= 2 && s.records_dropped > 0 && s.probes_sent >= 100
+    });
     let s = agent.stats();
     assert!(s.upload_failures >= 2 && s.batches_uploaded == 0, "{s:?}");
     assert!(s.buffer_len <= 40 && s.records_dropped > 0, "{s:?}");
@@ -389,20 +407,22 @@ fn uploads_follow_the_analyzer_a_pinglist_answer_names() {
     let new = serve(analyzer(new_log.clone(), Arc::new(AtomicU8::new(1))));
     let ctl_url = serve(controller(state.clone(), Some(old.clone()), 100.0));
     let agent = start(config(ctl_url, "127.0.7.12", 47_944)).unwrap();
-    std::thread::sleep(Duration::from_millis(800));
-    assert!(
-        !old_log.lock().unwrap().is_empty(),
-        "uploads start at the registered analyzer"
-    );
+    wait_for("an upload at the registered analyzer", || {
+        !old_log.lock().unwrap().is_empty()
+    });
     // Garbage in the header is ignored: the agent stays where it is.
     state.lock().unwrap().analyzer_header = Some("ftp://nowhere".into());
     std::thread::sleep(Duration::from_millis(500));
     assert!(new_log.lock().unwrap().is_empty());
     // The shard moved: the next poll names the new owner, and uploads go there.
     state.lock().unwrap().analyzer_header = Some(format!("{new}/"));
-    std::thread::sleep(Duration::from_millis(800));
+    wait_for("an upload at the new analyzer", || {
+        !new_log.lock().unwrap().is_empty()
+    });
     let before = old_log.lock().unwrap().len();
-    std::thread::sleep(Duration::from_millis(600));
+    wait_for("three uploads at the new analyzer", || {
+        new_log.lock().unwrap().len() >= 3
+    });
     agent.shutdown().unwrap();
     assert_eq!(
         old_log.lock().unwrap().len(),
@@ -444,7 +464,15 @@ fn a_fresh_analyzer_instance_gets_every_traced_path_again() {
     let ctl_url = serve(controller(state, Some(ana), 100.0));
     let agent = start(config(ctl_url, "127.0.7.13", 47_945)).unwrap();
     let with_paths = |ups: &[Upload]| ups.iter().filter(|u| !u.paths.is_empty()).count();
-    std::thread::sleep(Duration::from_millis(1_500));
+    let traced = |ups: &[Upload]| ups.iter().map(|u| u.paths.len()).sum::<usize>();
+    wait_for("both traced paths uploaded", || {
+        traced(&uploads.lock().unwrap()) >= 2
+    });
+    // Past the traces' own settling: an upload or two more, still no third path.
+    let seen = uploads.lock().unwrap().len();
+    wait_for("two more uploads", || {
+        uploads.lock().unwrap().len() >= seen + 2
+    });
     let first: Vec<TracedPath> = uploads
         .lock()
         .unwrap()
@@ -463,7 +491,9 @@ fn a_fresh_analyzer_instance_gets_every_traced_path_again() {
     // The analyzer restarted: the next uploads carry both paths again, as traced then.
     instance.store(8, SeqCst);
     let changed = uploads.lock().unwrap().len();
-    std::thread::sleep(Duration::from_millis(800));
+    wait_for("both paths re-sent", || {
+        traced(&uploads.lock().unwrap()[changed..]) >= 2
+    });
     agent.shutdown().unwrap();
     let ups = uploads.lock().unwrap();
     let mut again: Vec<TracedPath> = ups[changed..]

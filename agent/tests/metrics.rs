@@ -1,6 +1,7 @@
 //! A real agent with `metrics_listen` probing itself (and an address nobody answers) on
 //! loopback: its `/metrics` listener is scraped over TCP and must show what the agent did.
 
+#[allow(dead_code)]
 mod common;
 
 use common::{Request, Response, serve};
@@ -321,7 +322,9 @@ fn dripping_and_silent_clients_delay_no_scrape() {
         .unwrap();
     let during = started.elapsed();
     eprintln!("24 scrapes beside 4 dripping and 4 silent clients: {worst:?} at worst");
-    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    // A blocked server would answer only once the held connections time out (seconds
+    // more); a loaded machine's fresh connection and call take well under 3 s.
+    assert!(worst < Duration::from_secs(3), "{worst:?}");
     // The scrapes ran while the slow clients were still held.
     assert!(during < Duration::from_secs(5), "scrapes took {during:?}");
     // The slow clients are cut off at the header deadline (5 s), not held for good.

@@ -1,6 +1,9 @@
 //! Probe authentication and the per-source answer limit over real UDP sockets: engines on
 //! 127.0.9.x, a fake prober (or attacker) on a plain socket bound to the agent port.
 
+#[allow(dead_code)]
+mod common;
+
 use rocemesh_agent::Counters;
 use rocemesh_agent::{Auth, GuardSettings};
 use rocemesh_agent::{Command, EngineHandle, EngineIdentity};
@@ -13,6 +16,7 @@ use rocemesh_proto::probe_auth::{Flow, Keyring};
 use rocemesh_proto::{Packet, PacketKind, ProbeClass, ProbeStatus};
 use std::net::{IpAddr, UdpSocket};
 use std::sync::Arc;
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
 fn cluster_ring() -> Keyring {
@@ -183,6 +187,7 @@ fn a_flood_from_one_source_is_rate_limited() {
     let ring = cluster_ring();
     let f = flow(&sock, &b, port);
     let sent = 2_000u32;
+    let rate_limited = || b.counters.snapshot(0).rejected_by_reason["rate_limited"];
     let t0 = Instant::now();
     for seq in 0..sent {
         sock.send_to(
@@ -190,19 +195,33 @@ fn a_flood_from_one_source_is_rate_limited() {
             &dest,
         )
         .unwrap();
-        // Short pauses keep the flood (256-byte PROBEs) within the socket buffer, so every
-        // probe is seen.
+        // The flood stays within the engine's socket buffer (256-byte PROBEs), so every
+        // probe is seen: at most ~50 ahead of what it has answered or refused.
         if seq % 25 == 24 {
-            std::thread::sleep(Duration::from_millis(2));
+            common::wait_for("the engine to keep up", || {
+                let acks = b.counters.acks_sent.load(Relaxed);
+                rate_limited() + acks + 50 > u64::from(seq)
+            });
         }
     }
+    // Every probe is answered or counted; the bucket refilled until the last one was.
+    let mut ack1 = 0u64;
+    common::wait_for("every probe answered or refused", || {
+        ack1 += received(&sock)
+            .iter()
+            .filter(|a| Packet::decode(a).is_ok_and(|p| p.kind == PacketKind::Ack1))
+            .count() as u64;
+        rate_limited() + ack1 >= u64::from(sent)
+    });
     let elapsed = t0.elapsed().as_secs_f64();
-    let ack1 = received(&sock)
-        .iter()
-        .filter(|a| Packet::decode(a).is_ok_and(|p| p.kind == PacketKind::Ack1))
-        .count() as f64;
-    // At most the bucket plus its refill while the flood lasted (+ the read tail).
-    let bound = f64::from(burst) + pps * (elapsed + 0.05) + 1.0;
+    assert_eq!(
+        rate_limited() + ack1,
+        u64::from(sent),
+        "every probe is answered or counted once"
+    );
+    let ack1 = ack1 as f64;
+    // At most the bucket plus its refill while the flood was being handled.
+    let bound = f64::from(burst) + pps * elapsed + 1.0;
     assert!(
         ack1 >= f64::from(burst),
         "{ack1} answers: the bucket was not even used"
@@ -210,12 +229,6 @@ fn a_flood_from_one_source_is_rate_limited() {
     assert!(
         ack1 <= bound,
         "{ack1} answers to {sent} probes in {elapsed:.3} s, bound {bound}"
-    );
-    let s = b.counters.snapshot(0);
-    assert_eq!(
-        s.rejected_by_reason["rate_limited"] + ack1 as u64,
-        u64::from(sent),
-        "every probe is answered or counted"
     );
     b.engine.stop().unwrap();
 }
@@ -273,7 +286,9 @@ fn legitimate_probing_is_unaffected_and_a_forged_ack_is_not_trusted() {
     )
     .ack1(0x66);
     attacker.send_to(&fake.encode(), (a.ip, port)).unwrap();
-    std::thread::sleep(Duration::from_millis(100));
+    common::wait_for("the untagged ACK refused", || {
+        a.counters.snapshot(0).rejected_by_reason["untagged"] >= 1
+    });
     let kept = [
         (a.counters.clone(), a.results.clone()),
         (b.counters.clone(), b.results.clone()),
@@ -284,8 +299,13 @@ fn legitimate_probing_is_unaffected_and_a_forged_ack_is_not_trusted() {
         let rs = results(buffer);
         let ok = rs.iter().filter(|r| r.status == ProbeStatus::Ok).count();
         assert!(rs.len() >= 200, "only {} results", rs.len());
-        // The last probes may be cut by the stop; every other one was answered.
-        assert!(ok + 5 >= rs.len(), "{ok} ok of {}", rs.len());
+        // The last probes may be cut by the stop, and a loaded machine may stall a probe
+        // past its timeout; nothing else fails.
+        assert!(
+            ok + 5 + rs.len() / 50 >= rs.len(),
+            "{ok} ok of {}",
+            rs.len()
+        );
         let s = counters.snapshot(0);
         assert_eq!(s.rejected_by_reason["rate_limited"], 0);
         assert_eq!(s.rejected_by_reason["bad_tag"], 0);

@@ -6,12 +6,12 @@
 
 mod common;
 
-use common::{Request, Response, serve};
+use common::{Request, Response, serve, wait_for};
 use rocemesh_agent::{AgentConfig, AgentStats, RnicConfig, ServiceTracing, TransportKind, start};
 use rocemesh_proto::api::*;
 use std::net::UdpSocket;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 const HOST_ID: u32 = 5;
 const RNIC_ID: u32 = 77;
@@ -72,17 +72,6 @@ fn controller(seen: Arc<Mutex<Seen>>) -> impl Fn(&Request) -> Response {
         }
         // No pinglist: the agent sends no probe, so `lo` stays quiet.
         _ => Response::empty(404),
-    }
-}
-
-fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "timed out: {what}"
-        );
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

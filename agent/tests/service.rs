@@ -190,14 +190,6 @@ fn agent(
     .unwrap()
 }
 
-fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + timeout;
-    while !cond() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 fn read_line(out: &mut BufReader<ChildStdout>) -> String {
     let mut line = String::new();
     out.read_line(&mut line).unwrap();
@@ -232,15 +224,11 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
         // No RDMA device here: auto means udp, and it says so.
         assert_eq!(a.stats().transports.get("r0"), Some(&"udp"));
     }
-    wait_for(
-        "registration and the tracers",
-        Duration::from_secs(20),
-        || {
-            [&a0, &a2]
-                .iter()
-                .all(|a| a.host_id().is_some() && a.stats().service_route == "user")
-        },
-    );
+    common::wait_for("registration and the tracers", || {
+        [&a0, &a2]
+            .iter()
+            .all(|a| a.host_id().is_some() && a.stats().service_route == "user")
+    });
     // The agents register concurrently, so either may be host 1: take the ids assigned.
     let (h0_info, h2_info) = {
         let c = cluster.lock().unwrap();
@@ -274,11 +262,9 @@ fn service_flow_is_probed_on_its_own_5_tuple_until_destroyed() {
             })
             .count()
     };
-    wait_for(
-        "answered service probes uploaded",
-        Duration::from_secs(15),
-        || service_ok(&cluster.lock().unwrap()) >= 50,
-    );
+    common::wait_for("answered service probes uploaded", || {
+        service_ok(&cluster.lock().unwrap()) >= 50
+    });
     {
         let c = cluster.lock().unwrap();
         let service: Vec<&ProbeResult> = c

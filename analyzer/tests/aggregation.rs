@@ -311,7 +311,8 @@ async fn run_refreshes_the_registry_on_demand_and_flushes_at_cancel() {
         assert_eq!(ack.dropped, 1, "{name}");
         seed(&db, &[(2, 1, "tor-a")]).await;
         let mut accepted = 0;
-        for seq in 2..40 {
+        // Up to 30 s: the registry refresh runs on the analyzer's task, late on a loaded machine.
+        for seq in 2..300 {
             tokio::time::sleep(Duration::from_millis(100)).await;
             let now = rocemesh_proto::now_unix_ms();
             accepted = a

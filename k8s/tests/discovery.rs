@@ -187,7 +187,7 @@ async fn a_sixteen_rank_job_activates_rank_by_rank_and_ends_with_its_pods() {
     println!("seed {seed} (replay: K8S_SEED={seed})");
     let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
     for (backend, db) in test_databases().await {
-        let api = ApiServer::start(Duration::from_millis(200)).await;
+        let api = ApiServer::start(Duration::from_millis(5)).await;
         let h = Harness::start(db, api.clone()).await;
         let mut hosts = Vec::new();
         for n in 0..16 {
@@ -228,8 +228,10 @@ async fn a_sixteen_rank_job_activates_rank_by_rank_and_ends_with_its_pods() {
             })
             .await;
             let took = at.elapsed();
+            // Seconds of slack for a loaded machine's database writes; a lost watch event
+            // never activates it at all.
             assert!(
-                took < Duration::from_secs(2),
+                took < Duration::from_secs(10),
                 "{backend}: rank {rank} active {took:?} after its pod's Ready"
             );
             ready.push(rank);
@@ -311,8 +313,6 @@ async fn an_expired_watch_relists_without_losing_or_doubling_tasks() {
     };
     let pod_lists = lists(&api);
     api.put_node(&node("n11", Some("unrelated-change")));
-    let marked = api.requests().len();
-    tokio::time::sleep(Duration::from_millis(400)).await;
     let rv_now: u64 = api
         .node("n11")
         .metadata
@@ -320,20 +320,30 @@ async fn an_expired_watch_relists_without_losing_or_doubling_tasks() {
         .unwrap()
         .parse()
         .unwrap();
-    api.end_watches();
-    let resumed = wait_for("pod watches resumed", || async {
-        let r: Vec<u64> = api.requests()[marked..]
-            .iter()
-            .filter(|r| r.rbac() == ("pods".into(), "watch"))
-            .filter_map(|r| r.query.get("resourceVersion")?.parse().ok())
-            .collect();
-        (r.len() >= 5).then_some(r)
-    })
-    .await;
-    assert!(
-        resumed.iter().all(|rv| *rv >= rv_now),
-        "pod watches resume from the bookmark (>= {rv_now}), not their last pod event: {resumed:?}"
-    );
+    // The bookmark past the node's change reaches each pod watch within a tick, at a time
+    // a loaded machine decides: end the watches until every resumed one starts there.
+    let start = Instant::now();
+    loop {
+        let marked = api.requests().len();
+        api.end_watches();
+        let resumed = wait_for("pod watches resumed", || async {
+            let r: Vec<u64> = api.requests()[marked..]
+                .iter()
+                .filter(|r| r.rbac() == ("pods".into(), "watch"))
+                .filter_map(|r| r.query.get("resourceVersion")?.parse().ok())
+                .collect();
+            (r.len() >= 5).then_some(r)
+        })
+        .await;
+        if resumed.iter().all(|rv| *rv >= rv_now) {
+            break;
+        }
+        assert!(
+            start.elapsed() < DEADLINE,
+            "pod watches resume from the bookmark (>= {rv_now}), not their last pod event: {resumed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     assert_eq!(lists(&api), pod_lists, "a resumed watch needs no list");
     for r in api.requests() {
         if r.rbac().1 == "watch" {

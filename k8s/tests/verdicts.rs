@@ -125,9 +125,12 @@ async fn scenario(taint: bool) {
             && status_of(&api, "n2").as_deref() == Some("True")
     })
     .await;
+    // Five polls of slack: the fake server, the analyzer stand-in and this test share one
+    // thread of a loaded machine. A condition that waited for a re-list or a resync would
+    // take far longer.
     assert!(
-        took < TICK,
-        "condition set {took:?} after the problem, over one tick"
+        took < 5 * TICK,
+        "condition set {took:?} after the problem, over five ticks"
     );
     let c = api.condition("n1", CONDITION).unwrap();
     assert_eq!(c.reason.as_deref(), Some("RnicFault"));

@@ -17,19 +17,22 @@ fn quick_suite_meets_the_localization_targets() {
         Some(path) => std::process::Command::new(path),
         None => support::bin(),
     };
-    let report = support::eval_report(cmd.args([
-        "eval",
-        "--quick",
-        "--json",
-        "--prefix",
-        "rmci",
-        "--baseline-secs",
-        "8",
-        "--fault-secs",
-        "12",
-        "--recovery-secs",
-        "10",
-    ]));
+    let report = support::eval_report(
+        "eval-quick",
+        cmd.args([
+            "eval",
+            "--quick",
+            "--json",
+            "--prefix",
+            "rmci",
+            "--baseline-secs",
+            "8",
+            "--fault-secs",
+            "12",
+            "--recovery-secs",
+            "10",
+        ]),
+    );
     let s = &report["summary"];
     let f = |k: &str| {
         s[k].as_f64()

@@ -15,22 +15,25 @@ fn a_fresh_random_lab_suite_runs_and_meets_the_floors() {
     let seed = support::eval_seed("random lab suite");
     let mut cmd = support::eval_bin();
     let seed_arg = seed.to_string();
-    let report = support::eval_report(cmd.args([
-        "eval",
-        "--random",
-        "2",
-        "--seed",
-        &seed_arg,
-        "--json",
-        "--prefix",
-        "rmrd",
-        "--baseline-secs",
-        "8",
-        "--fault-secs",
-        "12",
-        "--recovery-secs",
-        "8",
-    ]));
+    let report = support::eval_report(
+        "eval-random",
+        cmd.args([
+            "eval",
+            "--random",
+            "2",
+            "--seed",
+            &seed_arg,
+            "--json",
+            "--prefix",
+            "rmrd",
+            "--baseline-secs",
+            "8",
+            "--fault-secs",
+            "12",
+            "--recovery-secs",
+            "8",
+        ]),
+    );
     assert_eq!(
         report["seed"].as_u64(),
         Some(seed),

@@ -38,16 +38,19 @@ fn emulated_job_groups_are_inferred_exactly_from_measured_counters() {
         eprintln!("skipping skeleton_e2e: needs root (network namespaces)");
         return;
     }
-    let report = support::eval_report(support::bin().args([
-        "eval",
-        "--suite",
-        "skeleton",
-        "--scenario",
-        "testbed",
-        "--json",
-        "--prefix",
-        "rmsk",
-    ]));
+    let report = support::eval_report(
+        "skeleton-e2e",
+        support::bin().args([
+            "eval",
+            "--suite",
+            "skeleton",
+            "--scenario",
+            "testbed",
+            "--json",
+            "--prefix",
+            "rmsk",
+        ]),
+    );
     let case = &report["cases"][0];
     assert_eq!(case["name"], "testbed");
     let run = &case["testbed"];

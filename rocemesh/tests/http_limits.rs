@@ -117,7 +117,9 @@ fn idle_and_slow_connections_never_stall_health_or_the_api() {
         "1,100 idle + {} crowded sockets: /healthz + API answered in {worst:?} at worst ({held_during:?} into the attack)",
         PER_IP + 10
     );
-    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    // A blocked server would answer only once the held connections time out (seconds
+    // more); a loaded machine's fresh connection and call take well under 3 s.
+    assert!(worst < Duration::from_secs(3), "{worst:?}");
     assert!(
         held_during < HEADER_READ,
         "calls came too late: {held_during:?}"

@@ -137,22 +137,26 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
             expected.keys().all(|k| got.contains(k)).then_some(())
         },
     );
+    // Results are uploaded in the order they complete, and a probe completes within its
+    // 500 ms timeout: once every prober has uploaded a result sent a second after `t`,
+    // every result of a probe sent before `t` is in.
+    let uploaded_past = |t: u64, probers: &[u32]| {
+        wait_for("uploads past the window", Duration::from_secs(60), || {
+            let got = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.send_unix_ns > t + 1_000_000_000)
+                .map(|r| r.prober_rnic)
+                .collect::<std::collections::HashSet<_>>();
+            probers.iter().all(|p| got.contains(p)).then_some(())
+        })
+    };
+    let all_probers: Vec<u32> = expected.keys().map(|k| k.0).collect();
     let t0 = now_ns();
     std::thread::sleep(Duration::from_secs(8));
     let t1 = now_ns();
-    wait_for("uploads past the window", Duration::from_secs(60), || {
-        let probers = seen
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|r| r.send_unix_ns > t1)
-            .map(|r| r.prober_rnic)
-            .collect::<std::collections::HashSet<_>>();
-        expected
-            .keys()
-            .all(|k| probers.contains(&k.0))
-            .then_some(())
-    });
+    uploaded_past(t1, &all_probers);
     let window = in_window(&seen, t0, t1);
     let secs = (t1 - t0) as f64 / 1e9;
     let mut counts: HashMap<(u32, u32, u16, ProbeClass), f64> = HashMap::new();
@@ -211,12 +215,17 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
         .filter(|r| r.host_id == host3.id)
         .map(|r| r.id)
         .collect();
+    let to_host3: Vec<u32> = expected
+        .keys()
+        .filter(|k| host3_rnics.contains(&k.1) && !host3_rnics.contains(&k.0))
+        .map(|k| k.0)
+        .collect();
     agents[2].kill();
     std::thread::sleep(Duration::from_secs(1));
     let k0 = now_ns();
     std::thread::sleep(Duration::from_secs(4));
     let k1 = now_ns();
-    std::thread::sleep(Duration::from_secs(3)); // 500 ms timeout + upload period
+    uploaded_past(k1, &to_host3);
     let to_dead: Vec<_> = in_window(&seen, k0, k1)
         .into_iter()
         .filter(|r| host3_rnics.contains(&r.target_rnic))
@@ -248,11 +257,28 @@ fn server_and_three_agents_probe_measure_and_notice_a_dead_agent() {
         ids_after, host3_rnics,
         "RNIC ids are stable across restarts"
     );
-    std::thread::sleep(Duration::from_secs(3));
+    // The window opens once every prober of host 3 has been answered by the new agent
+    // (its pinglist refreshed with the new QPNs).
+    let registered = now_ns();
+    wait_for(
+        "answers from the restarted agent",
+        Duration::from_secs(60),
+        || {
+            let answered = seen
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|r| r.send_unix_ns > registered && r.status == ProbeStatus::Ok)
+                .filter(|r| host3_rnics.contains(&r.target_rnic))
+                .map(|r| r.prober_rnic)
+                .collect::<std::collections::HashSet<_>>();
+            to_host3.iter().all(|p| answered.contains(p)).then_some(())
+        },
+    );
     let r0 = now_ns();
     std::thread::sleep(Duration::from_secs(3));
     let r1 = now_ns();
-    std::thread::sleep(Duration::from_secs(3));
+    uploaded_past(r1, &to_host3);
     let back: Vec<_> = in_window(&seen, r0, r1)
         .into_iter()
         .filter(|r| host3_rnics.contains(&r.target_rnic))

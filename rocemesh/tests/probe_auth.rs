@@ -195,8 +195,10 @@ fn keys_reach_only_agents_and_strangers_get_no_answers() {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
-    let elapsed = t0.elapsed().as_secs_f64();
     let got = answers(&sock);
+    // Up to the last answer (read until quiet): the agent may still be working through the
+    // flood after the sender is done, and its bucket refills meanwhile.
+    let elapsed = t0.elapsed().as_secs_f64();
     let ack1 = got.iter().filter(|p| p.kind == PacketKind::Ack1).count() as f64;
     // Every answer is a 64-byte packet; every probe was 256 bytes.
     let answered_bytes = got.len() * rocemesh_proto::packet::PACKET_LEN;
@@ -205,7 +207,7 @@ fn keys_reach_only_agents_and_strangers_get_no_answers() {
         answered_bytes as f64 / sent_bytes as f64
     );
     assert!(answered_bytes <= sent_bytes);
-    let bound = f64::from(auth.source_burst) + auth.source_pps * (elapsed + 0.05);
+    let bound = f64::from(auth.source_burst) + auth.source_pps * elapsed;
     eprintln!(
         "flood: {sent} probes in {elapsed:.3} s, {ack1} answered (bound {bound:.0}: burst {} + {} pps)",
         auth.source_burst, auth.source_pps

@@ -15,8 +15,9 @@ use support::{Proc, get_json, loopback_agent, scratch_dir, start_sqlite_server, 
 
 const LIBFAKETIME: &str = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
 const STEPPED: &str = "sf-clock-1";
-/// Loopback RTTs are tens of µs; anything near a millisecond would be a bogus value.
-const ABSURD_NS: u64 = 5_000_000;
+/// Loopback RTTs are tens of µs and a loaded machine's softirq delays a few ms; a clock step
+/// leaking into an RTT shows as seconds.
+const ABSURD_NS: u64 = 100_000_000;
 
 /// Sets the stepped host's clock offset (libfaketime's relative format, seconds).
 fn step(file: &std::path::Path, offset: &str) {
@@ -87,16 +88,23 @@ fn a_stepped_host_clock_makes_no_bogus_rtt_and_no_alarm() {
         mine.len()
     );
     let mut worst = 0;
+    let (mut probes, mut timeouts) = (0, 0);
     for r in &mine {
         let q = &r.network_rtt_ns;
         let (lo, hi) = (q.p50.unwrap_or(0), q.p999.or(q.p99).unwrap_or(u64::MAX));
         assert!(lo > 0 && hi < ABSURD_NS, "bogus RTT stored: {r:#?}");
+        // Per period a loaded machine may lose a few probes; over all of them, 1 %.
         assert!(
-            r.timeout_rate < 0.01,
+            r.timeout_rate < 0.05,
             "probes lost while the clock stepped: {r:#?}"
         );
+        (probes, timeouts) = (probes + r.probes, timeouts + r.timeouts);
         worst = worst.max(hi);
     }
+    assert!(
+        timeouts * 100 < probes,
+        "{timeouts} of {probes} probes of the stepped host lost"
+    );
     assert_no_false_alarm(&url, "after the clock steps");
     let stats: IngestStats = get_json(&format!("{url}/api/v1/ingest/stats"));
     // The steps reached the agent: records stamped 5 s ahead or behind the analyzer's

@@ -53,8 +53,22 @@ fn a_restart_mid_incident_keeps_the_problem_and_sends_nothing_twice() {
             (!rx.delivered().is_empty()).then_some(p)
         },
     );
-    std::thread::sleep(Duration::from_secs(2)); // the group's other alerts, if any
-    let sent_before = rx.delivered_keys();
+    // The group's other alerts, if any: the snapshot is taken once deliveries have been
+    // quiet for 5 s, however long a loaded machine takes to send them.
+    let mut sent_before = rx.delivered_keys();
+    let mut quiet_since = Instant::now();
+    let settling = Instant::now();
+    while quiet_since.elapsed() < Duration::from_secs(5) {
+        assert!(
+            settling.elapsed() < Duration::from_secs(60),
+            "alerts kept coming: {sent_before:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+        let keys = rx.delivered_keys();
+        if keys != sent_before {
+            (sent_before, quiet_since) = (keys, Instant::now());
+        }
+    }
 
     for round in 1..=2 {
         let seen_before = link_problems(&lab)

@@ -362,7 +362,9 @@ fn silent_and_stalled_tls_clients_lock_nobody_out() {
     eprintln!(
         "360 silent/stalled connections: /healthz + authenticated call answered in {worst:?} at worst ({held_during:?} into the attack)"
     );
-    assert!(worst < Duration::from_secs(1), "{worst:?}");
+    // A blocked server would answer only once the held connections time out (seconds
+    // more); a loaded machine's fresh connection and call take well under 3 s.
+    assert!(worst < Duration::from_secs(3), "{worst:?}");
     // The attack was in place while they answered: every silent connection still open.
     assert!(
         held_during < Duration::from_secs(6),

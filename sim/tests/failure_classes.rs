@@ -213,10 +213,11 @@ async fn lossy_link(i: u32, one_way: bool) -> (Score, Option<LinkDirection>, Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_way_link_loss_names_its_direction_and_symmetric_loss_none() {
     // One way: the link is found every time and never given the wrong direction; the
-    // direction is named on at least half the draws (7-12 of 12 in runs so far: on a
-    // thinly probed link, or at 1-1.5 % loss, the probes crossing it the other way only
-    // may not give the direction its prior over both within the run; docs/localization.md,
-    // "Link direction").
+    // direction is named on at least a third of the draws. Measured: 6-12 of 12 over 25
+    // runs, 9.1 on average (p ~ 0.76 per draw), so "at least half" fails about one run in
+    // 90 and "at least 4" about one in 3,500. On a thinly probed link, or at 1-1.5 % loss,
+    // the probes crossing it the other way only may not give the direction its prior over
+    // both within the run (docs/localization.md, "Link direction").
     let draws = 12;
     let mut unnamed = Vec::new();
     for i in 0..draws {
@@ -236,7 +237,7 @@ async fn one_way_link_loss_names_its_direction_and_symmetric_loss_none() {
         draws as usize - unnamed.len()
     );
     assert!(
-        2 * unnamed.len() <= draws as usize,
+        3 * unnamed.len() <= 2 * draws as usize,
         "no direction named: {unnamed:#?}"
     );
     // Both ways: found, and no direction named.

@@ -104,12 +104,12 @@ mod tests {
             return;
         }
         let mut child = Command::new("unshare")
-            .args(["-n", "sleep", "5"])
+            .args(["-n", "sleep", "60"])
             .spawn()
             .expect("unshare");
         let pid = child.id();
         // unshare execs sleep in the same pid once the namespace exists.
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while NetnsId::of_pid(pid) == NetnsId::current().ok()
             && std::time::Instant::now() < deadline
         {

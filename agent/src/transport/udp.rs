@@ -422,13 +422,24 @@ mod tests {
     fn software_stamps_on_loopback_from_the_chosen_source_port() {
         let mut a = open("127.0.9.1", 4);
         let mut b = open("127.0.9.2", 4);
-        // The kernel turns RX timestamping on through deferred work: give it a moment.
-        std::thread::sleep(Duration::from_millis(100));
         let to_b = Endpoint {
             ip: "127.0.9.2".parse().unwrap(),
             port: b.port(),
             qpn: 0,
         };
+        // The kernel turns RX timestamping on through deferred work: send until one
+        // arrives stamped (unstamped sends leave the sender's state as it was).
+        let start = Instant::now();
+        loop {
+            a.send_unstamped(&[1u8; PACKET_LEN], to_b, 40_001).unwrap();
+            let stamped = events_until(&mut b, 1).iter().any(|e| {
+                matches!(e, TransportEvent::Rx(d) if d.stamp.map(|s| s.source) == Some(TimestampSource::Software))
+            });
+            if stamped {
+                break;
+            }
+            assert!(start.elapsed() < Duration::from_secs(10), "no RX stamp");
+        }
         let payload = [7u8; PACKET_LEN];
         let t0 = a.send(&payload, to_b, 40_001).unwrap();
         // An unstamped send in between neither yields a stamp nor shifts the OPT_IDs.

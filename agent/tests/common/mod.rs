@@ -1,11 +1,24 @@
 //! A tiny blocking HTTP/1.1 server for tests: one thread, `Connection: close`, a closure
-//! decides every response.
+//! decides every response; and the one way these tests wait for a condition.
 
 pub(crate) mod upload;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpListener;
 use std::sync::Arc;
+
+/// Polls `cond` every 20 ms until it holds; panics after a deadline generous enough for a
+/// loaded 2-core machine. Tests wait for what they assert, never for a fixed time.
+pub(crate) fn wait_for(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !cond() {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "timed out waiting for {what}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+}
 
 /// One received request.
 #[derive(Debug, Clone)]

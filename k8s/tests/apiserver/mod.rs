@@ -506,9 +506,10 @@ fn watch(s: ApiServer, scope: Scope, since: u64, timeout: Duration, bookmarks: b
                 },
                 _ = tick.tick(), if bookmarks => {
                     let kind = if scope.resource == "pods" { "Pod" } else { "Node" };
-                    let rv = s.lock().rv.max(last);
-                    last = rv;
-                    let mark = json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": rv.to_string()}});
+                    // As the real server: a bookmark names the version every change up to
+                    // which was delivered, never the store's newest, whose change may still
+                    // be queued for this watch (resuming there would skip it).
+                    let mark = json!({"kind": kind, "apiVersion": "v1", "metadata": {"resourceVersion": last.to_string()}});
                     if tx.send(line("BOOKMARK", &mark)).await.is_err() {
                         return;
                     }

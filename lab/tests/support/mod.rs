@@ -1,6 +1,7 @@
 //! Helpers for the `rocemesh-lab` binary's tests: real processes, JSON reports.
 #![allow(dead_code)]
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// The lab binary under test; the agents its labs start run from the `rocemesh` binary
@@ -39,14 +40,26 @@ pub(crate) fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// Runs an `eval ... --json` command, asserts it succeeded and returns its report
-/// (printed, for the test log).
-pub(crate) fn eval_report(cmd: &mut Command) -> serde_json::Value {
+/// Runs an `eval ... --json` command, asserts it succeeded and returns its report, kept
+/// whole in `target/test-artifacts/<name>.json` (a failing test's log stays short enough
+/// to show its assertion).
+pub(crate) fn eval_report(name: &str, cmd: &mut Command) -> serde_json::Value {
     let out = cmd.output().expect("run rocemesh-lab eval");
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "eval failed: {stderr}");
     let report: serde_json::Value =
         serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("bad JSON ({e}): {stderr}"));
-    eprintln!("{}", serde_json::to_string_pretty(&report).expect("JSON"));
+    let path = artifact(&format!("{name}.json"));
+    std::fs::write(&path, serde_json::to_string_pretty(&report).expect("JSON"))
+        .unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    eprintln!("report: {}", path.display());
     report
+}
+
+/// `target/test-artifacts/<name>` (the directory created), where reports are kept for
+/// people.
+fn artifact(name: &str) -> PathBuf {
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).with_file_name("test-artifacts");
+    std::fs::create_dir_all(&dir).unwrap_or_else(|e| panic!("create {}: {e}", dir.display()));
+    dir.join(name)
 }
