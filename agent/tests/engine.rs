@@ -170,7 +170,10 @@ fn a_stale_qpn_gets_no_answer() {
     a.engine
         .send(Command::Lists(vec![list], Duration::from_millis(200)))
         .unwrap();
-    std::thread::sleep(Duration::from_millis(1_000));
+    // A stalled thread skips missed slots, so wait for the counts rather than a fixed time.
+    common::wait_for("30 timeouts at A and 40 stale probes at B", || {
+        results(&a.results).len() >= 30 && b.counters.stale_qpn.load(Relaxed) >= 40
+    });
     a.engine.stop().unwrap();
     let rs = results(&a.results);
     assert!(rs.len() >= 30, "{} results", rs.len());

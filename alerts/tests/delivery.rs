@@ -97,6 +97,17 @@ async fn insert_problem(
     component: &str,
     priority: Option<&str>,
 ) -> i64 {
+    insert_problem_on(db.pool(), kind, component_kind, component, priority).await
+}
+
+/// [`insert_problem`] on a given connection (a transaction's, to commit rows together).
+async fn insert_problem_on<'e>(
+    db: impl sqlx::Executor<'e, Database = sqlx::Any>,
+    kind: &str,
+    component_kind: &str,
+    component: &str,
+    priority: Option<&str>,
+) -> i64 {
     let now = now_ms();
     let (id,): (i64,) = sqlx::query_as(
         "INSERT INTO problems (kind, component_kind, component, state, confidence, network, \
@@ -109,7 +120,7 @@ async fn insert_problem(
     .bind(now)
     .bind(r#"{"probes":40,"timeouts":12,"votes":5,"ok_paths":0,"example_paths":["h0 t0 s1 t1 h2"],"detail":"tomography: every failed path crosses it"}"#)
     .bind(priority)
-    .fetch_one(db.pool())
+    .fetch_one(db)
     .await
     .expect("insert problem");
     id
@@ -144,6 +155,23 @@ async fn wait_for(what: &str, timeout: Duration, mut cond: impl FnMut() -> bool)
     }
 }
 
+/// Reads with `read` until `done` holds or `timeout` passes and returns the last value
+/// (the caller asserts on it): for state written after the receiver has seen a request.
+async fn settled<T>(
+    timeout: Duration,
+    mut read: impl AsyncFnMut() -> T,
+    done: impl Fn(&T) -> bool,
+) -> T {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let v = read().await;
+        if done(&v) || Instant::now() >= deadline {
+            return v;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
 /// component -> (firing count, resolved count) of the alerts `rx` accepted.
 fn tally(rx: &TestReceiver) -> HashMap<String, (usize, usize)> {
     let mut out: HashMap<String, (usize, usize)> = HashMap::new();
@@ -165,8 +193,11 @@ async fn payload_is_alertmanager_v4_and_signed() {
             &db,
             fast_config(vec![receiver("ops", &rx.url, vec![], vec![])]),
         );
-        let a = insert_problem(&db, "link_fault", "link", "t0-s1", Some("P2")).await;
-        let b = insert_problem(&db, "link_fault", "link", "t1-s0", Some("P2")).await;
+        // One commit, so no poll sees one without the other (which could split the group).
+        let mut tx = db.pool().begin().await.unwrap();
+        let a = insert_problem_on(&mut *tx, "link_fault", "link", "t0-s1", Some("P2")).await;
+        let b = insert_problem_on(&mut *tx, "link_fault", "link", "t1-s0", Some("P2")).await;
+        tx.commit().await.unwrap();
         wait_for("firing", Duration::from_secs(10), || {
             rx.delivered().len() == 2
         })
@@ -288,10 +319,18 @@ async fn failing_receiver_gets_every_alert_exactly_once_after_recovery() {
                 );
             }
         }
-        let outbox: Vec<(String, i64)> = sqlx::query_as("SELECT state, attempts FROM alert_outbox")
-            .fetch_all(db.pool())
-            .await
-            .unwrap();
+        // The receiver records a request before the sender records its outcome.
+        let outbox: Vec<(String, i64)> = settled(
+            Duration::from_secs(20),
+            async || {
+                sqlx::query_as("SELECT state, attempts FROM alert_outbox")
+                    .fetch_all(db.pool())
+                    .await
+                    .unwrap()
+            },
+            |o: &Vec<(String, i64)>| o.len() == 6 && o.iter().all(|(s, _)| s == "delivered"),
+        )
+        .await;
         assert_eq!(outbox.len(), 6);
         assert!(
             outbox.iter().all(|(s, _)| s == "delivered"),
@@ -301,7 +340,8 @@ async fn failing_receiver_gets_every_alert_exactly_once_after_recovery() {
             outbox.iter().any(|(_, a)| *a > 1),
             "{backend}: retried: {outbox:?}"
         );
-        // Every failed request retried at least one alert; all six got through.
+        // Every failed request retried at least one alert; all six got through (counted
+        // before the outbox rows were written).
         let d = svc.deliveries();
         assert_eq!((d["delivered"], d["failed"]), (6, 0), "{backend}: {d:?}");
         assert!(d["retried"] >= 4, "{backend}: {d:?}");
@@ -329,13 +369,21 @@ async fn permanent_client_errors_give_up_after_a_few_tries() {
             3,
             "{backend}: no tries after the permanent failure"
         );
-        let (state, attempts, err): (String, i64, Option<String>) =
-            sqlx::query_as("SELECT state, attempts, last_error FROM alert_outbox")
-                .fetch_one(db.pool())
-                .await
-                .unwrap();
+        // The receiver records a request before the sender records its outcome.
+        let (state, attempts, err): (String, i64, Option<String>) = settled(
+            Duration::from_secs(20),
+            async || {
+                sqlx::query_as("SELECT state, attempts, last_error FROM alert_outbox")
+                    .fetch_one(db.pool())
+                    .await
+                    .unwrap()
+            },
+            |(state, _, _): &(String, i64, Option<String>)| state == "failed",
+        )
+        .await;
         assert_eq!((state.as_str(), attempts), ("failed", 3), "{backend}");
         assert!(err.unwrap_or_default().contains("HTTP 400"));
+        // Counted before the outbox row was written.
         let d = svc.deliveries();
         assert_eq!(
             (d["delivered"], d["retried"], d["failed"]),
@@ -397,23 +445,28 @@ async fn filters_and_unassessed_priorities() {
         let urgent = TestReceiver::start().await.unwrap();
         let switches = TestReceiver::start().await.unwrap();
         let all = TestReceiver::start().await.unwrap();
+        // A priority wait long enough that the late assessment below lands within it on a
+        // loaded machine.
         let svc = Service::start(
             &db,
-            fast_config(vec![
-                receiver(
-                    "urgent",
-                    &urgent.url,
-                    vec![Priority::P0, Priority::P1],
-                    vec![],
-                ),
-                receiver(
-                    "switches",
-                    &switches.url,
-                    vec![],
-                    vec![ComponentKind::Switch],
-                ),
-                receiver("all", &all.url, vec![], vec![]),
-            ]),
+            AlertsConfig {
+                priority_wait_ms: 3_000,
+                ..fast_config(vec![
+                    receiver(
+                        "urgent",
+                        &urgent.url,
+                        vec![Priority::P0, Priority::P1],
+                        vec![],
+                    ),
+                    receiver(
+                        "switches",
+                        &switches.url,
+                        vec![],
+                        vec![ComponentKind::Switch],
+                    ),
+                    receiver("all", &all.url, vec![], vec![]),
+                ])
+            },
         );
         insert_problem(&db, "link_fault", "link", "p0-link", Some("P0")).await;
         insert_problem(&db, "switch_fault", "switch", "p2-switch", Some("P2")).await;
@@ -423,7 +476,7 @@ async fn filters_and_unassessed_priorities() {
         let late = insert_problem(&db, "link_fault", "link", "late-p1", None).await;
         tokio::time::sleep(Duration::from_millis(200)).await;
         set_priority(&db, late, "P1").await;
-        wait_for("all four at 'all'", Duration::from_secs(10), || {
+        wait_for("all four at 'all'", Duration::from_secs(20), || {
             all.delivered().len() == 4
         })
         .await;

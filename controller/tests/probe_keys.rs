@@ -12,12 +12,18 @@ use rocemesh_proto::probe_auth::decode_key;
 use rocemesh_store::{Db, test_databases};
 use std::net::SocketAddr;
 
-/// Polls every second: new keys are published 2 s before they sign.
+/// Key rotation age (ms): a key this old is replaced.
+const ROTATE_MS: i64 = 600_000;
+/// Key lead (ms, two pinglist polls): a new key signs this long after it is published,
+/// long enough that a slow machine never sees it sign before the test ages it.
+const LEAD_MS: i64 = 60_000;
+
+/// Polls every 30 s: new keys are published 60 s before they sign.
 fn cfg() -> ControllerConfig {
     ControllerConfig {
         rotation_period_ms: 1 << 50,
-        pinglist_poll_ms: 1_000,
-        probe_key_rotate_s: 60,
+        pinglist_poll_ms: LEAD_MS as u64 / 2,
+        probe_key_rotate_s: ROTATE_MS as u64 / 1_000,
         ..Default::default()
     }
 }
@@ -85,7 +91,7 @@ async fn keys_are_stored_rotated_and_the_previous_kept() {
         );
 
         // Due: key 2 is published but not yet signed with (agents learn it first).
-        age_keys(&db, 61_000).await;
+        age_keys(&db, ROTATE_MS + 1_000).await;
         state
             .refresh_probe_keys(rocemesh_proto::now_unix_ms())
             .await
@@ -98,7 +104,7 @@ async fn keys_are_stored_rotated_and_the_previous_kept() {
             "{backend}"
         );
         // After the lead time key 2 signs and key 1 is still accepted.
-        age_keys(&db, 2_500).await;
+        age_keys(&db, LEAD_MS + 500).await;
         state
             .refresh_probe_keys(rocemesh_proto::now_unix_ms())
             .await
@@ -108,12 +114,12 @@ async fn keys_are_stored_rotated_and_the_previous_kept() {
             (Some(2), vec![1, 2])
         );
         // The next rotation retires key 1.
-        age_keys(&db, 61_000).await;
+        age_keys(&db, ROTATE_MS + 1_000).await;
         state
             .refresh_probe_keys(rocemesh_proto::now_unix_ms())
             .await
             .unwrap();
-        age_keys(&db, 2_500).await;
+        age_keys(&db, LEAD_MS + 500).await;
         state
             .refresh_probe_keys(rocemesh_proto::now_unix_ms())
             .await

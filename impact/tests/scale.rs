@@ -149,8 +149,9 @@ async fn two_thousand_problems_are_assessed_in_bounded_time() {
         ];
         assert_eq!(counts, want, "{backend}");
         assert!(!v.problems.is_empty(), "{backend}: task 2 has P0 problems");
+        // Bounded, not fast (a debug build on a loaded machine; the benchmarks time it).
         assert!(
-            again_took < Duration::from_secs(5) && verdict_took < Duration::from_secs(5),
+            again_took < Duration::from_secs(20) && verdict_took < Duration::from_secs(20),
             "{backend}: steady {again_took:?}, verdict {verdict_took:?}"
         );
     }

@@ -336,7 +336,9 @@ fn spine_and_rnic_down_and_flaps_are_visible_and_cleared() {
         10
     );
 
-    // Flapping every 200 ms: over ~1 s some but not all datagrams arrive.
+    // Flapping every 200 ms: over ~3 s some but not all datagrams arrive (a window long
+    // enough for the flapper, started without a readiness wait, to get going on a loaded
+    // machine).
     for fault in [
         Fault::RnicFlap {
             rnic: "h3r0".into(),
@@ -348,8 +350,8 @@ fn spine_and_rnic_down_and_flaps_are_visible_and_cleared() {
         },
     ] {
         let h = f.0.apply(&fault).unwrap();
-        let got = f.deliver("h1r0", 5000, "h3r0", 6000, 100, Duration::from_millis(10));
-        assert!((10..=90).contains(&got), "{fault:?}: delivered {got}/100");
+        let got = f.deliver("h1r0", 5000, "h3r0", 6000, 300, Duration::from_millis(10));
+        assert!((30..=270).contains(&got), "{fault:?}: delivered {got}/300");
         f.0.clear(h.id).unwrap();
         assert_eq!(
             f.deliver("h1r0", 5000, "h3r0", 6000, 20, Duration::ZERO),
@@ -393,7 +395,7 @@ fn cpu_starvation_caps_the_process_until_cleared() {
         .unwrap();
     let pid = spinner.id();
     // `ip netns exec` joins the namespace and execs sh in place: wait for that to happen.
-    let deadline = Instant::now() + Duration::from_secs(2);
+    let deadline = Instant::now() + Duration::from_secs(10);
     while std::fs::read_to_string(format!("/proc/{pid}/comm"))
         .unwrap()
         .trim()

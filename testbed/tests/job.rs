@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use common::{Fixture, root_or_skip};
-use rocemesh_testbed::{Collective, Fabric, FabricSpec, JobHandle, JobSpec, netns};
+use rocemesh_testbed::{Collective, Fabric, FabricSpec, JobHandle, JobSpec, JobTruth, netns};
 
 const SAMPLE_MS: u64 = 50;
 
@@ -55,6 +55,91 @@ fn sample(job: &JobHandle, samples: usize) -> BTreeMap<String, Vec<f64>> {
         prev = now;
     }
     series
+}
+
+/// `Err` with the message of an assert that would fail.
+macro_rules! check {
+    ($cond:expr, $($msg:tt)+) => {
+        let holds: bool = $cond;
+        if !holds {
+            return Err(format!($($msg)+));
+        }
+    };
+}
+
+/// The job's shape in one sampling window: every RNIC carries about its share, bursts
+/// repeat with the iteration period, DP groups move together, stage 1 lags stage 0.
+fn training_shape(
+    truth: &JobTruth,
+    series: &BTreeMap<String, Vec<f64>>,
+    period: usize,
+) -> Result<(), String> {
+    // Every RNIC of the job carries about what it should: 2 x 225 kB per iteration.
+    for name in truth.rnics.keys() {
+        let total: f64 = series[name].iter().sum();
+        check!(
+            total > 0.5 * 10.0 * 450_000.0,
+            "{name} carried only {total} bytes"
+        );
+    }
+
+    // Bursts repeat with the iteration period: the autocorrelation peaks at one period.
+    for name in truth.rnics.keys() {
+        let s = &series[name];
+        let best = (period / 4..=period * 3 / 2)
+            .max_by(|a, b| autocorrelation(s, *a).total_cmp(&autocorrelation(s, *b)))
+            .unwrap();
+        check!(
+            best.abs_diff(period) <= 1,
+            "{name}: autocorrelation peaks at lag {best}"
+        );
+        let peak = autocorrelation(s, period);
+        println!("{name}: autocorrelation peak at lag {best} ({peak:.2})");
+        check!(peak > 0.5, "{name}: weak periodicity");
+    }
+
+    // Members of one DP group move together more than with anybody else.
+    let group_of: BTreeMap<&str, usize> = truth
+        .dp_groups
+        .iter()
+        .enumerate()
+        .flat_map(|(g, members)| members.iter().map(move |m| (m.as_str(), g)))
+        .collect();
+    for (a, ga) in &group_of {
+        let corr = |same: bool| {
+            mean(
+                group_of
+                    .iter()
+                    .filter(|(b, gb)| b != &a && (*gb == ga) == same)
+                    .map(|(b, _)| pearson(&series[*a], &series[*b])),
+            )
+        };
+        let (within, across) = (corr(true), corr(false));
+        println!("{a}: DP-group correlation within {within:.2}, across {across:.2}");
+        check!(
+            within > across + 0.2,
+            "{a}: within {within:.2} across {across:.2}"
+        );
+    }
+
+    // Stage 0's all-reduce bursts come pp_offset_ms before stage 1's.
+    let phase_of_stage = |stage: u32| {
+        let phases: Vec<f64> = truth
+            .rnics
+            .iter()
+            .filter(|(_, r)| r.stage == stage)
+            .map(|(n, _)| burst_phase_ms(&series[n], 1000.0))
+            .collect();
+        mean(phases)
+    };
+    let lag = (phase_of_stage(1) - phase_of_stage(0)).rem_euclid(1000.0);
+    println!("stage 1 bursts {lag:.0} ms after stage 0 (pp_offset_ms 120)");
+    check!(
+        (60.0..200.0).contains(&lag),
+        "stage 1 lags stage 0 by {lag:.0} ms"
+    );
+
+    Ok(())
 }
 
 fn pearson(a: &[f64], b: &[f64]) -> f64 {
@@ -135,73 +220,17 @@ fn job_traffic_has_the_training_shape_and_stops() {
     );
 
     std::thread::sleep(Duration::from_millis(300));
-    let series = sample(&job, 200);
     let period = (spec().iteration_ms as u64 / SAMPLE_MS) as usize;
-
-    // Every RNIC of the job carries about what it should: 2 x 225 kB per iteration.
-    for name in truth.rnics.keys() {
-        let total: f64 = series[name].iter().sum();
-        assert!(
-            total > 0.5 * 10.0 * 450_000.0,
-            "{name} carried only {total} bytes"
-        );
+    // The statistics hold of any window, but a loaded machine can stall the sampler (or the
+    // helpers) long enough to blur one: up to three windows, the last one decides.
+    for attempt in 1..=3 {
+        let series = sample(&job, 200);
+        match training_shape(&truth, &series, period) {
+            Ok(()) => break,
+            Err(e) if attempt < 3 => println!("sampling window {attempt}: {e}; sampling again"),
+            Err(e) => panic!("{e}"),
+        }
     }
-
-    // Bursts repeat with the iteration period: the autocorrelation peaks at one period.
-    for name in truth.rnics.keys() {
-        let s = &series[name];
-        let best = (period / 4..=period * 3 / 2)
-            .max_by(|a, b| autocorrelation(s, *a).total_cmp(&autocorrelation(s, *b)))
-            .unwrap();
-        assert!(
-            best.abs_diff(period) <= 1,
-            "{name}: autocorrelation peaks at lag {best}"
-        );
-        let peak = autocorrelation(s, period);
-        println!("{name}: autocorrelation peak at lag {best} ({peak:.2})");
-        assert!(peak > 0.5, "{name}: weak periodicity");
-    }
-
-    // Members of one DP group move together more than with anybody else.
-    let group_of: BTreeMap<&str, usize> = truth
-        .dp_groups
-        .iter()
-        .enumerate()
-        .flat_map(|(g, members)| members.iter().map(move |m| (m.as_str(), g)))
-        .collect();
-    for (a, ga) in &group_of {
-        let corr = |same: bool| {
-            mean(
-                group_of
-                    .iter()
-                    .filter(|(b, gb)| b != &a && (*gb == ga) == same)
-                    .map(|(b, _)| pearson(&series[*a], &series[*b])),
-            )
-        };
-        let (within, across) = (corr(true), corr(false));
-        println!("{a}: DP-group correlation within {within:.2}, across {across:.2}");
-        assert!(
-            within > across + 0.2,
-            "{a}: within {within:.2} across {across:.2}"
-        );
-    }
-
-    // Stage 0's all-reduce bursts come pp_offset_ms before stage 1's.
-    let phase_of_stage = |stage: u32| {
-        let phases: Vec<f64> = truth
-            .rnics
-            .iter()
-            .filter(|(_, r)| r.stage == stage)
-            .map(|(n, _)| burst_phase_ms(&series[n], 1000.0))
-            .collect();
-        mean(phases)
-    };
-    let lag = (phase_of_stage(1) - phase_of_stage(0)).rem_euclid(1000.0);
-    println!("stage 1 bursts {lag:.0} ms after stage 0 (pp_offset_ms 120)");
-    assert!(
-        (60.0..200.0).contains(&lag),
-        "stage 1 lags stage 0 by {lag:.0} ms"
-    );
 
     // Only ring jobs record their iterations.
     let paced = f.0.job_iterations("llm-a").unwrap_err().to_string();
@@ -375,21 +404,33 @@ fn a_ring_job_is_closed_loop_so_a_stopped_rank_stalls_every_peer() {
     .expect("setns");
     assert_eq!(ns_sack.expect("tcp_sack").trim(), "0");
 
-    // One rank stopped: after the in-flight steps drain, nobody moves data.
+    // One rank stopped: after the in-flight steps drain, nobody moves data. A loaded
+    // machine drains late, so sample windows until one is quiet (a ring that is not closed
+    // loop never is).
     let stopped = job.helpers()[1].process.pid;
     let stopped_at = rocemesh_proto::now_unix_ms();
     // SAFETY: kill has no memory preconditions; the pid is this job's helper.
     unsafe { libc::kill(stopped as libc::pid_t, libc::SIGSTOP) };
-    std::thread::sleep(Duration::from_secs(2));
-    let stalled = sample(&job, 30);
-    let continued_at = rocemesh_proto::now_unix_ms();
-    for (name, s) in &stalled {
-        let bytes: f64 = s.iter().sum();
+    let moving = |s: &BTreeMap<String, Vec<f64>>| {
+        s.iter()
+            .map(|(name, s)| (name.clone(), s.iter().sum::<f64>()))
+            .filter(|(name, bytes)| *bytes >= 0.02 * total(&running, name))
+            .collect::<Vec<_>>()
+    };
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let drained_at = loop {
+        let from = rocemesh_proto::now_unix_ms();
+        let stalled = sample(&job, 30);
+        let still = moving(&stalled);
+        if still.is_empty() {
+            break from.max(stopped_at + 1_500);
+        }
         assert!(
-            bytes < 0.02 * total(&running, name),
-            "{name} still moved {bytes} bytes with a rank stopped"
+            Instant::now() < deadline,
+            "still moving data with a rank stopped (bytes per 1.5 s): {still:?}"
         );
-    }
+    };
+    let continued_at = rocemesh_proto::now_unix_ms();
     // SAFETY: as above.
     unsafe { libc::kill(stopped as libc::pid_t, libc::SIGCONT) };
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -419,11 +460,22 @@ fn a_ring_job_is_closed_loop_so_a_stopped_rank_stalls_every_peer() {
     assert!(whole.len() >= 2, "iterations before the stop: {before:?}");
     for (k, s) in whole {
         let spread = s.iter().max().unwrap() - s.iter().min().unwrap();
-        assert!(spread < 400, "iteration {k} starts {s:?} apart");
+        assert!(spread < 800, "iteration {k} starts {s:?} apart");
+        // Whatever the machine's speed: every rank starts iteration k before any ends it.
+        let first_end = its
+            .iter()
+            .filter(|i| i.iteration == *k)
+            .map(|i| i.end_unix_ms)
+            .min()
+            .unwrap();
+        assert!(
+            s.iter().all(|start| *start <= first_end),
+            "iteration {k} starts {s:?}, yet one rank ended it at {first_end}"
+        );
     }
     let during: Vec<_> = its
         .iter()
-        .filter(|i| i.end_unix_ms > stopped_at + 1_500 && i.end_unix_ms < continued_at)
+        .filter(|i| i.end_unix_ms > drained_at && i.end_unix_ms < continued_at)
         .collect();
     assert!(
         during.is_empty(),
