@@ -213,6 +213,9 @@ pub struct Agent {
     pub needs_register: bool,
     /// The agent is running (false while its host is down or it restarts).
     pub running: bool,
+    /// Latest time it was found running: a silence since then, however short, was a
+    /// restart.
+    pub running_at_ms: i64,
     /// Probes are simulated up to here, ns.
     pub probed_until_ns: u64,
     /// Schedules per local RNIC index.
@@ -241,6 +244,7 @@ impl Agent {
             epoch,
             needs_register: true,
             running: true,
+            running_at_ms: 0,
             probed_until_ns: 0,
             lists: (0..rnics).map(|_| Vec::new()).collect(),
             pinglist_version: None,

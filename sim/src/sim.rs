@@ -133,15 +133,18 @@ struct Probed {
 
 impl World {
     fn host_silent(&self, host: u32, t_ms: i64) -> bool {
+        self.host_silent_between(host, t_ms, t_ms)
+    }
+
+    /// True when `host`'s agent was silent at some time in `from_ms..=to_ms`.
+    fn host_silent_between(&self, host: u32, from_ms: i64, to_ms: i64) -> bool {
         self.faults.iter().any(|f| {
-            f.target == Target::Host(host)
-                && match f.effect {
-                    Effect::HostDown => f.active(t_ms),
-                    Effect::AgentRestart { down_ms } => {
-                        t_ms >= f.start_ms && t_ms < f.start_ms + down_ms as i64
-                    }
-                    _ => false,
-                }
+            let end = match f.effect {
+                Effect::HostDown => f.end_ms,
+                Effect::AgentRestart { down_ms } => Some(f.start_ms + down_ms as i64),
+                _ => return false,
+            };
+            f.target == Target::Host(host) && f.start_ms <= to_ms && end.is_none_or(|e| e > from_ms)
         })
     }
 
@@ -690,7 +693,8 @@ impl Sim {
     }
 
     /// A silent host's agent stops; when the silence ends it starts as a new
-    /// incarnation (new epoch and QPNs) that must register and fetch its pinglist.
+    /// incarnation (new epoch and QPNs) that must register and fetch its pinglist. A
+    /// silence that began and ended since the agent was last looked at is a restart too.
     fn lifecycle(&mut self, host: u32, now_ms: i64) {
         let silent = self.world.host_silent(host, now_ms);
         let h = &self.world.fabric.hosts[host as usize];
@@ -701,7 +705,12 @@ impl Sim {
             agent.probed_until_ns = ms_to_ns(now_ms);
             return;
         }
-        if agent.running {
+        if agent.running
+            && !self
+                .world
+                .host_silent_between(host, agent.running_at_ms, now_ms)
+        {
+            agent.running_at_ms = now_ms;
             return;
         }
         for r in first..first + n {
@@ -710,6 +719,7 @@ impl Sim {
         let fresh = Agent::new(n, random_epoch(&mut self.rng), self.rng.next_u64());
         *agent = Agent {
             host_id: agent.host_id,
+            running_at_ms: now_ms,
             probed_until_ns: ms_to_ns(now_ms),
             ..fresh
         };
@@ -820,4 +830,59 @@ fn random_qpn(rng: &mut Rng) -> u32 {
 
 fn random_epoch(rng: &mut Rng) -> u32 {
     1 + rng.below(u64::from(u32::MAX) - 1) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sim() -> Sim {
+        let shape = Shape::LeafSpine {
+            tors: 2,
+            spines: 2,
+            hosts_per_tor: 2,
+            rnics_per_host: 1,
+        };
+        Sim::new(SimConfig::new(shape, 7)).unwrap()
+    }
+
+    #[test]
+    fn an_agent_restart_between_two_looks_is_a_new_incarnation() {
+        // Silent from 10.0 s to 10.5 s, looked at 9 s and 12 s only: it restarted, as a
+        // real agent would (new epoch, registers again); the other hosts did not.
+        let mut s = sim();
+        let restart = FaultSpec::AgentRestart {
+            host: "h1".into(),
+            down_ms: 500,
+        };
+        s.inject(restart, 10_000, None).unwrap();
+        s.pending_registrations(9_000);
+        let before: Vec<u32> = (0..s.hosts()).map(|h| s.epoch(h)).collect();
+        s.pending_registrations(12_000);
+        let after: Vec<u32> = (0..s.hosts()).map(|h| s.epoch(h)).collect();
+        for h in 0..s.hosts() as usize {
+            assert_eq!(
+                before[h] != after[h],
+                h == 1,
+                "host {h}: {before:?} {after:?}"
+            );
+        }
+        // Looked at during the silence too: one restart, not two.
+        let mut s = sim();
+        let restart = FaultSpec::AgentRestart {
+            host: "h1".into(),
+            down_ms: 500,
+        };
+        s.inject(restart, 10_000, None).unwrap();
+        s.pending_registrations(9_000);
+        let first = s.epoch(1);
+        s.pending_registrations(10_200);
+        assert_eq!(s.epoch(1), first, "still down");
+        assert!(!s.pending_registrations(10_300).contains(&1), "down");
+        s.pending_registrations(11_000);
+        let second = s.epoch(1);
+        assert_ne!(second, first);
+        s.pending_registrations(12_000);
+        assert_eq!(s.epoch(1), second, "one restart");
+    }
 }
