@@ -379,7 +379,10 @@ async fn priorities_follow_placement_and_degradation_and_verdicts_follow_priorit
                 );
                 break;
             }
-            assert!(Instant::now() < deadline, "{backend}: never learned: {objective}");
+            assert!(
+                Instant::now() < deadline,
+                "{backend}: never learned: {objective}"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
 

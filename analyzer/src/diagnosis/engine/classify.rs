@@ -11,6 +11,15 @@ use std::collections::{HashMap, HashSet};
 /// Fewest delays above the noise threshold before a host is noisy.
 const MIN_NOISY_DELAYS: u32 = 5;
 
+/// True when RNIC `r`'s host is strained (some processing delays above the noise
+/// threshold): a young verdict on the RNIC waits, as host noise may yet explain it.
+pub(super) fn strained(inp: &Inputs, hosts: &Tallies, r: u32) -> bool {
+    inp.registry
+        .get(r)
+        .and_then(|e| hosts.get(&e.host_id))
+        .is_some_and(|t| t.slow_delays > 0)
+}
+
 impl Engine {
     pub(super) fn host_name(inp: &Inputs, host: u32) -> String {
         inp.registry
@@ -99,16 +108,11 @@ impl Engine {
         self.rnic_found.entry(r).or_insert(now_ms);
     }
 
-    /// True while the verdict on RNIC `r` is held back: its host is strained (some
-    /// processing delays above the noise threshold) and the verdict is younger than
-    /// `strained_rnic_hold_ms`, so host noise may yet explain it.
+    /// True while the sticky verdict on RNIC `r` is held back: its host is strained and
+    /// the verdict is younger than `strained_rnic_hold_ms`, so host noise may yet
+    /// explain it.
     pub(super) fn held(&self, inp: &Inputs, hosts: &Tallies, r: u32) -> bool {
-        let strained = inp
-            .registry
-            .get(r)
-            .and_then(|e| hosts.get(&e.host_id))
-            .is_some_and(|t| t.slow_delays > 0);
-        strained
+        strained(inp, hosts, r)
             && self
                 .rnic_found
                 .get(&r)
@@ -152,28 +156,50 @@ impl Engine {
             n >= c.rnic_min_probes
                 && u64::from(f) * 100 > u64::from(c.rnic_timeout_percent) * u64::from(n)
         };
-        let significant = |x: &[u32; 4]| {
-            chernoff_score(f64::from(x[1] + x[3]), f64::from(x[0] + x[2]), p0)
-                >= f64::from(c.min_score)
-        };
+        let tor_of = |r: u32| inp.registry.get(r).map(|e| e.tor);
         let mut removed: HashSet<u32> = HashSet::new();
         loop {
+            // The ToR-mesh probes of each ToR (a flow counted once, at its target): an RNIC
+            // is judged against its ToR's other probes, so a ToR that drops everything
+            // does not make its unluckiest RNIC a fault.
+            let mut per_tor: HashMap<u16, (u32, u32)> = HashMap::new();
+            for (r, x) in (0u32..).zip(&mesh.counts).filter(|(_, x)| x[0] > 0) {
+                if let Some(t) = tor_of(r) {
+                    let e = per_tor.entry(t).or_default();
+                    e.0 += x[0];
+                    e.1 += x[1];
+                }
+            }
+            let null = |r: u32, x: &[u32; 4]| {
+                let local = tor_of(r)
+                    .and_then(|t| per_tor.get(&t))
+                    .map(|&(n, f)| (n.saturating_sub(x[0] + x[2]), f.saturating_sub(x[1] + x[3])));
+                match local {
+                    Some((n, f)) if n >= c.rnic_min_probes => {
+                        (f64::from(f) / f64::from(n)).clamp(p0, 0.5)
+                    }
+                    _ => p0,
+                }
+            };
             let best = (0u32..)
                 .zip(&mesh.counts)
-                .filter(|(r, x)| {
-                    !removed.contains(r) && (over(x[0], x[1]) || over(x[2], x[3])) && significant(x)
+                .filter(|(r, x)| !removed.contains(r) && (over(x[0], x[1]) || over(x[2], x[3])))
+                .map(|(r, x)| (r, x, null(r, x)))
+                .filter(|(_, x, q)| {
+                    chernoff_score(f64::from(x[1] + x[3]), f64::from(x[0] + x[2]), *q)
+                        >= f64::from(c.min_score)
                 })
-                .map(|(r, x)| {
+                .map(|(r, x, q)| {
                     let own = ratio((x[0] + x[2], x[1] + x[3]));
                     let all = ratio(mesh.all[r as usize]);
-                    (r, *x, own, all)
+                    (r, *x, q, own, all)
                 })
                 .max_by(|a, b| {
-                    a.2.total_cmp(&b.2)
-                        .then(a.3.total_cmp(&b.3))
+                    a.3.total_cmp(&b.3)
+                        .then(a.4.total_cmp(&b.4))
                         .then(b.0.cmp(&a.0))
                 });
-            let Some((r, x, _, _)) = best else { break };
+            let Some((r, x, q, _, _)) = best else { break };
             let evidence = Evidence {
                 probes: u64::from(x[0] + x[2]),
                 timeouts: u64::from(x[1] + x[3]),
@@ -184,7 +210,7 @@ impl Engine {
                     x[3],
                     x[2],
                     c.rnic_timeout_percent,
-                    p0 * 100.0
+                    q * 100.0
                 ),
                 ..Evidence::default()
             };

@@ -2,6 +2,7 @@
 //! explains, over the traced paths; findings become link, RNIC and switch problems (a
 //! link problem names the faulty direction when one direction alone is blamed).
 
+use super::classify::strained;
 use super::observe::{MIN_SLOW, Observations, observations};
 use super::{BaselineVote, Candidate, Engine, Facts, Inputs, Outcome, rnic_name};
 use crate::config::DiagnosisConfig;
@@ -90,6 +91,7 @@ impl Engine {
         let blamable = |e: &Element| !matches!(e, Element::Rnic(r) if vouched.contains(r));
         let gap = policy::hold_gap_ms(c.tick_ms);
         self.flow_holds.forget_before(inp.now_ms - gap);
+        self.rnic_holds.forget_before(inp.now_ms - gap);
         for f in explain_away(&loss, &loss_params, blamable) {
             if let Some(k) = f.flow {
                 // One flow's failures single out none of its components: a flow problem,
@@ -104,8 +106,12 @@ impl Engine {
             }
             let (kind, ck, name) = match &f.element {
                 Element::Rnic(r) => {
-                    self.stick(*r, inp.now_ms, evidence(&f, "RNIC"));
-                    if self.held(inp, hosts, *r) {
+                    // Found afresh every tick, not sticky: an RNIC blamed while a lossy
+                    // switch above it was not significant yet gives way to the switch.
+                    let lasted =
+                        self.rnic_holds
+                            .confirm(*r, inp.now_ms, c.strained_rnic_hold_ms as i64);
+                    if !lasted && strained(inp, hosts, *r) {
                         continue;
                     }
                     (

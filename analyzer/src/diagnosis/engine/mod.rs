@@ -102,6 +102,8 @@ pub(crate) struct Engine {
     flow_holds: Onset<FlowKey>,
     /// When each sticky RNIC verdict was first made (for `strained_rnic_hold_ms`).
     rnic_found: HashMap<u32, i64>,
+    /// How long tomography has kept finding each RNIC (for `strained_rnic_hold_ms`).
+    rnic_holds: Onset<u32>,
     /// The window's results, aggregated per flow as they arrive.
     window: Window,
     /// Scale-out: loss observations of other shards for the next tick ([`Engine::share`]).
@@ -158,6 +160,7 @@ impl Engine {
             answered: HashMap::new(),
             link_holds: localize::LinkHolds::default(),
             flow_holds: Onset::default(),
+            rnic_holds: Onset::default(),
             rnic_found: HashMap::new(),
             window: Window::new(&cfg),
             cfg,
