@@ -836,26 +836,28 @@ fn random_epoch(rng: &mut Rng) -> u32 {
 mod tests {
     use super::*;
 
-    fn sim() -> Sim {
+    /// Four hosts; h1's agent is silent from 10.0 s to 10.5 s.
+    fn restarting_h1() -> Sim {
         let shape = Shape::LeafSpine {
             tors: 2,
             spines: 2,
             hosts_per_tor: 2,
             rnics_per_host: 1,
         };
-        Sim::new(SimConfig::new(shape, 7)).unwrap()
-    }
-
-    #[test]
-    fn an_agent_restart_between_two_looks_is_a_new_incarnation() {
-        // Silent from 10.0 s to 10.5 s, looked at 9 s and 12 s only: it restarted, as a
-        // real agent would (new epoch, registers again); the other hosts did not.
-        let mut s = sim();
+        let mut s = Sim::new(SimConfig::new(shape, 7)).unwrap();
         let restart = FaultSpec::AgentRestart {
             host: "h1".into(),
             down_ms: 500,
         };
         s.inject(restart, 10_000, None).unwrap();
+        s
+    }
+
+    #[test]
+    fn an_agent_restart_between_two_looks_is_a_new_incarnation() {
+        // Looked at 9 s and 12 s only, around its silence: it restarted, as a
+        // real agent would (new epoch, registers again); the other hosts did not.
+        let mut s = restarting_h1();
         s.pending_registrations(9_000);
         let before: Vec<u32> = (0..s.hosts()).map(|h| s.epoch(h)).collect();
         s.pending_registrations(12_000);
@@ -868,12 +870,7 @@ mod tests {
             );
         }
         // Looked at during the silence too: one restart, not two.
-        let mut s = sim();
-        let restart = FaultSpec::AgentRestart {
-            host: "h1".into(),
-            down_ms: 500,
-        };
-        s.inject(restart, 10_000, None).unwrap();
+        let mut s = restarting_h1();
         s.pending_registrations(9_000);
         let first = s.epoch(1);
         s.pending_registrations(10_200);
