@@ -909,17 +909,6 @@ fn rnic_verdicts_end_with_their_failures() {
     assert_eq!(found(&healthy.diagnose_at(&mut engine, &map, later)), []);
 }
 
-/// A replayable stream of coin flips: true with probability `p`.
-fn coins(seed: u64) -> impl FnMut(f64) -> bool {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    move |p| {
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        ((x >> 11) as f64 / (1u64 << 53) as f64) < p
-    }
-}
-
 #[test]
 fn a_lossy_tor_is_not_its_unluckiest_rnics_and_a_lossy_rnic_under_it_still_is() {
     // t0 drops 5 % of the packets crossing it: every ToR-mesh flow under it fails about
@@ -932,7 +921,9 @@ fn a_lossy_tor_is_not_its_unluckiest_rnics_and_a_lossy_rnic_under_it_still_is() 
     let under_t0 = |s: u32, d: u32| tor_of(s) == 0 || tor_of(d) == 0;
     let mut named = 0;
     for seed in 0..16 {
-        let mut lost = coins(seed);
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let mut rng = StdRng::seed_from_u64(seed);
+        let mut lost = |p: f64| rng.random_bool(p);
         let mut sim = Sim::new();
         sim.run(&mut |s, d, _, _| (under_t0(s, d) && lost(0.05), 0));
         let got = found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
