@@ -138,6 +138,9 @@ impl Addrs {
 /// the newest complete one when that is an older trace.
 #[derive(Debug)]
 struct Known {
+    /// Store-wide number of this version of the entry: a new one for every trace filed
+    /// that changes its hops or flags.
+    version: u64,
     latest_at: u64,
     complete_at: u64,
     hops: Box<[u32]>,
@@ -172,6 +175,7 @@ impl Known {
             hops.extend_from_slice(codes);
         }
         Self {
+            version: 0,
             latest_at: p.traced_at_unix_ns,
             complete_at,
             hops: hops.into_boxed_slice(),
@@ -211,6 +215,12 @@ pub(crate) struct Traced<'a> {
 }
 
 impl Traced<'_> {
+    /// Changes whenever a trace of this 5-tuple with other hops (or flags) is filed (never
+    /// 0): what [`route`] makes of the traces is the same while it is.
+    pub(crate) fn version(&self) -> u64 {
+        self.known.version
+    }
+
     /// True when the latest trace reached the destination.
     fn reached(&self) -> bool {
         self.known.flags & REACHED != 0
@@ -241,6 +251,8 @@ pub(crate) struct PathStore {
     addrs: Addrs,
     /// Hop codes held by both generations (bounds `addrs`).
     codes: usize,
+    /// Version of the latest trace filed.
+    version: u64,
 }
 
 impl PathStore {
@@ -252,6 +264,7 @@ impl PathStore {
             max: max.max(2),
             addrs: Addrs::default(),
             codes: 0,
+            version: 0,
         }
     }
 
@@ -274,7 +287,11 @@ impl PathStore {
             let known = match self.old.remove(&key) {
                 Some(revived) => revived,
                 None => {
-                    let known = Known::new(&p, None, &mut self.addrs);
+                    self.version += 1;
+                    let known = Known {
+                        version: self.version,
+                        ..Known::new(&p, None, &mut self.addrs)
+                    };
                     self.codes += known.hops.len();
                     self.current.insert(key, known);
                     self.bound_addrs();
@@ -289,7 +306,16 @@ impl PathStore {
         if p.traced_at_unix_ns < entry.latest_at {
             return;
         }
-        let known = Known::new(&p, entry.complete(), &mut self.addrs);
+        let mut known = Known::new(&p, entry.complete(), &mut self.addrs);
+        // A trace taken again over the same hops keeps the version: routes are the same.
+        if (known.flags, known.latest_len, &known.hops)
+            == (entry.flags, entry.latest_len, &entry.hops)
+        {
+            known.version = entry.version;
+        } else {
+            self.version += 1;
+            known.version = self.version;
+        }
         self.codes = self.codes + known.hops.len() - entry.hops.len();
         *entry = known;
         self.bound_addrs();
@@ -915,6 +941,31 @@ mod tests {
         assert_eq!(route(&map, store.get(&key), &a, &b, true), before);
         let t = &store.newest(|p| p.src_port == 1, 1)[0];
         assert_eq!(t.latest.hops[1], Some(IpAddr::from(4_999u32.to_be_bytes())));
+    }
+
+    /// The version routes are remembered by changes with the hops, not with the time.
+    #[test]
+    fn a_trace_taken_again_over_the_same_hops_keeps_its_version() {
+        let mut store = PathStore::new(100);
+        let t = trace(&["198.18.0.0", "198.18.2.0"], true, 1);
+        let key = Tuple {
+            src: t.src,
+            dst: t.dst,
+            sport: t.src_port,
+            dport: t.dst_port,
+        };
+        store.insert(t);
+        let version = |s: &PathStore| s.get(&key).unwrap().version();
+        let first = version(&store);
+        store.insert(trace(&["198.18.0.0", "198.18.2.0"], true, 2));
+        assert_eq!(version(&store), first);
+        // Cut short after the ToR: another route.
+        store.insert(trace(&["198.18.0.0", "*"], false, 3));
+        let cut = version(&store);
+        assert_ne!(cut, first);
+        // Complete again: the latest and the complete trace are one again.
+        store.insert(trace(&["198.18.0.0", "198.18.2.0"], true, 4));
+        assert_ne!(version(&store), cut);
     }
 
     #[test]

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 
 /// Probes of one flow (one prober/target/5-tuple) with one way of failing; shards of a
 /// scale-out deployment exchange them ([`crate::shard`]).
-#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct FlowObs {
     /// Probes that arrived (for latency: arrived and fast).
     pub ok: f64,
@@ -117,6 +117,8 @@ struct Compiled<'a> {
     fail: Vec<Vec<(usize, f64)>>,
     /// For each direction of a link, the link's id.
     link_of: Vec<Option<usize>>,
+    /// For each component, the observations with failures that vote for it, in order.
+    failing_with: Vec<Vec<usize>>,
 }
 
 impl Compiled<'_> {
@@ -157,43 +159,80 @@ fn compile(obs: &[FlowObs]) -> Compiled<'_> {
             _ => None,
         })
         .collect();
+    let mut failing_with: Vec<Vec<usize>> = vec![Vec::new(); elements.len()];
+    for (i, list) in fail.iter().enumerate().filter(|(i, _)| obs[*i].fail > 0.0) {
+        for &(e, _) in list {
+            if failing_with[e].last() != Some(&i) {
+                failing_with[e].push(i);
+            }
+        }
+    }
     Compiled {
         elements,
         ok,
         fail,
         link_of,
+        failing_with,
     }
 }
 
-fn tally(obs: &[FlowObs], c: &Compiled, live: &[bool]) -> Vec<Tally> {
-    let mut t = vec![Tally::default(); c.elements.len()];
-    for (i, o) in obs.iter().enumerate().filter(|(i, _)| live[*i]) {
+/// The observations not explained yet, with their tallies per component kept up to date
+/// as observations are explained (each round of explain-away then costs the components,
+/// not every observation again).
+#[derive(Clone)]
+struct Live {
+    live: Vec<bool>,
+    tally: Vec<Tally>,
+    /// Failures and probes (unweighted) of the live observations.
+    totals: (f64, f64),
+}
+
+impl Live {
+    /// The observations `live` says, tallied.
+    fn new(obs: &[FlowObs], c: &Compiled, live: Vec<bool>) -> Self {
+        let mut l = Self {
+            live: vec![false; obs.len()],
+            tally: vec![Tally::default(); c.elements.len()],
+            totals: (0.0, 0.0),
+        };
+        for i in (0..obs.len()).filter(|&i| live[i]) {
+            l.count(obs, c, i, 1.0);
+        }
+        l.live = live;
+        l
+    }
+
+    /// Adds (`sign` 1) or takes away (-1) observation `i`'s part of the tallies.
+    fn count(&mut self, obs: &[FlowObs], c: &Compiled, i: usize, sign: f64) {
+        let o = &obs[i];
+        let t = &mut self.tally;
         if o.fail > 0.0 {
             for &(e, w) in &c.fail[i] {
-                t[e].fail += o.fail * w;
+                let f = sign * o.fail * w;
+                t[e].fail += f;
                 if o.located {
-                    t[e].located += o.fail * w;
+                    t[e].located += f;
                 }
                 if o.untraced {
-                    t[e].alternative += o.fail * w;
+                    t[e].alternative += f;
                 }
             }
         }
         if o.ok > 0.0 {
             for &(e, w) in &c.ok[i] {
-                t[e].ok += o.ok * w;
+                t[e].ok += sign * o.ok * w;
             }
         }
+        self.totals.0 += sign * o.fail;
+        self.totals.1 += sign * (o.fail + o.ok);
     }
-    t
-}
 
-/// Failures and probes (unweighted) of the observations still unexplained.
-fn live_totals(obs: &[FlowObs], live: &[bool]) -> (f64, f64) {
-    obs.iter()
-        .zip(live)
-        .filter(|(_, l)| **l)
-        .fold((0.0, 0.0), |(f, n), (o, _)| (f + o.fail, n + o.fail + o.ok))
+    /// Observation `i` is explained: out of the tallies.
+    fn remove(&mut self, obs: &[FlowObs], c: &Compiled, i: usize) {
+        if std::mem::replace(&mut self.live[i], false) {
+            self.count(obs, c, i, -1.0);
+        }
+    }
 }
 
 /// Background failure ratio a component is tested against: that of the unexplained
@@ -231,16 +270,8 @@ struct Best {
     tally: Tally,
 }
 
-fn best(
-    obs: &[FlowObs],
-    c: &Compiled,
-    live: &[bool],
-    allowed: &[bool],
-    p: &Params,
-    min_score: f64,
-) -> Option<Best> {
-    let t = tally(obs, c, live);
-    let totals = live_totals(obs, live);
+fn best(c: &Compiled, live: &Live, allowed: &[bool], p: &Params, min_score: f64) -> Option<Best> {
+    let (t, totals) = (&live.tally, live.totals);
     let scored = |e: usize| {
         let x = t[e];
         let p0 = background_outside(totals, &x, p.floor);
@@ -296,27 +327,26 @@ fn best(
 fn take(
     obs: &[FlowObs],
     c: &Compiled,
-    live: &mut [bool],
+    live: &mut Live,
     element: usize,
 ) -> (Vec<String>, Option<FlowKey>) {
     let mut examples = Vec::new();
     // Flows of the failures explained: `Some(Some(k))` while all are flow `k`.
     let mut flow: Option<Option<FlowKey>> = None;
-    for (i, o) in obs.iter().enumerate() {
-        if !live[i] || o.fail <= 0.0 {
+    for &i in &c.failing_with[element] {
+        if !live.live[i] {
             continue;
         }
-        if c.fail[i].iter().any(|(e, _)| *e == element) {
-            if examples.len() < 3 && !examples.contains(&o.text) {
-                examples.push(o.text.clone());
-            }
-            flow = match flow {
-                None => Some(o.flow),
-                Some(k) if k == o.flow => Some(k),
-                Some(_) => Some(None),
-            };
-            live[i] = false;
+        let o = &obs[i];
+        if examples.len() < 3 && !examples.contains(&o.text) {
+            examples.push(o.text.clone());
         }
+        flow = match flow {
+            None => Some(o.flow),
+            Some(k) if k == o.flow => Some(k),
+            Some(_) => Some(None),
+        };
+        live.remove(obs, c, i);
     }
     (examples, flow.flatten())
 }
@@ -332,19 +362,23 @@ fn take(
 fn switch_beats_parts(
     obs: &[FlowObs],
     c: &Compiled,
-    (live, allowed): (&[bool], &[bool]),
+    (live, allowed): (&Live, &[bool]),
     sw: &Best,
     (p, min_score): (&Params, f64),
 ) -> bool {
     let parts: Vec<bool> = (0..c.elements.len())
         .map(|e| allowed[e] && !matches!(c.elements[e], Element::Switch(_)))
         .collect();
-    let covered = |i: usize| c.fail[i].iter().any(|(e, _)| *e == sw.element);
-    let mut live: Vec<bool> = (0..obs.len())
-        .map(|i| live[i] && (obs[i].fail <= 0.0 || covered(i)))
-        .collect();
+    let mut covered = vec![false; obs.len()];
+    for &i in &c.failing_with[sw.element] {
+        covered[i] = true;
+    }
+    let mut live = live.clone();
+    for i in (0..obs.len()).filter(|&i| obs[i].fail > 0.0 && !covered[i]) {
+        live.remove(obs, c, i);
+    }
     let (mut n, mut total) = (0usize, 0.0);
-    while let Some(b) = best(obs, c, &live, &parts, p, min_score) {
+    while let Some(b) = best(c, &live, &parts, p, min_score) {
         let x = b.tally;
         n += 1;
         total += chernoff_score(x.fail, x.fail + x.ok, sw.background) - min_score;
@@ -387,7 +421,11 @@ pub(crate) fn explain_away(
     eligible: impl Fn(&Element) -> bool,
 ) -> Vec<Finding> {
     let c = compile(obs);
-    let mut live: Vec<bool> = obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect();
+    let mut live = Live::new(
+        obs,
+        &c,
+        obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect(),
+    );
     // Many components tested at once: beyond a hundred, each needs more evidence
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
     let tested = p.tested.unwrap_or_else(|| c.components());
@@ -398,7 +436,7 @@ pub(crate) fn explain_away(
     let mut found = Vec::new();
     // Each round removes at least one failed observation or rules out one switch:
     // bounded by their number.
-    while let Some(b) = best(obs, &c, &live, &allowed, p, min_score) {
+    while let Some(b) = best(&c, &live, &allowed, p, min_score) {
         if matches!(c.elements[b.element], Element::Switch(_))
             && !switch_beats_parts(obs, &c, (&live, &allowed), &b, (p, min_score))
         {
@@ -406,9 +444,9 @@ pub(crate) fn explain_away(
             ruled_out.push(b.element);
             continue;
         }
-        let beside_switch = (0..obs.len()).any(|i| {
+        let beside_switch = c.failing_with[b.element].iter().any(|&i| {
             let fails = |e: usize| c.fail[i].iter().any(|(x, _)| *x == e);
-            live[i] && obs[i].fail > 0.0 && fails(b.element) && ruled_out.iter().any(|&s| fails(s))
+            live.live[i] && ruled_out.iter().any(|&s| fails(s))
         });
         let (examples, flow) = take(obs, &c, &mut live, b.element);
         // The best explanation of its failures, but not (yet) failing often enough to
@@ -490,8 +528,9 @@ fn independent(obs: &[FlowObs], c: &Compiled, element: usize, other: usize) -> T
 /// evidence that a whole switch is down.
 pub(crate) fn located_suspects(obs: &[FlowObs], min_failures: f64) -> Vec<Element> {
     let c = compile(obs);
-    let t = tally(obs, &c, &vec![true; obs.len()]);
-    let mut v: Vec<Element> = t
+    let live = Live::new(obs, &c, vec![true; obs.len()]);
+    let mut v: Vec<Element> = live
+        .tally
         .iter()
         .enumerate()
         .filter(|(_, x)| x.located >= min_failures && x.fail >= x.ok)

@@ -59,7 +59,8 @@ impl Engine {
             tick,
             excluded,
             others.is_some(),
-            c.min_failures,
+            (c.min_failures, latency_params(&c, None).min_share),
+            &mut self.routes,
         ) else {
             return;
         };
@@ -73,20 +74,8 @@ impl Engine {
             out.loss = loss.clone();
             loss.extend(others);
         }
-        let loss_params = Params {
-            min_score: f64::from(c.min_score),
-            min_failures: f64::from(c.min_failures),
-            floor: f64::from(c.background_loss_ppm) / 1e6,
-            min_share: 0.0,
-            tested: tested.0,
-        };
-        let slow_params = Params {
-            min_failures: MIN_SLOW,
-            floor: SLOW_FLOOR,
-            min_share: f64::from(c.latency_percent) / 100.0,
-            tested: tested.1,
-            ..loss_params
-        };
+        let loss_params = loss_params(&c, tested.0);
+        let slow_params = latency_params(&c, tested.1);
         let mut found = Vec::new();
         let blamable = |e: &Element| !matches!(e, Element::Rnic(r) if vouched.contains(r));
         let gap = policy::hold_gap_ms(c.tick_ms);
@@ -220,6 +209,27 @@ impl Engine {
                 }
             })
             .collect();
+    }
+}
+
+/// Loss tomography's thresholds, `tested` components.
+fn loss_params(c: &DiagnosisConfig, tested: Option<usize>) -> Params {
+    Params {
+        min_score: f64::from(c.min_score),
+        min_failures: f64::from(c.min_failures),
+        floor: f64::from(c.background_loss_ppm) / 1e6,
+        min_share: 0.0,
+        tested,
+    }
+}
+
+/// Latency tomography's thresholds, `tested` components.
+pub(super) fn latency_params(c: &DiagnosisConfig, tested: Option<usize>) -> Params {
+    Params {
+        min_failures: MIN_SLOW,
+        floor: SLOW_FLOOR,
+        min_share: f64::from(c.latency_percent) / 100.0,
+        ..loss_params(c, tested)
     }
 }
 

@@ -10,6 +10,7 @@ mod classify;
 mod judge;
 mod latency;
 mod localize;
+mod memo;
 mod mesh;
 mod observe;
 
@@ -106,6 +107,8 @@ pub(crate) struct Engine {
     rnic_holds: Onset<u32>,
     /// The window's results, aggregated per flow as they arrive.
     window: Window,
+    /// Each flow's components, kept while its traces are.
+    routes: memo::RouteMemo,
     /// Scale-out: loss observations of other shards for the next tick ([`Engine::share`]).
     shared: Option<Vec<FlowObs>>,
     /// No tomography before this time ([`Engine::await_paths`]).
@@ -163,6 +166,7 @@ impl Engine {
             rnic_holds: Onset::default(),
             rnic_found: HashMap::new(),
             window: Window::new(&cfg),
+            routes: memo::RouteMemo::default(),
             cfg,
             shared: None,
             paths_until_ms: i64::MIN,

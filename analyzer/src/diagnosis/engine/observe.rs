@@ -4,16 +4,17 @@
 //! paths, with their hop lists as evidence. Every other flow only brings arrivals, and
 //! tomography reads those only on the components some failure (or slow probe) votes
 //! for, in all (the background ratio) and as the number of components tested: so the
-//! healthy flows are added up by the blamed components they cross, a same-ToR flow
-//! without routing (its components are its two RNICs), an inter-ToR one over its traces.
+//! healthy flows are added up by the blamed components they cross (a same-ToR flow's are
+//! its two RNICs and their ToR, an inter-ToR one's those of its traces), each flow's
+//! components remembered across ticks ([`RouteMemo`]).
 //! The findings are those of one observation per flow; scale-out shards, which hand
 //! their observations to each other, still make one per flow.
 
+use super::memo::{Components, Interner, RouteMemo, Stamp, Weighted};
 use super::{Fails, Inputs};
 use crate::diagnosis::flows::table::{FlowKey, FlowTable};
-use crate::diagnosis::paths::{Element, End, Route, Tuple, route};
+use crate::diagnosis::paths::{Element, End, Route, Traced, Tuple, route};
 use crate::diagnosis::tomography::FlowObs;
-use std::collections::{BTreeMap, HashSet};
 
 /// Fewest slow probes through a component to blame it for latency.
 pub(super) const MIN_SLOW: f64 = 10.0;
@@ -83,16 +84,22 @@ fn end<'a>(inp: &'a Inputs, r: u32) -> Option<End<'a>> {
 }
 
 /// The tick's observations of the flows with neither end `excluded`, `None` when there
-/// is nothing to explain: fewer than `min_failures` failures and fewer than
-/// [`MIN_SLOW`] slow probes (scale-out, `shared`: loss observations of every flow,
-/// always).
+/// is nothing to explain: fewer than `min_failures` failures, and fewer than
+/// [`MIN_SLOW`] slow probes or no flow with a share of `slow_share` of its arrivals slow
+/// (scale-out, `shared`: loss observations of every flow, always).
+///
+/// Latency tomography blames a component only when at least `slow_share` of the arrivals
+/// through it are slow, and a component's share (a weighted sum over flows) is at most
+/// that of its slowest flow: without such a flow it can blame nothing, and at 10k RNICs
+/// queueing alone leaves a few slow probes on thousands of flows every second.
 pub(super) fn observations(
     inp: &Inputs,
     flows: &FlowTable,
     (fails, slow): (&Fails, &foldhash::HashMap<u32, u32>),
     excluded: impl Fn(u32) -> bool,
     shared: bool,
-    min_failures: u32,
+    (min_failures, slow_share): (u32, f64),
+    memo: &mut RouteMemo,
 ) -> Option<Observations> {
     let counts = |i: u32| {
         let (timeouts, ack2) = fails.get(&i).copied().unwrap_or_default();
@@ -110,13 +117,14 @@ pub(super) fn observations(
         let k = flows.get(i).key;
         !excluded(k.prober) && !excluded(k.target)
     });
-    let (failures, slow_probes) = hot.iter().fold((0u32, 0u32), |(f, s), &i| {
+    let (failures, slow_probes, share) = hot.iter().fold((0u32, 0u32, 0.0), |(f, s, m), &i| {
         let c = counts(i);
-        (f + c.timeouts + c.ack2, s + c.slow)
+        let share = f64::from(c.slow) / f64::from(c.ok.max(1));
+        (f + c.timeouts + c.ack2, s + c.slow, share.max(m))
     });
     let want = Want {
         loss: shared || failures >= min_failures,
-        slow: f64::from(slow_probes) >= MIN_SLOW,
+        slow: f64::from(slow_probes) >= MIN_SLOW && share > 0.0 && share >= slow_share,
     };
     if !want.loss && !want.slow {
         return None;
@@ -146,22 +154,34 @@ pub(super) fn observations(
     for &i in &own {
         is_own[i as usize] = true;
     }
-    let mut rest = Rest::new(&obs, want);
+    memo.begin(flows.bound());
+    let mut rest = Rest::new(&obs, want, memo.interner());
     for i in flows.indices().filter(|&i| !is_own[i as usize]) {
         let f = flows.get(i);
         if let (Some(Some(p)), Some(Some(t))) = (sides.get(f.key.prober), sides.get(f.key.target))
             && f.ok > 0
         {
-            rest.add(inp, (p, t), &f.key, f.ok);
+            let traced = traces(inp, (p, t), &f.key);
+            let stamp = Stamp {
+                ends: Stamp::ends((p.ip, t.ip, p.tor, t.tor)),
+                fwd: traced.0.map_or(0, |x| x.version()),
+                ack: traced.1.map_or(0, |x| x.version()),
+            };
+            let c = memo.components(i, &f.key, stamp, || healthy_components(inp, (p, t), traced));
+            rest.add(&c, f.ok);
         }
     }
-    rest.finish(&mut obs);
+    rest.finish(&mut obs, memo.interner());
     Some(obs)
 }
 
-/// The routes of a flow's probes and of their ACKs.
-fn routes(inp: &Inputs, (p, t): (&End, &End), k: &FlowKey, with_text: bool) -> (Route, Route) {
-    // Same ToR: the RNICs are all a route names, whatever the traces.
+/// The traces of a flow's probes and of their ACKs (none for a same-ToR flow: its RNICs
+/// are all a route names, whatever the traces).
+fn traces<'p>(
+    inp: &'p Inputs,
+    (p, t): (&End, &End),
+    k: &FlowKey,
+) -> (Option<Traced<'p>>, Option<Traced<'p>>) {
     let traces = |key: &Tuple| (p.tor != t.tor).then(|| inp.paths.get(key)).flatten();
     let fwd_key = Tuple {
         src: p.ip,
@@ -169,7 +189,6 @@ fn routes(inp: &Inputs, (p, t): (&End, &End), k: &FlowKey, with_text: bool) -> (
         sport: k.sport,
         dport: k.dport,
     };
-    let fwd = route(inp.map, traces(&fwd_key), p, t, with_text);
     let ack_key = Tuple {
         src: t.ip,
         dst: p.ip,
@@ -181,9 +200,23 @@ fn routes(inp: &Inputs, (p, t): (&End, &End), k: &FlowKey, with_text: bool) -> (
         dport: k.sport,
         ..ack_key
     };
-    let ack_traces = traces(&ack_key).or_else(|| traces(&swapped));
-    let ack = route(inp.map, ack_traces, t, p, with_text);
-    (fwd, ack)
+    (
+        traces(&fwd_key),
+        traces(&ack_key).or_else(|| traces(&swapped)),
+    )
+}
+
+/// The routes of a flow's probes and of their ACKs, over their traces.
+fn routes(
+    inp: &Inputs,
+    (p, t): (&End, &End),
+    (fwd, ack): (Option<Traced>, Option<Traced>),
+    with_text: bool,
+) -> (Route, Route) {
+    (
+        route(inp.map, fwd, p, t, with_text),
+        route(inp.map, ack, t, p, with_text),
+    )
 }
 
 /// What a lost probe of the flow votes for: the broken directions' candidates when a
@@ -211,7 +244,7 @@ fn observe(
     out: &mut Observations,
 ) {
     let with_text = f.timeouts + f.ack2 + f.slow > 0;
-    let (fwd, ack) = routes(inp, ends, k, with_text);
+    let (fwd, ack) = routes(inp, ends, traces(inp, ends, k), with_text);
     let ok_elems = with_switches(inp, ends, union(&[&fwd.ok, &ack.ok]));
     if want.loss {
         let (fail_elems, located) = loss_elements(&fwd, &ack);
@@ -313,62 +346,67 @@ fn union(lists: &[&Vec<(Element, f64)>]) -> Vec<(Element, f64)> {
     v
 }
 
-/// A set of components, RNICs dense by id.
+/// A flow's components for the healthy flows added up: those an arrival vouches for,
+/// and those a loss would vote for.
+fn healthy_components(
+    inp: &Inputs,
+    ends: (&End, &End),
+    traced: (Option<Traced>, Option<Traced>),
+) -> (Weighted, Weighted) {
+    let (fwd, ack) = routes(inp, ends, traced, false);
+    let ok_elems = with_switches(inp, ends, union(&[&fwd.ok, &ack.ok]));
+    let (fail_elems, _) = loss_elements(&fwd, &ack);
+    (ok_elems, with_switches(inp, ends, fail_elems))
+}
+
+/// A set of interned components.
 #[derive(Debug, Default)]
-struct ElementSet {
-    rnics: Vec<bool>,
-    others: HashSet<Element>,
+struct IdSet {
+    has: Vec<bool>,
     /// Components held, a link's directions not counted apart from the link.
     len: usize,
 }
 
-impl ElementSet {
-    fn insert(&mut self, e: &Element) {
-        let new = match e {
-            Element::Rnic(r) => {
-                let r = *r as usize;
-                if self.rnics.len() <= r {
-                    self.rnics.resize(r + 1, false);
-                }
-                !std::mem::replace(&mut self.rnics[r], true)
-            }
-            e => !self.others.contains(e) && self.others.insert(e.clone()),
-        };
-        self.len += usize::from(new && !e.is_direction());
+impl IdSet {
+    fn insert(&mut self, id: u32, interner: &Interner) {
+        let i = id as usize;
+        if self.has.len() <= i {
+            self.has.resize(i + 1, false);
+        }
+        if !std::mem::replace(&mut self.has[i], true) {
+            self.len += usize::from(!interner.element(id).is_direction());
+        }
     }
 
-    fn contains(&self, e: &Element) -> bool {
-        match e {
-            Element::Rnic(r) => self.rnics.get(*r as usize).copied().unwrap_or(false),
-            e => self.others.contains(e),
-        }
+    fn contains(&self, id: u32) -> bool {
+        self.has.get(id as usize).copied().unwrap_or(false)
     }
 }
 
-/// Components with weights, as a map key (weights by their bits).
-type Projection = Vec<(Element, u64)>;
+/// Interned components with weights, as a map key (weights by their bits).
+type Projection = Vec<(u32, u64)>;
 
 /// The healthy flows added up: arrivals per combination of blamed components crossed.
 struct Rest {
     want: Want,
     /// Components loss (latency) observations blame: where arrivals matter.
-    blamed: (ElementSet, ElementSet),
+    blamed: (IdSet, IdSet),
     /// Every component the observations name.
-    named: (ElementSet, ElementSet),
+    named: (IdSet, IdSet),
     /// Arrivals per (blamed arrival components, blamed failure components).
-    loss: BTreeMap<(Projection, Projection), f64>,
+    loss: foldhash::HashMap<(Projection, Projection), f64>,
     /// Arrivals per blamed components (latency: arrivals and failures vote alike).
-    slow: BTreeMap<Projection, f64>,
+    slow: foldhash::HashMap<Projection, f64>,
 }
 
 impl Rest {
-    fn new(own: &Observations, want: Want) -> Self {
+    fn new(own: &Observations, want: Want, interner: &mut Interner) -> Self {
         let mut rest = Self {
             want,
             blamed: Default::default(),
             named: Default::default(),
-            loss: BTreeMap::new(),
-            slow: BTreeMap::new(),
+            loss: Default::default(),
+            slow: Default::default(),
         };
         for (obs, blamed, named) in [
             (&own.loss, &mut rest.blamed.0, &mut rest.named.0),
@@ -376,81 +414,71 @@ impl Rest {
         ] {
             for o in obs {
                 for (e, _) in o.ok_elems.iter().chain(&o.fail_elems) {
-                    named.insert(e);
+                    let id = interner.id(e);
+                    named.insert(id, interner);
                 }
                 if o.fail > 0.0 {
-                    o.fail_elems.iter().for_each(|(e, _)| blamed.insert(e));
+                    for (e, _) in &o.fail_elems {
+                        let id = interner.id(e);
+                        blamed.insert(id, interner);
+                    }
                 }
             }
         }
         rest
     }
 
-    /// Adds a flow without failures or slow probes: `ok` arrivals.
-    fn add(&mut self, inp: &Inputs, ends: (&End, &End), k: &FlowKey, ok: u32) {
+    /// Adds a flow without failures or slow probes: `ok` arrivals over its components.
+    fn add(&mut self, c: &Components, ok: u32) {
         let ok = f64::from(ok);
-        if ends.0.tor == ends.1.tor {
-            let both = vec![
-                (Element::Rnic(ends.0.rnic), 1.0),
-                (Element::Rnic(ends.1.rnic), 1.0),
-            ];
-            let both = with_switches(inp, ends, both);
-            self.add_elements(&both, &both, ok);
-        } else {
-            let (fwd, ack) = routes(inp, ends, k, false);
-            let ok_elems = with_switches(inp, ends, union(&[&fwd.ok, &ack.ok]));
-            let (fail_elems, _) = loss_elements(&fwd, &ack);
-            self.add_elements(&ok_elems, &with_switches(inp, ends, fail_elems), ok);
-        }
-    }
-
-    fn add_elements(
-        &mut self,
-        ok_elems: &[(Element, f64)],
-        fail_elems: &[(Element, f64)],
-        ok: f64,
-    ) {
-        let project = |list: &[(Element, f64)], on: &ElementSet| -> Projection {
+        let project = |list: &[(u32, f64)], on: &IdSet| -> Projection {
             list.iter()
-                .filter(|(e, _)| on.contains(e))
-                .map(|(e, w)| (e.clone(), w.to_bits()))
+                .filter(|(e, _)| on.contains(*e))
+                .map(|(e, w)| (*e, w.to_bits()))
                 .collect()
         };
         if self.want.loss {
-            ok_elems
-                .iter()
-                .chain(fail_elems)
-                .for_each(|(e, _)| self.named.0.insert(e));
+            c.ok.iter()
+                .chain(c.fail)
+                .for_each(|(e, _)| self.named.0.insert(*e, c.interner));
             let key = (
-                project(ok_elems, &self.blamed.0),
-                project(fail_elems, &self.blamed.0),
+                project(c.ok, &self.blamed.0),
+                project(c.fail, &self.blamed.0),
             );
             *self.loss.entry(key).or_default() += ok;
         }
         if self.want.slow {
-            ok_elems.iter().for_each(|(e, _)| self.named.1.insert(e));
-            *self
-                .slow
-                .entry(project(ok_elems, &self.blamed.1))
-                .or_default() += ok;
+            c.ok.iter()
+                .for_each(|(e, _)| self.named.1.insert(*e, c.interner));
+            *self.slow.entry(project(c.ok, &self.blamed.1)).or_default() += ok;
         }
     }
 
-    /// Appends the added-up arrivals to `out` and says how many components were tested.
-    fn finish(self, out: &mut Observations) {
-        let weighted = |p: Projection| -> Vec<(Element, f64)> {
-            p.into_iter().map(|(e, w)| (e, f64::from_bits(w))).collect()
+    /// Appends the added-up arrivals to `out`, ordered by their components, and says how
+    /// many components were tested.
+    fn finish(self, out: &mut Observations, interner: &Interner) {
+        let named = |p: &Projection| -> Vec<(Element, f64)> {
+            p.iter()
+                .map(|&(e, w)| (interner.element(e).clone(), f64::from_bits(w)))
+                .collect()
         };
-        for ((ok_elems, fail_elems), ok) in self.loss {
+        let mut loss: Vec<_> = self
+            .loss
+            .iter()
+            .map(|((ok_elems, fail_elems), &ok)| (named(ok_elems), named(fail_elems), ok))
+            .collect();
+        loss.sort_by(|a, b| key_order(&a.0, &b.0).then_with(|| key_order(&a.1, &b.1)));
+        for (ok_elems, fail_elems, ok) in loss {
             out.loss.push(FlowObs {
                 ok,
-                ok_elems: weighted(ok_elems),
-                fail_elems: weighted(fail_elems),
+                ok_elems,
+                fail_elems,
                 ..FlowObs::default()
             });
         }
-        for (elems, ok) in self.slow {
-            let elems = weighted(elems);
+        let mut slow: Vec<_> = self.slow.iter().map(|(p, &ok)| (named(p), ok)).collect();
+        slow.sort_by(|a, b| key_order(&a.0, &b.0));
+        for (elems, ok) in slow {
             out.slow.push(FlowObs {
                 ok,
                 ok_elems: elems.clone(),
@@ -460,4 +488,13 @@ impl Rest {
         }
         out.tested = (Some(self.named.0.len), Some(self.named.1.len));
     }
+}
+
+/// Order of added-up observations: by components, then weights (a fixed order whatever
+/// the ids, so a tick's observations do not depend on what the memo saw before).
+fn key_order(a: &[(Element, f64)], b: &[(Element, f64)]) -> std::cmp::Ordering {
+    fn bits((e, w): &(Element, f64)) -> (&Element, u64) {
+        (e, w.to_bits())
+    }
+    a.iter().map(bits).cmp(b.iter().map(bits))
 }

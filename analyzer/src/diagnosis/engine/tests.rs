@@ -1128,10 +1128,17 @@ fn healthy_flows_added_up_change_no_finding() {
 
 /// Added up, the healthy flows still count every component the observations of all
 /// flows name (the number tested sets the bar of a finding; a link's directions are
-/// hypotheses about the link, not components of their own).
+/// hypotheses about the link, not components of their own); their components,
+/// remembered across ticks, are those routed afresh, also once their traces change.
+/// Slow probes scattered over flows, none of them half slow, are no latency
+/// observations: tomography would blame nothing.
 #[test]
-fn added_up_flows_keep_the_number_of_components_tested() {
+fn added_up_flows_count_every_component_and_remember_only_current_routes() {
+    use super::localize::latency_params;
+    use super::memo::RouteMemo;
+    use super::observe::MIN_SLOW;
     use super::observe::observations;
+    use crate::diagnosis::tomography::explain_away;
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let mut sim = t0_s1_down();
     let slow_rnic = rnic(3, 1);
@@ -1150,11 +1157,12 @@ fn added_up_flows_keep_the_number_of_components_tested() {
     healthy.diagnose(&mut engine, &map);
     engine.window.forget_results();
     engine.take(sim.records.iter().copied(), &registry, NOW);
+    let hosts = sim.hosts.clone();
     let latency = Arc::new(Verdicts::default());
     let inp = Inputs {
         now_ms: NOW,
         started_ms: NOW - 600_000,
-        hosts: &sim.hosts,
+        hosts: &hosts,
         registry: &registry,
         map: &map,
         paths: &sim.paths,
@@ -1166,8 +1174,42 @@ fn added_up_flows_keep_the_number_of_components_tested() {
     let slow = engine.slow_flows(&inp, flagged);
     assert!(!fails.is_empty() && !slow.is_empty());
     let flows = engine.window.flows();
-    let [compact, full] = [false, true]
-        .map(|shared| observations(&inp, flows, (&fails, &slow), |_| false, shared, 3).unwrap());
+    let tick = |inp: &Inputs, shared: bool, memo: &mut RouteMemo| {
+        observations(
+            inp,
+            flows,
+            (&fails, &slow),
+            |_| false,
+            shared,
+            (3, 0.5),
+            memo,
+        )
+        .unwrap()
+    };
+    let [compact, full] = [false, true].map(|shared| tick(&inp, shared, &mut RouteMemo::default()));
+    // The same number of slow probes on each slow flow instead, `MIN_SLOW` in all and
+    // under half of each flow's arrivals.
+    let per = (MIN_SLOW / slow.len() as f64).ceil() as u32;
+    let scattered: foldhash::HashMap<u32, u32> = slow.keys().map(|&i| (i, per)).collect();
+    assert!(slow.keys().all(|&i| 2 * per < flows.get(i).ok));
+    let no_loss = Fails::default();
+    let gate = |share: f64| {
+        let memo = &mut RouteMemo::default();
+        observations(
+            &inp,
+            flows,
+            (&no_loss, &scattered),
+            |_| false,
+            false,
+            (3, share),
+            memo,
+        )
+    };
+    assert!(gate(0.5).is_none());
+    let forced = gate(0.0).unwrap();
+    assert!(!forced.slow.is_empty());
+    let params = latency_params(&DiagnosisConfig::default(), forced.tested.1);
+    assert_eq!(explain_away(&forced.slow, &params, |_| true), []);
     let named = |obs: &[FlowObs]| {
         obs.iter()
             .flat_map(|o| o.ok_elems.iter().chain(&o.fail_elems))
@@ -1189,6 +1231,25 @@ fn added_up_flows_keep_the_number_of_components_tested() {
     };
     assert_eq!(total(&compact.loss), total(&full.loss));
     assert_eq!(total(&compact.slow), total(&full.slow));
+    let mut memo = RouteMemo::default();
+    let seen = |o: super::observe::Observations| (o.loss, o.slow, o.tested);
+    let before = seen(tick(&inp, false, &mut memo));
+    assert_eq!(seen(tick(&inp, false, &mut memo)), before, "remembered");
+    // The agents re-trace the healthy flows (over spine 0): their traces now stop at the
+    // first ToR.
+    sim.retrace_via(0, |_| 1);
+    let inp = Inputs {
+        now_ms: NOW,
+        started_ms: NOW - 600_000,
+        hosts: &hosts,
+        registry: &registry,
+        map: &map,
+        paths: &sim.paths,
+        latency: &latency,
+    };
+    let after = seen(tick(&inp, false, &mut memo));
+    assert_ne!(after, before);
+    assert_eq!(after, seen(tick(&inp, false, &mut RouteMemo::default())));
 }
 
 #[test]
