@@ -1157,12 +1157,11 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
     healthy.diagnose(&mut engine, &map);
     engine.window.forget_results();
     engine.take(sim.records.iter().copied(), &registry, NOW);
-    let hosts = sim.hosts.clone();
     let latency = Arc::new(Verdicts::default());
     let inp = Inputs {
         now_ms: NOW,
         started_ms: NOW - 600_000,
-        hosts: &hosts,
+        hosts: &sim.hosts,
         registry: &registry,
         map: &map,
         paths: &sim.paths,
@@ -1237,15 +1236,11 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
     assert_eq!(seen(tick(&inp, false, &mut memo)), before, "remembered");
     // The agents re-trace the healthy flows (over spine 0): their traces now stop at the
     // first ToR.
-    sim.retrace_via(0, |_| 1);
+    let mut retraced = t0_s1_down();
+    retraced.retrace_via(0, |_| 1);
     let inp = Inputs {
-        now_ms: NOW,
-        started_ms: NOW - 600_000,
-        hosts: &hosts,
-        registry: &registry,
-        map: &map,
-        paths: &sim.paths,
-        latency: &latency,
+        paths: &retraced.paths,
+        ..inp
     };
     let after = seen(tick(&inp, false, &mut memo));
     assert_ne!(after, before);
