@@ -2,8 +2,8 @@
 //! flow on each tick it runs, and routing each one afresh (trace lookups, component
 //! names built, compared and hashed) took most of a tick at 10k RNICs. A flow's
 //! components are a function of its ends and of the traces of its two directions alone,
-//! so they are kept, as interned ids, until a trace of either direction is filed again
-//! or an end changes address or ToR.
+//! so they are kept, as interned ids, until a trace of either direction with other hops
+//! is filed or an end changes address or ToR.
 
 use crate::diagnosis::flows::table::FlowKey;
 use crate::diagnosis::paths::Element;
@@ -14,7 +14,7 @@ use std::hash::BuildHasher;
 /// stray traces must not grow it without bound.
 const ELEMENTS_SLACK: usize = 65_536;
 
-/// Components as dense ids, each with its direction flag.
+/// Components as dense ids.
 #[derive(Debug, Default)]
 pub(super) struct Interner {
     ids: foldhash::HashMap<Element, u32>,
@@ -89,7 +89,7 @@ pub(super) struct Components<'a> {
 
 /// Flows' components by flow-table index, kept while their [`Stamp`] holds.
 #[derive(Debug, Default)]
-pub(crate) struct RouteMemo {
+pub(super) struct RouteMemo {
     interner: Interner,
     flows: Vec<Option<Remembered>>,
 }
