@@ -559,6 +559,9 @@ pub struct Evidence {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direction: Option<LinkDirection>,
     /// Flow problems: every component that could explain the failures, most likely first.
+    /// Other problems, when the probes cannot tell the named component from others (a
+    /// 2-ToR fabric's spine and its links; a ToR and its only RNIC): the named component
+    /// first, then each indistinguishable one, with equal shares.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub candidates: Vec<SuspectComponent>,
     /// Link and switch problems: the tasks and service flows whose traced 5-tuples cross
@@ -597,7 +600,7 @@ pub struct LinkDirection {
     pub to: String,
 }
 
-/// A component that may be behind a flow problem, with how likely it is.
+/// A component that may be behind a problem, with how likely it is.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, ToSchema)]
 pub struct SuspectComponent {
     /// Kind of component.

@@ -6,6 +6,7 @@
 
 use crate::score::{Component, Truth};
 use crate::topology::{Fabric, Route};
+use crate::twins::{self, Part};
 use anyhow::{bail, ensure};
 use rocemesh_proto::api::{ComponentKind, LinkDirection, ProblemKind};
 use rocemesh_proto::flow::FiveTuple;
@@ -524,6 +525,20 @@ impl Fault {
             Effect::CpuNoise { .. } => vec![ProblemKind::HostDown, ProblemKind::AgentRestart],
             _ => Vec::new(),
         };
+        let part = match self.target {
+            Target::Link(link) => Some(match self.toward {
+                Some(toward) => Part::Direction { link, toward },
+                None => Part::Link(link),
+            }),
+            Target::Switch(s) => Some(Part::Switch(s)),
+            Target::Rnic(r) => Some(Part::Rnic(r)),
+            Target::Flow { .. } | Target::Host(_) => None,
+        };
+        // Down and flapping components reroute traffic (their ends withdraw them), which
+        // sets them apart from their twins.
+        if let Some(part) = part.filter(|_| matches!(self.effect, Effect::Loss(_) | Effect::Delay(_))) {
+            t.equivalent = twins::indistinguishable(fabric, part);
+        }
         if let Target::Flow { switch, .. } = self.target {
             // The probes cannot tell the switch from its links on the flow's path.
             t.flow_level = true;

@@ -10,7 +10,8 @@
 //! analyzer code in this process (virtual time, as fast as the CPU allows), [`http`]
 //! to a running `rocemesh server` (wall-clock time). [`score`] is the one scorer of
 //! every localization evaluation (this simulator's and the namespace testbed's): the
-//! problems found against the truth, and R-Pingmesh's Algorithm 1 on the same data.
+//! problems found against the truth, and R-Pingmesh's Algorithm 1 on the same data;
+//! [`twins`] names the components no probe can tell apart.
 //! [`random`] draws seeded random scenarios (shapes, faults, positions) to score on.
 //! [`job`] models training-job traffic with faults; [`jobsuite`] scores task-health
 //! verdicts on it.
@@ -30,6 +31,7 @@ pub mod scenario;
 pub mod score;
 pub mod sim;
 pub mod topology;
+pub mod twins;
 
 pub use faults::FaultSpec;
 pub use score::Truth;

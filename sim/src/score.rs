@@ -3,8 +3,9 @@
 //! and R-Pingmesh's Algorithm 1 (plain voting) on the same data. Nothing is assumed.
 //!
 //! Rules, applied to each truth independently:
-//! - a report matches a truth when it names the truth's component (or an equivalent one)
-//!   and was first seen at or after the fault's onset;
+//! - a report matches a truth when it names the truth's component and was first seen at
+//!   or after the fault's onset; a report naming a component no probe can tell from the
+//!   truth's ([`crate::twins`]) matches when it lists the truth's among its candidates;
 //! - a flow-level truth (a dropped 5-tuple, a fault only one flow crosses: the probes
 //!   cannot single out a component) matches only a [`ProblemKind::FlowFault`] whose
 //!   candidates include the true component;
@@ -28,7 +29,9 @@ pub struct Truth {
     pub kind: ProblemKind,
     /// The component to blame.
     pub component: Component,
-    /// Answers as exact as the component (e.g. a spine's links for a 5-tuple it drops).
+    /// Answers as exact as the component: a flow-level truth's components on the flow's
+    /// path (a spine's links for a 5-tuple it drops); else the components no probe can
+    /// tell from it, right when they list the component among their candidates.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub equivalent: Vec<Component>,
     /// A one-direction link fault: the faulty direction.
@@ -87,10 +90,24 @@ impl Truth {
         v.first_seen_ms >= self.onset_ms
             && if self.flow_level {
                 v.kind == Some(ProblemKind::FlowFault)
-                    && v.candidates.iter().any(|c| self.names(c.kind, &c.name))
+                    && v.candidates.iter().any(|(c, _)| self.names(c.kind, &c.name))
             } else {
-                self.names(v.component.kind, &v.component.name)
+                v.component == self.component
+                    || self.names(v.component.kind, &v.component.name)
+                        && v.candidates.iter().any(|(c, _)| *c == self.component)
             }
+    }
+
+    /// The direction `v` gives the truth's component: its own when it names it, else
+    /// that of its candidate naming it.
+    fn direction_in(&self, v: &Verdict) -> Option<LinkDirection> {
+        if v.component == self.component {
+            return v.direction.clone();
+        }
+        v.candidates
+            .iter()
+            .find(|(c, _)| *c == self.component)
+            .and_then(|(_, d)| d.clone())
     }
 
     fn tolerates(&self, v: &Verdict) -> bool {
@@ -107,8 +124,9 @@ pub struct Verdict {
     pub kind: Option<ProblemKind>,
     /// The component blamed (a flow problem: the flow).
     pub component: Component,
-    /// A flow problem's candidate components.
-    pub candidates: Vec<Component>,
+    /// A flow problem's candidate components, or the components a problem's cannot be
+    /// told from (its own first), each with the direction it names, if any.
+    pub candidates: Vec<(Component, Option<LinkDirection>)>,
     /// A link problem's faulty direction, when it names one.
     pub direction: Option<LinkDirection>,
     /// First reported, ms.
@@ -127,7 +145,12 @@ impl Verdict {
                 .evidence
                 .candidates
                 .iter()
-                .map(|c| Component::new(c.component_kind, &c.component))
+                .map(|c| {
+                    (
+                        Component::new(c.component_kind, &c.component),
+                        c.direction.clone(),
+                    )
+                })
                 .collect(),
             direction: p.evidence.direction.clone(),
             first_seen_ms: p.first_seen_ms,
@@ -222,7 +245,7 @@ pub fn score_verdicts(truth: &[Truth], verdicts: &[Verdict]) -> Score {
         .iter()
         .map(|t| {
             let hits: Vec<&&Verdict> = counted.iter().filter(|v| t.matches(v)).collect();
-            let named = hits.iter().find_map(|v| v.direction.clone());
+            let named = hits.iter().find_map(|v| t.direction_in(v));
             let direction_right = t
                 .direction
                 .as_ref()
@@ -604,6 +627,35 @@ mod tests {
             (sum.direction_accuracy, sum.directions_checked),
             (Some(0.5), 2)
         );
+    }
+
+    #[test]
+    fn a_twin_counts_only_when_it_lists_the_truth_and_its_direction_is_the_truths() {
+        // Into s0 on t1-s0, in a 2-ToR fabric: the same probes as s0 into t0 on t0-s0.
+        let mut t = truth("t1-s0", 10_000);
+        t.direction = Some(direction("t1", "s0"));
+        t.equivalent = vec![Component::new(ComponentKind::Link, "t0-s0")];
+        let mut p = problem(ComponentKind::Link, "t0-s0", 12_000, 0.9);
+        p.evidence.direction = Some(direction("s0", "t0"));
+        let s = score(std::slice::from_ref(&t), std::slice::from_ref(&p), 0);
+        assert_eq!((s.true_positives, s.false_positives), (0, 1), "a guess");
+        let suspect = |name: &str, d: LinkDirection| SuspectComponent {
+            component_kind: ComponentKind::Link,
+            component: name.into(),
+            direction: Some(d),
+            confidence: 0.5,
+        };
+        p.evidence.candidates = vec![
+            suspect("t0-s0", direction("s0", "t0")),
+            suspect("t1-s0", direction("t1", "s0")),
+        ];
+        let s = score(std::slice::from_ref(&t), std::slice::from_ref(&p), 0);
+        assert!(s.correct, "{s:?}");
+        assert_eq!(s.outcomes[0].direction_right, Some(true), "the twin's own");
+        // Listing a component the truth has no twin in is no match.
+        let other = truth("t1-s1", 10_000);
+        p.evidence.candidates.push(suspect("t1-s1", direction("t1", "s1")));
+        assert_eq!(score(&[other], &[p], 0).true_positives, 0);
     }
 
     #[test]

@@ -81,6 +81,11 @@ pub(crate) struct Finding {
     /// the finding may be a part of that switch's fault, seen before the switch's own
     /// evidence suffices (its first ticks, when its parts' shares differ by chance).
     pub beside_switch: bool,
+    /// Components the observations cannot tell from `element`: when it was blamed,
+    /// each crossed exactly the live failed probes it crosses and as many arrivals
+    /// (a 2-ToR fabric's spine and both its links; a ToR and its only RNIC). The
+    /// verdict names `element` and lists these beside it, never one of them guessed.
+    pub equivalent: Vec<Element>,
 }
 
 /// Binomial upper-tail exponent: `n * KL(q || p)` for `q = f / n > p`, else 0.
@@ -322,6 +327,46 @@ fn best(c: &Compiled, live: &Live, allowed: &[bool], p: &Params, min_score: f64)
     }
 }
 
+/// Most components listed as indistinguishable from a blamed one: past a few, the
+/// failures sit on one path and the verdict is a flow problem, or the fabric map is too
+/// thin to tell anything apart.
+const MAX_EQUIVALENT: usize = 8;
+
+/// The eligible components the live observations cannot tell from `b`: the same live
+/// failed observations vote for each, with the same weighted failures and arrivals. A
+/// link's own directions (refinements of it) and a direction's link are not listed; a
+/// direction is listed only beside a direction.
+fn equivalents<'a>(
+    c: &'a Compiled,
+    live: &'a Live,
+    eligible: &'a [bool],
+    b: &'a Best,
+) -> impl Iterator<Item = usize> + 'a {
+    let same = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
+    let failing = move |e: usize| {
+        c.failing_with[e]
+            .iter()
+            .copied()
+            .filter(move |&i| live.live[i])
+    };
+    let own_link = |e: usize| {
+        c.link_of[e] == Some(b.element) || c.link_of[b.element] == Some(e)
+    };
+    let direction = c.elements[b.element].is_direction();
+    (0..c.elements.len())
+        .filter(move |&e| {
+            let x = live.tally[e];
+            e != b.element
+                && eligible[e]
+                && !own_link(e)
+                && c.elements[e].is_direction() == direction
+                && same(x.fail, b.tally.fail)
+                && same(x.ok, b.tally.ok)
+                && failing(e).eq(failing(b.element))
+        })
+        .take(MAX_EQUIVALENT)
+}
+
 /// Marks the live failed observations `element` explains as explained; returns up to
 /// three of their hop lists and the one flow they all belong to, if they do.
 fn take(
@@ -430,7 +475,8 @@ pub(crate) fn explain_away(
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
     let tested = p.tested.unwrap_or_else(|| c.components());
     let min_score = p.min_score + (tested as f64 / 100.0).max(1.0).ln();
-    let mut allowed: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
+    let eligible_ids: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
+    let mut allowed = eligible_ids.clone();
     let mut blamed: Vec<usize> = Vec::new();
     let mut ruled_out: Vec<usize> = Vec::new();
     let mut found = Vec::new();
@@ -448,6 +494,9 @@ pub(crate) fn explain_away(
             let fails = |e: usize| c.fail[i].iter().any(|(x, _)| *x == e);
             live.live[i] && ruled_out.iter().any(|&s| fails(s))
         });
+        let equivalent = equivalents(&c, &live, &eligible_ids, &b)
+            .map(|e| c.elements[e].clone())
+            .collect();
         let (examples, flow) = take(obs, &c, &mut live, b.element);
         // The best explanation of its failures, but not (yet) failing often enough to
         // be blamed: what it explains is no other component's either (a switch whose
@@ -467,6 +516,7 @@ pub(crate) fn explain_away(
             examples,
             flow,
             beside_switch,
+            equivalent,
         });
     }
     let significant = |x: &Tally, background: f64| {
@@ -645,6 +695,45 @@ mod tests {
             }
         });
         assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
+    }
+
+    /// Loss on one link of a 2-ToR fabric: every probe crossing it crosses its twin (the
+    /// other ToR's link to the same spine) too, so the finding lists the twin; with
+    /// more ToRs nothing is listed. Seeded positions, rates and fabric sizes.
+    #[test]
+    fn a_link_the_probes_cannot_tell_from_its_twin_lists_it() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let seed = rand::random::<u64>();
+        println!("seed {seed}");
+        let mut rng = StdRng::seed_from_u64(seed);
+        for _ in 0..20 {
+            let tors = rng.random_range(2..5u32);
+            let (tor, spine) = (rng.random_range(0..tors), rng.random_range(0..2u32));
+            let loss = rng.random_range(0.05..0.3);
+            let obs = fabric_of(tors, |a, s, b| {
+                if s == spine && (a == tor || b == tor) {
+                    loss
+                } else {
+                    0.0
+                }
+            });
+            let found = explain_away(&obs, &P, |_| true);
+            let faulty = link(&format!("t{tor}-s{spine}"));
+            let twin = link(&format!("t{}-s{spine}", 1 - tor.min(1)));
+            let case = format!("seed {seed}: {tors} ToRs, t{tor}-s{spine} at {loss:.2}");
+            assert_eq!(found.len(), 1, "{case}: {found:?}");
+            let f = &found[0];
+            if tors == 2 {
+                let mut named = vec![f.element.clone()];
+                named.extend(f.equivalent.iter().cloned());
+                named.sort();
+                let mut want = vec![faulty, twin];
+                want.sort();
+                assert_eq!(named, want, "{case}");
+            } else {
+                assert_eq!((&f.element, &f.equivalent[..]), (&faulty, &[][..]), "{case}");
+            }
+        }
     }
 
     #[test]

@@ -186,6 +186,7 @@ impl Engine {
             if ck == ComponentKind::Link {
                 e.direction = blamed_direction(inp.map, &f);
             }
+            indistinguishable(inp, (ck, &name), &f, &mut e);
             if kind == ProblemKind::HighLatency {
                 let own = &slow[..slow_pairs.len()];
                 super::latency::attach_pairs(inp, own, &slow_pairs, &f, &mut e);
@@ -361,6 +362,40 @@ fn evidence(f: &Finding, what: &str) -> Evidence {
         ),
         ..Evidence::default()
     }
+}
+
+/// Lists beside the problem's component the components its findings could not be told
+/// from (each finding of the component itself; a switch built from link findings is
+/// not any one of them), with equal shares, and says so in the detail.
+fn indistinguishable(inp: &Inputs, (ck, name): (ComponentKind, &str), f: &[Finding], e: &mut Evidence) {
+    let mut others: Vec<&Element> = f
+        .iter()
+        .filter(|x| component(inp, &x.element) == (ck, name.to_string()))
+        .flat_map(|x| &x.equivalent)
+        .collect();
+    others.sort();
+    others.dedup();
+    if others.is_empty() {
+        return;
+    }
+    let share = 1.0 / (others.len() + 1) as f64;
+    let suspect = |component_kind, component, direction| SuspectComponent {
+        component_kind,
+        component,
+        direction,
+        confidence: share,
+    };
+    e.candidates.push(suspect(ck, name.to_string(), e.direction.clone()));
+    let mut names = Vec::new();
+    for x in others {
+        let (kind, other) = component(inp, x);
+        names.push(other.clone());
+        e.candidates.push(suspect(kind, other, link_direction(inp.map, x)));
+    }
+    e.detail.push_str(&format!(
+        "; the probes cannot tell it from {}",
+        names.join(", ")
+    ));
 }
 
 type Found = (ProblemKind, ComponentKind, String, Finding);

@@ -424,6 +424,7 @@ fn a_located_link_of_a_silent_switch_is_held_until_confirmed() {
             examples: Vec::new(),
             flow: None,
             beside_switch: false,
+            equivalent: Vec::new(),
         };
         let name = "t0-s1".to_string();
         (
@@ -484,6 +485,7 @@ fn a_link_beside_an_open_link_problem_is_reported_only_once_it_persists() {
             examples: Vec::new(),
             flow: None,
             beside_switch: false,
+            equivalent: Vec::new(),
         };
         (
             ProblemKind::LinkFault,

@@ -1,0 +1,290 @@
+//! Components no probe can tell apart: those that lie on exactly the same routes. A
+//! loss or delay on one of them affects exactly the packets one on another would (a
+//! 2-ToR fabric's spine and both its links; one direction of a link there and the
+//! opposite direction of its twin; a ToR and its only RNIC), so no diagnosis can single
+//! out one of them and the scorer accepts any of them that lists the truth beside it.
+//!
+//! A component's routes are fingerprinted, not listed: each route between two ToRs (one
+//! per ECMP choice) and each ToR's own traffic between its RNICs gets a random 64-bit
+//! word, and a component's fingerprint is the XOR of the words of the routes crossing it
+//! with their count. Equal sets give equal fingerprints; unequal ones collide with
+//! probability 2^-64.
+
+use crate::rng::{hash, mix};
+use crate::topology::{Fabric, Route};
+use rocemesh_proto::api::{Component, ComponentKind};
+
+/// Routes fingerprinted at most: past this (a k = 48 fat-tree) the fabric is too large
+/// to enumerate, and no twins are named (the scorer is then only stricter).
+const MAX_ROUTES: usize = 2_000_000;
+
+/// A component of the fabric, as a fault targets it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    /// A switch.
+    Switch(u32),
+    /// A link, both directions.
+    Link(u32),
+    /// A link, the packets crossing it into switch `toward` only.
+    Direction {
+        /// The link.
+        link: u32,
+        /// The switch the packets head to.
+        toward: u32,
+    },
+    /// An RNIC.
+    Rnic(u32),
+}
+
+/// The routes crossing one component: XOR of their words and how many.
+type Print = (u64, u32);
+
+fn add(p: &mut Print, word: u64) {
+    p.0 ^= word;
+    p.1 += 1;
+}
+
+/// Fingerprints of every switch, and of every link per direction (index 0: into the
+/// link's lower switch, 1: into its upper one).
+struct Prints {
+    switches: Vec<Print>,
+    directions: Vec<[Print; 2]>,
+    /// RNICs per switch (non-zero for ToRs).
+    rnics: Vec<u32>,
+}
+
+impl Prints {
+    fn new(fabric: &Fabric) -> Option<Self> {
+        let mut rnics = vec![0u32; fabric.switches.len()];
+        for r in &fabric.rnics {
+            rnics[r.tor as usize] += 1;
+        }
+        let tors: Vec<u32> = (0..rnics.len() as u32)
+            .filter(|&t| rnics[t as usize] > 0)
+            .collect();
+        let mut p = Prints {
+            switches: vec![(0, 0); fabric.switches.len()],
+            directions: vec![[(0, 0); 2]; fabric.links.len()],
+            rnics,
+        };
+        let mut count = 0usize;
+        for &src in &tors {
+            if p.rnics[src as usize] >= 2 {
+                add(&mut p.switches[src as usize], hash(&[u64::from(src), u64::from(src)]));
+            }
+            for &dst in tors.iter().filter(|&&d| d != src) {
+                for (i, route) in every_route(fabric, src, dst).iter().enumerate() {
+                    count += 1;
+                    if count > MAX_ROUTES {
+                        return None;
+                    }
+                    let word = hash(&[u64::from(src), u64::from(dst), mix(i as u64)]);
+                    for &s in route.switches() {
+                        add(&mut p.switches[s as usize], word);
+                    }
+                    for (k, &l) in route.links().iter().enumerate() {
+                        let into = route.switches()[k + 1];
+                        let upward = usize::from(fabric.links[l as usize].upper == into);
+                        add(&mut p.directions[l as usize][upward], word);
+                    }
+                }
+            }
+        }
+        Some(p)
+    }
+
+    fn of(&self, fabric: &Fabric, part: Part) -> Option<Print> {
+        Some(match part {
+            Part::Switch(s) => self.switches[s as usize],
+            Part::Link(l) => {
+                let [a, b] = self.directions[l as usize];
+                (a.0 ^ b.0, a.1 + b.1)
+            }
+            Part::Direction { link, toward } => {
+                let upward = usize::from(fabric.links[link as usize].upper == toward);
+                self.directions[link as usize][upward]
+            }
+            // An RNIC is crossed by its ToR's routes only when it is the ToR's only one.
+            Part::Rnic(r) => {
+                let tor = fabric.rnics[r as usize].tor;
+                (self.rnics[tor as usize] == 1).then(|| self.switches[tor as usize])?
+            }
+        })
+    }
+}
+
+/// Every route from ToR `src` to ToR `dst`, one per combination of ECMP choices.
+fn every_route(fabric: &Fabric, src: u32, dst: u32) -> Vec<Route> {
+    let mut out = Vec::new();
+    // The choice at each equal-cost step, and how many candidates that step had.
+    let mut digits: Vec<u32> = Vec::new();
+    loop {
+        let mut radices = Vec::new();
+        let route = fabric.route(src, dst, |_, _, n| {
+            let d = digits.get(radices.len()).copied().unwrap_or(0);
+            radices.push(n);
+            d
+        });
+        out.push(route);
+        digits.resize(radices.len(), 0);
+        // The next combination: the last step that has a choice left moves on, and
+        // the steps after it start over (their candidates may differ).
+        loop {
+            let Some(k) = digits.len().checked_sub(1) else {
+                return out;
+            };
+            digits[k] += 1;
+            if digits[k] < radices[k] {
+                break;
+            }
+            digits.pop();
+            radices.pop();
+        }
+    }
+}
+
+/// The components other than `part` (links named once, whatever direction matched)
+/// that lie on exactly the routes `part` lies on; empty when the fabric is too large to
+/// enumerate.
+pub fn indistinguishable(fabric: &Fabric, part: Part) -> Vec<Component> {
+    let Some(prints) = Prints::new(fabric) else {
+        return Vec::new();
+    };
+    let Some(want) = prints.of(fabric, part).filter(|p| p.1 > 0) else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let mut push = |other: Part, kind: ComponentKind, name: &str| {
+        let c = Component::new(kind, name);
+        if other != part && prints.of(fabric, other) == Some(want) && !out.contains(&c) {
+            out.push(c);
+        }
+    };
+    for (s, sw) in fabric.switches.iter().enumerate() {
+        push(Part::Switch(s as u32), ComponentKind::Switch, &sw.name);
+    }
+    for (l, link) in fabric.links.iter().enumerate() {
+        let own = |p: Part| match (p, part) {
+            (Part::Link(a) | Part::Direction { link: a, .. }, Part::Link(b))
+            | (Part::Link(a) | Part::Direction { link: a, .. }, Part::Direction { link: b, .. }) => {
+                a == b
+            }
+            _ => false,
+        };
+        let l = l as u32;
+        for p in [
+            Part::Link(l),
+            Part::Direction {
+                link: l,
+                toward: link.lower,
+            },
+            Part::Direction {
+                link: l,
+                toward: link.upper,
+            },
+        ] {
+            if !own(p) {
+                push(p, ComponentKind::Link, &link.name);
+            }
+        }
+    }
+    for r in 0..fabric.rnics.len() as u32 {
+        push(Part::Rnic(r), ComponentKind::Rnic, &fabric.rnic_name(r));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::topology::Shape;
+
+    fn leaf_spine(tors: u32, hosts_per_tor: u32, rnics_per_host: u32) -> Fabric {
+        Fabric::new(Shape::LeafSpine {
+            tors,
+            spines: 3,
+            hosts_per_tor,
+            rnics_per_host,
+        })
+        .unwrap()
+    }
+
+    fn names(v: &[Component]) -> Vec<String> {
+        let mut v: Vec<String> = v.iter().map(Component::label).collect();
+        v.sort();
+        v
+    }
+
+    fn link(f: &Fabric, name: &str) -> u32 {
+        f.links.iter().position(|l| l.name == name).unwrap() as u32
+    }
+
+    fn switch(f: &Fabric, name: &str) -> u32 {
+        f.switches.iter().position(|s| s.name == name).unwrap() as u32
+    }
+
+    #[test]
+    fn a_two_tor_fabric_cannot_tell_a_spine_from_its_links() {
+        let f = leaf_spine(2, 2, 1);
+        let l = link(&f, "t0-s1");
+        assert_eq!(
+            names(&indistinguishable(&f, Part::Link(l))),
+            ["link:t1-s1", "switch:s1"]
+        );
+        assert_eq!(
+            names(&indistinguishable(&f, Part::Switch(switch(&f, "s2")))),
+            ["link:t0-s2", "link:t1-s2"]
+        );
+        // Into s1 from t0 is the t0 -> t1 route over s1, as is s1 into t1.
+        let up = Part::Direction {
+            link: l,
+            toward: switch(&f, "s1"),
+        };
+        assert_eq!(names(&indistinguishable(&f, up)), ["link:t1-s1"]);
+    }
+
+    #[test]
+    fn more_tors_or_rnics_tell_every_component_apart() {
+        let f = leaf_spine(3, 2, 1);
+        for l in 0..f.links.len() as u32 {
+            assert!(indistinguishable(&f, Part::Link(l)).is_empty());
+        }
+        for s in 0..f.switches.len() as u32 {
+            assert!(indistinguishable(&f, Part::Switch(s)).is_empty());
+        }
+        for r in 0..f.rnics.len() as u32 {
+            assert!(indistinguishable(&f, Part::Rnic(r)).is_empty());
+        }
+    }
+
+    #[test]
+    fn a_tor_with_one_rnic_is_that_rnic() {
+        let f = leaf_spine(3, 1, 1);
+        assert_eq!(
+            names(&indistinguishable(&f, Part::Switch(switch(&f, "t2")))),
+            ["rnic:h2/r0"]
+        );
+        assert_eq!(
+            names(&indistinguishable(&f, Part::Rnic(0))),
+            ["switch:t0"]
+        );
+        // Two RNICs under it: their own traffic crosses the ToR alone.
+        let f = leaf_spine(3, 1, 2);
+        assert!(indistinguishable(&f, Part::Switch(switch(&f, "t2"))).is_empty());
+    }
+
+    #[test]
+    fn every_route_covers_each_ecmp_choice_once() {
+        let f = Fabric::new(Shape::FatTree {
+            k: 4,
+            rnics_per_host: 1,
+        })
+        .unwrap();
+        let (src, dst) = (f.rnics[0].tor, f.rnics[f.rnics.len() - 1].tor);
+        let routes = every_route(&f, src, dst);
+        assert_eq!(routes.len(), f.shape().parallel_paths() as usize);
+        for (i, a) in routes.iter().enumerate() {
+            assert!(routes[i + 1..].iter().all(|b| b != a), "distinct routes");
+        }
+    }
+}
