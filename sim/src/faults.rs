@@ -536,7 +536,9 @@ impl Fault {
         };
         // Down and flapping components reroute traffic (their ends withdraw them), which
         // sets them apart from their twins.
-        if let Some(part) = part.filter(|_| matches!(self.effect, Effect::Loss(_) | Effect::Delay(_))) {
+        if let Some(part) =
+            part.filter(|_| matches!(self.effect, Effect::Loss(_) | Effect::Delay(_)))
+        {
             t.equivalent = twins::indistinguishable(fabric, part);
         }
         if let Target::Flow { switch, .. } = self.target {

@@ -90,7 +90,9 @@ impl Truth {
         v.first_seen_ms >= self.onset_ms
             && if self.flow_level {
                 v.kind == Some(ProblemKind::FlowFault)
-                    && v.candidates.iter().any(|(c, _)| self.names(c.kind, &c.name))
+                    && v.candidates
+                        .iter()
+                        .any(|(c, _)| self.names(c.kind, &c.name))
             } else {
                 v.component == self.component
                     || self.names(v.component.kind, &v.component.name)
@@ -654,7 +656,9 @@ mod tests {
         assert_eq!(s.outcomes[0].direction_right, Some(true), "the twin's own");
         // Listing a component the truth has no twin in is no match.
         let other = truth("t1-s1", 10_000);
-        p.evidence.candidates.push(suspect("t1-s1", direction("t1", "s1")));
+        p.evidence
+            .candidates
+            .push(suspect("t1-s1", direction("t1", "s1")));
         assert_eq!(score(&[other], &[p], 0).true_positives, 0);
     }
 

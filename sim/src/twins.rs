@@ -70,7 +70,10 @@ impl Prints {
         let mut count = 0usize;
         for &src in &tors {
             if p.rnics[src as usize] >= 2 {
-                add(&mut p.switches[src as usize], hash(&[u64::from(src), u64::from(src)]));
+                add(
+                    &mut p.switches[src as usize],
+                    hash(&[u64::from(src), u64::from(src)]),
+                );
             }
             for &dst in tors.iter().filter(|&&d| d != src) {
                 for (i, route) in every_route(fabric, src, dst).iter().enumerate() {
@@ -264,10 +267,7 @@ mod tests {
             names(&indistinguishable(&f, Part::Switch(switch(&f, "t2")))),
             ["rnic:h2/r0"]
         );
-        assert_eq!(
-            names(&indistinguishable(&f, Part::Rnic(0))),
-            ["switch:t0"]
-        );
+        assert_eq!(names(&indistinguishable(&f, Part::Rnic(0))), ["switch:t0"]);
         // Two RNICs under it: their own traffic crosses the ToR alone.
         let f = leaf_spine(3, 1, 2);
         assert!(indistinguishable(&f, Part::Switch(switch(&f, "t2"))).is_empty());

@@ -349,9 +349,7 @@ fn equivalents<'a>(
             .copied()
             .filter(move |&i| live.live[i])
     };
-    let own_link = |e: usize| {
-        c.link_of[e] == Some(b.element) || c.link_of[b.element] == Some(e)
-    };
+    let own_link = |e: usize| c.link_of[e] == Some(b.element) || c.link_of[b.element] == Some(e);
     let direction = c.elements[b.element].is_direction();
     (0..c.elements.len())
         .filter(move |&e| {
@@ -731,7 +729,11 @@ mod tests {
                 want.sort();
                 assert_eq!(named, want, "{case}");
             } else {
-                assert_eq!((&f.element, &f.equivalent[..]), (&faulty, &[][..]), "{case}");
+                assert_eq!(
+                    (&f.element, &f.equivalent[..]),
+                    (&faulty, &[][..]),
+                    "{case}"
+                );
             }
         }
     }

@@ -367,7 +367,12 @@ fn evidence(f: &Finding, what: &str) -> Evidence {
 /// Lists beside the problem's component the components its findings could not be told
 /// from (each finding of the component itself; a switch built from link findings is
 /// not any one of them), with equal shares, and says so in the detail.
-fn indistinguishable(inp: &Inputs, (ck, name): (ComponentKind, &str), f: &[Finding], e: &mut Evidence) {
+fn indistinguishable(
+    inp: &Inputs,
+    (ck, name): (ComponentKind, &str),
+    f: &[Finding],
+    e: &mut Evidence,
+) {
     let mut others: Vec<&Element> = f
         .iter()
         .filter(|x| component(inp, &x.element) == (ck, name.to_string()))
@@ -385,12 +390,14 @@ fn indistinguishable(inp: &Inputs, (ck, name): (ComponentKind, &str), f: &[Findi
         direction,
         confidence: share,
     };
-    e.candidates.push(suspect(ck, name.to_string(), e.direction.clone()));
+    e.candidates
+        .push(suspect(ck, name.to_string(), e.direction.clone()));
     let mut names = Vec::new();
     for x in others {
         let (kind, other) = component(inp, x);
         names.push(other.clone());
-        e.candidates.push(suspect(kind, other, link_direction(inp.map, x)));
+        e.candidates
+            .push(suspect(kind, other, link_direction(inp.map, x)));
     }
     e.detail.push_str(&format!(
         "; the probes cannot tell it from {}",

@@ -323,6 +323,42 @@ fn fault_free_fabric_reports_nothing() {
     assert!(!o.baseline.is_empty(), "Algorithm 1 votes for noise");
 }
 
+/// A spine link losing a tenth of its packets on a 2-ToR fabric: every probe crossing it
+/// crosses the spine and the other ToR's link to it too, so the problem names one of the
+/// three and lists them all.
+#[test]
+fn lossy_link_of_a_2_tor_fabric_is_a_problem_listing_its_twins() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let mut sim = Sim::new();
+    let mut n = 0u32;
+    sim.run(&mut |_, _, s, _| {
+        n += u32::from(s == Some(1));
+        (s == Some(1) && n % 10 == 0, 0)
+    });
+    let o = sim.diagnose_confirmed(&map);
+    assert_eq!(o.candidates.len(), 1, "{:?}", found(&o));
+    let p = &o.candidates[0];
+    let listed: Vec<(ComponentKind, &str)> = p
+        .evidence
+        .candidates
+        .iter()
+        .map(|c| (c.component_kind, c.component.as_str()))
+        .collect();
+    assert_eq!(listed[0], (p.component_kind, p.component.as_str()), "{p:?}");
+    let mut sorted = listed.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted,
+        [
+            (ComponentKind::Link, "t0-s1"),
+            (ComponentKind::Link, "t1-s1"),
+            (ComponentKind::Switch, "s1")
+        ],
+        "{p:?}"
+    );
+    assert!(p.evidence.detail.contains("cannot tell it from"), "{p:?}");
+}
+
 #[test]
 fn rnic_down_is_the_rnic_alone() {
     let dead = rnic(1, 0);
