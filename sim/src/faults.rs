@@ -6,7 +6,7 @@
 
 use crate::score::{Component, Truth};
 use crate::topology::{Fabric, Route};
-use crate::twins::{self, Part};
+use crate::twins::{Part, Twins};
 use anyhow::{bail, ensure};
 use rocemesh_proto::api::{ComponentKind, LinkDirection, ProblemKind};
 use rocemesh_proto::flow::FiveTuple;
@@ -443,6 +443,19 @@ impl Fault {
             && self.active(t_ms)
     }
 
+    /// The host this fault keeps down for the whole of `other`, if it does: no probe
+    /// reaches or leaves it while `other` lasts.
+    pub fn keeps_down(&self, other: &Fault) -> Option<u32> {
+        let Target::Host(h) = self.target else {
+            return None;
+        };
+        let covers = self.start_ms <= other.start_ms
+            && self
+                .end_ms
+                .is_none_or(|end| other.end_ms.is_some_and(|e| e <= end));
+        (self.effect == Effect::HostDown && covers).then_some(h)
+    }
+
     /// True while the fault is in place at `t_ms`.
     pub fn active(&self, t_ms: i64) -> bool {
         t_ms >= self.start_ms && self.end_ms.is_none_or(|e| t_ms < e)
@@ -464,8 +477,9 @@ impl Fault {
         }
     }
 
-    /// The ground truth of this fault in `fabric`.
-    pub fn truth(&self, fabric: &Fabric) -> Truth {
+    /// The ground truth of this fault in `fabric`, as far as the probes between the live
+    /// RNICs `twins` knows can see it: a fault no such probe crosses is not required.
+    pub fn truth(&self, fabric: &Fabric, twins: &Twins) -> Truth {
         // A delay fault is a latency problem of its component, anything else a fault.
         let slow = matches!(self.effect, Effect::Delay(_));
         let pick = |fault| {
@@ -534,14 +548,19 @@ impl Fault {
             Target::Rnic(r) => Some(Part::Rnic(r)),
             Target::Flow { .. } | Target::Host(_) => None,
         };
-        // Down and flapping components reroute traffic (their ends withdraw them), which
-        // sets them apart from their twins.
-        if let Some(part) =
-            part.filter(|_| matches!(self.effect, Effect::Loss(_) | Effect::Delay(_)))
-        {
-            t.equivalent = twins::indistinguishable(fabric, part);
+        if let Some(part) = part {
+            t.required = twins.observed(part);
+            // Down and flapping components reroute traffic (their ends withdraw them),
+            // which sets them apart from their twins.
+            if matches!(self.effect, Effect::Loss(_) | Effect::Delay(_)) {
+                t.equivalent = twins.of(part);
+            }
         }
-        if let Target::Flow { switch, .. } = self.target {
+        if let Target::Flow { tuple, switch } = self.target {
+            // Dropped between a dead host and anything, it fails whatever the switch does.
+            t.required = [tuple.src, tuple.dst].iter().all(|ip| {
+                (0..fabric.rnics.len() as u32).any(|r| fabric.rnic_ip(r) == *ip && twins.live(r))
+            });
             // The probes cannot tell the switch from its links on the flow's path.
             t.flow_level = true;
             t.equivalent = self
@@ -593,6 +612,30 @@ mod tests {
     }
 
     #[test]
+    fn a_host_down_for_the_whole_of_a_fault_keeps_its_probes_away() {
+        let f = fabric();
+        let spec = |json: &str| serde_json::from_str::<FaultSpec>(json).unwrap();
+        let down = |start, end| {
+            Fault::new(&f, spec(r#"{"kind":"host_down","host":"h1"}"#), start, end).unwrap()
+        };
+        let loss = spec(r#"{"kind":"link_loss","link":"t0-s1","percent":2}"#);
+        let link = Fault::new(&f, loss, 1_000, Some(5_000)).unwrap();
+        assert_eq!(down(0, None).keeps_down(&link), Some(1));
+        assert_eq!(down(0, Some(6_000)).keeps_down(&link), Some(1));
+        assert_eq!(
+            down(0, Some(4_000)).keeps_down(&link),
+            None,
+            "back before its end"
+        );
+        assert_eq!(
+            down(2_000, None).keeps_down(&link),
+            None,
+            "down after its start"
+        );
+        assert_eq!(link.keeps_down(&link), None);
+    }
+
+    #[test]
     fn specs_parse_resolve_and_name_their_truth() {
         let f = fabric();
         let spec: FaultSpec =
@@ -602,14 +645,16 @@ mod tests {
         assert_eq!(fault.drop_probability(1_050), 1.0);
         assert_eq!(fault.drop_probability(1_150), 0.0, "up after 100 ms");
         assert_eq!(fault.drop_probability(5_000), 0.0, "over");
-        let t = fault.truth(&f);
+        let t = fault.truth(&f, &Twins::new(&f, &[]));
         assert_eq!(
             (t.kind, t.component.name.as_str()),
             (ProblemKind::LinkFault, "t0-s1")
         );
         let rnic: FaultSpec =
             serde_json::from_str(r#"{"kind":"rnic_down","rnic":"h3/r1"}"#).unwrap();
-        let t = Fault::new(&f, rnic, 0, None).unwrap().truth(&f);
+        let t = Fault::new(&f, rnic, 0, None)
+            .unwrap()
+            .truth(&f, &Twins::new(&f, &[]));
         assert_eq!(
             (t.component.kind, t.component.name.as_str()),
             (ComponentKind::Rnic, "h3/r1")
@@ -619,7 +664,7 @@ mod tests {
         assert_eq!(
             Fault::new(&f, restart, 0, None)
                 .unwrap()
-                .truth(&f)
+                .truth(&f, &Twins::new(&f, &[]))
                 .component
                 .kind,
             ComponentKind::Agent
@@ -662,7 +707,7 @@ mod tests {
             let spec: FaultSpec = serde_json::from_str(json).unwrap();
             let fault = Fault::new(&f, spec, 100, None).unwrap();
             assert_eq!(fault.drop_probability(100), drop_at_start, "{json}");
-            let t = fault.truth(&f);
+            let t = fault.truth(&f, &Twins::new(&f, &[]));
             assert_eq!(
                 (t.kind, t.component.kind, t.component.name.as_str()),
                 (kind, ck, name),
@@ -696,7 +741,7 @@ mod tests {
         );
         assert!(fault.crosses(&[], &[up0, up1], &[t0, s0, t1]), "s0 -> t1");
         assert!(!fault.crosses(&[], &[up1, up0], &[t1, s0, t0]), "t1 -> s0");
-        let t = fault.truth(&f);
+        let t = fault.truth(&f, &Twins::new(&f, &[]));
         assert_eq!(t.component.name, "t1-s0");
         assert_eq!(
             t.direction,

@@ -424,7 +424,7 @@ mod tests {
                 }
                 let fault = Fault::new(&fabric, spec.clone(), 0, None)
                     .unwrap_or_else(|e| panic!("scenario {i}: {spec:?}: {e:#}"));
-                let t = fault.truth(&fabric);
+                let t = fault.truth(&fabric, &crate::twins::Twins::new(&fabric, &[]));
                 directed += usize::from(t.direction.is_some());
                 assert!(
                     !components.contains(&t.component),

@@ -11,6 +11,7 @@ use crate::latency::LatencyModel;
 use crate::rng::{Rng, hash};
 use crate::score::Truth;
 use crate::topology::{Fabric, Route, Shape};
+use crate::twins::Twins;
 use anyhow::{Context, ensure};
 use rocemesh_proto::api::{Pinglist, RegisterRequest, RegisterResponse, RnicRegistration};
 use rocemesh_proto::batch::{BatchEncoder, BatchHeader};
@@ -109,6 +110,9 @@ struct World {
 /// A simulated cluster (see the module doc).
 pub struct Sim {
     world: World,
+    /// The ground truth of every injected fault, made again at each injection (a host
+    /// going down hides the faults only its probes could see).
+    truths: Vec<Truth>,
     agents: Vec<Agent>,
     rng: Rng,
     stats: SimStats,
@@ -418,6 +422,7 @@ impl Sim {
                 ids,
                 by_id: HashMap::new(),
             },
+            truths: Vec::new(),
             agents,
             rng,
             stats: SimStats::default(),
@@ -516,9 +521,20 @@ impl Sim {
             }
             spec => Fault::new(&self.world.fabric, spec, start_ms, end_ms)?,
         };
-        let truth = fault.truth(&self.world.fabric);
         self.world.faults.push(fault);
-        Ok(truth)
+        let faults = &self.world.faults;
+        self.truths = faults
+            .iter()
+            .map(|f| {
+                let down: Vec<u32> = faults.iter().filter_map(|h| h.keeps_down(f)).collect();
+                f.truth(&self.world.fabric, &Twins::new(&self.world.fabric, &down))
+            })
+            .collect();
+        Ok(self
+            .truths
+            .last()
+            .cloned()
+            .expect("a fault was just injected"))
     }
 
     /// The `pick`-th (modulo their number) inter-ToR 5-tuple RNIC `prober` probes now
@@ -564,11 +580,7 @@ impl Sim {
 
     /// The ground truth of every injected fault.
     pub fn truth(&self) -> Vec<Truth> {
-        self.world
-            .faults
-            .iter()
-            .map(|f| f.truth(&self.world.fabric))
-            .collect()
+        self.truths.clone()
     }
 
     /// Number of hosts (agents).

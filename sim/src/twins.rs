@@ -1,4 +1,6 @@
-//! Components no probe can tell apart: those that lie on exactly the same routes. A
+//! What the probes can see of a fabric, for the ground truth: components no probe
+//! crosses (every RNIC beyond them is on a host that is down), and components no probe
+//! can tell apart, those that lie on exactly the same routes between live RNICs. A
 //! loss or delay on one of them affects exactly the packets one on another would (a
 //! 2-ToR fabric's spine and both its links; one direction of a link there and the
 //! opposite direction of its twin; a ToR and its only RNIC), so no diagnosis can single
@@ -45,19 +47,19 @@ fn add(p: &mut Print, word: u64) {
 }
 
 /// Fingerprints of every switch, and of every link per direction (index 0: into the
-/// link's lower switch, 1: into its upper one).
+/// link's lower switch, 1: into its upper one), over the routes between live RNICs.
 struct Prints {
     switches: Vec<Print>,
     directions: Vec<[Print; 2]>,
-    /// RNICs per switch (non-zero for ToRs).
+    /// Live RNICs per switch (non-zero for ToRs with one).
     rnics: Vec<u32>,
 }
 
 impl Prints {
-    fn new(fabric: &Fabric) -> Option<Self> {
+    fn new(fabric: &Fabric, live: &[bool]) -> Option<Self> {
         let mut rnics = vec![0u32; fabric.switches.len()];
-        for r in &fabric.rnics {
-            rnics[r.tor as usize] += 1;
+        for (r, _) in fabric.rnics.iter().enumerate().filter(|(r, _)| live[*r]) {
+            rnics[fabric.rnics[r].tor as usize] += 1;
         }
         let tors: Vec<u32> = (0..rnics.len() as u32)
             .filter(|&t| rnics[t as usize] > 0)
@@ -96,7 +98,7 @@ impl Prints {
         Some(p)
     }
 
-    fn of(&self, fabric: &Fabric, part: Part) -> Option<Print> {
+    fn of(&self, fabric: &Fabric, live: &[bool], part: Part) -> Option<Print> {
         Some(match part {
             Part::Switch(s) => self.switches[s as usize],
             Part::Link(l) => {
@@ -107,12 +109,107 @@ impl Prints {
                 let upward = usize::from(fabric.links[link as usize].upper == toward);
                 self.directions[link as usize][upward]
             }
-            // An RNIC is crossed by its ToR's routes only when it is the ToR's only one.
+            // An RNIC is crossed by its ToR's routes only when it is the ToR's only live
+            // one; a dead one by none.
+            Part::Rnic(r) if !live[r as usize] => (0, 0),
             Part::Rnic(r) => {
                 let tor = fabric.rnics[r as usize].tor;
                 (self.rnics[tor as usize] == 1).then(|| self.switches[tor as usize])?
             }
         })
+    }
+}
+
+/// What the probes between the RNICs of live hosts can see of a fabric's components.
+pub struct Twins<'a> {
+    fabric: &'a Fabric,
+    /// Whether each RNIC's host is up.
+    live: Vec<bool>,
+    /// `None`: too many routes to enumerate.
+    prints: Option<Prints>,
+}
+
+impl<'a> Twins<'a> {
+    /// Fingerprints the routes between the RNICs of the hosts not in `down`.
+    pub fn new(fabric: &'a Fabric, down: &[u32]) -> Self {
+        let live: Vec<bool> = fabric
+            .rnics
+            .iter()
+            .map(|r| !down.contains(&r.host))
+            .collect();
+        Self {
+            fabric,
+            prints: Prints::new(fabric, &live),
+            live,
+        }
+    }
+
+    /// False when no route between live RNICs crosses `part` (an RNIC: when it is
+    /// dead): nothing can observe a fault of it. True when the fabric is too large to
+    /// tell.
+    pub fn observed(&self, part: Part) -> bool {
+        self.prints
+            .as_ref()
+            .is_none_or(|p| p.of(self.fabric, &self.live, part).is_none_or(|x| x.1 > 0))
+    }
+
+    /// Whether RNIC `r`'s host is up.
+    pub fn live(&self, r: u32) -> bool {
+        self.live[r as usize]
+    }
+
+    /// The components other than `part` (links named once, whatever direction matched)
+    /// that lie on exactly the routes `part` lies on; empty when the fabric is too large
+    /// to enumerate or nothing crosses `part`.
+    pub fn of(&self, part: Part) -> Vec<Component> {
+        let fabric = self.fabric;
+        let Some(prints) = &self.prints else {
+            return Vec::new();
+        };
+        let print = |p| prints.of(fabric, &self.live, p);
+        let Some(want) = print(part).filter(|p| p.1 > 0) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        let mut push = |other: Part, kind: ComponentKind, name: &str| {
+            let c = Component::new(kind, name);
+            if other != part && print(other) == Some(want) && !out.contains(&c) {
+                out.push(c);
+            }
+        };
+        for (s, sw) in fabric.switches.iter().enumerate() {
+            push(Part::Switch(s as u32), ComponentKind::Switch, &sw.name);
+        }
+        for (l, link) in fabric.links.iter().enumerate() {
+            let l = l as u32;
+            let own = |p: Part| match (p, part) {
+                (Part::Link(a) | Part::Direction { link: a, .. }, Part::Link(b))
+                | (
+                    Part::Link(a) | Part::Direction { link: a, .. },
+                    Part::Direction { link: b, .. },
+                ) => a == b,
+                _ => false,
+            };
+            for p in [
+                Part::Link(l),
+                Part::Direction {
+                    link: l,
+                    toward: link.lower,
+                },
+                Part::Direction {
+                    link: l,
+                    toward: link.upper,
+                },
+            ] {
+                if !own(p) {
+                    push(p, ComponentKind::Link, &link.name);
+                }
+            }
+        }
+        for r in 0..fabric.rnics.len() as u32 {
+            push(Part::Rnic(r), ComponentKind::Rnic, &fabric.rnic_name(r));
+        }
+        out
     }
 }
 
@@ -144,57 +241,6 @@ fn every_route(fabric: &Fabric, src: u32, dst: u32) -> Vec<Route> {
             radices.pop();
         }
     }
-}
-
-/// The components other than `part` (links named once, whatever direction matched)
-/// that lie on exactly the routes `part` lies on; empty when the fabric is too large to
-/// enumerate.
-pub fn indistinguishable(fabric: &Fabric, part: Part) -> Vec<Component> {
-    let Some(prints) = Prints::new(fabric) else {
-        return Vec::new();
-    };
-    let Some(want) = prints.of(fabric, part).filter(|p| p.1 > 0) else {
-        return Vec::new();
-    };
-    let mut out = Vec::new();
-    let mut push = |other: Part, kind: ComponentKind, name: &str| {
-        let c = Component::new(kind, name);
-        if other != part && prints.of(fabric, other) == Some(want) && !out.contains(&c) {
-            out.push(c);
-        }
-    };
-    for (s, sw) in fabric.switches.iter().enumerate() {
-        push(Part::Switch(s as u32), ComponentKind::Switch, &sw.name);
-    }
-    for (l, link) in fabric.links.iter().enumerate() {
-        let own = |p: Part| match (p, part) {
-            (Part::Link(a) | Part::Direction { link: a, .. }, Part::Link(b))
-            | (Part::Link(a) | Part::Direction { link: a, .. }, Part::Direction { link: b, .. }) => {
-                a == b
-            }
-            _ => false,
-        };
-        let l = l as u32;
-        for p in [
-            Part::Link(l),
-            Part::Direction {
-                link: l,
-                toward: link.lower,
-            },
-            Part::Direction {
-                link: l,
-                toward: link.upper,
-            },
-        ] {
-            if !own(p) {
-                push(p, ComponentKind::Link, &link.name);
-            }
-        }
-    }
-    for r in 0..fabric.rnics.len() as u32 {
-        push(Part::Rnic(r), ComponentKind::Rnic, &fabric.rnic_name(r));
-    }
-    out
 }
 
 #[cfg(test)]
@@ -231,11 +277,11 @@ mod tests {
         let f = leaf_spine(2, 2, 1);
         let l = link(&f, "t0-s1");
         assert_eq!(
-            names(&indistinguishable(&f, Part::Link(l))),
+            names(&Twins::new(&f, &[]).of(Part::Link(l))),
             ["link:t1-s1", "switch:s1"]
         );
         assert_eq!(
-            names(&indistinguishable(&f, Part::Switch(switch(&f, "s2")))),
+            names(&Twins::new(&f, &[]).of(Part::Switch(switch(&f, "s2")))),
             ["link:t0-s2", "link:t1-s2"]
         );
         // Into s1 from t0 is the t0 -> t1 route over s1, as is s1 into t1.
@@ -243,20 +289,20 @@ mod tests {
             link: l,
             toward: switch(&f, "s1"),
         };
-        assert_eq!(names(&indistinguishable(&f, up)), ["link:t1-s1"]);
+        assert_eq!(names(&Twins::new(&f, &[]).of(up)), ["link:t1-s1"]);
     }
 
     #[test]
     fn more_tors_or_rnics_tell_every_component_apart() {
         let f = leaf_spine(3, 2, 1);
         for l in 0..f.links.len() as u32 {
-            assert!(indistinguishable(&f, Part::Link(l)).is_empty());
+            assert!(Twins::new(&f, &[]).of(Part::Link(l)).is_empty());
         }
         for s in 0..f.switches.len() as u32 {
-            assert!(indistinguishable(&f, Part::Switch(s)).is_empty());
+            assert!(Twins::new(&f, &[]).of(Part::Switch(s)).is_empty());
         }
         for r in 0..f.rnics.len() as u32 {
-            assert!(indistinguishable(&f, Part::Rnic(r)).is_empty());
+            assert!(Twins::new(&f, &[]).of(Part::Rnic(r)).is_empty());
         }
     }
 
@@ -264,13 +310,34 @@ mod tests {
     fn a_tor_with_one_rnic_is_that_rnic() {
         let f = leaf_spine(3, 1, 1);
         assert_eq!(
-            names(&indistinguishable(&f, Part::Switch(switch(&f, "t2")))),
+            names(&Twins::new(&f, &[]).of(Part::Switch(switch(&f, "t2")))),
             ["rnic:h2/r0"]
         );
-        assert_eq!(names(&indistinguishable(&f, Part::Rnic(0))), ["switch:t0"]);
+        assert_eq!(names(&Twins::new(&f, &[]).of(Part::Rnic(0))), ["switch:t0"]);
         // Two RNICs under it: their own traffic crosses the ToR alone.
         let f = leaf_spine(3, 1, 2);
-        assert!(indistinguishable(&f, Part::Switch(switch(&f, "t2"))).is_empty());
+        assert!(
+            Twins::new(&f, &[])
+                .of(Part::Switch(switch(&f, "t2")))
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn a_host_down_hides_what_only_its_probes_cross_and_makes_new_twins() {
+        // One host (one RNIC) per ToR, h0 under t0 down.
+        let f = leaf_spine(3, 1, 1);
+        let all = Twins::new(&f, &[]);
+        let t = Twins::new(&f, &[0]);
+        let t0_s1 = Part::Link(link(&f, "t0-s1"));
+        assert!(all.observed(t0_s1) && !t.observed(t0_s1));
+        assert!(!t.observed(Part::Switch(switch(&f, "t0"))));
+        assert!(!t.observed(Part::Rnic(0)) && t.observed(Part::Rnic(1)));
+        assert!(!t.live(0) && t.live(2));
+        // Only t1 <-> t2 is probed: over s1 it crosses s1 and both links.
+        let t1_s1 = Part::Link(link(&f, "t1-s1"));
+        assert!(all.of(t1_s1).is_empty());
+        assert_eq!(names(&t.of(t1_s1)), ["link:t2-s1", "switch:s1"]);
     }
 
     #[test]

@@ -333,7 +333,7 @@ fn lossy_link_of_a_2_tor_fabric_is_a_problem_listing_its_twins() {
     let mut n = 0u32;
     sim.run(&mut |_, _, s, _| {
         n += u32::from(s == Some(1));
-        (s == Some(1) && n % 10 == 0, 0)
+        (s == Some(1) && n.is_multiple_of(10), 0)
     });
     let o = sim.diagnose_confirmed(&map);
     assert_eq!(o.candidates.len(), 1, "{:?}", found(&o));
