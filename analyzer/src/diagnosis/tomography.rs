@@ -86,6 +86,11 @@ pub(crate) struct Finding {
     /// (a 2-ToR fabric's spine and both its links; a ToR and its only RNIC). The
     /// verdict names `element` and lists these beside it, never one of them guessed.
     pub equivalent: Vec<Element>,
+    /// An RNIC finding: a link, not one of `equivalent`, was crossed by every live
+    /// failed probe it explains and would have been blamed for them too, so this tick's
+    /// evidence cannot choose between them (a link fault's first failures, on a few
+    /// flows that happen to share an RNIC).
+    pub rival: bool,
 }
 
 /// Binomial upper-tail exponent: `n * KL(q || p)` for `q = f / n > p`, else 0.
@@ -365,6 +370,44 @@ fn equivalents<'a>(
         .take(MAX_EQUIVALENT)
 }
 
+/// True when `b` is an RNIC and a link other than its `twins` is crossed by every live
+/// failed observation `b` is, and is significant on its own tally: the evidence names
+/// two suspects and this tick cannot tell which.
+fn has_rival(
+    c: &Compiled,
+    (live, allowed): (&Live, &[bool]),
+    b: &Best,
+    twins: &[usize],
+    (p, min_score): (&Params, f64),
+) -> bool {
+    let failing: Vec<usize> = c.failing_with[b.element]
+        .iter()
+        .copied()
+        .filter(|&i| live.live[i])
+        .collect();
+    let Some(&first) = failing
+        .first()
+        .filter(|_| matches!(c.elements[b.element], Element::Rnic(_)))
+    else {
+        return false;
+    };
+    c.fail[first].iter().any(|&(e, _)| {
+        let x = live.tally[e];
+        allowed[e]
+            && !twins.contains(&e)
+            && matches!(c.elements[e], Element::Link(_))
+            && x.fail - x.alternative >= p.min_failures
+            && failing
+                .iter()
+                .all(|&i| c.fail[i].iter().any(|(x, _)| *x == e))
+            && chernoff_score(
+                x.fail,
+                x.fail + x.ok,
+                background_outside(live.totals, &x, p.floor),
+            ) >= min_score
+    })
+}
+
 /// Marks the live failed observations `element` explains as explained; returns up to
 /// three of their hop lists and the one flow they all belong to, if they do.
 fn take(
@@ -492,9 +535,9 @@ pub(crate) fn explain_away(
             let fails = |e: usize| c.fail[i].iter().any(|(x, _)| *x == e);
             live.live[i] && ruled_out.iter().any(|&s| fails(s))
         });
-        let equivalent = equivalents(&c, &live, &eligible_ids, &b)
-            .map(|e| c.elements[e].clone())
-            .collect();
+        let twins: Vec<usize> = equivalents(&c, &live, &eligible_ids, &b).collect();
+        let rival = has_rival(&c, (&live, &allowed), &b, &twins, (p, min_score));
+        let equivalent = twins.iter().map(|&e| c.elements[e].clone()).collect();
         let (examples, flow) = take(obs, &c, &mut live, b.element);
         // The best explanation of its failures, but not (yet) failing often enough to
         // be blamed: what it explains is no other component's either (a switch whose
@@ -515,6 +558,7 @@ pub(crate) fn explain_away(
             flow,
             beside_switch,
             equivalent,
+            rival,
         });
     }
     let significant = |x: &Tally, background: f64| {
@@ -736,6 +780,33 @@ mod tests {
                 );
             }
         }
+    }
+
+    /// Two failing flows that share an RNIC and a spine link: the RNIC (fewer probes)
+    /// is blamed, but the link would be too, so the finding has a rival; the same RNIC
+    /// failing on flows over both spines has none.
+    #[test]
+    fn an_rnic_whose_failures_one_link_explains_as_well_has_a_rival() {
+        let crosses = |o: &FlowObs, e: &Element| o.fail_elems.iter().any(|(x, _)| x == e);
+        let (rnic, l) = (Element::Rnic(0), link("t0-s1"));
+        let mut obs = fabric(|_, _, _| 0.0);
+        for o in obs
+            .iter_mut()
+            .filter(|o| crosses(o, &rnic) && crosses(o, &l))
+            .take(2)
+        {
+            (o.ok, o.fail) = (70.0, 30.0);
+        }
+        let found = explain_away(&obs, &P, |_| true);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((&found[0].element, found[0].rival), (&rnic, true));
+        let mut obs = fabric(|_, _, _| 0.0);
+        for o in obs.iter_mut().filter(|o| crosses(o, &rnic)) {
+            (o.ok, o.fail) = (70.0, 30.0);
+        }
+        let found = explain_away(&obs, &P, |_| true);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!((&found[0].element, found[0].rival), (&rnic, false));
     }
 
     #[test]

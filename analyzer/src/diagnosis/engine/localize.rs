@@ -100,7 +100,7 @@ impl Engine {
                     let lasted =
                         self.rnic_holds
                             .confirm(*r, inp.now_ms, c.strained_rnic_hold_ms as i64);
-                    if !lasted && strained(inp, hosts, *r) {
+                    if !lasted && (f.rival || strained(inp, hosts, *r)) {
                         continue;
                     }
                     (

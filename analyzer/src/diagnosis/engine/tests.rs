@@ -461,6 +461,7 @@ fn a_located_link_of_a_silent_switch_is_held_until_confirmed() {
             flow: None,
             beside_switch: false,
             equivalent: Vec::new(),
+            rival: false,
         };
         let name = "t0-s1".to_string();
         (
@@ -522,6 +523,7 @@ fn a_link_beside_an_open_link_problem_is_reported_only_once_it_persists() {
             flow: None,
             beside_switch: false,
             equivalent: Vec::new(),
+            rival: false,
         };
         (
             ProblemKind::LinkFault,
