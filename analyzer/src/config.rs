@@ -260,7 +260,8 @@ pub struct DiagnosisConfig {
     /// not yet enough for host noise) is held this long: a starved agent's probes time out
     /// before enough slow delays arrive to call it host noise; if the host turns noisy
     /// meanwhile, the verdict is dropped. An RNIC that is simply dead shows no slow delays
-    /// and is reported at once.
+    /// and is reported at once. An RNIC verdict whose failures one link explains as well
+    /// (a link fault's first tick) is held as long.
     #[serde(
         rename = "strained_rnic_hold",
         with = "rocemesh_proto::duration::millis"

@@ -27,13 +27,21 @@ export function nameAddresses(text, names) {
 
 const direction = (d) => (d ? `${d.from} → ${d.to}` : '');
 
-/** What the Component column says: the component, a link's faulty direction, a flow's top suspect. */
+/**
+ * What the Component column says: the component, a link's faulty direction, a flow's top
+ * suspect, or the components the probes cannot tell from it (listed after it).
+ */
 function componentCell(p) {
   const d = p.evidence.direction;
-  const top = p.evidence.candidates?.[0];
+  const c = p.evidence.candidates || [];
+  let tag = null;
+  if (p.component_kind === 'flow' && c[0]) {
+    tag = el('span', { class: 'tag suspect' }, `suspect ${c[0].component} ${Math.round(c[0].confidence * 100)} %`);
+  } else if (c.length > 1) {
+    tag = el('span', { class: 'tag suspect' }, `or ${c.slice(1).map((x) => x.component).join(', ')}`);
+  }
   return el('td', { class: 'component' }, el('span', { class: 'ckind' }, p.component_kind), ' ', p.component,
-    d ? el('span', { class: 'tag direction', 'data-direction': direction(d) }, direction(d)) : null,
-    top ? el('span', { class: 'tag suspect' }, `suspect ${top.component} ${Math.round(top.confidence * 100)} %`) : null);
+    d ? el('span', { class: 'tag direction', 'data-direction': direction(d) }, direction(d)) : null, tag);
 }
 
 /** The opened evidence of `p`. */

@@ -607,7 +607,8 @@ pub struct SuspectComponent {
     pub component_kind: ComponentKind,
     /// Component name (as in [`Problem::component`]).
     pub component: String,
-    /// Link suspects: the direction the flow's path crosses it in.
+    /// Link suspects: the direction the flow's path crosses it in, or the direction of
+    /// the link that a problem's one-way fault may be.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub direction: Option<LinkDirection>,
     /// Share of the likelihood in [0, 1]; the candidates of one problem sum to at most 1.

@@ -126,8 +126,8 @@ pub struct Verdict {
     pub kind: Option<ProblemKind>,
     /// The component blamed (a flow problem: the flow).
     pub component: Component,
-    /// A flow problem's candidate components, or the components a problem's cannot be
-    /// told from (its own first), each with the direction it names, if any.
+    /// A flow problem's candidate components, or a problem's component and those the
+    /// probes cannot tell from it (its own first), each with the direction it names.
     pub candidates: Vec<(Component, Option<LinkDirection>)>,
     /// A link problem's faulty direction, when it names one.
     pub direction: Option<LinkDirection>,

@@ -522,12 +522,22 @@ impl Sim {
             spec => Fault::new(&self.world.fabric, spec, start_ms, end_ms)?,
         };
         self.world.faults.push(fault);
-        let faults = &self.world.faults;
+        let (fabric, faults) = (&self.world.fabric, &self.world.faults);
+        // One fingerprint of the fabric per set of hosts kept down (usually none).
+        let mut seen: Vec<(Vec<u32>, Twins)> = Vec::new();
         self.truths = faults
             .iter()
             .map(|f| {
                 let down: Vec<u32> = faults.iter().filter_map(|h| h.keeps_down(f)).collect();
-                f.truth(&self.world.fabric, &Twins::new(&self.world.fabric, &down))
+                let i = match seen.iter().position(|(d, _)| *d == down) {
+                    Some(i) => i,
+                    None => {
+                        let twins = Twins::new(fabric, &down);
+                        seen.push((down, twins));
+                        seen.len() - 1
+                    }
+                };
+                f.truth(fabric, &seen[i].1)
             })
             .collect();
         Ok(self

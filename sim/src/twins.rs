@@ -16,8 +16,9 @@ use crate::rng::{hash, mix};
 use crate::topology::{Fabric, Route};
 use rocemesh_proto::api::{Component, ComponentKind};
 
-/// Routes fingerprinted at most: past this (a k = 48 fat-tree) the fabric is too large
-/// to enumerate, and no twins are named (the scorer is then only stricter).
+/// Routes fingerprinted at most: past this (a fat-tree beyond k = 16, a leaf-spine beyond
+/// about 250 ToRs of 32 spines) the fabric is too large to enumerate, and no twins are named
+/// (the scorer is then only stricter) and every fault counts as observed.
 const MAX_ROUTES: usize = 2_000_000;
 
 /// A component of the fabric, as a fault targets it.
@@ -58,12 +59,17 @@ struct Prints {
 impl Prints {
     fn new(fabric: &Fabric, live: &[bool]) -> Option<Self> {
         let mut rnics = vec![0u32; fabric.switches.len()];
-        for (r, _) in fabric.rnics.iter().enumerate().filter(|(r, _)| live[*r]) {
-            rnics[fabric.rnics[r].tor as usize] += 1;
+        for (rnic, _) in fabric.rnics.iter().zip(live).filter(|(_, l)| **l) {
+            rnics[rnic.tor as usize] += 1;
         }
         let tors: Vec<u32> = (0..rnics.len() as u32)
             .filter(|&t| rnics[t as usize] > 0)
             .collect();
+        // At most this many routes: give up before enumerating any of them.
+        let bound = tors.len() * tors.len() * fabric.shape().parallel_paths() as usize;
+        if bound > MAX_ROUTES {
+            return None;
+        }
         let mut p = Prints {
             switches: vec![(0, 0); fabric.switches.len()],
             directions: vec![[(0, 0); 2]; fabric.links.len()],
@@ -338,6 +344,24 @@ mod tests {
         let t1_s1 = Part::Link(link(&f, "t1-s1"));
         assert!(all.of(t1_s1).is_empty());
         assert_eq!(names(&t.of(t1_s1)), ["link:t2-s1", "switch:s1"]);
+    }
+
+    #[test]
+    fn a_fabric_too_large_to_enumerate_names_no_twins_and_hides_nothing() {
+        let f = Fabric::new(Shape::FatTree {
+            k: 20,
+            rnics_per_host: 1,
+        })
+        .unwrap();
+        // Every host of the first edge switch down: enumerated, it would be unobserved.
+        let edge = f.rnics[0].tor;
+        let down: Vec<u32> = (0..f.hosts.len() as u32)
+            .filter(|&h| f.rnics[f.hosts[h as usize].first_rnic as usize].tor == edge)
+            .collect();
+        assert_eq!(down.len(), 10);
+        let t = Twins::new(&f, &down);
+        assert!(t.observed(Part::Switch(edge)));
+        assert!(t.of(Part::Switch(edge)).is_empty());
     }
 
     #[test]

@@ -339,8 +339,8 @@ const MAX_EQUIVALENT: usize = 8;
 
 /// The eligible components the live observations cannot tell from `b`: the same live
 /// failed observations vote for each, with the same weighted failures and arrivals. A
-/// link's own directions (refinements of it) and a direction's link are not listed; a
-/// direction is listed only beside a direction.
+/// direction is listed only beside a direction (so a link's own directions, refinements
+/// of it, never are), and never the other direction of its own link.
 fn equivalents<'a>(
     c: &'a Compiled,
     live: &'a Live,
@@ -354,7 +354,9 @@ fn equivalents<'a>(
             .copied()
             .filter(move |&i| live.live[i])
     };
-    let own_link = |e: usize| c.link_of[e] == Some(b.element) || c.link_of[b.element] == Some(e);
+    // The other direction of a blamed direction's own link.
+    let own_link =
+        |e: usize| c.link_of[b.element].is_some() && c.link_of[e] == c.link_of[b.element];
     let direction = c.elements[b.element].is_direction();
     (0..c.elements.len())
         .filter(move |&e| {
@@ -380,15 +382,15 @@ fn has_rival(
     twins: &[usize],
     (p, min_score): (&Params, f64),
 ) -> bool {
+    if !matches!(c.elements[b.element], Element::Rnic(_)) {
+        return false;
+    }
     let failing: Vec<usize> = c.failing_with[b.element]
         .iter()
         .copied()
         .filter(|&i| live.live[i])
         .collect();
-    let Some(&first) = failing
-        .first()
-        .filter(|_| matches!(c.elements[b.element], Element::Rnic(_)))
-    else {
+    let Some(&first) = failing.first() else {
         return false;
     };
     c.fail[first].iter().any(|&(e, _)| {

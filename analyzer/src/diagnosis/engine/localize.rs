@@ -373,32 +373,33 @@ fn indistinguishable(
     f: &[Finding],
     e: &mut Evidence,
 ) {
-    let mut others: Vec<&Element> = f
-        .iter()
-        .filter(|x| component(inp, &x.element) == (ck, name.to_string()))
-        .flat_map(|x| &x.equivalent)
-        .collect();
-    others.sort();
-    others.dedup();
+    let own = (ck, name.to_string());
+    // Each other component once (two directions of one link are one link), with the
+    // direction its first element names.
+    let mut others: Vec<((ComponentKind, String), Option<LinkDirection>)> = Vec::new();
+    for x in f.iter().filter(|x| component(inp, &x.element) == own) {
+        for other in &x.equivalent {
+            let c = component(inp, other);
+            if c != own && !others.iter().any(|(o, _)| *o == c) {
+                others.push((c, link_direction(inp.map, other)));
+            }
+        }
+    }
     if others.is_empty() {
         return;
     }
+    others.sort_by(|a, b| a.0.cmp(&b.0));
     let share = 1.0 / (others.len() + 1) as f64;
-    let suspect = |component_kind, component, direction| SuspectComponent {
+    let suspect = |(component_kind, component), direction| SuspectComponent {
         component_kind,
         component,
         direction,
         confidence: share,
     };
+    let names: Vec<String> = others.iter().map(|((_, n), _)| n.clone()).collect();
+    e.candidates.push(suspect(own, e.direction.clone()));
     e.candidates
-        .push(suspect(ck, name.to_string(), e.direction.clone()));
-    let mut names = Vec::new();
-    for x in others {
-        let (kind, other) = component(inp, x);
-        names.push(other.clone());
-        e.candidates
-            .push(suspect(kind, other, link_direction(inp.map, x)));
-    }
+        .extend(others.into_iter().map(|(c, d)| suspect(c, d)));
     e.detail.push_str(&format!(
         "; the probes cannot tell it from {}",
         names.join(", ")
