@@ -1038,6 +1038,12 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
     let direction = nodes(&row(link).inner, "span", "direction");
     assert_eq!(direction.len(), 1, "{}", row(link).inner);
     assert_eq!(direction[0].attr("data-direction"), "s0 → t1");
+    // Its twin, which the probes cannot tell from it, is named beside it, not as a suspect.
+    let text = &row(link).text;
+    assert!(
+        text.contains("or t0-s0") && !text.contains("suspect"),
+        "{text}"
+    );
     let evidence = nodes(&dom, "tr", "problem-evidence");
     let opened = |id: i64| {
         evidence
@@ -1098,8 +1104,8 @@ fn lossy_pair_is_never_drawn_healthy_in_the_rtt_view() {
     uploader.join().unwrap();
 }
 
-/// Stores a flow problem with two suspects and a one-direction link problem in the
-/// server's database; returns their ids.
+/// Stores a flow problem with two suspects and a one-direction link problem with a twin
+/// in the server's database; returns their ids.
 fn insert_problems(db: &Path) -> (i64, i64) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
@@ -1118,7 +1124,11 @@ fn insert_problems(db: &Path) -> (i64, i64) {
         });
         let link = serde_json::json!({
             "probes": 90, "timeouts": 30, "votes": 7, "ok_paths": 0, "example_paths": [],
-            "detail": "lossy in one direction", "direction": {"from": "s0", "to": "t1"}
+            "detail": "lossy in one direction", "direction": {"from": "s0", "to": "t1"},
+            "candidates": [
+                {"component_kind": "link", "component": "t1-s0", "direction": {"from": "s0", "to": "t1"}, "confidence": 0.5},
+                {"component_kind": "link", "component": "t0-s0", "direction": {"from": "t0", "to": "s0"}, "confidence": 0.5}
+            ]
         });
         let mut ids = Vec::new();
         for (kind, component_kind, component, evidence) in [
