@@ -237,6 +237,24 @@ impl Live {
         self.totals.1 += sign * (o.fail + o.ok);
     }
 
+    /// The live failed observations that vote for component `e`, in order.
+    fn failing<'a>(&'a self, c: &'a Compiled, e: usize) -> impl Iterator<Item = usize> + 'a {
+        c.failing_with[e].iter().copied().filter(|&i| self.live[i])
+    }
+
+    /// Component `e` scored on its live tally against the background of the live
+    /// probes that do not cross it ([`background_outside`]).
+    fn scored(&self, e: usize, floor: f64) -> Best {
+        let x = self.tally[e];
+        let background = background_outside(self.totals, &x, floor);
+        Best {
+            element: e,
+            score: chernoff_score(x.fail, x.fail + x.ok, background),
+            background,
+            tally: x,
+        }
+    }
+
     /// Observation `i` is explained: out of the tallies.
     fn remove(&mut self, obs: &[FlowObs], c: &Compiled, i: usize) {
         if std::mem::replace(&mut self.live[i], false) {
@@ -281,17 +299,8 @@ struct Best {
 }
 
 fn best(c: &Compiled, live: &Live, allowed: &[bool], p: &Params, min_score: f64) -> Option<Best> {
-    let (t, totals) = (&live.tally, live.totals);
-    let scored = |e: usize| {
-        let x = t[e];
-        let p0 = background_outside(totals, &x, p.floor);
-        Best {
-            element: e,
-            score: chernoff_score(x.fail, x.fail + x.ok, p0),
-            background: p0,
-            tally: x,
-        }
-    };
+    let t = &live.tally;
+    let scored = |e: usize| live.scored(e, p.floor);
     let winner = t
         .iter()
         .enumerate()
@@ -348,12 +357,6 @@ fn equivalents<'a>(
     b: &'a Best,
 ) -> impl Iterator<Item = usize> + 'a {
     let same = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
-    let failing = move |e: usize| {
-        c.failing_with[e]
-            .iter()
-            .copied()
-            .filter(move |&i| live.live[i])
-    };
     // The other direction of a blamed direction's own link.
     let own_link =
         |e: usize| c.link_of[b.element].is_some() && c.link_of[e] == c.link_of[b.element];
@@ -367,7 +370,7 @@ fn equivalents<'a>(
                 && c.elements[e].is_direction() == direction
                 && same(x.fail, b.tally.fail)
                 && same(x.ok, b.tally.ok)
-                && failing(e).eq(failing(b.element))
+                && live.failing(c, e).eq(live.failing(c, b.element))
         })
         .take(MAX_EQUIVALENT)
 }
@@ -385,11 +388,7 @@ fn has_rival(
     if !matches!(c.elements[b.element], Element::Rnic(_)) {
         return false;
     }
-    let failing: Vec<usize> = c.failing_with[b.element]
-        .iter()
-        .copied()
-        .filter(|&i| live.live[i])
-        .collect();
+    let failing: Vec<usize> = live.failing(c, b.element).collect();
     let Some(&first) = failing.first() else {
         return false;
     };
@@ -402,11 +401,7 @@ fn has_rival(
             && failing
                 .iter()
                 .all(|&i| c.fail[i].iter().any(|(x, _)| *x == e))
-            && chernoff_score(
-                x.fail,
-                x.fail + x.ok,
-                background_outside(live.totals, &x, p.floor),
-            ) >= min_score
+            && live.scored(e, p.floor).score >= min_score
     })
 }
 
@@ -533,9 +528,9 @@ pub(crate) fn explain_away(
             ruled_out.push(b.element);
             continue;
         }
-        let beside_switch = c.failing_with[b.element].iter().any(|&i| {
+        let beside_switch = live.failing(&c, b.element).any(|i| {
             let fails = |e: usize| c.fail[i].iter().any(|(x, _)| *x == e);
-            live.live[i] && ruled_out.iter().any(|&s| fails(s))
+            ruled_out.iter().any(|&s| fails(s))
         });
         let twins: Vec<usize> = equivalents(&c, &live, &eligible_ids, &b).collect();
         let rival = has_rival(&c, (&live, &allowed), &b, &twins, (p, min_score));
