@@ -55,6 +55,10 @@ pub(crate) struct Params {
     /// Components under test when the observations stand for more than they name
     /// (healthy flows added up on the blamed components); `None`: those they name.
     pub tested: Option<usize>,
+    /// Split a flow failing far more often than the rest of a component's off it as a
+    /// flow finding ([`lone_outlier`]): for loss, where one 5-tuple can be dropped
+    /// whole; not for latency, where a flow's share of slow probes is no such sign.
+    pub lone_flows: bool,
 }
 
 /// A blamed component.
@@ -518,6 +522,10 @@ pub(crate) fn explain_away(
     let mut blamed: Vec<usize> = Vec::new();
     let mut ruled_out: Vec<usize> = Vec::new();
     let mut found = Vec::new();
+    // Flows split off the component they cross ([`lone_outlier`]): flow findings that
+    // stand without any other.
+    let mut dropped = Vec::new();
+    let mut totals = None;
     // Each round removes at least one failed observation or rules out one switch:
     // bounded by their number.
     while let Some(b) = best(&c, &live, &allowed, p, min_score) {
@@ -526,6 +534,18 @@ pub(crate) fn explain_away(
         {
             allowed[b.element] = false;
             ruled_out.push(b.element);
+            continue;
+        }
+        // A 5-tuple dropped on the component's path fails far more often than the
+        // component's other flows: its own problem, and the rest are judged without it.
+        let totals = totals.get_or_insert_with(|| flow_totals(obs));
+        if let Some(flow) = p
+            .lone_flows
+            .then(|| lone_outlier(obs, (&c, totals), &live, &b, p.floor, min_score))
+            .flatten()
+        {
+            dropped.push(flow_finding(obs, &c, b.element, &flow, (&live, p.floor)));
+            flow.iter().for_each(|&i| live.remove(obs, &c, i));
             continue;
         }
         let beside_switch = live.failing(&c, b.element).any(|i| {
@@ -590,7 +610,99 @@ pub(crate) fn explain_away(
         found.remove(k);
         blamed.remove(k);
     }
+    found.extend(dropped);
     found
+}
+
+/// Failures and probes of each flow over all its observations (a flow's lost ACK2s are
+/// an observation apart, with no arrivals).
+fn flow_totals(obs: &[FlowObs]) -> HashMap<FlowKey, (f64, f64)> {
+    let mut totals: HashMap<FlowKey, (f64, f64)> = HashMap::new();
+    for o in obs {
+        if let Some(k) = o.flow {
+            let t = totals.entry(k).or_default();
+            (t.0, t.1) = (t.0 + o.fail, t.1 + o.fail + o.ok);
+        }
+    }
+    totals
+}
+
+/// Least share of its probes a flow split off a component loses: a dropped 5-tuple
+/// loses all of them once the drop starts.
+const LONE_SHARE: f64 = 0.5;
+
+/// The live failed observations of the one flow through `b` that fails far more often
+/// than the rest of `b`'s probes: a 5-tuple dropped on the path of a lossy link or
+/// switch, or on a healthy one. Nothing when no flow or several do (a dead link's
+/// blackholed flows beside its rerouted ones, a dead RNIC's flows: the component's
+/// fault).
+fn lone_outlier(
+    obs: &[FlowObs],
+    (c, totals): (&Compiled, &HashMap<FlowKey, (f64, f64)>),
+    live: &Live,
+    b: &Best,
+    floor: f64,
+    min_score: f64,
+) -> Option<Vec<usize>> {
+    let mut flows: Vec<FlowKey> = live
+        .failing(c, b.element)
+        .filter_map(|i| obs[i].flow)
+        .collect();
+    flows.sort_unstable();
+    flows.dedup();
+    if flows.len() < 2 {
+        return None;
+    }
+    let x = b.tally;
+    let mut outliers = flows.iter().filter(|k| {
+        let (f, n) = totals[k];
+        let rest = ((x.fail - f) / (x.fail + x.ok - n).max(1.0)).max(floor);
+        f >= LONE_SHARE * n && chernoff_score(f, n, rest) >= min_score
+    });
+    let k = outliers.next()?;
+    if outliers.next().is_some() {
+        return None;
+    }
+    Some(
+        live.failing(c, b.element)
+            .filter(|&i| obs[i].flow == Some(*k))
+            .collect(),
+    )
+}
+
+/// The finding of the flow whose live failed observations are `flow`, split off
+/// component `e` ([`lone_outlier`]), scored against the background of the live probes
+/// that do not cross it.
+fn flow_finding(
+    obs: &[FlowObs],
+    c: &Compiled,
+    e: usize,
+    flow: &[usize],
+    (live, floor): (&Live, f64),
+) -> Finding {
+    let mut x = Tally::default();
+    let mut examples = Vec::new();
+    for &i in flow {
+        x.fail += obs[i].fail;
+        x.ok += obs[i].ok;
+        if examples.len() < 3 && !examples.contains(&obs[i].text) {
+            examples.push(obs[i].text.clone());
+        }
+    }
+    let background = background_outside(live.totals, &x, floor);
+    Finding {
+        element: c.elements[e].clone(),
+        failures: x.fail,
+        located: 0.0,
+        ok: x.ok,
+        score: chernoff_score(x.fail, x.fail + x.ok, background),
+        background,
+        examples,
+        flow: obs[flow[0]].flow,
+        beside_switch: false,
+        equivalent: Vec::new(),
+        rival: false,
+    }
 }
 
 /// Tally of `element` over the flows whose paths (arrival or failure components)
@@ -661,6 +773,7 @@ mod tests {
         floor: 1e-3,
         min_share: 0.0,
         tested: None,
+        lone_flows: true,
     };
 
     fn link(n: &str) -> Element {
@@ -969,6 +1082,88 @@ mod tests {
         };
         let f = explain_away(&obs, &P, |_| true);
         assert_eq!(blamed(&f), [link("t0-s0")]);
+    }
+
+    /// [`fabric_of`] with each observation a flow of its own.
+    fn keyed(mut obs: Vec<FlowObs>) -> Vec<FlowObs> {
+        for (i, o) in obs.iter_mut().enumerate() {
+            o.flow = Some(FlowKey {
+                prober: i as u32,
+                target: 1000 + i as u32,
+                sport: 49152 + i as u16,
+                dport: 4791,
+            });
+        }
+        obs
+    }
+
+    /// One 5-tuple dropped whole on a fabric with a lossy link, on that link's path or
+    /// elsewhere: the flow is a finding of its own and the link is still blamed for the
+    /// rest. Seeded positions, rates and fabric sizes.
+    #[test]
+    fn a_flow_dropped_beside_a_lossy_link_is_a_finding_of_its_own() {
+        use rand::{Rng, SeedableRng, rngs::StdRng};
+        let seed = rand::random::<u64>();
+        println!("seed {seed}");
+        let mut rng = StdRng::seed_from_u64(seed);
+        for _ in 0..20 {
+            let tors = rng.random_range(3..6u32);
+            let (tor, spine) = (rng.random_range(0..tors), rng.random_range(0..2u32));
+            let loss = rng.random_range(0.01..0.04);
+            let mut obs = keyed(fabric_of(tors, |a, s, b| {
+                if s == spine && (a == tor || b == tor) {
+                    loss
+                } else {
+                    0.0
+                }
+            }));
+            let dropped = rng.random_range(0..obs.len());
+            (obs[dropped].ok, obs[dropped].fail) = (0.0, 100.0);
+            let found = explain_away(&obs, &P, |_| true);
+            let case = format!(
+                "seed {seed}: {tors} ToRs, t{tor}-s{spine} at {loss:.3}, {}",
+                obs[dropped].text
+            );
+            let flows: Vec<_> = found.iter().filter_map(|f| f.flow).collect();
+            assert_eq!(flows, [obs[dropped].flow.unwrap()], "{case}: {found:?}");
+            let components: Vec<_> = found
+                .iter()
+                .filter(|f| f.flow.is_none())
+                .map(|f| &f.element)
+                .collect();
+            assert_eq!(
+                components,
+                [&link(&format!("t{tor}-s{spine}"))],
+                "{case}: {found:?}"
+            );
+        }
+    }
+
+    /// A dead link whose flows fail whole, all of them or some beside rerouted ones
+    /// that arrive: the link's fault, no flow split off it.
+    #[test]
+    fn a_dead_links_blackholed_flows_stay_the_links() {
+        for rerouted in [0, 2] {
+            let mut obs = keyed(fabric(|a, s, b| {
+                if s == 1 && (a == 0 || b == 0) {
+                    1.0
+                } else {
+                    0.0
+                }
+            }));
+            let through = |o: &FlowObs| o.fail > 0.0;
+            for o in obs
+                .iter_mut()
+                .filter(|o| through(o))
+                .step_by(3)
+                .take(rerouted)
+            {
+                (o.ok, o.fail) = (100.0, 0.0);
+            }
+            let found = explain_away(&obs, &P, |_| true);
+            assert_eq!(blamed(&found), [link("t0-s1")], "{rerouted} rerouted");
+            assert_eq!(found[0].flow, None, "{found:?}");
+        }
     }
 
     #[test]

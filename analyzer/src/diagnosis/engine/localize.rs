@@ -221,6 +221,7 @@ fn loss_params(c: &DiagnosisConfig, tested: Option<usize>) -> Params {
         floor: f64::from(c.background_loss_ppm) / 1e6,
         min_share: 0.0,
         tested,
+        lone_flows: true,
     }
 }
 
@@ -230,6 +231,7 @@ pub(super) fn latency_params(c: &DiagnosisConfig, tested: Option<usize>) -> Para
         min_failures: MIN_SLOW,
         floor: SLOW_FLOOR,
         min_share: f64::from(c.latency_percent) / 100.0,
+        lone_flows: false,
         ..loss_params(c, tested)
     }
 }
