@@ -3,7 +3,7 @@
 //! link problem names the faulty direction when one direction alone is blamed).
 
 use super::classify::strained;
-use super::observe::{MIN_SLOW, Observations, observations};
+use super::observe::{Counted, MIN_SLOW, Observations, observations};
 use super::{BaselineVote, Candidate, Engine, Facts, Inputs, Outcome, rnic_name};
 use crate::config::DiagnosisConfig;
 use crate::diagnosis::fabric::FabricMap;
@@ -41,12 +41,16 @@ impl Engine {
             ..
         } = facts;
         let tick = (&facts.fails, &facts.slow);
-        let excluded = |r: u32| {
-            anomalous.contains(&r)
-                || inp
-                    .registry
-                    .get(r)
-                    .is_none_or(|e| noisy_hosts.contains(&e.host_id))
+        let noisy = |r: u32| {
+            inp.registry
+                .get(r)
+                .is_some_and(|e| noisy_hosts.contains(&e.host_id))
+        };
+        let counted = |r: u32| match inp.registry.get(r) {
+            None => Counted::No,
+            Some(_) if anomalous.contains(&r) => Counted::No,
+            Some(_) if noisy(r) => Counted::Loss,
+            Some(_) => Counted::Both,
         };
         let c = self.cfg.clone();
         let others = self.shared.take();
@@ -57,7 +61,7 @@ impl Engine {
             inp,
             self.window.flows(),
             tick,
-            excluded,
+            counted,
             others.is_some(),
             (c.min_failures, latency_params(&c, None).min_share),
             &mut self.routes,
@@ -91,6 +95,12 @@ impl Engine {
                 {
                     out.candidates.push(flow_problem(inp, &loss, &f, k, &c));
                 }
+                continue;
+            }
+            // The host noise already reported explains failures an RNIC of a noisy host
+            // (or a component the probes cannot tell from it) is blamed for.
+            let on_noisy = |e: &Element| matches!(e, Element::Rnic(r) if noisy(*r));
+            if on_noisy(&f.element) || f.equivalent.iter().any(on_noisy) {
                 continue;
             }
             let (kind, ck, name) = match &f.element {

@@ -50,25 +50,53 @@ pub(super) struct Observations {
     pub tested: (Option<usize>, Option<usize>),
 }
 
+/// Which tomographies count the flows of an RNIC.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Counted {
+    /// None: unregistered, or anomalous (its flows fail for its own fault).
+    No,
+    /// Loss only: on a noisy host, whose delays say nothing of the network while its
+    /// probes' losses still do.
+    Loss,
+    /// Loss and latency.
+    Both,
+}
+
 /// What a tick makes of each RNIC as an end of a flow, dense by RNIC id.
 struct Sides<'a> {
-    /// `None`: excluded (unregistered, anomalous, on a noisy host); `Some(None)`:
-    /// counted but without an address to route.
-    sides: Vec<Option<Option<End<'a>>>>,
+    /// `None`: not counted; `Some((None, _))`: counted but without an address to
+    /// route; the flag: counted for latency too.
+    sides: Vec<Option<(Option<End<'a>>, bool)>>,
 }
 
 impl<'a> Sides<'a> {
-    /// Every registered RNIC not `excluded`.
-    fn new(inp: &'a Inputs, excluded: impl Fn(u32) -> bool) -> Self {
+    /// Every registered RNIC as `counted` says.
+    fn new(inp: &'a Inputs, counted: impl Fn(u32) -> Counted) -> Self {
         let mut sides = vec![None; inp.registry.id_bound()];
-        for r in inp.registry.rnic_ids().filter(|&r| !excluded(r)) {
-            sides[r as usize] = Some(end(inp, r));
+        for r in inp.registry.rnic_ids() {
+            let c = counted(r);
+            if c != Counted::No {
+                sides[r as usize] = Some((end(inp, r), c == Counted::Both));
+            }
         }
         Self { sides }
     }
 
     fn get(&self, r: u32) -> Option<Option<&End<'a>>> {
-        self.sides.get(r as usize)?.as_ref().map(Option::as_ref)
+        self.sides
+            .get(r as usize)?
+            .as_ref()
+            .map(|(e, _)| e.as_ref())
+    }
+
+    /// True when the flow between `a` and `b` counts for latency.
+    fn latency(&self, a: u32, b: u32) -> bool {
+        let both = |r: u32| {
+            self.sides
+                .get(r as usize)
+                .is_some_and(|s| s.as_ref().is_some_and(|s| s.1))
+        };
+        both(a) && both(b)
     }
 }
 
@@ -83,7 +111,7 @@ fn end<'a>(inp: &'a Inputs, r: u32) -> Option<End<'a>> {
     })
 }
 
-/// The tick's observations of the flows with neither end `excluded`, `None` when there
+/// The tick's observations of the flows whose ends are both `counted`, `None` when there
 /// is nothing to explain: fewer than `min_failures` failures, and fewer than
 /// [`MIN_SLOW`] slow probes or no flow with a share of `slow_share` of its arrivals slow
 /// (scale-out, `shared`: loss observations of every flow, always).
@@ -96,7 +124,7 @@ pub(super) fn observations(
     inp: &Inputs,
     flows: &FlowTable,
     (fails, slow): (&Fails, &foldhash::HashMap<u32, u32>),
-    excluded: impl Fn(u32) -> bool,
+    counted: impl Fn(u32) -> Counted,
     shared: bool,
     (min_failures, slow_share): (u32, f64),
     memo: &mut RouteMemo,
@@ -110,15 +138,21 @@ pub(super) fn observations(
             slow: slow.get(&i).copied().unwrap_or_default(),
         }
     };
+    let sides = Sides::new(inp, counted);
+    let latency = |k: &FlowKey| sides.latency(k.prober, k.target);
+    let counted = |i: u32| {
+        let k = flows.get(i).key;
+        sides.get(k.prober).is_some() && sides.get(k.target).is_some()
+    };
     let mut hot: Vec<u32> = fails.keys().chain(slow.keys()).copied().collect();
     hot.sort_unstable();
     hot.dedup();
-    hot.retain(|&i| {
-        let k = flows.get(i).key;
-        !excluded(k.prober) && !excluded(k.target)
-    });
+    hot.retain(|&i| counted(i));
     let (failures, slow_probes, share) = hot.iter().fold((0u32, 0u32, 0.0), |(f, s, m), &i| {
-        let c = counts(i);
+        let mut c = counts(i);
+        if !latency(&flows.get(i).key) {
+            c.slow = 0;
+        }
         let share = f64::from(c.slow) / f64::from(c.ok.max(1));
         (f + c.timeouts + c.ack2, s + c.slow, share.max(m))
     });
@@ -129,11 +163,6 @@ pub(super) fn observations(
     if !want.loss && !want.slow {
         return None;
     }
-    let sides = Sides::new(inp, excluded);
-    let counted = |i: u32| {
-        let k = flows.get(i).key;
-        sides.get(k.prober).is_some() && sides.get(k.target).is_some()
-    };
     let mut obs = Observations::default();
     let mut own: Vec<u32> = if shared {
         flows.indices().filter(|&i| counted(i)).collect()
@@ -144,6 +173,10 @@ pub(super) fn observations(
     for &i in &own {
         let k = flows.get(i).key;
         if let (Some(Some(p)), Some(Some(t))) = (sides.get(k.prober), sides.get(k.target)) {
+            let want = Want {
+                slow: want.slow && latency(&k),
+                ..want
+            };
             observe(inp, (p, t), &k, counts(i), want, &mut obs);
         }
     }
@@ -168,7 +201,7 @@ pub(super) fn observations(
                 ack: traced.1.map_or(0, |x| x.version()),
             };
             let c = memo.components(i, &f.key, stamp, || healthy_components(inp, (p, t), traced));
-            rest.add(&c, f.ok);
+            rest.add(&c, f.ok, latency(&f.key));
         }
     }
     rest.finish(&mut obs, memo.interner());
@@ -428,8 +461,9 @@ impl Rest {
         rest
     }
 
-    /// Adds a flow without failures or slow probes: `ok` arrivals over its components.
-    fn add(&mut self, c: &Components, ok: u32) {
+    /// Adds a flow without failures or slow probes: `ok` arrivals over its components,
+    /// for latency too when `latency`.
+    fn add(&mut self, c: &Components, ok: u32, latency: bool) {
         let ok = f64::from(ok);
         let project = |list: &[(u32, f64)], on: &IdSet| -> Projection {
             list.iter()
@@ -447,7 +481,7 @@ impl Rest {
             );
             *self.loss.entry(key).or_default() += ok;
         }
-        if self.want.slow {
+        if self.want.slow && latency {
             c.ok.iter()
                 .for_each(|(e, _)| self.named.1.insert(*e, c.interner));
             *self.slow.entry(project(c.ok, &self.blamed.1)).or_default() += ok;

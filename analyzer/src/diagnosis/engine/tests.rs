@@ -1177,7 +1177,7 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
     use super::localize::latency_params;
     use super::memo::RouteMemo;
     use super::observe::MIN_SLOW;
-    use super::observe::observations;
+    use super::observe::{Counted, observations};
     use crate::diagnosis::tomography::explain_away;
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let mut sim = t0_s1_down();
@@ -1218,7 +1218,7 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
             inp,
             flows,
             (&fails, &slow),
-            |_| false,
+            |_| Counted::Both,
             shared,
             (3, 0.5),
             memo,
@@ -1238,7 +1238,7 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
             &inp,
             flows,
             (&no_loss, &scattered),
-            |_| false,
+            |_| Counted::Both,
             false,
             (3, share),
             memo,
@@ -1270,6 +1270,30 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
     };
     assert_eq!(total(&compact.loss), total(&full.loss));
     assert_eq!(total(&compact.slow), total(&full.slow));
+    // The slow RNIC's host noisy: its flows are still loss evidence, no latency evidence.
+    let noisy = |r: u32| {
+        if host_of(r) == host_of(slow_rnic) {
+            Counted::Loss
+        } else {
+            Counted::Both
+        }
+    };
+    let quiet = observations(
+        &inp,
+        flows,
+        (&fails, &slow),
+        noisy,
+        true,
+        (3, 0.5),
+        &mut RouteMemo::default(),
+    )
+    .unwrap();
+    assert_eq!(total(&quiet.loss), total(&full.loss));
+    let votes_for = |obs: &[FlowObs], r: u32| {
+        obs.iter()
+            .any(|o| o.fail > 0.0 && o.fail_elems.iter().any(|(e, _)| *e == Element::Rnic(r)))
+    };
+    assert!(votes_for(&full.slow, slow_rnic) && !votes_for(&quiet.slow, slow_rnic));
     let mut memo = RouteMemo::default();
     let seen = |o: super::observe::Observations| (o.loss, o.slow, o.tested);
     let before = seen(tick(&inp, false, &mut memo));
