@@ -170,21 +170,21 @@ impl Engine {
                     e.1 += x[1];
                 }
             }
+            // `None` where the ToR has too few other ToR-mesh probes: with one peer
+            // under it, an RNIC's ToR-mesh probes are its peer's and cross nothing but
+            // the two RNICs and their ToR, so they single out none of the three (a lossy
+            // ToR made its unluckier RNIC anomalous); tomography, over the RNIC's other
+            // probes too, judges it.
             let null = |r: u32, x: &[u32; 4]| {
-                let local = tor_of(r)
-                    .and_then(|t| per_tor.get(&t))
-                    .map(|&(n, f)| (n.saturating_sub(x[0] + x[2]), f.saturating_sub(x[1] + x[3])));
-                match local {
-                    Some((n, f)) if n >= c.rnic_min_probes => {
-                        (f64::from(f) / f64::from(n)).clamp(p0, 0.5)
-                    }
-                    _ => p0,
-                }
+                let (n, f) = tor_of(r).and_then(|t| per_tor.get(&t)).map(|&(n, f)| {
+                    (n.saturating_sub(x[0] + x[2]), f.saturating_sub(x[1] + x[3]))
+                })?;
+                (n >= c.rnic_min_probes).then(|| (f64::from(f) / f64::from(n)).clamp(p0, 0.5))
             };
             let best = (0u32..)
                 .zip(&mesh.counts)
                 .filter(|(r, x)| !removed.contains(r) && (over(x[0], x[1]) || over(x[2], x[3])))
-                .map(|(r, x)| (r, x, null(r, x)))
+                .filter_map(|(r, x)| Some((r, x, null(r, x)?)))
                 .filter(|(_, x, q)| {
                     chernoff_score(f64::from(x[1] + x[3]), f64::from(x[0] + x[2]), *q)
                         >= f64::from(c.min_score)
