@@ -538,15 +538,13 @@ pub(crate) fn explain_away(
         }
         // A 5-tuple dropped on the component's path fails far more often than the
         // component's other flows: its own problem, and the rest are judged without it.
-        let totals = totals.get_or_insert_with(|| flow_totals(obs));
-        if let Some(flow) = p
-            .lone_flows
-            .then(|| lone_outlier(obs, (&c, totals), &live, &b, p.floor, min_score))
-            .flatten()
-        {
-            dropped.push(flow_finding(obs, &c, b.element, &flow, (&live, p.floor)));
-            flow.iter().for_each(|&i| live.remove(obs, &c, i));
-            continue;
+        if p.lone_flows {
+            let totals = totals.get_or_insert_with(|| flow_totals(obs));
+            if let Some(flow) = lone_outlier(obs, (&c, totals), &live, &b, p.floor, min_score) {
+                dropped.push(flow_finding(obs, &c, b.element, &flow, (&live, p.floor)));
+                flow.iter().for_each(|&i| live.remove(obs, &c, i));
+                continue;
+            }
         }
         let beside_switch = live.failing(&c, b.element).any(|i| {
             let fails = |e: usize| c.fail[i].iter().any(|(x, _)| *x == e);
