@@ -138,19 +138,19 @@ pub(super) fn observations(
             slow: slow.get(&i).copied().unwrap_or_default(),
         }
     };
-    let sides = Sides::new(inp, counted);
-    let latency = |k: &FlowKey| sides.latency(k.prober, k.target);
-    let counted = |i: u32| {
+    // The hot flows are judged by `counted` itself: the dense sides of every RNIC are
+    // built only when there is something to explain.
+    let ends = |i: u32| {
         let k = flows.get(i).key;
-        sides.get(k.prober).is_some() && sides.get(k.target).is_some()
+        [counted(k.prober), counted(k.target)]
     };
     let mut hot: Vec<u32> = fails.keys().chain(slow.keys()).copied().collect();
     hot.sort_unstable();
     hot.dedup();
-    hot.retain(|&i| counted(i));
+    hot.retain(|&i| !ends(i).contains(&Counted::No));
     let (failures, slow_probes, share) = hot.iter().fold((0u32, 0u32, 0.0), |(f, s, m), &i| {
         let mut c = counts(i);
-        if !latency(&flows.get(i).key) {
+        if ends(i) != [Counted::Both; 2] {
             c.slow = 0;
         }
         let share = f64::from(c.slow) / f64::from(c.ok.max(1));
@@ -163,6 +163,12 @@ pub(super) fn observations(
     if !want.loss && !want.slow {
         return None;
     }
+    let sides = Sides::new(inp, counted);
+    let latency = |k: &FlowKey| sides.latency(k.prober, k.target);
+    let counted = |i: u32| {
+        let k = flows.get(i).key;
+        sides.get(k.prober).is_some() && sides.get(k.target).is_some()
+    };
     let mut obs = Observations::default();
     let mut own: Vec<u32> = if shared {
         flows.indices().filter(|&i| counted(i)).collect()
