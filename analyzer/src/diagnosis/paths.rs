@@ -15,6 +15,10 @@ use rocemesh_proto::path::TracedPath;
 use std::net::IpAddr;
 use std::sync::Arc;
 
+/// A switch or link name inside an [`Element`]: shared, because a tick clones and drops
+/// components by the hundred thousand (added-up flows, interning, findings).
+pub(crate) type Name = Arc<str>;
+
 /// A component tomography can blame.
 #[derive(
     Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize,
@@ -23,19 +27,19 @@ pub enum Element {
     /// An RNIC with its cable and ToR port (by registry id).
     Rnic(u32),
     /// A switch-to-switch link (map name or `"<ip>-><ip>"`), both directions of it.
-    Link(String),
+    Link(Name),
     /// One direction of a map link: packets crossing `link` towards the device `to`. A
     /// refinement of [`Element::Link`], not a component of its own: every crossing names
     /// both, so the link keeps all its evidence and its directions compete with it.
     Direction {
         /// The link's map name.
-        link: String,
+        link: Name,
         /// The device the crossing heads to.
-        to: String,
+        to: Name,
     },
     /// A switch of the fabric map, every port of it: crossed by whatever crosses one of
     /// its links, and, for a ToR, by whatever its RNICs send or receive.
-    Switch(String),
+    Switch(Name),
 }
 
 impl Element {
@@ -48,18 +52,13 @@ impl Element {
 /// Crossing link `name` towards device `to`, at weight `w`: the link, and that direction
 /// of it when the map knows the link (a `"<ip>-><ip>"` link is directed by its name).
 fn cross(map: &FabricMap, name: &str, to: &str, w: f64, out: &mut Vec<(Element, f64)>) {
-    out.push((Element::Link(name.to_string()), w));
+    let link: Name = name.into();
+    out.push((Element::Link(Arc::clone(&link)), w));
     if map
         .link(name)
         .is_some_and(|l| l.devices.iter().any(|d| d == to))
     {
-        out.push((
-            Element::Direction {
-                link: name.to_string(),
-                to: to.to_string(),
-            },
-            w,
-        ));
+        out.push((Element::Direction { link, to: to.into() }, w));
     }
 }
 
@@ -623,7 +622,7 @@ fn break_candidates(
         if let Some(down) = map.link_between(next, dst.tor)
             && !cands
                 .iter()
-                .any(|(e, _)| *e == Element::Link(down.name.clone()))
+                .any(|(e, _)| matches!(e, Element::Link(l) if **l == *down.name))
         {
             cross(map, &down.name, dst.tor, w, &mut cands);
         }

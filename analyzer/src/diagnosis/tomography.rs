@@ -169,7 +169,9 @@ fn compile(obs: &[FlowObs]) -> Compiled<'_> {
     let link_of = elements
         .iter()
         .map(|e| match e {
-            Element::Direction { link, .. } => ids.get(&Element::Link(link.clone())).copied(),
+            Element::Direction { link, .. } => {
+                ids.get(&Element::Link(std::sync::Arc::clone(link))).copied()
+            }
             _ => None,
         })
         .collect();
@@ -1369,7 +1371,7 @@ mod tests {
         let seed: u64 = rand::random();
         println!("seed {seed}");
         let mut rng = StdRng::seed_from_u64(seed);
-        let sw = |n: String| Element::Switch(n);
+        let sw = |n: String| Element::Switch(n.into());
         let tor_of = |r: u32| r / 2;
         let mut wrong = Vec::new();
         for case in 0..60 {

@@ -120,9 +120,13 @@ impl Engine {
                     )
                 }
                 Element::Link(l) | Element::Direction { link: l, .. } => {
-                    (ProblemKind::LinkFault, ComponentKind::Link, l.clone())
+                    (ProblemKind::LinkFault, ComponentKind::Link, l.to_string())
                 }
-                Element::Switch(d) => (ProblemKind::SwitchFault, ComponentKind::Switch, d.clone()),
+                Element::Switch(d) => (
+                    ProblemKind::SwitchFault,
+                    ComponentKind::Switch,
+                    d.to_string(),
+                ),
             };
             found.push((kind, ck, name, f));
         }
@@ -334,8 +338,10 @@ pub(super) fn confirm_links(
 fn component(inp: &Inputs, e: &Element) -> (ComponentKind, String) {
     match e {
         Element::Rnic(r) => (ComponentKind::Rnic, rnic_name(inp, *r)),
-        Element::Link(l) | Element::Direction { link: l, .. } => (ComponentKind::Link, l.clone()),
-        Element::Switch(d) => (ComponentKind::Switch, d.clone()),
+        Element::Link(l) | Element::Direction { link: l, .. } => {
+            (ComponentKind::Link, l.to_string())
+        }
+        Element::Switch(d) => (ComponentKind::Switch, d.to_string()),
     }
 }
 
@@ -346,7 +352,7 @@ fn link_direction(map: &FabricMap, e: &Element) -> Option<LinkDirection> {
     };
     Some(LinkDirection {
         from: far_end(map.link(link)?, to).to_string(),
-        to: to.clone(),
+        to: to.to_string(),
     })
 }
 
@@ -487,7 +493,11 @@ fn group_by_switch(
                 let located = links.iter().filter(|&&i| found[i].3.located > 0.0);
                 let extra = map
                     .links_of(d)
-                    .filter(|l| suspects.contains(&Element::Link(l.name.clone())))
+                    .filter(|l| {
+                        suspects
+                            .iter()
+                            .any(|e| matches!(e, Element::Link(n) if **n == *l.name))
+                    })
                     .filter(|l| !links.iter().any(|&i| found[i].2 == l.name))
                     .count();
                 located.count() + extra

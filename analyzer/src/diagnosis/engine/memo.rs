@@ -47,32 +47,27 @@ impl Interner {
 /// Components with weights, as routing names them.
 pub(super) type Weighted = Vec<(Element, f64)>;
 
-/// What a flow's components depend on: its ends (address and ToR) and the version of
-/// the traces of each direction (0: none).
+/// What a flow's components depend on, as one 64-bit hash: the flow, its ends (address
+/// and ToR) and the version of the traces of each direction (0: none). Two states of a
+/// flow slot are told apart by it with certainty up to a 2^-64 hash collision.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Stamp {
-    /// Hash of the ends' addresses and ToR names.
-    pub ends: u64,
-    /// Traces of the probes' direction.
-    pub fwd: u64,
-    /// Traces of the ACKs' direction.
-    pub ack: u64,
-}
+pub(super) struct Stamp(u64);
 
 impl Stamp {
-    /// The hash [`Stamp::ends`] holds of these ends.
-    pub(super) fn ends<T: std::hash::Hash>(ends: T) -> u64 {
-        foldhash::fast::FixedState::default().hash_one(ends)
+    /// The stamp of flow `key` with ends `ends` and traces of versions `fwd` (probes)
+    /// and `ack` (their ACKs).
+    pub(super) fn new<T: std::hash::Hash>(key: &FlowKey, ends: T, fwd: u64, ack: u64) -> Self {
+        Self(foldhash::fast::FixedState::default().hash_one((key, ends, fwd, ack)))
     }
 }
 
 /// One flow's components: those an arrival vouches for, then those a loss votes for
-/// unless they are the same (a flow traced end to end both ways: most flows).
+/// unless they are the same (a flow traced end to end both ways: most flows). Weights
+/// are kept as `f32` (they are 1 or an ECMP share), halving the memo.
 #[derive(Debug)]
 struct Remembered {
-    key: FlowKey,
     stamp: Stamp,
-    elems: Box<[(u32, f64)]>,
+    elems: Box<[(u32, f32)]>,
     ok_len: u32,
     same: bool,
 }
@@ -80,9 +75,9 @@ struct Remembered {
 /// A flow's components as ids, with the interner that names them.
 pub(super) struct Components<'a> {
     /// Components an arrival vouches for, with weights.
-    pub ok: &'a [(u32, f64)],
+    pub ok: &'a [(u32, f32)],
     /// Components a loss votes for, with weights.
-    pub fail: &'a [(u32, f64)],
+    pub fail: &'a [(u32, f32)],
     /// Names the ids.
     pub interner: &'a Interner,
 }
@@ -117,13 +112,12 @@ impl RouteMemo {
     pub(super) fn components(
         &mut self,
         i: u32,
-        key: &FlowKey,
         stamp: Stamp,
         compute: impl FnOnce() -> (Weighted, Weighted),
     ) -> Components<'_> {
         let slot = &mut self.flows[i as usize];
         let r: &Remembered = match slot.take() {
-            Some(r) if r.key == *key && r.stamp == stamp => slot.insert(r),
+            Some(r) if r.stamp == stamp => slot.insert(r),
             _ => {
                 let (ok, fail) = compute();
                 let same = ok == fail;
@@ -131,10 +125,9 @@ impl RouteMemo {
                 let elems = ok
                     .iter()
                     .chain(if same { &[][..] } else { &fail[..] })
-                    .map(|(e, w)| (interner.id(e), *w))
+                    .map(|(e, w)| (interner.id(e), *w as f32))
                     .collect();
                 slot.insert(Remembered {
-                    key: *key,
                     stamp,
                     elems,
                     ok_len: ok.len() as u32,

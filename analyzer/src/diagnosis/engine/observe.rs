@@ -201,12 +201,13 @@ pub(super) fn observations(
             && f.ok > 0
         {
             let traced = traces(inp, (p, t), &f.key);
-            let stamp = Stamp {
-                ends: Stamp::ends((p.ip, t.ip, p.tor, t.tor)),
-                fwd: traced.0.map_or(0, |x| x.version()),
-                ack: traced.1.map_or(0, |x| x.version()),
-            };
-            let c = memo.components(i, &f.key, stamp, || healthy_components(inp, (p, t), traced));
+            let stamp = Stamp::new(
+                &f.key,
+                (p.ip, t.ip, p.tor, t.tor),
+                traced.0.map_or(0, |x| x.version()),
+                traced.1.map_or(0, |x| x.version()),
+            );
+            let c = memo.components(i, stamp, || healthy_components(inp, (p, t), traced));
             rest.add(&c, f.ok, latency(&f.key));
         }
     }
@@ -348,10 +349,10 @@ fn with_switches(
         }
         match switches
             .iter_mut()
-            .find(|(e, _)| matches!(e, Element::Switch(s) if s == name))
+            .find(|(e, _)| matches!(e, Element::Switch(s) if **s == *name))
         {
             Some((_, old)) => *old = old.max(w),
-            None => switches.push((Element::Switch(name.to_string()), w)),
+            None => switches.push((Element::Switch(name.into()), w)),
         }
     };
     for (e, w) in &elems {
@@ -423,7 +424,7 @@ impl IdSet {
 }
 
 /// Interned components with weights, as a map key (weights by their bits).
-type Projection = Vec<(u32, u64)>;
+type Projection = Vec<(u32, u32)>;
 
 /// The healthy flows added up: arrivals per combination of blamed components crossed.
 struct Rest {
@@ -471,7 +472,7 @@ impl Rest {
     /// for latency too when `latency`.
     fn add(&mut self, c: &Components, ok: u32, latency: bool) {
         let ok = f64::from(ok);
-        let project = |list: &[(u32, f64)], on: &IdSet| -> Projection {
+        let project = |list: &[(u32, f32)], on: &IdSet| -> Projection {
             list.iter()
                 .filter(|(e, _)| on.contains(*e))
                 .map(|(e, w)| (*e, w.to_bits()))
@@ -499,7 +500,7 @@ impl Rest {
     fn finish(self, out: &mut Observations, interner: &Interner) {
         let named = |p: &Projection| -> Vec<(Element, f64)> {
             p.iter()
-                .map(|&(e, w)| (interner.element(e).clone(), f64::from_bits(w)))
+                .map(|&(e, w)| (interner.element(e).clone(), f64::from(f32::from_bits(w))))
                 .collect()
         };
         let mut loss: Vec<_> = self
