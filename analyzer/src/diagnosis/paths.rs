@@ -58,7 +58,13 @@ fn cross(map: &FabricMap, name: &str, to: &str, w: f64, out: &mut Vec<(Element, 
         .link(name)
         .is_some_and(|l| l.devices.iter().any(|d| d == to))
     {
-        out.push((Element::Direction { link, to: to.into() }, w));
+        out.push((
+            Element::Direction {
+                link,
+                to: to.into(),
+            },
+            w,
+        ));
     }
 }
 

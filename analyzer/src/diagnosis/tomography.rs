@@ -169,9 +169,9 @@ fn compile(obs: &[FlowObs]) -> Compiled<'_> {
     let link_of = elements
         .iter()
         .map(|e| match e {
-            Element::Direction { link, .. } => {
-                ids.get(&Element::Link(std::sync::Arc::clone(link))).copied()
-            }
+            Element::Direction { link, .. } => ids
+                .get(&Element::Link(std::sync::Arc::clone(link)))
+                .copied(),
             _ => None,
         })
         .collect();

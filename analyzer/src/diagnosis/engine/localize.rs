@@ -110,7 +110,10 @@ impl Engine {
                     let lasted =
                         self.rnic_holds
                             .confirm(*r, inp.now_ms, c.strained_rnic_hold_ms as i64);
-                    if !lasted && (f.rival || strained(inp, hosts, *r)) {
+                    // Evidence short of twice the prior may be a switch or link fault's
+                    // first failures, its other parts not significant yet: held too.
+                    let weak = f.score < 2.0 * loss_params.min_score;
+                    if !lasted && (f.rival || weak || strained(inp, hosts, *r)) {
                         continue;
                     }
                     (

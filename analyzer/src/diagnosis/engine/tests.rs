@@ -1413,3 +1413,39 @@ fn one_dropped_5_tuple_is_a_flow_problem_naming_the_components_of_both_paths() {
         );
     }
 }
+
+#[test]
+fn an_rnic_on_weak_evidence_is_held_until_it_lasts() {
+    // h2/r0 loses one packet in k: few enough failures that the RNIC's score passes the
+    // prior but not twice it. Such a finding may be the first failures of a switch or
+    // link fault above it (its other parts not significant yet): it is reported once it
+    // has lasted the hold, not in its first tick. One in 205 is already strong evidence.
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let bad = rnic(2, 0);
+    let cfg = DiagnosisConfig::default();
+    let (tick, hold) = (cfg.tick_ms as i64, cfg.strained_rnic_hold_ms as i64);
+    let lossy = |k: u32, at: i64| {
+        let mut n = 0u32;
+        let mut sim = sim_later(at);
+        sim.run(&mut |s, d, _, _| {
+            let through = s == bad || d == bad;
+            n += u32::from(through);
+            (through && n.is_multiple_of(k), 0)
+        });
+        sim
+    };
+    let named = [(ProblemKind::RnicFault, "h2/r0".to_string())];
+    let mut engine = Engine::new(cfg.clone());
+    assert_eq!(found(&lossy(205, 0).diagnose(&mut engine, &map)), named);
+    for k in [210, 225, 245] {
+        let mut engine = Engine::new(cfg.clone());
+        let mut at = 0;
+        while at < hold {
+            let got = found(&lossy(k, at).diagnose_at(&mut engine, &map, NOW + at));
+            assert_eq!(got, [], "one in {k}, {at} ms after the first tick");
+            at += tick;
+        }
+        let got = found(&lossy(k, hold).diagnose_at(&mut engine, &map, NOW + hold));
+        assert_eq!(got, named, "one in {k}, once the hold has passed");
+    }
+}
