@@ -6,12 +6,16 @@
 //! resident memory stayed at the sum of every arena's peak rather than what it holds.
 
 /// Hands the heap's free pages back to the kernel (glibc `malloc_trim`, every arena);
-/// elsewhere a no-op. Called after each tick, off the ingest path.
-pub(crate) fn release_free() {
+/// elsewhere a no-op. Called after each tick, on a blocking thread: trimming walks every
+/// arena's free chunks under its lock, which takes milliseconds at a gigabyte.
+pub(crate) async fn release_free() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: malloc_trim takes no pointer; it only walks the allocator's own free lists
-    // under their locks and may be called from any thread at any time.
-    unsafe {
-        libc::malloc_trim(0);
-    }
+    let _ = tokio::task::spawn_blocking(|| {
+        // SAFETY: malloc_trim takes no pointer; it only walks the allocator's own free
+        // lists under their locks and may be called from any thread at any time.
+        unsafe {
+            libc::malloc_trim(0);
+        }
+    })
+    .await;
 }

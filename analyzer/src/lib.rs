@@ -509,7 +509,7 @@ pub async fn run(analyzer: Arc<Analyzer>, cancel: CancellationToken) {
             if let Err(e) = analyzer.tick(rocemesh_proto::now_unix_ms()).await {
                 tracing::warn!("analyzer tick failed: {e:#}");
             }
-            heap::release_free();
+            heap::release_free().await;
             analyzer.tick_metrics.finalized(last_tick.elapsed());
         }
         if last_diagnosis.elapsed() >= diagnose_every {
@@ -517,7 +517,7 @@ pub async fn run(analyzer: Arc<Analyzer>, cancel: CancellationToken) {
             if let Err(e) = analyzer.diagnose(rocemesh_proto::now_unix_ms()).await {
                 tracing::warn!("analyzer diagnosis failed: {e:#}");
             }
-            heap::release_free();
+            heap::release_free().await;
             analyzer.tick_metrics.diagnosed(last_diagnosis.elapsed());
         }
     }
