@@ -6,8 +6,9 @@
 //! resident memory stayed at the sum of every arena's peak rather than what it holds.
 
 /// Hands the heap's free pages back to the kernel (glibc `malloc_trim`, every arena);
-/// elsewhere a no-op. Called after each tick, on a blocking thread: trimming walks every
-/// arena's free chunks under its lock, which takes milliseconds at a gigabyte.
+/// elsewhere a no-op. Called once per pass of the analyzer loop that finalized a period
+/// or diagnosed, on a blocking thread: trimming walks every arena's free chunks under its
+/// lock, which must not stall the async loop.
 pub(crate) async fn release_free() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     let _ = tokio::task::spawn_blocking(|| {

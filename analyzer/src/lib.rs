@@ -504,21 +504,26 @@ pub async fn run(analyzer: Arc<Analyzer>, cancel: CancellationToken) {
                 tracing::warn!("analyzer registry refresh failed: {e:#}");
             }
         }
+        let mut ticked = false;
         if last_tick.elapsed() >= TICK_EVERY {
             last_tick = Instant::now();
             if let Err(e) = analyzer.tick(rocemesh_proto::now_unix_ms()).await {
                 tracing::warn!("analyzer tick failed: {e:#}");
             }
-            heap::release_free().await;
             analyzer.tick_metrics.finalized(last_tick.elapsed());
+            ticked = true;
         }
         if last_diagnosis.elapsed() >= diagnose_every {
             last_diagnosis = Instant::now();
             if let Err(e) = analyzer.diagnose(rocemesh_proto::now_unix_ms()).await {
                 tracing::warn!("analyzer diagnosis failed: {e:#}");
             }
-            heap::release_free().await;
             analyzer.tick_metrics.diagnosed(last_diagnosis.elapsed());
+            ticked = true;
+        }
+        // Once per pass, after whichever ran (both do, most passes), outside their timings.
+        if ticked {
+            heap::release_free().await;
         }
     }
     if let Err(e) = analyzer.flush().await {

@@ -110,8 +110,9 @@ impl Engine {
                     let lasted =
                         self.rnic_holds
                             .confirm(*r, inp.now_ms, c.strained_rnic_hold_ms as i64);
-                    // Evidence short of twice the prior may be a switch or link fault's
-                    // first failures, its other parts not significant yet: held too.
+                    // Evidence short of twice `min_score` (the prior of a fabric of up to
+                    // 100 components) may be a switch or link fault's first failures, its
+                    // other parts not significant yet: held too.
                     let weak = f.score < 2.0 * loss_params.min_score;
                     if !lasted && (f.rival || weak || strained(inp, hosts, *r)) {
                         continue;
