@@ -113,9 +113,10 @@ const COMPLETE_ACK: u8 = 1 << 3;
 /// Addresses [`Addrs`] may hold beyond twice the hop codes stored before it is rebuilt.
 const ADDRS_SLACK: usize = 1024;
 
-/// Hop addresses, each held once: a stored hop is a 4-byte code where an
-/// `Option<IpAddr>` takes 17 bytes, and the few thousand switch addresses of a fabric are
-/// shared by every trace that crosses them.
+/// Addresses of hops and of 5-tuples' ends, each held once: a stored address is a 4-byte
+/// code where an `Option<IpAddr>` takes 17 bytes, and the few thousand switch addresses
+/// of a fabric are shared by every trace that crosses them, an RNIC's by every 5-tuple
+/// it sends or receives.
 #[derive(Debug, Default)]
 struct Addrs {
     ids: foldhash::HashMap<IpAddr, u32>,
@@ -133,11 +134,34 @@ impl Addrs {
         })
     }
 
+    /// The code of `a` if it is held (never [`SILENT`]).
+    fn find(&self, a: IpAddr) -> Option<u32> {
+        self.ids.get(&a).copied()
+    }
+
     /// The hop a code stands for.
     fn hop(list: &[IpAddr], code: u32) -> Option<IpAddr> {
         code.checked_sub(1).map(|i| list[i as usize])
     }
+
+    /// The address a code of an address held stands for.
+    fn addr(list: &[IpAddr], code: u32) -> IpAddr {
+        list[code as usize - 1]
+    }
 }
+
+/// A [`Tuple`] as the store keys it: its addresses as [`Addrs`] codes (12 bytes, where the
+/// tuple takes 40), so a table of a million 5-tuples holds no address twice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+struct Key {
+    src: u32,
+    dst: u32,
+    sport: u16,
+    dport: u16,
+}
+
+/// Address codes one stored entry holds: its key's two ends.
+const KEY_CODES: usize = 2;
 
 /// The traces of one 5-tuple in one allocation: the latest trace's hop codes, then those of
 /// the newest complete one when that is an older trace.
@@ -250,11 +274,11 @@ impl Traced<'_> {
 /// traces of the flows it routes.
 #[derive(Debug)]
 pub(crate) struct PathStore {
-    current: foldhash::HashMap<Tuple, Known>,
-    old: foldhash::HashMap<Tuple, Known>,
+    current: foldhash::HashMap<Key, Known>,
+    old: foldhash::HashMap<Key, Known>,
     max: usize,
     addrs: Addrs,
-    /// Hop codes held by both generations (bounds `addrs`).
+    /// Address codes held by both generations, keys and hops (bounds `addrs`).
     codes: usize,
     /// Version of the latest trace filed.
     version: u64,
@@ -275,9 +299,9 @@ impl PathStore {
 
     /// Takes one uploaded trace; an older trace than the one on record is ignored.
     pub(crate) fn insert(&mut self, p: TracedPath) {
-        let key = Tuple {
-            src: p.src,
-            dst: p.dst,
+        let key = Key {
+            src: self.addrs.code(Some(p.src)),
+            dst: self.addrs.code(Some(p.dst)),
             sport: p.src_port,
             dport: p.dst_port,
         };
@@ -286,7 +310,11 @@ impl PathStore {
                 // The retired generation's table, emptied, is the next one: full
                 // size already, it never grows (rehashes) again.
                 std::mem::swap(&mut self.old, &mut self.current);
-                self.codes -= self.current.values().map(|k| k.hops.len()).sum::<usize>();
+                self.codes -= self
+                    .current
+                    .values()
+                    .map(|k| k.hops.len() + KEY_CODES)
+                    .sum::<usize>();
                 self.current.clear();
             }
             let known = match self.old.remove(&key) {
@@ -297,7 +325,7 @@ impl PathStore {
                         version: self.version,
                         ..Known::new(&p, None, &mut self.addrs)
                     };
-                    self.codes += known.hops.len();
+                    self.codes += known.hops.len() + KEY_CODES;
                     self.current.insert(key, known);
                     self.bound_addrs();
                     return;
@@ -334,25 +362,48 @@ impl PathStore {
             return;
         }
         let old = std::mem::take(&mut self.addrs);
-        let mut recode = vec![SILENT; old.list.len()];
-        for k in self.current.values_mut().chain(self.old.values_mut()) {
-            for c in k.hops.iter_mut().filter(|c| **c != SILENT) {
+        let addrs = &mut self.addrs;
+        let mut new_code = vec![SILENT; old.list.len()];
+        let mut recode = |c: &mut u32| {
+            if *c != SILENT {
                 let was = *c as usize - 1;
-                if recode[was] == SILENT {
-                    recode[was] = self.addrs.code(Some(old.list[was]));
+                if new_code[was] == SILENT {
+                    new_code[was] = addrs.code(Some(old.list[was]));
                 }
-                *c = recode[was];
+                *c = new_code[was];
+            }
+        };
+        for generation in [&mut self.current, &mut self.old] {
+            // Keys change with their codes: re-filed into the same table, which keeps
+            // its size.
+            let entries: Vec<(Key, Known)> = generation.drain().collect();
+            for (mut key, mut known) in entries {
+                recode(&mut key.src);
+                recode(&mut key.dst);
+                known.hops.iter_mut().for_each(&mut recode);
+                generation.insert(key, known);
             }
         }
     }
 
+    /// The stored key of `t`, if its addresses are held.
+    fn key(&self, t: &Tuple) -> Option<Key> {
+        Some(Key {
+            src: self.addrs.find(t.src)?,
+            dst: self.addrs.find(t.dst)?,
+            sport: t.sport,
+            dport: t.dport,
+        })
+    }
+
     /// The traces of a 5-tuple.
-    pub(crate) fn get(&self, key: &Tuple) -> Option<Traced<'_>> {
-        let known = self.current.get(key).or_else(|| self.old.get(key))?;
+    pub(crate) fn get(&self, t: &Tuple) -> Option<Traced<'_>> {
+        let key = self.key(t)?;
+        let known = self.current.get(&key).or_else(|| self.old.get(&key))?;
         Some(Traced {
             known,
             addrs: &self.addrs.list,
-            dst: key.dst,
+            dst: t.dst,
         })
     }
 
@@ -363,9 +414,9 @@ impl PathStore {
     }
 
     /// Fills `out` with one stored trace of `key`, as uploaded.
-    fn fill(&self, out: &mut TracedPath, key: &Tuple, (at, ack, codes): (u64, bool, &[u32])) {
-        out.src = key.src;
-        out.dst = key.dst;
+    fn fill(&self, out: &mut TracedPath, key: &Key, (at, ack, codes): (u64, bool, &[u32])) {
+        out.src = Addrs::addr(&self.addrs.list, key.src);
+        out.dst = Addrs::addr(&self.addrs.list, key.dst);
         out.src_port = key.sport;
         out.dst_port = key.dport;
         out.traced_at_unix_ns = at;
@@ -388,7 +439,7 @@ impl PathStore {
             ack_direction: false,
             hops: Vec::new(),
         };
-        let mut found: Vec<(&Tuple, &Known)> = Vec::new();
+        let mut found: Vec<(&Key, &Known)> = Vec::new();
         for (key, k) in self.current.iter().chain(self.old.iter()) {
             self.fill(&mut path, key, k.latest());
             path.reached = k.flags & REACHED != 0;
@@ -946,6 +997,55 @@ mod tests {
         assert_eq!(route(&map, store.get(&key), &a, &b, true), before);
         let t = &store.newest(|p| p.src_port == 1, 1)[0];
         assert_eq!(t.latest.hops[1], Some(IpAddr::from(4_999u32.to_be_bytes())));
+    }
+
+    /// The ends of forgotten 5-tuples leave the address table too, and the 5-tuples kept
+    /// read back with their own ends after it is rebuilt.
+    #[test]
+    fn forgotten_ends_leave_the_address_table() {
+        let mut store = PathStore::new(100);
+        let kept = trace(&["198.18.0.0", "198.18.2.0"], true, 0);
+        let key = Tuple {
+            src: kept.src,
+            dst: kept.dst,
+            sport: kept.src_port,
+            dport: kept.dst_port,
+        };
+        let end = |at: u32| IpAddr::from((0x0a00_0000 + at).to_be_bytes());
+        // Every 5-tuple held, the kept one aside, has the end it was traced from.
+        let check = |store: &PathStore| {
+            let held = store.newest(|_| true, 100);
+            assert!(held.len() > 40);
+            for t in held.iter().map(|t| &t.latest) {
+                assert_eq!(t.dst, kept.dst);
+                if t.src != kept.src {
+                    assert_eq!(t.src, end(t.traced_at_unix_ns as u32));
+                }
+            }
+        };
+        let mut rebuilt = 0;
+        for at in 1..5_000u32 {
+            let mut t = trace(&["198.18.0.0", "198.18.2.0"], true, u64::from(at));
+            t.src = end(at);
+            let before = store.addrs.list.len();
+            store.insert(t);
+            if at % 20 == 0 {
+                // Looked up often enough to stay.
+                store.insert(TracedPath {
+                    traced_at_unix_ns: u64::from(at),
+                    ..kept.clone()
+                });
+            }
+            assert!(store.addrs.list.len() <= 2 * store.codes + ADDRS_SLACK);
+            if store.addrs.list.len() < before {
+                rebuilt += 1;
+                check(&store);
+            }
+        }
+        assert!(rebuilt >= 2);
+        assert!(store.addrs.list.len() < 2_000);
+        assert_eq!(store.get(&key).unwrap().known.latest_at, 4_980);
+        check(&store);
     }
 
     /// The version routes are remembered by changes with the hops, not with the time.
