@@ -226,7 +226,9 @@ pub struct DiagnosisConfig {
     /// Most flows (prober, target, UDP ports) diagnosis tracks, ~160 bytes each; the
     /// successful probes of further new flows are counted and dropped.
     pub max_flows: usize,
-    /// Most traced paths kept (latest per 5-tuple).
+    /// Most traced paths kept (latest per 5-tuple). The store keeps two generations of
+    /// half as many each; the default, 2 × 458,752, is what two hash tables of 2^19
+    /// buckets hold (at 500,000 each would double to 2^20 buckets, half of them empty).
     pub max_paths: usize,
     /// A host whose agent has not uploaded for this long is down.
     #[serde(rename = "host_down_after", with = "rocemesh_proto::duration::millis")]
@@ -311,7 +313,7 @@ impl Default for DiagnosisConfig {
             window_ms: 10_000,
             max_records: 1_000_000,
             max_flows: 6_000_000,
-            max_paths: 1_000_000,
+            max_paths: 917_504,
             host_down_after_ms: 15_000,
             host_silent_ms: 10_000,
             liveness_margin_ms: 1_000,
