@@ -795,6 +795,16 @@ mod tests {
         }
     }
 
+    /// The 5-tuple `t` traces.
+    fn tuple_of(t: &TracedPath) -> Tuple {
+        Tuple {
+            src: t.src,
+            dst: t.dst,
+            sport: t.src_port,
+            dport: t.dst_port,
+        }
+    }
+
     /// The 5-tuple `trace` traces from `a` to `b`.
     fn probed_tuple(a: &End, b: &End) -> Tuple {
         Tuple {
@@ -1005,12 +1015,7 @@ mod tests {
     fn forgotten_ends_leave_the_address_table() {
         let mut store = PathStore::new(100);
         let kept = trace(&["198.18.0.0", "198.18.2.0"], true, 0);
-        let key = Tuple {
-            src: kept.src,
-            dst: kept.dst,
-            sport: kept.src_port,
-            dport: kept.dst_port,
-        };
+        let key = tuple_of(&kept);
         let end = |at: u32| IpAddr::from((0x0a00_0000 + at).to_be_bytes());
         // Every 5-tuple held, the kept one aside, has the end it was traced from.
         let check = |store: &PathStore| {
@@ -1053,12 +1058,7 @@ mod tests {
     fn a_trace_taken_again_over_the_same_hops_keeps_its_version() {
         let mut store = PathStore::new(100);
         let t = trace(&["198.18.0.0", "198.18.2.0"], true, 1);
-        let key = Tuple {
-            src: t.src,
-            dst: t.dst,
-            sport: t.src_port,
-            dport: t.dst_port,
-        };
+        let key = tuple_of(&t);
         store.insert(t);
         let version = |s: &PathStore| s.get(&key).unwrap().version();
         let first = version(&store);
