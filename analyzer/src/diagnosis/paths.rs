@@ -77,7 +77,8 @@ pub(crate) fn far_end<'m>(l: &'m MapLink, device: &str) -> &'m str {
     }
 }
 
-/// A traced 5-tuple (UDP).
+/// A traced 5-tuple (UDP), as tests name one.
+#[cfg(test)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) struct Tuple {
     /// Source address.
@@ -386,25 +387,42 @@ impl PathStore {
         }
     }
 
-    /// The stored key of `t`, if its addresses are held.
-    fn key(&self, t: &Tuple) -> Option<Key> {
-        Some(Key {
-            src: self.addrs.find(t.src)?,
-            dst: self.addrs.find(t.dst)?,
-            sport: t.sport,
-            dport: t.dport,
+    /// The 5-tuples between addresses `a` and `b`, either way, if both are held: a flow's
+    /// probes and their ACKs are looked up together, each address once.
+    pub(crate) fn between(&self, a: IpAddr, b: IpAddr) -> Option<Between<'_>> {
+        Some(Between {
+            store: self,
+            a: (self.addrs.find(a)?, a),
+            b: (self.addrs.find(b)?, b),
         })
     }
 
-    /// The traces of a 5-tuple.
-    pub(crate) fn get(&self, t: &Tuple) -> Option<Traced<'_>> {
-        let key = self.key(t)?;
+    /// The traces of the 5-tuple from code `src` to `dst` (code and address).
+    fn get_coded(
+        &self,
+        src: u32,
+        (dst, dst_ip): (u32, IpAddr),
+        sport: u16,
+        dport: u16,
+    ) -> Option<Traced<'_>> {
+        let key = Key {
+            src,
+            dst,
+            sport,
+            dport,
+        };
         let known = self.current.get(&key).or_else(|| self.old.get(&key))?;
         Some(Traced {
             known,
             addrs: &self.addrs.list,
-            dst: t.dst,
+            dst: dst_ip,
         })
+    }
+
+    /// The traces of a 5-tuple.
+    #[cfg(test)]
+    pub(crate) fn get(&self, t: &Tuple) -> Option<Traced<'_>> {
+        self.between(t.src, t.dst)?.there(t.sport, t.dport)
     }
 
     /// Number of 5-tuples held.
@@ -471,6 +489,27 @@ impl PathStore {
                 Traces { latest, complete }
             })
             .collect()
+    }
+}
+
+/// The 5-tuples between two addresses held by a [`PathStore`] ([`PathStore::between`]).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Between<'a> {
+    store: &'a PathStore,
+    /// Code and address of each end.
+    a: (u32, IpAddr),
+    b: (u32, IpAddr),
+}
+
+impl<'a> Between<'a> {
+    /// The traces of the 5-tuple from the first address to the second, with these ports.
+    pub(crate) fn there(&self, sport: u16, dport: u16) -> Option<Traced<'a>> {
+        self.store.get_coded(self.a.0, self.b, sport, dport)
+    }
+
+    /// The traces of the 5-tuple from the second address back to the first.
+    pub(crate) fn back(&self, sport: u16, dport: u16) -> Option<Traced<'a>> {
+        self.store.get_coded(self.b.0, self.a, sport, dport)
     }
 }
 

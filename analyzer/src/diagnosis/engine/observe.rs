@@ -13,7 +13,7 @@
 use super::memo::{Components, Interner, RouteMemo, Stamp, Weighted};
 use super::{Fails, Inputs};
 use crate::diagnosis::flows::table::{FlowKey, FlowTable};
-use crate::diagnosis::paths::{Element, End, Route, Traced, Tuple, route};
+use crate::diagnosis::paths::{Element, End, Route, Traced, route};
 use crate::diagnosis::tomography::FlowObs;
 
 /// Fewest slow probes through a component to blame it for latency.
@@ -222,27 +222,18 @@ fn traces<'p>(
     (p, t): (&End, &End),
     k: &FlowKey,
 ) -> (Option<Traced<'p>>, Option<Traced<'p>>) {
-    let traces = |key: &Tuple| (p.tor != t.tor).then(|| inp.paths.get(key)).flatten();
-    let fwd_key = Tuple {
-        src: p.ip,
-        dst: t.ip,
-        sport: k.sport,
-        dport: k.dport,
+    let Some(between) = (p.tor != t.tor)
+        .then(|| inp.paths.between(p.ip, t.ip))
+        .flatten()
+    else {
+        return (None, None);
     };
-    let ack_key = Tuple {
-        src: t.ip,
-        dst: p.ip,
-        sport: k.sport,
-        dport: k.dport,
-    };
-    let swapped = Tuple {
-        sport: k.dport,
-        dport: k.sport,
-        ..ack_key
-    };
+    // An ACK's 5-tuple is the probe's reversed, or with its ports swapped too.
     (
-        traces(&fwd_key),
-        traces(&ack_key).or_else(|| traces(&swapped)),
+        between.there(k.sport, k.dport),
+        between
+            .back(k.sport, k.dport)
+            .or_else(|| between.back(k.dport, k.sport)),
     )
 }
 
