@@ -2,7 +2,7 @@
 //! stand behind a high-latency verdict, with what fired and the numbers.
 
 use super::{Inputs, rnic_name};
-use crate::diagnosis::tomography::{Finding, FlowObs};
+use crate::diagnosis::tomography::{Finding, ObsSet};
 use rocemesh_proto::api::{Evidence, LatencyPairEvidence};
 use std::collections::BTreeMap;
 
@@ -12,28 +12,30 @@ const MAX_PAIRS: usize = 16;
 const MAX_PATHS: usize = 3;
 
 /// Adds to `e` the alarmed pairs whose slow flows cross a component of `findings`.
-/// `slow[i]` is the latency observation of one flow of pair `pairs[i]`.
+/// `slow[i]` is the latency observation of one flow of pair `pairs[i]` (the flows' own
+/// observations come first).
 pub(super) fn attach_pairs(
     inp: &Inputs,
-    slow: &[FlowObs],
+    slow: &ObsSet,
     pairs: &[(u32, u32)],
     findings: &[Finding],
     e: &mut Evidence,
 ) {
     let mut per_pair: BTreeMap<(u32, u32), (u64, u64, Vec<String>)> = BTreeMap::new();
-    for (obs, &(p, t)) in slow.iter().zip(pairs) {
-        let crosses = obs
-            .fail_elems
-            .iter()
-            .any(|(el, _)| findings.iter().any(|f| f.element == *el));
+    let elements = slow.elements();
+    for (i, (obs, &(p, t))) in slow.iter().zip(pairs).enumerate() {
+        let crosses = slow
+            .fail_elems(i)
+            .any(|(el, _)| findings.iter().any(|f| f.element == elements[el]));
         if obs.fail <= 0.0 || !crosses || inp.latency.get(p, t).is_none() {
             continue;
         }
         let entry = per_pair.entry((p, t)).or_default();
         entry.0 += obs.fail.round() as u64;
         entry.1 += (obs.fail + obs.ok).round() as u64;
-        if entry.2.len() < MAX_PATHS && !entry.2.contains(&obs.text) {
-            entry.2.push(obs.text.clone());
+        let text = slow.text(i);
+        if entry.2.len() < MAX_PATHS && !entry.2.iter().any(|x| x == text) {
+            entry.2.push(text.to_string());
         }
     }
     if per_pair.is_empty() {

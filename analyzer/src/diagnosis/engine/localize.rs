@@ -10,8 +10,9 @@ use crate::diagnosis::fabric::FabricMap;
 use crate::diagnosis::flows::table::FlowKey;
 use crate::diagnosis::paths::{Element, far_end};
 use crate::diagnosis::policy::{self, Onset};
-use crate::diagnosis::tomography::FlowObs;
-use crate::diagnosis::tomography::{Finding, Params, alg1_votes, explain_away, located_suspects};
+use crate::diagnosis::tomography::{
+    Finding, ObsSet, Params, alg1_votes, explain_away, located_suspects,
+};
 use rocemesh_proto::api::{ComponentKind, Evidence, LinkDirection, ProblemKind, SuspectComponent};
 use std::collections::{HashMap, HashSet};
 
@@ -75,7 +76,7 @@ impl Engine {
             tested,
         } = obs;
         if let Some(others) = others {
-            out.loss = loss.clone();
+            out.loss = loss.to_named();
             loss.extend(others);
         }
         let loss_params = loss_params(&c, tested.0);
@@ -140,10 +141,9 @@ impl Engine {
         }
         // Switches that answered the fresh traces of failed probes are alive: their
         // failed links are link faults, not a dead switch.
-        let alive: HashSet<&str> = loss
-            .iter()
-            .filter(|o| o.fail > 0.0)
-            .filter_map(|o| o.break_device.as_deref())
+        let alive: HashSet<&str> = (0..loss.len())
+            .filter(|&i| loss[i].fail > 0.0)
+            .filter_map(|i| loss.break_device(i))
             .collect();
         let suspects = located_suspects(&loss, loss_params.min_failures);
         self.down_switches.retain(|_, until| *until > inp.now_ms);
@@ -206,8 +206,7 @@ impl Engine {
             }
             indistinguishable(inp, (ck, &name), &f, &mut e);
             if kind == ProblemKind::HighLatency {
-                let own = &slow[..slow_pairs.len()];
-                super::latency::attach_pairs(inp, own, &slow_pairs, &f, &mut e);
+                super::latency::attach_pairs(inp, &slow, &slow_pairs, &f, &mut e);
             }
             out.candidates.push(Candidate {
                 kind,
@@ -548,7 +547,7 @@ fn group_by_switch(
 /// comes with the direction the flow crosses it in, when it crosses it one way only.
 fn flow_suspects(
     map: &FabricMap,
-    loss: &[FlowObs],
+    loss: &ObsSet,
     k: FlowKey,
 ) -> Vec<(Element, f64, Option<LinkDirection>)> {
     let mut weight: Vec<(Element, f64)> = Vec::new();
@@ -557,17 +556,23 @@ fn flow_suspects(
         Some((_, old)) => *old += w,
         None => weight.push((e.clone(), w)),
     };
-    for o in loss.iter().filter(|o| o.flow == Some(k)) {
-        let (dirs, parts): (Vec<_>, Vec<_>) = o
-            .ok_elems
-            .iter()
-            .chain(&o.fail_elems)
+    let elements = loss.elements();
+    for i in (0..loss.len()).filter(|&i| loss[i].flow == Some(k)) {
+        let o = &loss[i];
+        let (dirs, parts): (Vec<_>, Vec<_>) = loss
+            .ok_elems(i)
+            .chain(loss.fail_elems(i))
+            .map(|(e, w)| (&elements[e], w))
             .partition(|(e, _)| e.is_direction());
         ways.extend(dirs.into_iter().map(|(e, _)| e));
         for (e, _) in parts {
             add(e, 0.0);
         }
-        let located = || o.fail_elems.iter().filter(|(e, _)| !e.is_direction());
+        let located = || {
+            loss.fail_elems(i)
+                .map(|(e, w)| (&elements[e], w))
+                .filter(|(e, _)| !e.is_direction())
+        };
         let fails: f64 = located().map(|(_, w)| w).sum();
         if o.located && o.fail > 0.0 && fails > 0.0 {
             for (e, w) in located() {
@@ -599,7 +604,7 @@ fn flow_suspects(
 /// components on its paths (`f` is the component explain-away picked for them).
 fn flow_problem(
     inp: &Inputs,
-    loss: &[FlowObs],
+    loss: &ObsSet,
     f: &Finding,
     k: FlowKey,
     c: &DiagnosisConfig,

@@ -14,7 +14,7 @@ use super::memo::{Components, Interner, RouteMemo, Stamp, Weighted};
 use super::{Fails, Inputs};
 use crate::diagnosis::flows::table::{FlowKey, FlowTable};
 use crate::diagnosis::paths::{Element, End, Route, Traced, route};
-use crate::diagnosis::tomography::FlowObs;
+use crate::diagnosis::tomography::{FlowObs, Obs, ObsSet};
 
 /// Fewest slow probes through a component to blame it for latency.
 pub(super) const MIN_SLOW: f64 = 10.0;
@@ -39,9 +39,9 @@ struct Want {
 #[derive(Debug, Default)]
 pub(super) struct Observations {
     /// Loss observations.
-    pub loss: Vec<FlowObs>,
+    pub loss: ObsSet,
     /// Latency observations.
-    pub slow: Vec<FlowObs>,
+    pub slow: ObsSet,
     /// (prober, target) of the leading latency observations, one per flow: the pairs
     /// behind latency verdicts.
     pub slow_pairs: Vec<(u32, u32)>,
@@ -443,14 +443,15 @@ impl Rest {
             (&own.loss, &mut rest.blamed.0, &mut rest.named.0),
             (&own.slow, &mut rest.blamed.1, &mut rest.named.1),
         ] {
-            for o in obs {
-                for (e, _) in o.ok_elems.iter().chain(&o.fail_elems) {
-                    let id = interner.id(e);
+            let elements = obs.elements();
+            for i in 0..obs.len() {
+                for (e, _) in obs.ok_elems(i).chain(obs.fail_elems(i)) {
+                    let id = interner.id(&elements[e]);
                     named.insert(id, interner);
                 }
-                if o.fail > 0.0 {
-                    for (e, _) in &o.fail_elems {
-                        let id = interner.id(e);
+                if obs[i].fail > 0.0 {
+                    for (e, _) in obs.fail_elems(i) {
+                        let id = interner.id(&elements[e]);
                         blamed.insert(id, interner);
                     }
                 }
@@ -489,44 +490,63 @@ impl Rest {
     /// Appends the added-up arrivals to `out`, ordered by their components, and says how
     /// many components were tested.
     fn finish(self, out: &mut Observations, interner: &Interner) {
-        let named = |p: &Projection| -> Vec<(Element, f64)> {
-            p.iter()
-                .map(|&(e, w)| (interner.element(e).clone(), f64::from(f32::from_bits(w))))
-                .collect()
-        };
-        let mut loss: Vec<_> = self
-            .loss
-            .iter()
-            .map(|((ok_elems, fail_elems), &ok)| (named(ok_elems), named(fail_elems), ok))
-            .collect();
-        loss.sort_by(|a, b| key_order(&a.0, &b.0).then_with(|| key_order(&a.1, &b.1)));
-        for (ok_elems, fail_elems, ok) in loss {
-            out.loss.push(FlowObs {
+        let order = |a: &Projection, b: &Projection| key_order(a, b, interner);
+        let mut loss: Vec<_> = self.loss.into_iter().collect();
+        loss.sort_unstable_by(|a, b| order(&a.0.0, &b.0.0).then_with(|| order(&a.0.1, &b.0.1)));
+        let mut ids = Remap::new(interner);
+        for ((ok_elems, fail_elems), ok) in loss {
+            let ok_ids = ids.list(&ok_elems, &mut out.loss);
+            let fail_ids = (fail_elems != ok_elems).then(|| ids.list(&fail_elems, &mut out.loss));
+            let o = Obs {
                 ok,
-                ok_elems,
-                fail_elems,
-                ..FlowObs::default()
-            });
+                ..Obs::default()
+            };
+            out.loss.push_interned(o, &ok_ids, fail_ids.as_deref());
         }
-        let mut slow: Vec<_> = self.slow.iter().map(|(p, &ok)| (named(p), ok)).collect();
-        slow.sort_by(|a, b| key_order(&a.0, &b.0));
+        let mut slow: Vec<_> = self.slow.into_iter().collect();
+        slow.sort_unstable_by(|a, b| order(&a.0, &b.0));
+        let mut ids = Remap::new(interner);
         for (elems, ok) in slow {
-            out.slow.push(FlowObs {
+            let list = ids.list(&elems, &mut out.slow);
+            let o = Obs {
                 ok,
-                ok_elems: elems.clone(),
-                fail_elems: elems,
-                ..FlowObs::default()
-            });
+                ..Obs::default()
+            };
+            out.slow.push_interned(o, &list, None);
         }
         out.tested = (Some(self.named.0.len), Some(self.named.1.len));
     }
 }
 
+/// The memo's component ids as those of one [`ObsSet`], interned there on first use.
+struct Remap<'a> {
+    interner: &'a Interner,
+    ids: Vec<Option<u32>>,
+}
+
+impl<'a> Remap<'a> {
+    fn new(interner: &'a Interner) -> Self {
+        Self {
+            interner,
+            ids: vec![None; interner.len()],
+        }
+    }
+
+    /// Projection `p` in `set`'s ids, with its weights.
+    fn list(&mut self, p: &Projection, set: &mut ObsSet) -> Vec<(u32, f32)> {
+        p.iter()
+            .map(|&(e, w)| {
+                let id = *self.ids[e as usize]
+                    .get_or_insert_with(|| set.intern(self.interner.element(e)));
+                (id, f32::from_bits(w))
+            })
+            .collect()
+    }
+}
+
 /// Order of added-up observations: by components, then weights (a fixed order whatever
 /// the ids, so a tick's observations do not depend on what the memo saw before).
-fn key_order(a: &[(Element, f64)], b: &[(Element, f64)]) -> std::cmp::Ordering {
-    fn bits((e, w): &(Element, f64)) -> (&Element, u64) {
-        (e, w.to_bits())
-    }
-    a.iter().map(bits).cmp(b.iter().map(bits))
+fn key_order(a: &Projection, b: &Projection, interner: &Interner) -> std::cmp::Ordering {
+    let named = |&(e, w): &(u32, u32)| (interner.element(e), w);
+    a.iter().map(named).cmp(b.iter().map(named))
 }

@@ -1259,7 +1259,10 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
     };
     assert_eq!(
         compact.tested,
-        (Some(named(&full.loss)), Some(named(&full.slow)))
+        (
+            Some(named(&full.loss.to_named())),
+            Some(named(&full.slow.to_named()))
+        )
     );
     assert_eq!(full.tested, (None, None));
     assert!(compact.loss.len() < full.loss.len() && compact.slow.len() < full.slow.len());
@@ -1268,8 +1271,14 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
             .map(|o| (o.ok, o.fail))
             .fold((0.0, 0.0), |a, b| (a.0 + b.0, a.1 + b.1))
     };
-    assert_eq!(total(&compact.loss), total(&full.loss));
-    assert_eq!(total(&compact.slow), total(&full.slow));
+    assert_eq!(
+        total(&compact.loss.to_named()),
+        total(&full.loss.to_named())
+    );
+    assert_eq!(
+        total(&compact.slow.to_named()),
+        total(&full.slow.to_named())
+    );
     // The slow RNIC's host noisy: its flows are still loss evidence, no latency evidence.
     let noisy = |r: u32| {
         if host_of(r) == host_of(slow_rnic) {
@@ -1288,14 +1297,17 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
         &mut RouteMemo::default(),
     )
     .unwrap();
-    assert_eq!(total(&quiet.loss), total(&full.loss));
+    assert_eq!(total(&quiet.loss.to_named()), total(&full.loss.to_named()));
     let votes_for = |obs: &[FlowObs], r: u32| {
         obs.iter()
             .any(|o| o.fail > 0.0 && o.fail_elems.iter().any(|(e, _)| *e == Element::Rnic(r)))
     };
-    assert!(votes_for(&full.slow, slow_rnic) && !votes_for(&quiet.slow, slow_rnic));
+    assert!(
+        votes_for(&full.slow.to_named(), slow_rnic)
+            && !votes_for(&quiet.slow.to_named(), slow_rnic)
+    );
     let mut memo = RouteMemo::default();
-    let seen = |o: super::observe::Observations| (o.loss, o.slow, o.tested);
+    let seen = |o: super::observe::Observations| (o.loss.to_named(), o.slow.to_named(), o.tested);
     let before = seen(tick(&inp, false, &mut memo));
     assert_eq!(seen(tick(&inp, false, &mut memo)), before, "remembered");
     // The agents re-trace the healthy flows (over spine 0): their traces now stop at the

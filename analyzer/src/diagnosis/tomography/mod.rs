@@ -10,6 +10,10 @@
 //! probes elsewhere) are not. [`alg1_votes`] is R-Pingmesh's plain Algorithm 1 (votes
 //! of failed paths), kept as a baseline.
 
+mod set;
+
+pub(crate) use set::{Obs, ObsSet};
+
 use super::flows::table::FlowKey;
 use super::paths::Element;
 use std::collections::HashMap;
@@ -123,12 +127,11 @@ struct Tally {
     alternative: f64,
 }
 
-/// Observations with their components interned to dense ids, so the rounds of
-/// explain-away index vectors instead of hashing names.
+/// What the rounds of explain-away look up besides the observations: each direction's
+/// link and each component's failed observations.
 struct Compiled<'a> {
-    elements: Vec<&'a Element>,
-    ok: Vec<Vec<(usize, f64)>>,
-    fail: Vec<Vec<(usize, f64)>>,
+    obs: &'a ObsSet,
+    elements: &'a [Element],
     /// For each direction of a link, the link's id.
     link_of: Vec<Option<usize>>,
     /// For each component, the observations with failures that vote for it, in order.
@@ -140,53 +143,40 @@ impl Compiled<'_> {
     fn components(&self) -> usize {
         self.elements.iter().filter(|e| !e.is_direction()).count()
     }
+
+    /// Components an arrival of observation `i` vouches for, with weights.
+    fn ok(&self, i: usize) -> impl Iterator<Item = (usize, f64)> + '_ {
+        self.obs.ok_elems(i)
+    }
+
+    /// Components a failure of observation `i` votes for, with weights.
+    fn fail(&self, i: usize) -> impl Iterator<Item = (usize, f64)> + '_ {
+        self.obs.fail_elems(i)
+    }
 }
 
-fn compile(obs: &[FlowObs]) -> Compiled<'_> {
-    fn intern<'a>(
-        list: &'a [(Element, f64)],
-        ids: &mut HashMap<&'a Element, usize>,
-        elements: &mut Vec<&'a Element>,
-    ) -> Vec<(usize, f64)> {
-        list.iter()
-            .map(|(e, w)| {
-                let id = *ids.entry(e).or_insert_with(|| {
-                    elements.push(e);
-                    elements.len() - 1
-                });
-                (id, *w)
-            })
-            .collect()
-    }
-    let mut ids = HashMap::new();
-    let mut elements = Vec::new();
-    let mut ok = Vec::with_capacity(obs.len());
-    let mut fail = Vec::with_capacity(obs.len());
-    for o in obs {
-        ok.push(intern(&o.ok_elems, &mut ids, &mut elements));
-        fail.push(intern(&o.fail_elems, &mut ids, &mut elements));
-    }
+fn compile(obs: &ObsSet) -> Compiled<'_> {
+    let elements = obs.elements();
     let link_of = elements
         .iter()
         .map(|e| match e {
-            Element::Direction { link, .. } => ids
-                .get(&Element::Link(std::sync::Arc::clone(link)))
-                .copied(),
+            Element::Direction { link, .. } => obs
+                .id(&Element::Link(std::sync::Arc::clone(link)))
+                .map(|id| id as usize),
             _ => None,
         })
         .collect();
     let mut failing_with: Vec<Vec<usize>> = vec![Vec::new(); elements.len()];
-    for (i, list) in fail.iter().enumerate().filter(|(i, _)| obs[*i].fail > 0.0) {
-        for &(e, _) in list {
+    for i in (0..obs.len()).filter(|&i| obs[i].fail > 0.0) {
+        for (e, _) in obs.fail_elems(i) {
             if failing_with[e].last() != Some(&i) {
                 failing_with[e].push(i);
             }
         }
     }
     Compiled {
+        obs,
         elements,
-        ok,
-        fail,
         link_of,
         failing_with,
     }
@@ -205,7 +195,7 @@ struct Live {
 
 impl Live {
     /// The observations `live` says, tallied.
-    fn new(obs: &[FlowObs], c: &Compiled, live: Vec<bool>) -> Self {
+    fn new(obs: &ObsSet, c: &Compiled, live: Vec<bool>) -> Self {
         let mut l = Self {
             live: vec![false; obs.len()],
             tally: vec![Tally::default(); c.elements.len()],
@@ -219,11 +209,11 @@ impl Live {
     }
 
     /// Adds (`sign` 1) or takes away (-1) observation `i`'s part of the tallies.
-    fn count(&mut self, obs: &[FlowObs], c: &Compiled, i: usize, sign: f64) {
+    fn count(&mut self, obs: &ObsSet, c: &Compiled, i: usize, sign: f64) {
         let o = &obs[i];
         let t = &mut self.tally;
         if o.fail > 0.0 {
-            for &(e, w) in &c.fail[i] {
+            for (e, w) in c.fail(i) {
                 let f = sign * o.fail * w;
                 t[e].fail += f;
                 if o.located {
@@ -235,7 +225,7 @@ impl Live {
             }
         }
         if o.ok > 0.0 {
-            for &(e, w) in &c.ok[i] {
+            for (e, w) in c.ok(i) {
                 t[e].ok += sign * o.ok * w;
             }
         }
@@ -262,7 +252,7 @@ impl Live {
     }
 
     /// Observation `i` is explained: out of the tallies.
-    fn remove(&mut self, obs: &[FlowObs], c: &Compiled, i: usize) {
+    fn remove(&mut self, obs: &ObsSet, c: &Compiled, i: usize) {
         if std::mem::replace(&mut self.live[i], false) {
             self.count(obs, c, i, -1.0);
         }
@@ -322,7 +312,7 @@ fn best(c: &Compiled, live: &Live, allowed: &[bool], p: &Params, min_score: f64)
         .filter(|(_, b)| b.score >= min_score)
         .max_by(|a, b| {
             a.0.total_cmp(&b.0)
-                .then_with(|| c.elements[b.1.element].cmp(c.elements[a.1.element]))
+                .then_with(|| c.elements[b.1.element].cmp(&c.elements[a.1.element]))
         })
         .map(|(_, b)| b)?;
     // A link's three hypotheses compete by likelihood alone (a located break's bonus
@@ -362,7 +352,8 @@ fn equivalents<'a>(
     eligible: &'a [bool],
     b: &'a Best,
 ) -> impl Iterator<Item = usize> + 'a {
-    let same = |x: f64, y: f64| (x - y).abs() <= 1e-9 * x.abs().max(y.abs()).max(1.0);
+    // Weights are held as `f32` ([`ObsSet`]): three thirds may sum to 1 + 3e-8.
+    let same = |x: f64, y: f64| (x - y).abs() <= 1e-6 * x.abs().max(y.abs()).max(1.0);
     // The other direction of a blamed direction's own link.
     let own_link =
         |e: usize| c.link_of[b.element].is_some() && c.link_of[e] == c.link_of[b.element];
@@ -398,15 +389,13 @@ fn has_rival(
     let Some(&first) = failing.first() else {
         return false;
     };
-    c.fail[first].iter().any(|&(e, _)| {
+    c.fail(first).any(|(e, _)| {
         let x = live.tally[e];
         allowed[e]
             && !twins.contains(&e)
             && matches!(c.elements[e], Element::Link(_))
             && x.fail - x.alternative >= p.min_failures
-            && failing
-                .iter()
-                .all(|&i| c.fail[i].iter().any(|(x, _)| *x == e))
+            && failing.iter().all(|&i| c.fail(i).any(|(x, _)| x == e))
             && live.scored(e, p.floor).score >= min_score
     })
 }
@@ -414,7 +403,7 @@ fn has_rival(
 /// Marks the live failed observations `element` explains as explained; returns up to
 /// three of their hop lists and the one flow they all belong to, if they do.
 fn take(
-    obs: &[FlowObs],
+    obs: &ObsSet,
     c: &Compiled,
     live: &mut Live,
     element: usize,
@@ -427,9 +416,7 @@ fn take(
             continue;
         }
         let o = &obs[i];
-        if examples.len() < 3 && !examples.contains(&o.text) {
-            examples.push(o.text.clone());
-        }
+        add_example(&mut examples, obs.text(i));
         flow = match flow {
             None => Some(o.flow),
             Some(k) if k == o.flow => Some(k),
@@ -449,7 +436,7 @@ fn take(
 /// over; two dead links of one spine stay two links, and two lossy links on either side
 /// of a 2-ToR fabric (whose every flow crosses both ToRs) are not a ToR.
 fn switch_beats_parts(
-    obs: &[FlowObs],
+    obs: &ObsSet,
     c: &Compiled,
     (live, allowed): (&Live, &[bool]),
     sw: &Best,
@@ -505,7 +492,7 @@ fn switch_beats_parts(
 /// the ACKs of an ECMP blackhole) thus yield one verdict, while two faults each with
 /// flows of their own are both kept.
 pub(crate) fn explain_away(
-    obs: &[FlowObs],
+    obs: &ObsSet,
     p: &Params,
     eligible: impl Fn(&Element) -> bool,
 ) -> Vec<Finding> {
@@ -519,7 +506,7 @@ pub(crate) fn explain_away(
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
     let tested = p.tested.unwrap_or_else(|| c.components());
     let min_score = p.min_score + (tested as f64 / 100.0).max(1.0).ln();
-    let eligible_ids: Vec<bool> = c.elements.iter().map(|e| eligible(e)).collect();
+    let eligible_ids: Vec<bool> = c.elements.iter().map(&eligible).collect();
     let mut allowed = eligible_ids.clone();
     let mut blamed: Vec<usize> = Vec::new();
     let mut ruled_out: Vec<usize> = Vec::new();
@@ -549,7 +536,7 @@ pub(crate) fn explain_away(
             }
         }
         let beside_switch = live.failing(&c, b.element).any(|i| {
-            let fails = |e: usize| c.fail[i].iter().any(|(x, _)| *x == e);
+            let fails = |e: usize| c.fail(i).any(|(x, _)| x == e);
             ruled_out.iter().any(|&s| fails(s))
         });
         let twins: Vec<usize> = equivalents(&c, &live, &eligible_ids, &b).collect();
@@ -616,9 +603,9 @@ pub(crate) fn explain_away(
 
 /// Failures and probes of each flow over all its observations (a flow's lost ACK2s are
 /// an observation apart, with no arrivals).
-fn flow_totals(obs: &[FlowObs]) -> HashMap<FlowKey, (f64, f64)> {
+fn flow_totals(obs: &ObsSet) -> HashMap<FlowKey, (f64, f64)> {
     let mut totals: HashMap<FlowKey, (f64, f64)> = HashMap::new();
-    for o in obs {
+    for o in obs.iter() {
         if let Some(k) = o.flow {
             let t = totals.entry(k).or_default();
             (t.0, t.1) = (t.0 + o.fail, t.1 + o.fail + o.ok);
@@ -637,7 +624,7 @@ const LONE_SHARE: f64 = 0.5;
 /// blackholed flows beside its rerouted ones, a dead RNIC's flows: the component's
 /// fault).
 fn lone_outlier(
-    obs: &[FlowObs],
+    obs: &ObsSet,
     (c, totals): (&Compiled, &HashMap<FlowKey, (f64, f64)>),
     live: &Live,
     b: &Best,
@@ -674,7 +661,7 @@ fn lone_outlier(
 /// component `e` ([`lone_outlier`]), scored against the background of the live probes
 /// that do not cross it.
 fn flow_finding(
-    obs: &[FlowObs],
+    obs: &ObsSet,
     c: &Compiled,
     e: usize,
     flow: &[usize],
@@ -685,9 +672,7 @@ fn flow_finding(
     for &i in flow {
         x.fail += obs[i].fail;
         x.ok += obs[i].ok;
-        if examples.len() < 3 && !examples.contains(&obs[i].text) {
-            examples.push(obs[i].text.clone());
-        }
+        add_example(&mut examples, obs.text(i));
     }
     let background = background_outside(live.totals, &x, floor);
     Finding {
@@ -707,17 +692,16 @@ fn flow_finding(
 
 /// Tally of `element` over the flows whose paths (arrival or failure components)
 /// do not cross `other`: what it explains without it.
-fn independent(obs: &[FlowObs], c: &Compiled, element: usize, other: usize) -> Tally {
+fn independent(obs: &ObsSet, c: &Compiled, element: usize, other: usize) -> Tally {
     let mut t = Tally::default();
     for (i, o) in obs.iter().enumerate() {
-        let mut elems = c.ok[i].iter().chain(&c.fail[i]);
-        if elems.any(|(e, _)| *e == other) {
+        if c.ok(i).chain(c.fail(i)).any(|(e, _)| e == other) {
             continue;
         }
-        if let Some(&(_, w)) = c.fail[i].iter().find(|(e, _)| *e == element) {
+        if let Some((_, w)) = c.fail(i).find(|(e, _)| *e == element) {
             t.fail += o.fail * w;
         }
-        if let Some(&(_, w)) = c.ok[i].iter().find(|(e, _)| *e == element) {
+        if let Some((_, w)) = c.ok(i).find(|(e, _)| *e == element) {
             t.ok += o.ok * w;
         }
     }
@@ -727,7 +711,7 @@ fn independent(obs: &[FlowObs], c: &Compiled, element: usize, other: usize) -> T
 /// Components most of whose probes fail at breaks located by fresh traces, whether
 /// or not explain-away blamed them (a sibling may have explained their failures):
 /// evidence that a whole switch is down.
-pub(crate) fn located_suspects(obs: &[FlowObs], min_failures: f64) -> Vec<Element> {
+pub(crate) fn located_suspects(obs: &ObsSet, min_failures: f64) -> Vec<Element> {
     let c = compile(obs);
     let live = Live::new(obs, &c, vec![true; obs.len()]);
     let mut v: Vec<Element> = live
@@ -743,28 +727,41 @@ pub(crate) fn located_suspects(obs: &[FlowObs], min_failures: f64) -> Vec<Elemen
 
 /// R-Pingmesh Algorithm 1: every failed path votes once per failure for each
 /// link and RNIC on it; components by votes, most first.
-pub(crate) fn alg1_votes(obs: &[FlowObs]) -> Vec<(Element, u64)> {
-    let mut votes: HashMap<&Element, u64> = HashMap::new();
-    for o in obs.iter().filter(|o| o.fail > 0.0) {
-        for (e, _) in o
-            .fail_elems
-            .iter()
-            .filter(|(e, _)| matches!(e, Element::Rnic(_) | Element::Link(_)))
+pub(crate) fn alg1_votes(obs: &ObsSet) -> Vec<(Element, u64)> {
+    let elements = obs.elements();
+    let mut votes: Vec<u64> = vec![0; elements.len()];
+    for i in (0..obs.len()).filter(|&i| obs[i].fail > 0.0) {
+        for (e, _) in obs
+            .fail_elems(i)
+            .filter(|&(e, _)| matches!(elements[e], Element::Rnic(_) | Element::Link(_)))
         {
-            *votes.entry(e).or_default() += o.fail.round() as u64;
+            votes[e] += obs[i].fail.round() as u64;
         }
     }
     let mut v: Vec<(Element, u64)> = votes
         .into_iter()
+        .enumerate()
         .filter(|(_, n)| *n > 0)
-        .map(|(e, n)| (e.clone(), n))
+        .map(|(e, n)| (elements[e].clone(), n))
         .collect();
     v.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
     v
 }
 
+/// Adds hop list `text` to `examples`, up to three distinct ones.
+fn add_example(examples: &mut Vec<String>, text: &str) {
+    if examples.len() < 3 && !examples.iter().any(|x| x == text) {
+        examples.push(text.to_string());
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    /// Explain-away over named observations.
+    fn explain(obs: &[FlowObs], p: &Params, eligible: impl Fn(&Element) -> bool) -> Vec<Finding> {
+        explain_away(&ObsSet::from_named(obs.to_vec()), p, eligible)
+    }
+
     use super::*;
 
     const P: Params = Params {
@@ -846,7 +843,7 @@ mod tests {
                 0.0
             }
         });
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), [link("t0-s1")]);
     }
 
     /// Loss on one link of a 2-ToR fabric: every probe crossing it crosses its twin (the
@@ -869,7 +866,7 @@ mod tests {
                     0.0
                 }
             });
-            let found = explain_away(&obs, &P, |_| true);
+            let found = explain(&obs, &P, |_| true);
             let faulty = link(&format!("t{tor}-s{spine}"));
             let twin = link(&format!("t{}-s{spine}", 1 - tor.min(1)));
             let case = format!("seed {seed}: {tors} ToRs, t{tor}-s{spine} at {loss:.2}");
@@ -907,14 +904,14 @@ mod tests {
         {
             (o.ok, o.fail) = (70.0, 30.0);
         }
-        let found = explain_away(&obs, &P, |_| true);
+        let found = explain(&obs, &P, |_| true);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!((&found[0].element, found[0].rival), (&rnic, true));
         let mut obs = fabric(|_, _, _| 0.0);
         for o in obs.iter_mut().filter(|o| crosses(o, &rnic)) {
             (o.ok, o.fail) = (70.0, 30.0);
         }
-        let found = explain_away(&obs, &P, |_| true);
+        let found = explain(&obs, &P, |_| true);
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!((&found[0].element, found[0].rival), (&rnic, false));
     }
@@ -926,7 +923,7 @@ mod tests {
             0 if a == 2 || b == 2 => 0.1,
             _ => 0.0,
         });
-        let mut got = blamed(&explain_away(&obs, &P, |_| true));
+        let mut got = blamed(&explain(&obs, &P, |_| true));
         got.sort();
         assert_eq!(got, [link("t0-s1"), link("t2-s0")]);
     }
@@ -941,17 +938,17 @@ mod tests {
                 0.0
             }
         });
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t3-s0")]);
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), [link("t3-s0")]);
         // Noise: one timeout on each of 8 random flows all over the fabric.
         let mut noise = fabric(|_, _, _| 0.0);
         for i in (0..noise.len()).step_by(noise.len() / 8) {
             noise[i].fail = 1.0;
         }
-        assert!(explain_away(&noise, &P, |_| true).is_empty());
+        assert!(explain(&noise, &P, |_| true).is_empty());
         // A lone burst of two timeouts is not enough either.
         let mut burst = fabric(|_, _, _| 0.0);
         burst[5].fail = 2.0;
-        assert!(explain_away(&burst, &P, |_| true).is_empty());
+        assert!(explain(&burst, &P, |_| true).is_empty());
     }
 
     #[test]
@@ -967,12 +964,12 @@ mod tests {
                 0.0
             }
         });
-        let found = explain_away(&obs, &P, |_| true);
+        let found = explain(&obs, &P, |_| true);
         assert_eq!(blamed(&found), [link("t0-s1")]);
         assert!(found[0].background < 0.002, "{found:?}");
         // The same loss spread evenly over every link is background, not a fault.
         let even = fabric_of(3, |_, _, _| 0.01);
-        assert!(explain_away(&even, &P, |_| true).is_empty());
+        assert!(explain(&even, &P, |_| true).is_empty());
     }
 
     #[test]
@@ -992,7 +989,7 @@ mod tests {
         for _ in 0..3 {
             obs.push(broke_after("t1", "t1-s0", 10.0));
         }
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t1-s0")]);
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), [link("t1-s0")]);
     }
 
     #[test]
@@ -1014,10 +1011,10 @@ mod tests {
         let mut obs = fabric(|_, _, _| 0.0);
         obs.extend((0..8).map(|_| untraced(0.0, 10.0)));
         obs.extend((0..8).map(|_| untraced(10.0, 0.0)));
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), []);
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), []);
         // One fresh trace breaking after t0 towards s1 separates them.
         obs.push(broke_after("t0", "t0-s1", 10.0));
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), [link("t0-s1")]);
     }
 
     #[test]
@@ -1055,13 +1052,13 @@ mod tests {
         ] {
             obs.push(traced_ok(l, ok));
         }
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), []);
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), []);
         // Traced failures name the culprit; the untraced ones then add to its evidence
         // and are explained by it, blaming no sibling.
         for _ in 0..3 {
             obs.push(broke_after("t0", "t0-s1", 20.0));
         }
-        let found = explain_away(&obs, &P, |_| true);
+        let found = explain(&obs, &P, |_| true);
         assert_eq!(blamed(&found), [link("t0-s1")]);
         assert!(
             found[0].failures > 60.0,
@@ -1080,7 +1077,7 @@ mod tests {
             break_device: Some("t0".into()),
             ..obs[0].clone()
         };
-        let f = explain_away(&obs, &P, |_| true);
+        let f = explain(&obs, &P, |_| true);
         assert_eq!(blamed(&f), [link("t0-s0")]);
     }
 
@@ -1119,7 +1116,7 @@ mod tests {
             }));
             let dropped = rng.random_range(0..obs.len());
             (obs[dropped].ok, obs[dropped].fail) = (0.0, 100.0);
-            let found = explain_away(&obs, &P, |_| true);
+            let found = explain(&obs, &P, |_| true);
             let case = format!(
                 "seed {seed}: {tors} ToRs, t{tor}-s{spine} at {loss:.3}, {}",
                 obs[dropped].text
@@ -1160,7 +1157,7 @@ mod tests {
             {
                 (o.ok, o.fail) = (100.0, 0.0);
             }
-            let found = explain_away(&obs, &P, |_| true);
+            let found = explain(&obs, &P, |_| true);
             assert_eq!(blamed(&found), [link("t0-s1")], "{rerouted} rerouted");
             assert_eq!(found[0].flow, None, "{found:?}");
         }
@@ -1184,7 +1181,7 @@ mod tests {
         obs[i].fail_elems = vec![(link("t2-s1"), 1.0)];
         obs[i].located = true;
         obs[i].break_device = Some("t2".into());
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), [link("t0-s1")]);
         // The same lone located break without the link fault is blamed (a silent drop).
         let mut alone = fabric(|_, _, _| 0.0);
         alone[i] = FlowObs {
@@ -1192,7 +1189,7 @@ mod tests {
             ok: 0.0,
             ..obs[i].clone()
         };
-        assert_eq!(blamed(&explain_away(&alone, &P, |_| true)), [link("t2-s1")]);
+        assert_eq!(blamed(&explain(&alone, &P, |_| true)), [link("t2-s1")]);
     }
 
     #[test]
@@ -1238,7 +1235,7 @@ mod tests {
             .filter(|o| t1_s1(o))
             .fold((0.0, 0.0), |(f, k), o| (f + o.fail, k + o.ok));
         assert!(fail > ok, "the reproduction needs mostly failures on t1-s1");
-        assert_eq!(blamed(&explain_away(&obs, &P, |_| true)), [link("t0-s1")]);
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), [link("t0-s1")]);
         // A second dead link on the other spine (its flows cross neither) is found too.
         for o in obs
             .iter_mut()
@@ -1246,7 +1243,7 @@ mod tests {
         {
             (o.ok, o.fail) = (0.0, 100.0);
         }
-        let mut got = blamed(&explain_away(&obs, &P, |_| true));
+        let mut got = blamed(&explain(&obs, &P, |_| true));
         got.sort();
         assert_eq!(got, [link("t0-s1"), link("t3-s0")]);
     }
@@ -1261,11 +1258,8 @@ mod tests {
         {
             (o.ok, o.fail) = (0.0, 100.0);
         }
-        assert_eq!(
-            blamed(&explain_away(&obs, &P, |_| true)),
-            [Element::Rnic(1)]
-        );
-        let f = explain_away(&obs, &P, |e| *e != Element::Rnic(1));
+        assert_eq!(blamed(&explain(&obs, &P, |_| true)), [Element::Rnic(1)]);
+        let f = explain(&obs, &P, |e| *e != Element::Rnic(1));
         assert!(f.iter().all(|f| f.element != Element::Rnic(1)));
     }
 
@@ -1339,7 +1333,7 @@ mod tests {
                     }
                 }
             }
-            let found = blamed(&explain_away(&obs, &P, |_| true));
+            let found = blamed(&explain(&obs, &P, |_| true));
             let truth: Vec<Element> = faults.iter().map(|(l, _)| link(l)).collect();
             if found.iter().any(|e| !truth.contains(e)) || truth.iter().any(|e| !found.contains(e))
             {
@@ -1455,7 +1449,7 @@ mod tests {
                     });
                 }
             }
-            let mut found = blamed(&explain_away(&obs, &P, |_| true));
+            let mut found = blamed(&explain(&obs, &P, |_| true));
             found.sort();
             let mut truth: Vec<Element> = match &switch {
                 Some((n, _)) => vec![sw(n.clone())],
@@ -1572,7 +1566,7 @@ mod tests {
                         .map(|f| f.2)
                         .sum()
                 });
-                let mut got = blamed(&explain_away(&obs, &P, |_| true));
+                let mut got = blamed(&explain(&obs, &P, |_| true));
                 got.sort();
                 assert_eq!(got, want, "case {i} seed {seed}: {faults:?}");
             }
@@ -1582,7 +1576,7 @@ mod tests {
     #[test]
     fn alg1_counts_votes_of_failed_paths() {
         let obs = fabric(|a, s, b| if s == 1 && a == 0 && b == 1 { 1.0 } else { 0.0 });
-        let v = alg1_votes(&obs);
+        let v = alg1_votes(&ObsSet::from_named(obs.clone()));
         assert_eq!(v[0].1, 300);
         assert!(v.iter().any(|(e, n)| *e == link("t0-s1") && *n == 300));
         assert!(v.iter().all(|(e, _)| *e != link("t0-s0")));
