@@ -13,7 +13,7 @@
 use super::memo::{Components, Interner, RouteMemo, Stamp, Weighted};
 use super::{Fails, Inputs};
 use crate::diagnosis::flows::table::{FlowKey, FlowTable};
-use crate::diagnosis::paths::{Element, End, Route, Traced, route};
+use crate::diagnosis::paths::{Element, End, Name, Route, Traced, route};
 use crate::diagnosis::tomography::{FlowObs, Obs, ObsSet};
 
 /// Fewest slow probes through a component to blame it for latency.
@@ -335,15 +335,15 @@ fn with_switches(
 ) -> Vec<(Element, f64)> {
     let mut switches: Vec<(Element, f64)> = Vec::new();
     let mut add = |name: &str, w: f64| {
-        if !inp.map.knows_device(name) {
+        let Some(name) = inp.map.switch(name) else {
             return;
-        }
+        };
         match switches
             .iter_mut()
-            .find(|(e, _)| matches!(e, Element::Switch(s) if **s == *name))
+            .find(|(e, _)| matches!(e, Element::Switch(s) if *s == *name))
         {
             Some((_, old)) => *old = old.max(w),
-            None => switches.push((Element::Switch(name.into()), w)),
+            None => switches.push((Element::Switch(Name::clone(name)), w)),
         }
     };
     for (e, w) in &elems {
@@ -490,7 +490,8 @@ impl Rest {
     /// Appends the added-up arrivals to `out`, ordered by their components, and says how
     /// many components were tested.
     fn finish(self, out: &mut Observations, interner: &Interner) {
-        let order = |a: &Projection, b: &Projection| key_order(a, b, interner);
+        let rank = Rank::of(&self.blamed, interner);
+        let order = |a: &Projection, b: &Projection| rank.order(a, b);
         let mut loss: Vec<_> = self.loss.into_iter().collect();
         loss.sort_unstable_by(|a, b| order(&a.0.0, &b.0.0).then_with(|| order(&a.0.1, &b.0.1)));
         let mut ids = Remap::new(interner);
@@ -518,6 +519,33 @@ impl Rest {
     }
 }
 
+/// Order of added-up observations: by components, then weights, components by name (a
+/// fixed order whatever the ids, so a tick's observations do not depend on what the memo
+/// saw before). Projections hold blamed components only: those are ranked by name once,
+/// and projections compared by rank.
+struct Rank {
+    rank: Vec<u32>,
+}
+
+impl Rank {
+    fn of((loss, slow): &(IdSet, IdSet), interner: &Interner) -> Self {
+        let mut ids: Vec<u32> = (0..interner.len() as u32)
+            .filter(|&e| loss.contains(e) || slow.contains(e))
+            .collect();
+        ids.sort_unstable_by(|&a, &b| interner.element(a).cmp(interner.element(b)));
+        let mut rank = vec![u32::MAX; interner.len()];
+        for (r, &e) in ids.iter().enumerate() {
+            rank[e as usize] = r as u32;
+        }
+        Self { rank }
+    }
+
+    fn order(&self, a: &Projection, b: &Projection) -> std::cmp::Ordering {
+        let ranked = |&(e, w): &(u32, u32)| (self.rank[e as usize], w);
+        a.iter().map(ranked).cmp(b.iter().map(ranked))
+    }
+}
+
 /// The memo's component ids as those of one [`ObsSet`], interned there on first use.
 struct Remap<'a> {
     interner: &'a Interner,
@@ -542,11 +570,4 @@ impl<'a> Remap<'a> {
             })
             .collect()
     }
-}
-
-/// Order of added-up observations: by components, then weights (a fixed order whatever
-/// the ids, so a tick's observations do not depend on what the memo saw before).
-fn key_order(a: &Projection, b: &Projection, interner: &Interner) -> std::cmp::Ordering {
-    let named = |&(e, w): &(u32, u32)| (interner.element(e), w);
-    a.iter().map(named).cmp(b.iter().map(named))
 }
