@@ -419,7 +419,7 @@ impl EndFilter {
 fn path_info(map: &FabricMap, registry: &Registry, p: &TracedPath) -> PathInfo {
     let name = |hop: &Option<IpAddr>| match *hop {
         None => "*".to_string(),
-        Some(ip) if map.knows_device(&map.device(ip)) => map.device(ip),
+        Some(ip) if map.knows_device(&map.device(ip)) => map.device(ip).to_string(),
         Some(ip) => registry
             .rnic_by_ip(ip)
             .and_then(|id| registry.meta(id))

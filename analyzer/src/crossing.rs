@@ -25,9 +25,9 @@ impl Crossing {
                 // The destination answers the last probe: it is no switch.
                 Some(ip) if ip == t.dst => break,
                 Some(ip) => {
-                    c.switches.push(map.device(ip));
+                    c.switches.push(map.device(ip).to_string());
                     if let Some(p) = prev {
-                        c.links.push(map.link_into(p, ip));
+                        c.links.push(map.link_into(p, ip).to_string());
                     }
                     prev = Some(ip);
                 }

@@ -105,9 +105,9 @@ fn distances(map: &FabricMap, start: &str) -> HashMap<String, u32> {
         let next = dist[&d] + 1;
         for l in map.links_of(&d) {
             for n in &l.devices {
-                if !dist.contains_key(n) {
-                    dist.insert(n.clone(), next);
-                    queue.push_back(n.clone());
+                if !dist.contains_key(&**n) {
+                    dist.insert(n.to_string(), next);
+                    queue.push_back(n.to_string());
                 }
             }
         }
@@ -131,12 +131,12 @@ fn map_components(map: &FabricMap, tors: &BTreeSet<String>, net: &mut ServiceNet
             while let Some(d) = frontier.pop() {
                 for l in map.links_of(&d) {
                     let [x, y] = &l.devices;
-                    let next = if x == &d { y } else { x };
+                    let next = if **x == *d { y } else { x };
                     if on_path(&d, next) {
-                        net.links.insert(l.name.clone());
-                        net.switches.insert(next.clone());
-                        if seen.insert(next.clone()) {
-                            frontier.push(next.clone());
+                        net.links.insert(l.name.to_string());
+                        net.switches.insert(next.to_string());
+                        if seen.insert(next.to_string()) {
+                            frontier.push(next.to_string());
                         }
                     }
                 }

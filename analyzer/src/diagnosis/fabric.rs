@@ -6,33 +6,35 @@
 //! the device at TTL i. Addresses the map does not know fall back to the
 //! address itself (device) and `"<a>-><b>"` (link).
 
+use super::paths::Name;
 use anyhow::{Context, bail, ensure};
+use foldhash::HashMap;
 use rocemesh_proto::fabric_map::MapFile;
-use std::collections::HashMap;
 use std::net::IpAddr;
 use std::path::Path;
 
 /// Largest fabric map file read (a 100k-link fabric fits in a few MiB).
 const MAX_MAP_BYTES: u64 = 64 << 20;
 
-/// A switch-to-switch link of the map.
+/// A switch-to-switch link of the map. Its names are shared with the components
+/// tomography builds from it (cloning one is a reference count, not an allocation).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MapLink {
     /// Link name (e.g. `"t0-s1"`).
-    pub name: String,
+    pub name: Name,
     /// The two switches it joins.
-    pub devices: [String; 2],
+    pub devices: [Name; 2],
 }
 
 /// The operator's (or testbed's) map of switches and links; empty when none is configured.
 #[derive(Debug, Default)]
 pub struct FabricMap {
-    device_of: HashMap<IpAddr, String>,
+    device_of: HashMap<IpAddr, Name>,
     link_at: HashMap<IpAddr, usize>,
     links: Vec<MapLink>,
     /// Link index by name: `link(name)` is called per traced hop and per finding.
-    link_named: HashMap<String, usize>,
-    links_of: HashMap<String, Vec<usize>>,
+    link_named: HashMap<Name, usize>,
+    links_of: HashMap<Name, Vec<usize>>,
 }
 
 impl FabricMap {
@@ -57,73 +59,73 @@ impl FabricMap {
         let mut map = Self::default();
         for s in file.switch {
             ensure!(!s.name.is_empty(), "a switch has an empty name");
+            let name: Name = s.name.into();
             ensure!(
-                !map.links_of.contains_key(&s.name),
-                "switch {:?} listed twice",
-                s.name
+                !map.links_of.contains_key(&name),
+                "switch {name:?} listed twice"
             );
             for a in s.addresses {
-                if let Some(other) = map.device_of.insert(a, s.name.clone()) {
-                    bail!("address {a} belongs to both {other:?} and {:?}", s.name);
+                if let Some(other) = map.device_of.insert(a, Name::clone(&name)) {
+                    bail!("address {a} belongs to both {other:?} and {name:?}");
                 }
             }
-            map.links_of.insert(s.name, Vec::new());
+            map.links_of.insert(name, Vec::new());
         }
         for l in file.link {
             let i = map.links.len();
+            let name: Name = l.name.into();
             ensure!(
-                map.link_named.insert(l.name.clone(), i).is_none(),
-                "link {:?} listed twice",
-                l.name
+                map.link_named.insert(Name::clone(&name), i).is_none(),
+                "link {name:?} listed twice"
             );
-            for end in &l.ends {
-                match map.device_of.get(&end.ip) {
-                    Some(d) if *d == end.device => {}
-                    Some(d) => bail!(
-                        "link {:?}: {} belongs to {d:?}, not {:?}",
-                        l.name,
-                        end.ip,
-                        end.device
-                    ),
-                    None => bail!(
-                        "link {:?}: {} is not an address of any switch",
-                        l.name,
-                        end.ip
-                    ),
-                }
+            let mut devices: [Name; 2] = Default::default();
+            for (end, device) in l.ends.iter().zip(&mut devices) {
+                let Some(d) = map.device_of.get(&end.ip).cloned() else {
+                    bail!("link {name:?}: {} is not an address of any switch", end.ip);
+                };
+                ensure!(
+                    *d == *end.device,
+                    "link {name:?}: {} belongs to {d:?}, not {:?}",
+                    end.ip,
+                    end.device
+                );
                 if map.link_at.insert(end.ip, i).is_some() {
-                    bail!("link {:?}: address {} ends two links", l.name, end.ip);
+                    bail!("link {name:?}: address {} ends two links", end.ip);
                 }
-                map.links_of.entry(end.device.clone()).or_default().push(i);
+                if let Some(of) = map.links_of.get_mut(&d) {
+                    of.push(i);
+                }
+                *device = d;
             }
-            let [a, b] = l.ends;
-            map.links.push(MapLink {
-                name: l.name,
-                devices: [a.device, b.device],
-            });
+            map.links.push(MapLink { name, devices });
         }
         Ok(map)
     }
 
     /// The device owning a hop address (the address itself when unmapped).
-    pub fn device(&self, hop: IpAddr) -> String {
+    pub fn device(&self, hop: IpAddr) -> Name {
         self.device_of
             .get(&hop)
             .cloned()
-            .unwrap_or_else(|| hop.to_string())
+            .unwrap_or_else(|| hop.to_string().into())
+    }
+
+    /// The map's name of this device, `None` when the map does not know it.
+    pub fn switch(&self, device: &str) -> Option<&Name> {
+        self.links_of.get_key_value(device).map(|(name, _)| name)
     }
 
     /// True when the map knows this device.
     pub fn knows_device(&self, device: &str) -> bool {
-        self.links_of.contains_key(device)
+        self.switch(device).is_some()
     }
 
     /// Name of the link a packet took into the hop answering from `next`, coming
     /// from the hop that answered from `prev`.
-    pub fn link_into(&self, prev: IpAddr, next: IpAddr) -> String {
+    pub fn link_into(&self, prev: IpAddr, next: IpAddr) -> Name {
         match self.link_at.get(&next) {
             Some(&i) => self.links[i].name.clone(),
-            None => format!("{prev}->{next}"),
+            None => format!("{prev}->{next}").into(),
         }
     }
 
@@ -140,7 +142,10 @@ impl FabricMap {
     /// shortest-path router sends a packet from `a` towards `b`'s hosts.
     pub fn link_between(&self, a: &str, b: &str) -> Option<&MapLink> {
         (a != b)
-            .then(|| self.links_of(a).find(|l| l.devices.iter().any(|d| d == b)))
+            .then(|| {
+                self.links_of(a)
+                    .find(|l| l.devices.iter().any(|d| **d == *b))
+            })
             .flatten()
     }
 
@@ -204,24 +209,25 @@ ends = [{ device = "t0", ip = "198.19.0.0" }, { device = "s1", ip = "198.19.0.1"
     #[test]
     fn names_devices_and_links_with_fallbacks() {
         let m = FabricMap::parse(MAP).unwrap();
-        assert_eq!(m.device(ip("198.18.0.0")), "t0");
-        assert_eq!(m.device(ip("10.9.9.9")), "10.9.9.9");
-        assert_eq!(m.link_into(ip("198.18.0.0"), ip("198.19.0.1")), "t0-s1");
+        assert_eq!(&*m.device(ip("198.18.0.0")), "t0");
+        assert_eq!(&*m.device(ip("10.9.9.9")), "10.9.9.9");
+        assert_eq!(&*m.link_into(ip("198.18.0.0"), ip("198.19.0.1")), "t0-s1");
         assert_eq!(
-            m.link_into(ip("10.0.0.1"), ip("10.0.0.2")),
+            &*m.link_into(ip("10.0.0.1"), ip("10.0.0.2")),
             "10.0.0.1->10.0.0.2"
         );
         assert_eq!(
-            m.links_of("t0")
-                .map(|l| l.name.as_str())
-                .collect::<Vec<_>>(),
+            m.links_of("t0").map(|l| &*l.name).collect::<Vec<_>>(),
             ["t0-s1"]
         );
-        assert_eq!(
-            m.link("t0-s1").unwrap().devices,
-            ["t0".to_string(), "s1".to_string()]
-        );
+        let link = m.link("t0-s1").unwrap();
+        assert_eq!(link.devices, ["t0".into(), "s1".into()]);
+        // One name per switch, shared by the map and every link of it.
+        let t0 = m.switch("t0").unwrap();
+        assert!(std::sync::Arc::ptr_eq(t0, &link.devices[0]));
+        assert!(std::sync::Arc::ptr_eq(t0, &m.device(ip("198.18.0.0"))));
         assert!(m.knows_device("s1") && !m.knows_device("s9"));
+        assert_eq!(m.switch("s9"), None);
     }
 
     #[test]

@@ -51,17 +51,18 @@ impl Element {
 
 /// Crossing link `name` towards device `to`, at weight `w`: the link, and that direction
 /// of it when the map knows the link (a `"<ip>-><ip>"` link is directed by its name).
+/// A map link's components share the map's names.
 fn cross(map: &FabricMap, name: &str, to: &str, w: f64, out: &mut Vec<(Element, f64)>) {
-    let link: Name = name.into();
-    out.push((Element::Link(Arc::clone(&link)), w));
-    if map
-        .link(name)
-        .is_some_and(|l| l.devices.iter().any(|d| d == to))
-    {
+    let Some(l) = map.link(name) else {
+        out.push((Element::Link(name.into()), w));
+        return;
+    };
+    out.push((Element::Link(Name::clone(&l.name)), w));
+    if let Some(to) = l.devices.iter().find(|d| ***d == *to) {
         out.push((
             Element::Direction {
-                link,
-                to: to.into(),
+                link: Name::clone(&l.name),
+                to: Name::clone(to),
             },
             w,
         ));
@@ -70,7 +71,7 @@ fn cross(map: &FabricMap, name: &str, to: &str, w: f64, out: &mut Vec<(Element, 
 
 /// The end of `l` that is not `device`.
 pub(crate) fn far_end<'m>(l: &'m MapLink, device: &str) -> &'m str {
-    if l.devices[0] == device {
+    if *l.devices[0] == *device {
         &l.devices[1]
     } else {
         &l.devices[0]
@@ -591,7 +592,10 @@ fn describe(map: &FabricMap, hops: &[Option<IpAddr>], src: &End, dst: Option<&En
     let mut s = src.name.to_string();
     for h in hops {
         s.push(' ');
-        s.push_str(&h.map_or_else(|| "*".to_string(), |a| map.device(a)));
+        match h {
+            Some(a) => s.push_str(&map.device(*a)),
+            None => s.push('*'),
+        }
     }
     s.push(' ');
     s.push_str(dst.map_or("...", |d| d.name));
@@ -647,7 +651,7 @@ fn silent_next_hop(map: &FabricMap, into: &str, next: IpAddr, dst: &End) -> Vec<
     let device = map.device(next);
     let beyond = map
         .link_between(&device, dst.tor)
-        .filter(|l| l.name != into);
+        .filter(|l| *l.name != *into);
     let mut v = Vec::new();
     let w = if beyond.is_some() { 0.5 } else { 1.0 };
     cross(map, into, &device, w, &mut v);
@@ -686,7 +690,7 @@ fn break_candidates(
             Some(None) => Vec::new(),
         };
         if !elems.is_empty() {
-            return (elems, Some(device));
+            return (elems, Some(device.to_string()));
         }
     }
     let incoming = k
@@ -697,15 +701,15 @@ fn break_candidates(
     // (a spine of a two-tier Clos) forwards over that link, whatever ECMP chose before.
     if let Some(l) = map
         .link_between(&device, dst.tor)
-        .filter(|l| incoming.as_deref() != Some(l.name.as_str()))
+        .filter(|l| incoming.as_deref() != Some(&*l.name))
     {
         let mut v = Vec::new();
         cross(map, &l.name, dst.tor, 1.0, &mut v);
-        return (v, Some(device));
+        return (v, Some(device.to_string()));
     }
     let links: Vec<&MapLink> = map
         .links_of(&device)
-        .filter(|l| incoming.as_deref() != Some(l.name.as_str()))
+        .filter(|l| incoming.as_deref() != Some(&*l.name))
         .collect();
     let w = 1.0 / links.len().max(1) as f64;
     // The silent next hop may be a switch that only stopped answering traceroute (ICMP
@@ -723,7 +727,7 @@ fn break_candidates(
             cross(map, &down.name, dst.tor, w, &mut cands);
         }
     }
-    (cands, Some(device))
+    (cands, Some(device.to_string()))
 }
 
 /// What the traces of one direction (`src` -> `dst`) say; the hop list text is
@@ -777,7 +781,7 @@ pub(crate) fn route(
     // Silence after the destination's ToR is what arrival looks like too (the agent
     // cannot tell them apart after a timeout): no break is located, the whole path votes.
     let last = hops.iter().rev().flatten().next();
-    if last.is_some_and(|&a| map.device(a) == dst.tor) {
+    if last.is_some_and(|&a| *map.device(a) == *dst.tor) {
         let path = match &complete {
             Some(c) if consistent(&hops, c) => full_path(map, c, src, dst),
             _ => full_path(map, &hops, src, dst),

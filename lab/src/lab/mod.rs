@@ -381,8 +381,8 @@ mod tests {
         let map = FabricMap::parse(&super::fabric_map_toml(&t).unwrap()).unwrap();
         let link = t.link("t2-s1").unwrap();
         assert!(map.link("t2-s1").is_some());
-        assert_eq!(map.device(link.b.ip.into()), "s1");
-        assert_eq!(map.device(link.a.ip.into()), "t2");
+        assert_eq!(&*map.device(link.b.ip.into()), "s1");
+        assert_eq!(&*map.device(link.a.ip.into()), "t2");
         assert!(
             map.link("h0r0-t0").is_none(),
             "RNIC links belong to the RNIC, not the map"

@@ -303,7 +303,7 @@ pub(super) fn confirm_links(
     holds.reported.retain(|_, at| *at >= open_after);
     // Switches of the links open before this tick (two links found in the same tick do
     // not hold each other; an open link itself is reported whatever its switches).
-    let open_switches: HashSet<String> = holds
+    let open_switches: HashSet<crate::diagnosis::paths::Name> = holds
         .reported
         .keys()
         .filter_map(|l| map.link(l))
@@ -320,7 +320,7 @@ pub(super) fn confirm_links(
             let devices = map.link(name).map_or(&[][..], |l| &l.devices[..]);
             let held_link = link_fault && {
                 let located = found.iter().any(|f| f.located > 0.0);
-                let silent_end = devices.iter().any(|d| !alive.contains(d.as_str()));
+                let silent_end = devices.iter().any(|d| !alive.contains(&**d));
                 let beside_open = devices.iter().any(|d| open_switches.contains(d));
                 located && silent_end || beside_open
             };
@@ -479,7 +479,7 @@ fn group_by_switch(
             } else {
                 *kind
             };
-            per_switch.entry((kind, d)).or_default().push(i);
+            per_switch.entry((kind, d.to_string())).or_default().push(i);
         }
     }
     let mut switches: Vec<_> = per_switch
@@ -501,7 +501,7 @@ fn group_by_switch(
                             .iter()
                             .any(|e| matches!(e, Element::Link(n) if **n == *l.name))
                     })
-                    .filter(|l| !links.iter().any(|&i| found[i].2 == l.name))
+                    .filter(|l| !links.iter().any(|&i| *found[i].2 == *l.name))
                     .count();
                 located.count() + extra
             } else {
