@@ -124,6 +124,12 @@ impl Analyzer {
     /// (which is then never finalized again, and is what `/sla/latest` serves
     /// until the next period is finalized).
     pub async fn new(db: Db, cfg: AnalyzerConfig) -> anyhow::Result<Arc<Self>> {
+        Self::new_at(db, cfg, rocemesh_proto::now_unix_ms()).await
+    }
+
+    /// [`Analyzer::new`] started at `now` (ms since the Unix epoch): a simulation in
+    /// virtual time starts its analyzer at the virtual clock.
+    pub async fn new_at(db: Db, cfg: AnalyzerConfig, now: i64) -> anyhow::Result<Arc<Self>> {
         cfg.validate()?;
         let mut loader = RegistryLoader::default();
         let registry = loader.load(&db).await?;
@@ -132,7 +138,6 @@ impl Analyzer {
             Some(start) => sla::period(&db, start).await?,
             None => Vec::new(),
         };
-        let now = rocemesh_proto::now_unix_ms();
         let diagnosis = Diagnosis::new(&db, &cfg, now).await?;
         let shards = shard::Shards::new(&db, &cfg.scaleout)?;
         let wal = match shards {

@@ -7,6 +7,7 @@
 //! [`ControllerState::run_skeleton_loop`] next to it.
 
 pub mod api;
+mod clock;
 pub mod config;
 mod hash;
 pub mod leader;
@@ -21,5 +22,6 @@ mod throughput;
 pub mod topology;
 
 pub use api::{router, routes};
+pub use clock::Clock;
 pub use config::ControllerConfig;
 pub use state::{ControllerState, StateError};

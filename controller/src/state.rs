@@ -6,6 +6,7 @@ mod error;
 mod scaleout;
 mod tasks;
 
+use crate::clock::Clock;
 use crate::config::{ControllerConfig, DEFAULT_PARALLEL_PATHS};
 use crate::metrics::{Inventory, PollCounters, phase_slot};
 use crate::pinglist::{self, PinglistCache, PinglistParams, PortRange, coverage};
@@ -55,6 +56,8 @@ struct Inner {
     probe_keys: Arc<ProbeKeys>,
     /// Scale-out membership (`None`: this controller does everything).
     leadership: Option<crate::leader::Leadership>,
+    /// Dates registrations and tasks and rotates the pinglists.
+    clock: Clock,
 }
 
 /// Answers per source agents allow, as a multiple of the most one prober can legitimately
@@ -81,6 +84,12 @@ impl ControllerState {
     /// Validates the settings, reads the topology file and loads the registry from `db`
     /// (a restarted controller serves the same ids and pinglists).
     pub async fn new(db: Db, cfg: ControllerConfig) -> anyhow::Result<Self> {
+        Self::with_clock(db, cfg, Clock::default()).await
+    }
+
+    /// [`ControllerState::new`] dating registrations and tasks and rotating pinglists by
+    /// `clock` (a simulation's virtual time).
+    pub async fn with_clock(db: Db, cfg: ControllerConfig, clock: Clock) -> anyhow::Result<Self> {
         cfg.validate()?;
         let topology = match &cfg.topology_file {
             Some(path) => Topology::load(path)?,
@@ -150,6 +159,7 @@ impl ControllerState {
                 polls: PollCounters::default(),
                 probe_keys,
                 leadership,
+                clock,
             }),
         };
         state.warn_unknown_tors();
@@ -269,7 +279,7 @@ impl ControllerState {
                 &req,
                 &self.topology_read(),
                 cfg.max_rnics_per_tor,
-                rocemesh_proto::now_unix_ms(),
+                self.inner.clock.now_ms(),
             )
             .map_err(StateError::Invalid)?;
         let upload_key = new_upload_key()?;
@@ -334,8 +344,7 @@ impl ControllerState {
         epoch: Option<u32>,
     ) -> Result<Arc<Pinglist>, PinglistError> {
         let arrived = Instant::now();
-        let rotation =
-            rocemesh_proto::now_unix_ms().max(0) as u64 / self.inner.cfg.rotation_period_ms;
+        let rotation = self.inner.clock.now_ms().max(0) as u64 / self.inner.cfg.rotation_period_ms;
         {
             let reg = self.read();
             let host = reg.host(host_id).ok_or(PinglistError::UnknownHost)?;

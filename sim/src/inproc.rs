@@ -12,13 +12,18 @@ use anyhow::Context;
 use axum::body::Body;
 use axum::http::{Method, Request, header};
 use rocemesh_analyzer::{Analyzer, AnalyzerConfig};
-use rocemesh_controller::{ControllerConfig, ControllerState};
+use rocemesh_controller::{Clock, ControllerConfig, ControllerState};
 use rocemesh_proto::api::{Problem, ProblemState};
 use rocemesh_store::Db;
 use serde::Serialize;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 use tower::Service;
+
+/// Where virtual time starts, ms since the Unix epoch (2027-01-15 08:00 UTC, a whole
+/// hour): the same for every run, so a seed replays the same run.
+const VIRTUAL_START_MS: i64 = 1_800_000_000_000;
 
 /// Largest controller reply read (a pinglist of a big host).
 const MAX_REPLY_BYTES: usize = 64 << 20;
@@ -49,6 +54,8 @@ pub struct InProcess {
     baseline: BaselineTracker,
     tick_ms: i64,
     now_ms: i64,
+    /// The controller's clock: `now_ms`, shared.
+    clock: Arc<AtomicI64>,
     started_ms: i64,
     timing: Timing,
     _dir: tempfile::TempDir,
@@ -57,7 +64,7 @@ pub struct InProcess {
 impl InProcess {
     /// Starts a controller and an analyzer on a fresh SQLite database, the analyzer
     /// reading the simulated fabric's map; the controller's parallel paths default to
-    /// the fabric's. Virtual time starts at the wall clock.
+    /// the fabric's. Virtual time starts at [`VIRTUAL_START_MS`].
     pub async fn start(
         sim: Sim,
         mut controller: ControllerConfig,
@@ -72,10 +79,16 @@ impl InProcess {
             .or(Some(sim.fabric().shape().parallel_paths()));
         let url = format!("sqlite://{}", dir.path().join("sim.db").display());
         let db = Db::connect(&url).await?;
-        let state = ControllerState::new(db.clone(), controller).await?;
+        let now_ms = VIRTUAL_START_MS;
+        let clock = Arc::new(AtomicI64::new(now_ms));
+        let state = ControllerState::with_clock(
+            db.clone(),
+            controller,
+            Clock::virtual_at(Arc::clone(&clock)),
+        )
+        .await?;
         let tick_ms = analyzer.diagnosis.tick_ms as i64;
-        let analyzer = Analyzer::new(db, analyzer).await?;
-        let now_ms = rocemesh_proto::now_unix_ms();
+        let analyzer = Analyzer::new_at(db, analyzer, now_ms).await?;
         Ok(Self {
             schedule: Schedule::new(sim.hosts()),
             sim,
@@ -84,6 +97,7 @@ impl InProcess {
             baseline: BaselineTracker::default(),
             tick_ms,
             now_ms,
+            clock,
             started_ms: now_ms,
             timing: Timing::default(),
             _dir: dir,
@@ -217,6 +231,7 @@ impl InProcess {
         let want = self.sim.truth().len();
         while self.now_ms < end {
             self.now_ms = (self.now_ms + self.tick_ms).min(end);
+            self.clock.store(self.now_ms, Ordering::Relaxed);
             self.run_due().await?;
             let now = self.now_ms;
             let t = Instant::now();

@@ -51,3 +51,20 @@ async fn a_fresh_random_suite_meets_the_floors() {
 const PRECISION_FLOOR: f64 = 0.50;
 const RECALL_FLOOR: f64 = 0.50;
 const TOP1_FLOOR: f64 = 0.55;
+
+/// A seed replays its runs exactly: virtual time starts at the same instant every run
+/// (period and bucket boundaries, the controller's pinglist rotation), so a failure
+/// printed with its seed and index is the failure `--only` shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scenario_replays_exactly() {
+    let seed = rocemesh_sim::rng::suite_seed();
+    eprintln!("replay seed {seed} (replay: ROCEMESH_EVAL_SEED={seed})");
+    for i in 0..4 {
+        let twice = [
+            random::run(seed, i, Scale::Lab).await.unwrap(),
+            random::run(seed, i, Scale::Lab).await.unwrap(),
+        ]
+        .map(|o| serde_json::to_string(&(o.truth, o.score, o.baseline)).unwrap());
+        assert_eq!(twice[0], twice[1], "seed {seed} scenario {i}");
+    }
+}

@@ -92,7 +92,7 @@ impl ControllerState {
     pub(crate) async fn create_task(&self, spec: TaskSpec) -> Result<TaskInfo, StateError> {
         let _writer = self.inner.writer.lock().await;
         self.check_spec(&spec, None)?;
-        let now = rocemesh_proto::now_unix_ms();
+        let now = self.inner.clock.now_ms();
         let id = self
             .inner
             .db
@@ -123,7 +123,7 @@ impl ControllerState {
             return Err(unknown_task(id));
         }
         self.check_spec(&spec, Some(id))?;
-        let now = rocemesh_proto::now_unix_ms();
+        let now = self.inner.clock.now_ms();
         self.inner
             .db
             .inventory()
