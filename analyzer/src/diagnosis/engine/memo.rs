@@ -1,16 +1,19 @@
-//! Each flow's components, remembered across ticks. Tomography adds up every healthy
-//! flow on each tick it runs, and routing each one afresh (trace lookups, component
-//! names built, compared and hashed) took most of a tick at 10k RNICs. A flow's
-//! components are a function of its ends and of the traces of its two directions alone,
-//! so they are kept, as interned ids, until a trace of either direction with other hops
-//! is filed or an end changes address or ToR.
+//! Each inter-ToR flow's components, remembered across ticks. Tomography adds up every
+//! healthy flow on each tick it runs, and routing each one afresh (trace lookups,
+//! component names built, compared and hashed) took most of a tick at 10k RNICs. A
+//! flow's components are a function of its ends and of the traces of its two directions
+//! alone, so they are kept, as interned ids, until a trace of either direction with other
+//! hops is filed or an end changes address or ToR. A same-ToR flow's components are its
+//! two RNICs and their ToR whatever its traces: they are not remembered but read from
+//! [`Interner`] ids each tick ([`Ends`]).
 
 use crate::diagnosis::flows::table::FlowKey;
-use crate::diagnosis::paths::Element;
+use crate::diagnosis::paths::{Element, Name};
+use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
 
-/// Interned components the memo may hold beyond four per remembered flow before it
-/// starts afresh: hop addresses the map does not know name links of their own, so
+/// Interned components the memo may hold beyond one per RNIC and four per remembered
+/// flow before it starts afresh: hop addresses the map does not know name links of their own, so
 /// stray traces must not grow it without bound.
 const ELEMENTS_SLACK: usize = 65_536;
 
@@ -70,6 +73,8 @@ struct Remembered {
     elems: Box<[(u32, f32)]>,
     ok_len: u32,
     same: bool,
+    /// The last [`RouteMemo::begin`] after which it was asked for.
+    used: u32,
 }
 
 /// A flow's components as ids, with the interner that names them.
@@ -82,23 +87,30 @@ pub(super) struct Components<'a> {
     pub interner: &'a Interner,
 }
 
-/// Flows' components by flow-table index, kept while their [`Stamp`] holds.
+/// Flows' components by flow-table index, kept while their [`Stamp`] holds and the flow
+/// is asked for on every tick tomography runs.
 #[derive(Debug, Default)]
 pub(super) struct RouteMemo {
     interner: Interner,
-    flows: Vec<Option<Remembered>>,
+    flows: foldhash::HashMap<u32, Remembered>,
+    /// Ticks begun.
+    ticks: u32,
 }
 
 impl RouteMemo {
-    /// Starts a tick over a flow table of `bound` indices: forgets everything when the
-    /// interner outgrew what the flows remembered can name.
-    pub(super) fn begin(&mut self, bound: usize) {
-        let remembered = self.flows.iter().flatten().count();
-        if self.interner.len() > 4 * remembered + ELEMENTS_SLACK {
-            *self = Self::default();
+    /// Starts a tick over RNIC ids below `rnics`: forgets the flows not asked for in the
+    /// tick before (gone, or same-ToR now), and everything when the interner outgrew
+    /// what the RNICs and the flows remembered can name.
+    pub(super) fn begin(&mut self, rnics: usize) {
+        let last = self.ticks;
+        self.flows.retain(|_, r| r.used == last);
+        if self.interner.len() > rnics + 4 * self.flows.len() + ELEMENTS_SLACK {
+            *self = Self {
+                ticks: last,
+                ..Self::default()
+            };
         }
-        self.flows.truncate(bound);
-        self.flows.resize_with(bound, || None);
+        self.ticks = last.wrapping_add(1);
     }
 
     /// The interner (ids stay valid until the next [`RouteMemo::begin`]).
@@ -106,7 +118,7 @@ impl RouteMemo {
         &mut self.interner
     }
 
-    /// The components of flow `key` at index `i`: those remembered when `stamp` is
+    /// The components of the flow at index `i`: those remembered when `stamp` is
     /// theirs, else what `compute` gives (arrival components, loss components), then
     /// remembered.
     pub(super) fn components(
@@ -115,32 +127,79 @@ impl RouteMemo {
         stamp: Stamp,
         compute: impl FnOnce() -> (Weighted, Weighted),
     ) -> Components<'_> {
-        let slot = &mut self.flows[i as usize];
-        let r: &Remembered = match slot.take() {
-            Some(r) if r.stamp == stamp => slot.insert(r),
-            _ => {
-                let (ok, fail) = compute();
-                let same = ok == fail;
-                let interner = &mut self.interner;
-                let elems = ok
-                    .iter()
-                    .chain(if same { &[][..] } else { &fail[..] })
-                    .map(|(e, w)| (interner.id(e), *w as f32))
-                    .collect();
-                slot.insert(Remembered {
-                    stamp,
-                    elems,
-                    ok_len: ok.len() as u32,
-                    same,
-                })
+        let interner = &mut self.interner;
+        let r = match self.flows.entry(i) {
+            Entry::Occupied(e) if e.get().stamp == stamp => e.into_mut(),
+            Entry::Occupied(mut e) => {
+                e.insert(remember(interner, stamp, compute()));
+                e.into_mut()
             }
+            Entry::Vacant(e) => e.insert(remember(interner, stamp, compute())),
         };
+        r.used = self.ticks;
         let (ok, fail) = r.elems.split_at(r.ok_len as usize);
         let fail = if r.same { ok } else { fail };
         Components {
             ok,
             fail,
             interner: &self.interner,
+        }
+    }
+}
+
+/// Components `(ok, fail)` of a flow, interned.
+fn remember(interner: &mut Interner, stamp: Stamp, (ok, fail): (Weighted, Weighted)) -> Remembered {
+    let same = ok == fail;
+    let elems = ok
+        .iter()
+        .chain(if same { &[][..] } else { &fail[..] })
+        .map(|(e, w)| (interner.id(e), *w as f32))
+        .collect();
+    Remembered {
+        stamp,
+        elems,
+        ok_len: ok.len() as u32,
+        same,
+        used: 0,
+    }
+}
+
+/// Per RNIC, the ids of its component and of its ToR's (when the map knows the ToR),
+/// for one tick: a same-ToR flow's components are read from here.
+#[derive(Debug)]
+pub(super) struct Ends {
+    ids: Vec<Option<(u32, Option<u32>)>>,
+}
+
+impl Ends {
+    /// Room for RNIC ids below `bound`.
+    pub(super) fn new(bound: usize) -> Self {
+        Self {
+            ids: vec![None; bound],
+        }
+    }
+
+    /// The components of a flow between RNICs `a` and `b` under ToR `tor` (the map's
+    /// name, if it knows it), as routing names them: the two RNICs, then the ToR.
+    pub(super) fn same_tor(
+        &mut self,
+        interner: &mut Interner,
+        (a, b): (u32, u32),
+        tor: Option<&Name>,
+    ) -> ([(u32, f32); 3], usize) {
+        let mut id = |r: u32| -> (u32, Option<u32>) {
+            let slot = &mut self.ids[r as usize];
+            *slot.get_or_insert_with(|| {
+                (
+                    interner.id(&Element::Rnic(r)),
+                    tor.map(|t| interner.id(&Element::Switch(Name::clone(t)))),
+                )
+            })
+        };
+        let ((a, tor), (b, _)) = (id(a), id(b));
+        match tor {
+            Some(t) => ([(a, 1.0), (b, 1.0), (t, 1.0)], 3),
+            None => ([(a, 1.0), (b, 1.0), (0, 0.0)], 2),
         }
     }
 }

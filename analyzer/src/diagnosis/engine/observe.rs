@@ -10,7 +10,7 @@
 //! The findings are those of one observation per flow; scale-out shards, which hand
 //! their observations to each other, still make one per flow.
 
-use super::memo::{Components, Interner, RouteMemo, Stamp, Weighted};
+use super::memo::{Components, Ends, Interner, RouteMemo, Stamp, Weighted};
 use super::{Fails, Inputs};
 use crate::diagnosis::flows::table::{FlowKey, FlowTable};
 use crate::diagnosis::paths::{Element, End, Name, Route, Traced, route};
@@ -193,13 +193,26 @@ pub(super) fn observations(
     for &i in &own {
         is_own[i as usize] = true;
     }
-    memo.begin(flows.bound());
+    memo.begin(inp.registry.id_bound());
     let mut rest = Rest::new(&obs, want, memo.interner());
+    let mut ends = Ends::new(inp.registry.id_bound());
     for i in flows.indices().filter(|&i| !is_own[i as usize]) {
         let f = flows.get(i);
         if let (Some(Some(p)), Some(Some(t))) = (sides.get(f.key.prober), sides.get(f.key.target))
             && f.ok > 0
         {
+            if p.tor == t.tor {
+                let interner = memo.interner();
+                let tor = inp.map.switch(p.tor);
+                let (ids, n) = ends.same_tor(interner, (p.rnic, t.rnic), tor);
+                let c = Components {
+                    ok: &ids[..n],
+                    fail: &ids[..n],
+                    interner,
+                };
+                rest.add(&c, f.ok, latency(&f.key));
+                continue;
+            }
             let traced = traces(inp, (p, t), &f.key);
             let stamp = Stamp::new(
                 &f.key,
