@@ -21,9 +21,11 @@ use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::{Duration, Instant};
 use tower::Service;
 
-/// Where virtual time starts, ms since the Unix epoch (2027-01-15 08:00 UTC, a whole
-/// hour): the same for every run, so a seed replays the same run.
-const VIRTUAL_START_MS: i64 = 1_800_000_000_000;
+/// Where virtual time starts, ms since the Unix epoch (2027-01-15 08:00:15 UTC): the same
+/// for every run, so a seed replays the same run. It is 15 s into a 20 s SLA period, so
+/// with the default period and grace (7 s) the first period ends 5 s in and is finalized
+/// 12 s in: a run of 15 s or more pays one finalization, as the server does every period.
+const VIRTUAL_START_MS: i64 = 1_800_000_015_000;
 
 /// Largest controller reply read (a pinglist of a big host).
 const MAX_REPLY_BYTES: usize = 64 << 20;
