@@ -9,6 +9,7 @@
 
 use crate::diagnosis::flows::table::FlowKey;
 use crate::diagnosis::paths::{Element, Name};
+pub(super) use crate::diagnosis::tomography::Interner;
 use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
 
@@ -16,36 +17,6 @@ use std::hash::BuildHasher;
 /// flow before it starts afresh: hop addresses the map does not know name links of their own, so
 /// stray traces must not grow it without bound.
 const ELEMENTS_SLACK: usize = 65_536;
-
-/// Components as dense ids.
-#[derive(Debug, Default)]
-pub(super) struct Interner {
-    ids: foldhash::HashMap<Element, u32>,
-    elements: Vec<Element>,
-}
-
-impl Interner {
-    /// The id of `e`, interning it.
-    pub(super) fn id(&mut self, e: &Element) -> u32 {
-        if let Some(&id) = self.ids.get(e) {
-            return id;
-        }
-        let id = self.elements.len() as u32;
-        self.elements.push(e.clone());
-        self.ids.insert(e.clone(), id);
-        id
-    }
-
-    /// The component of an id this interner gave.
-    pub(super) fn element(&self, id: u32) -> &Element {
-        &self.elements[id as usize]
-    }
-
-    /// Ids given so far (all below this).
-    pub(super) fn len(&self) -> usize {
-        self.elements.len()
-    }
-}
 
 /// Components with weights, as routing names them.
 pub(super) type Weighted = Vec<(Element, f64)>;

@@ -12,7 +12,7 @@
 
 mod set;
 
-pub(crate) use set::{Obs, ObsSet};
+pub(crate) use set::{Interner, Obs, ObsSet};
 
 use super::flows::table::FlowKey;
 use super::paths::Element;

@@ -39,6 +39,46 @@ struct Span {
     detail: Option<u32>,
 }
 
+/// Components as dense ids, in order of first appearance.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Interner {
+    ids: foldhash::HashMap<Element, u32>,
+    elements: Vec<Element>,
+}
+
+impl Interner {
+    /// The id of `e`, interning it.
+    pub(crate) fn id(&mut self, e: &Element) -> u32 {
+        if let Some(&id) = self.ids.get(e) {
+            return id;
+        }
+        let id = self.elements.len() as u32;
+        self.elements.push(e.clone());
+        self.ids.insert(e.clone(), id);
+        id
+    }
+
+    /// The id of `e` if it was interned.
+    pub(crate) fn get(&self, e: &Element) -> Option<u32> {
+        self.ids.get(e).copied()
+    }
+
+    /// The component of an id this interner gave.
+    pub(crate) fn element(&self, id: u32) -> &Element {
+        &self.elements[id as usize]
+    }
+
+    /// Every component interned, by id.
+    pub(crate) fn elements(&self) -> &[Element] {
+        &self.elements
+    }
+
+    /// Ids given so far (all below this).
+    pub(crate) fn len(&self) -> usize {
+        self.elements.len()
+    }
+}
+
 /// Hop list and break device of an observation that has them (one flow's own).
 #[derive(Debug, Clone, Default)]
 struct Detail {
@@ -51,8 +91,7 @@ struct Detail {
 /// on the observations only.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct ObsSet {
-    elements: Vec<Element>,
-    ids: foldhash::HashMap<Element, u32>,
+    elements: Interner,
     entries: Vec<(u32, f32)>,
     obs: Vec<Obs>,
     spans: Vec<Span>,
@@ -77,18 +116,12 @@ impl ObsSet {
 
     /// The id of `e`, interning it.
     pub(crate) fn intern(&mut self, e: &Element) -> u32 {
-        if let Some(&id) = self.ids.get(e) {
-            return id;
-        }
-        let id = self.elements.len() as u32;
-        self.elements.push(e.clone());
-        self.ids.insert(e.clone(), id);
-        id
+        self.elements.id(e)
     }
 
     /// The id of `e` when some observation names it.
     pub(crate) fn id(&self, e: &Element) -> Option<u32> {
-        self.ids.get(e).copied()
+        self.elements.get(e)
     }
 
     /// Appends a named observation.
@@ -169,7 +202,7 @@ impl ObsSet {
 
     /// The components named, by id.
     pub(crate) fn elements(&self) -> &[Element] {
-        &self.elements
+        self.elements.elements()
     }
 
     /// Components an arrival of observation `i` vouches for, with weights.
@@ -208,7 +241,8 @@ impl ObsSet {
     pub(crate) fn named(&self, i: usize) -> FlowObs {
         let o = &self.obs[i];
         let named = |list: &mut dyn Iterator<Item = (usize, f64)>| {
-            list.map(|(e, w)| (self.elements[e].clone(), w)).collect()
+            list.map(|(e, w)| (self.elements.elements()[e].clone(), w))
+                .collect()
         };
         FlowObs {
             ok: o.ok,
