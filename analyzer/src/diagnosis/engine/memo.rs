@@ -14,8 +14,8 @@ use std::collections::hash_map::Entry;
 use std::hash::BuildHasher;
 
 /// Interned components the memo may hold beyond one per RNIC and four per remembered
-/// flow before it starts afresh: hop addresses the map does not know name links of their own, so
-/// stray traces must not grow it without bound.
+/// flow before it starts afresh: hop addresses the map does not know name links of their
+/// own, so stray traces must not grow it without bound.
 const ELEMENTS_SLACK: usize = 65_536;
 
 /// Components with weights, as routing names them.

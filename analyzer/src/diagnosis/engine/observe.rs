@@ -507,28 +507,37 @@ impl Rest {
         let order = |a: &Projection, b: &Projection| rank.order(a, b);
         let mut loss: Vec<_> = self.loss.into_iter().collect();
         loss.sort_unstable_by(|a, b| order(&a.0.0, &b.0.0).then_with(|| order(&a.0.1, &b.0.1)));
-        let mut ids = Remap::new(interner);
-        for ((ok_elems, fail_elems), ok) in loss {
-            let ok_ids = ids.list(&ok_elems, &mut out.loss);
-            let fail_ids = (fail_elems != ok_elems).then(|| ids.list(&fail_elems, &mut out.loss));
-            let o = Obs {
-                ok,
-                ..Obs::default()
-            };
-            out.loss.push_interned(o, &ok_ids, fail_ids.as_deref());
-        }
+        let loss = loss.into_iter().map(|((o, f), ok)| (o, Some(f), ok));
+        push_added(&mut out.loss, interner, loss);
         let mut slow: Vec<_> = self.slow.into_iter().collect();
         slow.sort_unstable_by(|a, b| order(&a.0, &b.0));
-        let mut ids = Remap::new(interner);
-        for (elems, ok) in slow {
-            let list = ids.list(&elems, &mut out.slow);
-            let o = Obs {
-                ok,
-                ..Obs::default()
-            };
-            out.slow.push_interned(o, &list, None);
-        }
+        push_added(
+            &mut out.slow,
+            interner,
+            slow.into_iter().map(|(p, ok)| (p, None, ok)),
+        );
         out.tested = (Some(self.named.0.len), Some(self.named.1.len));
+    }
+}
+
+/// Appends added-up arrivals to `set`, each over its arrival components and its failure
+/// components (`None`: the same) in the memo's ids.
+fn push_added(
+    set: &mut ObsSet,
+    interner: &Interner,
+    added: impl Iterator<Item = (Projection, Option<Projection>, f64)>,
+) {
+    let mut ids = Remap::new(interner);
+    for (ok_elems, fail_elems, ok) in added {
+        let ok_ids = ids.list(&ok_elems, set);
+        let fail_ids = fail_elems
+            .filter(|f| *f != ok_elems)
+            .map(|f| ids.list(&f, set));
+        let o = Obs {
+            ok,
+            ..Obs::default()
+        };
+        set.push_interned(o, &ok_ids, fail_ids.as_deref());
     }
 }
 

@@ -195,22 +195,23 @@ struct Live {
 
 impl Live {
     /// The observations `live` says, tallied.
-    fn new(obs: &ObsSet, c: &Compiled, live: Vec<bool>) -> Self {
+    fn new(c: &Compiled, live: Vec<bool>) -> Self {
+        let obs = c.obs;
         let mut l = Self {
             live: vec![false; obs.len()],
             tally: vec![Tally::default(); c.elements.len()],
             totals: (0.0, 0.0),
         };
         for i in (0..obs.len()).filter(|&i| live[i]) {
-            l.count(obs, c, i, 1.0);
+            l.count(c, i, 1.0);
         }
         l.live = live;
         l
     }
 
     /// Adds (`sign` 1) or takes away (-1) observation `i`'s part of the tallies.
-    fn count(&mut self, obs: &ObsSet, c: &Compiled, i: usize, sign: f64) {
-        let o = &obs[i];
+    fn count(&mut self, c: &Compiled, i: usize, sign: f64) {
+        let o = &c.obs[i];
         let t = &mut self.tally;
         if o.fail > 0.0 {
             for (e, w) in c.fail(i) {
@@ -252,9 +253,9 @@ impl Live {
     }
 
     /// Observation `i` is explained: out of the tallies.
-    fn remove(&mut self, obs: &ObsSet, c: &Compiled, i: usize) {
+    fn remove(&mut self, c: &Compiled, i: usize) {
         if std::mem::replace(&mut self.live[i], false) {
-            self.count(obs, c, i, -1.0);
+            self.count(c, i, -1.0);
         }
     }
 }
@@ -402,12 +403,8 @@ fn has_rival(
 
 /// Marks the live failed observations `element` explains as explained; returns up to
 /// three of their hop lists and the one flow they all belong to, if they do.
-fn take(
-    obs: &ObsSet,
-    c: &Compiled,
-    live: &mut Live,
-    element: usize,
-) -> (Vec<String>, Option<FlowKey>) {
+fn take(c: &Compiled, live: &mut Live, element: usize) -> (Vec<String>, Option<FlowKey>) {
+    let obs = c.obs;
     let mut examples = Vec::new();
     // Flows of the failures explained: `Some(Some(k))` while all are flow `k`.
     let mut flow: Option<Option<FlowKey>> = None;
@@ -422,7 +419,7 @@ fn take(
             Some(k) if k == o.flow => Some(k),
             Some(_) => Some(None),
         };
-        live.remove(obs, c, i);
+        live.remove(c, i);
     }
     (examples, flow.flatten())
 }
@@ -436,12 +433,12 @@ fn take(
 /// over; two dead links of one spine stay two links, and two lossy links on either side
 /// of a 2-ToR fabric (whose every flow crosses both ToRs) are not a ToR.
 fn switch_beats_parts(
-    obs: &ObsSet,
     c: &Compiled,
     (live, allowed): (&Live, &[bool]),
     sw: &Best,
     (p, min_score): (&Params, f64),
 ) -> bool {
+    let obs = c.obs;
     let parts: Vec<bool> = (0..c.elements.len())
         .map(|e| allowed[e] && !matches!(c.elements[e], Element::Switch(_)))
         .collect();
@@ -451,14 +448,14 @@ fn switch_beats_parts(
     }
     let mut live = live.clone();
     for i in (0..obs.len()).filter(|&i| obs[i].fail > 0.0 && !covered[i]) {
-        live.remove(obs, c, i);
+        live.remove(c, i);
     }
     let (mut n, mut total) = (0usize, 0.0);
     while let Some(b) = best(c, &live, &parts, p, min_score) {
         let x = b.tally;
         n += 1;
         total += chernoff_score(x.fail, x.fail + x.ok, sw.background) - min_score;
-        take(obs, c, &mut live, b.element);
+        take(c, &mut live, b.element);
     }
     n >= 2 && sw.score - min_score >= total
 }
@@ -497,11 +494,7 @@ pub(crate) fn explain_away(
     eligible: impl Fn(&Element) -> bool,
 ) -> Vec<Finding> {
     let c = compile(obs);
-    let mut live = Live::new(
-        obs,
-        &c,
-        obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect(),
-    );
+    let mut live = Live::new(&c, obs.iter().map(|o| o.fail > 0.0 || o.ok > 0.0).collect());
     // Many components tested at once: beyond a hundred, each needs more evidence
     // (a Bonferroni-style ln m), so a large healthy fabric stays silent too.
     let tested = p.tested.unwrap_or_else(|| c.components());
@@ -519,7 +512,7 @@ pub(crate) fn explain_away(
     // bounded by their number.
     while let Some(b) = best(&c, &live, &allowed, p, min_score) {
         if matches!(c.elements[b.element], Element::Switch(_))
-            && !switch_beats_parts(obs, &c, (&live, &allowed), &b, (p, min_score))
+            && !switch_beats_parts(&c, (&live, &allowed), &b, (p, min_score))
         {
             allowed[b.element] = false;
             ruled_out.push(b.element);
@@ -529,9 +522,9 @@ pub(crate) fn explain_away(
         // component's other flows: its own problem, and the rest are judged without it.
         if p.lone_flows {
             let totals = totals.get_or_insert_with(|| flow_totals(obs));
-            if let Some(flow) = lone_outlier(obs, (&c, totals), &live, &b, p.floor, min_score) {
-                dropped.push(flow_finding(obs, &c, b.element, &flow, (&live, p.floor)));
-                flow.iter().for_each(|&i| live.remove(obs, &c, i));
+            if let Some(flow) = lone_outlier((&c, totals), &live, &b, p.floor, min_score) {
+                dropped.push(flow_finding(&c, b.element, &flow, (&live, p.floor)));
+                flow.iter().for_each(|&i| live.remove(&c, i));
                 continue;
             }
         }
@@ -542,7 +535,7 @@ pub(crate) fn explain_away(
         let twins: Vec<usize> = equivalents(&c, &live, &eligible_ids, &b).collect();
         let rival = has_rival(&c, (&live, &allowed), &b, &twins, (p, min_score));
         let equivalent = twins.iter().map(|&e| c.elements[e].clone()).collect();
-        let (examples, flow) = take(obs, &c, &mut live, b.element);
+        let (examples, flow) = take(&c, &mut live, b.element);
         // The best explanation of its failures, but not (yet) failing often enough to
         // be blamed: what it explains is no other component's either (a switch whose
         // delay shows in fewer than `min_share` of its probes, a tick before it does,
@@ -582,7 +575,7 @@ pub(crate) fn explain_away(
                     .map(move |j| (k, j))
             })
             .map(|(k, j)| {
-                let x = independent(obs, &c, blamed[k], blamed[j]);
+                let x = independent(&c, blamed[k], blamed[j]);
                 (
                     k,
                     x,
@@ -624,13 +617,13 @@ const LONE_SHARE: f64 = 0.5;
 /// blackholed flows beside its rerouted ones, a dead RNIC's flows: the component's
 /// fault).
 fn lone_outlier(
-    obs: &ObsSet,
     (c, totals): (&Compiled, &HashMap<FlowKey, (f64, f64)>),
     live: &Live,
     b: &Best,
     floor: f64,
     min_score: f64,
 ) -> Option<Vec<usize>> {
+    let obs = c.obs;
     let mut flows: Vec<FlowKey> = live
         .failing(c, b.element)
         .filter_map(|i| obs[i].flow)
@@ -660,13 +653,8 @@ fn lone_outlier(
 /// The finding of the flow whose live failed observations are `flow`, split off
 /// component `e` ([`lone_outlier`]), scored against the background of the live probes
 /// that do not cross it.
-fn flow_finding(
-    obs: &ObsSet,
-    c: &Compiled,
-    e: usize,
-    flow: &[usize],
-    (live, floor): (&Live, f64),
-) -> Finding {
+fn flow_finding(c: &Compiled, e: usize, flow: &[usize], (live, floor): (&Live, f64)) -> Finding {
+    let obs = c.obs;
     let mut x = Tally::default();
     let mut examples = Vec::new();
     for &i in flow {
@@ -692,7 +680,8 @@ fn flow_finding(
 
 /// Tally of `element` over the flows whose paths (arrival or failure components)
 /// do not cross `other`: what it explains without it.
-fn independent(obs: &ObsSet, c: &Compiled, element: usize, other: usize) -> Tally {
+fn independent(c: &Compiled, element: usize, other: usize) -> Tally {
+    let obs = c.obs;
     let mut t = Tally::default();
     for (i, o) in obs.iter().enumerate() {
         if c.ok(i).chain(c.fail(i)).any(|(e, _)| e == other) {
@@ -713,7 +702,7 @@ fn independent(obs: &ObsSet, c: &Compiled, element: usize, other: usize) -> Tall
 /// evidence that a whole switch is down.
 pub(crate) fn located_suspects(obs: &ObsSet, min_failures: f64) -> Vec<Element> {
     let c = compile(obs);
-    let live = Live::new(obs, &c, vec![true; obs.len()]);
+    let live = Live::new(&c, vec![true; obs.len()]);
     let mut v: Vec<Element> = live
         .tally
         .iter()
