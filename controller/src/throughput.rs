@@ -1,17 +1,20 @@
-//! RNIC throughput for the runtime skeleton (SkeletonHunter §5.1): a bounded ring of
-//! per-interval byte counts (tx + rx) per RNIC that belongs to some task. Kept in memory
+//! RNIC throughput for the runtime skeleton (SkeletonHunter §5.1) and task health: a
+//! bounded ring of per-interval byte counts (sent and received) per RNIC that belongs to
+//! some task. Kept in memory
 //! only: after a controller restart the rings refill from agent uploads, and tasks stay on
 //! their basic list until then.
 
 use rocemesh_proto::api::RnicSeries;
+use rocemesh_taskhealth::Throughput;
 use std::collections::{HashMap, HashSet, VecDeque};
 
-/// One RNIC's recent samples; `end_ms` is the end of the newest interval.
+/// One RNIC's recent samples, `[sent, received]` bytes per interval; `end_ms` is the end
+/// of the newest interval.
 #[derive(Debug)]
 struct Ring {
     interval_ms: u32,
     end_ms: i64,
-    samples: VecDeque<u64>,
+    samples: VecDeque<[u64; 2]>,
 }
 
 impl Ring {
@@ -23,7 +26,7 @@ impl Ring {
         &mut self,
         interval_ms: u32,
         start_ms: i64,
-        bytes: &[u64],
+        bytes: &[[u64; 2]],
         window: usize,
     ) -> (u64, u64) {
         let step = i64::from(interval_ms);
@@ -41,7 +44,7 @@ impl Ring {
         } else {
             let gap = (start_ms - self.end_ms) / step;
             for _ in 0..gap {
-                self.push(0, window);
+                self.push([0, 0], window);
             }
             self.end_ms += gap * step;
             0
@@ -53,7 +56,7 @@ impl Ring {
         ((bytes.len() - skip) as u64, skip as u64)
     }
 
-    fn push(&mut self, b: u64, window: usize) {
+    fn push(&mut self, b: [u64; 2], window: usize) {
         if self.samples.len() == window {
             self.samples.pop_front();
         }
@@ -99,11 +102,11 @@ impl ThroughputStore {
                 done.dropped += s.tx_bytes.len() as u64;
                 continue;
             }
-            let bytes: Vec<u64> = s
+            let bytes: Vec<[u64; 2]> = s
                 .tx_bytes
                 .iter()
                 .zip(&s.rx_bytes)
-                .map(|(t, r)| t.saturating_add(*r))
+                .map(|(t, r)| [*t, *r])
                 .collect();
             let ring = self.rings.entry(s.rnic_id).or_insert_with(|| Ring {
                 interval_ms,
@@ -125,7 +128,7 @@ impl ThroughputStore {
     /// Mean bytes per second over the samples held for one RNIC.
     pub(crate) fn rate(&self, rnic: u32) -> Option<f64> {
         let r = self.rings.get(&rnic).filter(|r| !r.samples.is_empty())?;
-        let bytes: u64 = r.samples.iter().sum();
+        let bytes: u64 = r.samples.iter().map(total).sum();
         let secs = r.samples.len() as f64 * f64::from(r.interval_ms) / 1000.0;
         Some(bytes as f64 / secs)
     }
@@ -139,16 +142,13 @@ impl ThroughputStore {
     /// The newest `n >= min` samples of each RNIC over the same intervals (ending at the
     /// earliest ring end), in `rnics` order; why not when there are too few.
     pub(crate) fn aligned(&self, rnics: &[u32], min: usize) -> Result<Vec<Vec<f64>>, String> {
-        self.aligned_at(rnics, min).map(|(_, _, s)| s)
+        self.aligned_at(rnics, min).map(|a| a.bytes)
     }
 
-    /// [`Self::aligned`] with the sampling interval and the end of the newest interval (ms
-    /// since the Unix epoch).
-    pub(crate) fn aligned_at(
-        &self,
-        rnics: &[u32],
-        min: usize,
-    ) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
+    /// [`Self::aligned`] as task health reads it: with the sampling interval, the start
+    /// of the oldest interval and the bytes sent apart (who stopped sending first tells a
+    /// stopped rank from the peer it stopped feeding); no data-parallel groups.
+    pub(crate) fn aligned_at(&self, rnics: &[u32], min: usize) -> Result<Throughput, String> {
         let rings = rnics
             .iter()
             .map(|id| {
@@ -183,15 +183,30 @@ impl ThroughputStore {
                 "only {n} aligned throughput samples per RNIC, {min} needed"
             ));
         }
-        let series = rings
-            .iter()
-            .map(|r| {
-                let stop = r.samples.len() - newer(r);
-                r.samples.range(stop - n..stop).map(|&b| b as f64).collect()
-            })
-            .collect();
-        Ok((first.interval_ms, end, series))
+        let series = |f: fn(&[u64; 2]) -> u64| {
+            rings
+                .iter()
+                .map(|r| {
+                    let stop = r.samples.len() - newer(r);
+                    r.samples
+                        .range(stop - n..stop)
+                        .map(|b| f(b) as f64)
+                        .collect()
+                })
+                .collect()
+        };
+        Ok(Throughput {
+            interval_ms: first.interval_ms,
+            start_ms: end - n as i64 * step,
+            bytes: series(total),
+            sent: series(|b| b[0]),
+            groups: Vec::new(),
+        })
     }
+}
+
+fn total(b: &[u64; 2]) -> u64 {
+    b[0].saturating_add(b[1])
 }
 
 #[cfg(test)]
@@ -275,7 +290,10 @@ mod tests {
             store.aligned(&[1, 2], 3).unwrap(),
             vec![vec![3.0, 4.0, 5.0], vec![6.0, 7.0, 8.0]]
         );
-        assert_eq!(store.aligned_at(&[1, 2], 3).unwrap().1, 4000);
+        let at = store.aligned_at(&[1, 2], 3).unwrap();
+        assert_eq!((at.start_ms, at.interval_ms), (1000, 1000));
+        // tx is the series, rx 1 per interval.
+        assert_eq!(at.sent, vec![vec![2.0, 3.0, 4.0], vec![5.0, 6.0, 7.0]]);
         assert!(store.aligned(&[1, 2], 4).unwrap_err().contains("only 3"));
         assert!(store.aligned(&[1, 3], 1).unwrap_err().contains("RNIC 3"));
         store.ingest(500, &[series(2, 9000, &[1])], &members);

@@ -18,9 +18,9 @@ const MAX_CELLS: u32 = 100_000;
 
 /// Where the ranks' throughput comes from (the controller's rings in a `server`).
 pub trait ThroughputSource: Send + Sync {
-    /// For registry RNIC ids: sampling interval (ms), end of the newest interval (ms since
-    /// the Unix epoch) and bytes per interval per RNIC in the order asked; why not.
-    fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String>;
+    /// For registry RNIC ids: their series over common intervals in the order asked (no
+    /// data-parallel groups); why not.
+    fn series(&self, rnics: &[u32]) -> Result<Throughput, String>;
 
     /// Task `task`'s data-parallel groups as RNIC ids, once its skeleton is inferred.
     fn dp_groups(&self, task: u32) -> Vec<Vec<u32>>;
@@ -161,19 +161,27 @@ fn judge(
     if ids.len() < 2 || !ranked {
         return Err("fewer than two registered ranks".into());
     }
-    let (interval_ms, end_ms, series) = source.series(&ids)?;
-    let len = series.first().map_or(0, Vec::len);
-    let start_ms = end_ms - i64::from(interval_ms) * len as i64;
+    let all = source.series(&ids)?;
+    let step = i64::from(all.interval_ms.max(1));
+    let len = all.bytes.first().map_or(0, Vec::len);
     // Keep the samples inside [from, to].
-    let first = ((from - start_ms).max(0) / i64::from(interval_ms).max(1)) as usize;
-    let last = (((to - start_ms).max(0) / i64::from(interval_ms).max(1)) as usize).min(len);
+    let first = ((from - all.start_ms).max(0) / step) as usize;
+    let last = (((to - all.start_ms).max(0) / step) as usize).min(len);
     if first >= last {
         return Err("no throughput samples in the interval".into());
     }
+    let cut = |series: &[Vec<f64>]| -> Vec<Vec<f64>> {
+        series
+            .iter()
+            .filter(|s| s.len() >= last)
+            .map(|s| s[first..last].to_vec())
+            .collect()
+    };
     let tp = Throughput {
-        interval_ms,
-        start_ms: start_ms + first as i64 * i64::from(interval_ms),
-        bytes: series.iter().map(|s| s[first..last].to_vec()).collect(),
+        interval_ms: all.interval_ms,
+        start_ms: all.start_ms + first as i64 * step,
+        bytes: cut(&all.bytes),
+        sent: cut(&all.sent),
         groups: source
             .dp_groups(task)
             .iter()

@@ -70,7 +70,7 @@ impl Drop for Server {
 struct Rings(ControllerState);
 
 impl rocemesh_impact::health::ThroughputSource for Rings {
-    fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
+    fn series(&self, rnics: &[u32]) -> Result<rocemesh_taskhealth::Throughput, String> {
         self.0.task_throughput(rnics)
     }
 
@@ -676,13 +676,15 @@ async fn a_stopped_rank_is_a_hang_with_that_rank_as_straggler() {
         let windows = h["windows"].as_array().unwrap();
         let healthy = windows.iter().filter(|w| w["class"] == "healthy").count();
         assert_eq!(healthy, iterations, "{backend}: {v}");
-        // Before any probe result, the stopped rank's link cannot be blamed.
+        // It sent nothing of the stalled collective (a burst since the one before, its
+        // peers a first chunk more). Before any probe result, its link cannot be blamed.
         assert!(
             windows.last().unwrap()["evidence"]
                 .as_str()
                 .unwrap()
                 .ends_with(
-                    "moved 0 % of its peers' median in the last burst; over the hang: no probes on its pairs"
+                    "moved 0 % of its peers' median in the last burst, sent 1.000 bursts since \
+                     the one before (peers' median 1.133); over the hang: no probes on its pairs"
                 ),
             "{backend}: {v}"
         );

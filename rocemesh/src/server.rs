@@ -223,7 +223,7 @@ pub(crate) fn api_rules(roles: Roles) -> Vec<Rule> {
 struct RankThroughput(ControllerState);
 
 impl rocemesh_impact::health::ThroughputSource for RankThroughput {
-    fn series(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
+    fn series(&self, rnics: &[u32]) -> Result<rocemesh_taskhealth::Throughput, String> {
         self.0.task_throughput(rnics)
     }
 

@@ -11,7 +11,7 @@
 //! slow rank stays active for the stretched transfer while its peers send at line rate with
 //! gaps. A stopped rank moves nothing from the stop on; its peers drain what is in flight
 //! and stall. A dead link does the same to the traffic, and its probes are lost too.
-//! Counters are tx + rx per sampling interval, as agents upload them.
+//! Counters are tx + rx per sampling interval; the bytes sent apart are not modelled.
 
 use crate::rng::Rng;
 use rocemesh_taskhealth::{PairHealth, Throughput, WindowClass};
@@ -321,6 +321,7 @@ pub fn run(spec: &JobSpec, seed: u64) -> JobRun {
             interval_ms: spec.interval_ms,
             start_ms,
             bytes,
+            sent: Vec::new(),
             groups: Vec::new(),
         },
         pairs,

@@ -50,7 +50,9 @@ pub(crate) fn threshold(bytes: &[Vec<f64>]) -> Option<f64> {
         .map(|p| p * ACTIVE_FRACTION)
 }
 
-/// Bursts of the series, oldest first. A burst that stopped short of an iteration's
+/// Bursts of the series, oldest first. Traffic between ranks shows at both ends, so a span
+/// in which only one rank of several was active is not a burst (idle traffic such as
+/// probes crossing the threshold). A burst that stopped short of an iteration's
 /// volume is joined with the next when the two moved about one (a stall longer than the
 /// bridged gap, such as a retransmission timeout, split one collective); a minor burst
 /// left is the partial start of the next one and folded into it.
@@ -77,7 +79,13 @@ pub(crate) fn bursts(bytes: &[Vec<f64>], threshold: f64) -> Vec<Burst> {
             }
             u += 1;
         }
-        spans.push((start, end));
+        let ranks_active = bytes
+            .iter()
+            .filter(|r| r[start..end].iter().any(|x| *x > threshold))
+            .count();
+        if ranks_active >= 2.min(bytes.len()) {
+            spans.push((start, end));
+        }
         t = end;
     }
     let mut out: Vec<Burst> = spans
@@ -146,24 +154,44 @@ mod tests {
 
     #[test]
     fn bursts_merge_short_gaps_and_fold_partial_starts() {
-        // Rank 0 sends a first chunk at 2, waits for rank 1, then both burst at 6..9;
-        // a second burst at 14..16 with a one-sample gap.
+        // Rank 0 sends a first chunk to rank 2 at 2, both wait for rank 1, then all burst
+        // at 6..9; a second burst at 14..16 with a one-sample gap.
         let r0 = vec![
             0., 0., 10., 0., 0., 0., 100., 100., 100., 0., 0., 0., 0., 0., 100., 0., 100., 0.,
         ];
         let r1 = vec![
             0., 0., 0., 0., 0., 0., 100., 100., 100., 0., 0., 0., 0., 0., 100., 0., 100., 0.,
         ];
-        let bytes = vec![r0, r1];
+        let bytes = vec![r0.clone(), r1, r0];
         let th = threshold(&bytes).unwrap();
         assert_eq!(th, 5.0);
         let b = bursts(&bytes, 5.0);
         assert_eq!(b.len(), 2, "{b:?}");
         assert_eq!((b[0].start, b[0].end), (2, 9));
-        assert_eq!(b[0].onset, vec![Some(2), Some(6)]);
-        assert_eq!(b[0].active, vec![4, 3]);
-        assert_eq!(b[0].last, vec![Some(8), Some(8)]);
+        assert_eq!(b[0].onset, vec![Some(2), Some(6), Some(2)]);
+        assert_eq!(b[0].active, vec![4, 3, 4]);
+        assert_eq!(b[0].last, vec![Some(8), Some(8), Some(8)]);
         assert_eq!((b[1].start, b[1].end), (14, 17));
-        assert_eq!(b[1].volume, vec![200., 200.]);
+        assert_eq!(b[1].volume, vec![200., 200., 200.]);
+    }
+
+    #[test]
+    fn one_ranks_idle_traffic_is_not_a_burst() {
+        // Two bursts; between them rank 1's idle traffic crosses the threshold once.
+        let mut bytes = vec![vec![1.0; 20]; 3];
+        for r in &mut bytes {
+            r[2..5].fill(100.0);
+            r[14..17].fill(100.0);
+        }
+        bytes[1][9] = 7.0;
+        let b = bursts(&bytes, threshold(&bytes).unwrap());
+        let starts: Vec<usize> = b.iter().map(|b| b.start).collect();
+        assert_eq!(starts, vec![2, 14], "{b:?}");
+        // The same traffic at both ends of a transfer is a (minor) burst: the partial
+        // start of the next one.
+        bytes[2][9] = 7.0;
+        let b = bursts(&bytes, threshold(&bytes).unwrap());
+        let starts: Vec<usize> = b.iter().map(|b| b.start).collect();
+        assert_eq!(starts, vec![2, 9], "{b:?}");
     }
 }

@@ -14,6 +14,11 @@ const BASELINE_QUANTILE: f64 = 0.25;
 /// A rank that moved less than this fraction of its peers' median in the last burst
 /// stopped first.
 const HANG_VOLUME: f64 = 0.5;
+/// Ranks whose sending progress differs by less than this fraction of a burst are tied: a
+/// rank stopped in the middle of a send is a fraction of a chunk short, half a chunk being
+/// 1 / (4 (n - 1)) of a ring collective's sends (above this up to 26 ranks per ring);
+/// ranks' own bursts differ by ~0.3 %.
+const SENT_TIE: f64 = 0.01;
 /// A rank starting this fraction of a slow window's excess after its peers' median onset
 /// held the window back.
 const LATE_SHARE: f64 = 0.5;
@@ -105,7 +110,9 @@ pub fn assess(tp: &Throughput, pairs: &[PairHealth], s: &Settings) -> Health {
                     // The newest iteration is still running.
                     continue;
                 }
-                hang(b, &peers, silent, base, pairs, &health.attributions, s)
+                let sent = sent_progress(&tp.sent, &bursts[..=i], len);
+                let evidence = (pairs, &health.attributions[..], sent.as_deref());
+                hang(b, &peers, (silent, base), evidence, s)
             }
         };
         let (class, straggler, evidence) = w;
@@ -233,13 +240,55 @@ fn slow_or_healthy(
     )
 }
 
+/// Each rank's sending progress from the start of the burst before `bursts`' last to the
+/// end of the series, in units of its own median bytes sent per earlier burst (ranks send
+/// alike per collective but not byte for byte); only samples above the sent series'
+/// activity threshold count (idle probe traffic differs between ranks and would drown
+/// the half chunk that tells a stopped rank). `None` when the bytes sent are not known or
+/// no earlier burst sets the unit.
+fn sent_progress(sent: &[Vec<f64>], bursts: &[Burst], len: usize) -> Option<Vec<f64>> {
+    let ranks = bursts.last()?.volume.len();
+    if sent.len() != ranks || sent.iter().any(|r| r.len() < len) || bursts.len() < 3 {
+        return None;
+    }
+    let th = threshold(sent)?;
+    let from = bursts[bursts.len() - 2].start;
+    let active =
+        |r: &[f64], a: usize, b: usize| -> f64 { r[a..b].iter().filter(|x| **x > th).sum() };
+    sent.iter()
+        .map(|r| {
+            let unit = median_of(
+                bursts[..bursts.len() - 2]
+                    .iter()
+                    .map(|b| active(r, b.start, b.end)),
+            );
+            (unit > 0.0).then(|| active(r, from, len) / unit)
+        })
+        .collect()
+}
+
+/// The rank that stopped sending first, when sending progress singles out fewer ranks than
+/// all: the least progress, ties (within [`SENT_TIE`] of a burst) broken by the least moved
+/// in the last burst. A stopped process sends nothing, but its RNIC still takes in what it
+/// had granted (or, on RDMA, what peers write), so moved bytes tie it with the successor it
+/// stopped feeding, and bytes sent alone tie it with the predecessor waiting for its grant.
+fn first_to_stop_sending(progress: &[f64], share: impl Fn(usize) -> f64) -> Option<usize> {
+    let least = progress.iter().copied().fold(f64::INFINITY, f64::min);
+    let tied: Vec<usize> = (0..progress.len())
+        .filter(|r| progress[*r] <= least + SENT_TIE)
+        .collect();
+    if tied.len() == progress.len() {
+        return None;
+    }
+    tied.into_iter()
+        .min_by(|x, y| share(*x).total_cmp(&share(*y)))
+}
+
 fn hang(
     b: &Burst,
     peers: &[Vec<usize>],
-    silent: f64,
-    base: f64,
-    pairs: &[PairHealth],
-    attributions: &[Attribution],
+    (silent, base): (f64, f64),
+    (pairs, attributions, sent): (&[PairHealth], &[Attribution], Option<&[f64]>),
     s: &Settings,
 ) -> Judged {
     let head = format!(
@@ -251,20 +300,25 @@ fn hang(
         .collect();
     let share = |r: usize| b.volume[r] / med[r].max(1e-9);
     let least = (0..b.volume.len()).min_by(|x, y| share(*x).total_cmp(&share(*y)));
-    // The rank that moved the least against its peers, or else the one that fell silent
-    // first (peers drain in-flight data after it stops).
-    let straggler = least.filter(|r| share(*r) < HANG_VOLUME).or_else(|| {
-        let silent_for = |r: usize| {
-            let last = |p: usize| b.last[p].map_or(-1.0, |l| l as f64);
-            peer_median(peers, r, |p| Some(last(p))) - last(r)
-        };
-        let mut order: Vec<(f64, usize)> = (0..b.last.len()).map(|r| (silent_for(r), r)).collect();
-        order.sort_by(|x, y| y.0.total_cmp(&x.0));
-        match order.as_slice() {
-            [(first, r), (second, _), ..] if *first > 0.0 && first > second => Some(*r),
-            _ => None,
-        }
-    });
+    // The rank that stopped sending first; or, where the bytes sent are not known or tell
+    // no rank apart, the rank that moved the least against its peers, or else the one that
+    // fell silent first (peers drain in-flight data after it stops).
+    let straggler = sent.and_then(|sent| first_to_stop_sending(sent, share));
+    let straggler = straggler
+        .or_else(|| least.filter(|r| share(*r) < HANG_VOLUME))
+        .or_else(|| {
+            let silent_for = |r: usize| {
+                let last = |p: usize| b.last[p].map_or(-1.0, |l| l as f64);
+                peer_median(peers, r, |p| Some(last(p))) - last(r)
+            };
+            let mut order: Vec<(f64, usize)> =
+                (0..b.last.len()).map(|r| (silent_for(r), r)).collect();
+            order.sort_by(|x, y| y.0.total_cmp(&x.0));
+            match order.as_slice() {
+                [(first, r), (second, _), ..] if *first > 0.0 && first > second => Some(*r),
+                _ => None,
+            }
+        });
     // A rank whose probes mostly fail is a dead endpoint: it is the straggler whatever its
     // peers' last transfers look like.
     let dead = attributions
@@ -286,10 +340,17 @@ fn hang(
             format!("{head}; every rank finished the last burst alike"),
         );
     };
-    let moved = format!(
+    let mut moved = format!(
         "rank {r} moved {:.0} % of its peers' median in the last burst",
         if med[r] > 0.0 { 100.0 * share(r) } else { 0.0 }
     );
+    if let Some(p) = sent {
+        moved += &format!(
+            ", sent {:.3} bursts since the one before (peers' median {:.3})",
+            p[r],
+            peer_median(peers, r, |q| Some(p[q]))
+        );
+    }
     if let Some(a) = attributions.iter().find(|a| a.rank == Some(r)) {
         return (
             WindowClass::CommunicationHang,
@@ -386,6 +447,7 @@ mod tests {
             interval_ms: 100,
             start_ms: 0,
             bytes,
+            sent: Vec::new(),
             groups: Vec::new(),
         };
         let pairs = [(0, 1), (1, 0), (1, 2), (2, 1), (0, 2), (2, 0)].map(|(src, dst)| PairHealth {
@@ -421,6 +483,7 @@ mod tests {
             interval_ms: 100,
             start_ms: 0,
             bytes,
+            sent: Vec::new(),
             groups: Vec::new(),
         };
         let h = assess(&tp, &[], &Settings::default());
@@ -511,6 +574,7 @@ mod tests {
             interval_ms: 100,
             start_ms: 0,
             bytes,
+            sent: Vec::new(),
             groups: Vec::new(),
         };
         let h = assess(&tp, &[], &Settings::default());
@@ -550,21 +614,18 @@ mod tests {
         assert_eq!(h.attributions[0].rank, Some(1));
     }
 
-    /// Two pipeline stages (ranks 0, 1 and 2, 3; stage 1 bursts 6 samples after stage 0)
-    /// on a 20-sample rhythm; from iteration 6 on, rank 0's computation runs 8 samples
-    /// long: its stage peer sends a first chunk on time and waits, stage 1 follows late.
+    /// Two pipeline stages (ranks 0–2 and 3–5; stage 1 bursts 6 samples after stage 0) on
+    /// a 20-sample rhythm; from iteration 6 on, rank 0's computation runs 8 samples long:
+    /// its ready stage peers exchange a first chunk on time and wait, stage 1 follows late.
     fn pipeline(groups: Vec<Vec<usize>>) -> Health {
-        let mut bytes = vec![vec![0.0; 16 * 20]; 4];
+        let mut bytes = vec![vec![0.0; 16 * 20]; 6];
         let mut start = 0;
         for it in 0..11 {
             let late = if it >= 6 { 8 } else { 0 };
             for (r, series) in bytes.iter_mut().enumerate() {
-                let stage = if r < 2 { 0 } else { 6 };
+                let stage = if r < 3 { 0 } else { 6 };
                 let on = start + stage + late;
-                if r == 1 && late > 0 {
-                    series[start] = 300.0;
-                }
-                if r != 0 && r != 1 && late > 0 {
+                if r != 0 && late > 0 {
                     series[start + stage] = 300.0;
                 }
                 series[on..on + 4].fill(1000.0);
@@ -578,6 +639,7 @@ mod tests {
             interval_ms: 100,
             start_ms: 0,
             bytes,
+            sent: Vec::new(),
             groups,
         };
         assess(&tp, &[], &Settings::default())
@@ -585,7 +647,7 @@ mod tests {
 
     #[test]
     fn stage_offsets_are_judged_within_each_data_parallel_group() {
-        let h = pipeline(vec![vec![0, 1], vec![2, 3]]);
+        let h = pipeline(vec![vec![0, 1, 2], vec![3, 4, 5]]);
         let slow: Vec<&Window> = h
             .windows
             .iter()

@@ -34,6 +34,11 @@ pub struct Throughput {
     pub start_ms: i64,
     /// Bytes (tx + rx) per interval, one series per rank, all of the same length.
     pub bytes: Vec<Vec<f64>>,
+    /// Bytes sent per interval (part of `bytes`), one series per rank of the same length,
+    /// or empty where only totals are known. In a hang the rank that stopped sending first
+    /// is the straggler when its total does not single it out: a rank stopped in the
+    /// middle of a send and the successor it stopped feeding moved the same bytes.
+    pub sent: Vec<Vec<f64>>,
     /// Data-parallel groups (rank indices): a rank is compared with its group's peers,
     /// since pipeline stages burst at different offsets. Empty: every rank with every rank.
     pub groups: Vec<Vec<usize>>,

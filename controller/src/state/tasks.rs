@@ -234,10 +234,13 @@ impl ControllerState {
         self.tasks_read().tasks().map(|t| t.name.clone()).collect()
     }
 
-    /// The throughput held for `rnics` (registry ids) over their common intervals: the
-    /// sampling interval, the end of the newest interval (ms since the Unix epoch) and one
-    /// series of bytes per interval per RNIC, in `rnics` order; why not when there is none.
-    pub fn task_throughput(&self, rnics: &[u32]) -> Result<(u32, i64, Vec<Vec<f64>>), String> {
+    /// The throughput held for `rnics` (registry ids) over their common intervals, one
+    /// series per RNIC in `rnics` order (no data-parallel groups); why not when there is
+    /// none.
+    pub fn task_throughput(
+        &self,
+        rnics: &[u32],
+    ) -> Result<rocemesh_taskhealth::Throughput, String> {
         self.inner
             .throughput
             .lock()
