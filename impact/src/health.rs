@@ -53,8 +53,9 @@ pub async fn of(
 ) -> anyhow::Result<Result<TaskHealth, String>> {
     let ids: Vec<u32> = endpoints.iter().filter_map(|e| e.rnic_id).collect();
     let ranked = ids.len() == endpoints.len();
+    let tors: Vec<Option<&str>> = endpoints.iter().map(|e| e.tor.as_deref()).collect();
     let pairs = if ranked {
-        matrix(impact, task, &ids, from, to).await?
+        matrix(impact, task, (&ids, &tors), from, to).await?
     } else {
         Vec::new()
     };
@@ -70,7 +71,7 @@ pub async fn of(
         let Some((r, id)) = w.straggler.and_then(|r| ids.get(r).map(|id| (r, *id))) else {
             continue;
         };
-        let during = matrix(impact, task, &ids, w.from_ms, w.to_ms).await?;
+        let during = matrix(impact, task, (&ids, &tors), w.from_ms, w.to_ms).await?;
         let mut by_direction: Vec<Tally> = tallies(&during, r).to_vec();
         if by_direction.iter().all(|t| t.1 == 0) {
             let (probes, lost) = impact
@@ -103,11 +104,11 @@ pub async fn of(
 }
 
 /// The stored probe outcomes of the task's RNIC pairs over `[from, to]`, as cells over
-/// the ranks `ids` (pairs of RNICs not among them are left out).
+/// the ranks `ids` under ToRs `tors` (pairs of RNICs not among them are left out).
 async fn matrix(
     impact: &Impact,
     task: u32,
-    ids: &[u32],
+    (ids, tors): (&[u32], &[Option<&str>]),
     from: i64,
     to: i64,
 ) -> anyhow::Result<Vec<PairHealth>> {
@@ -131,15 +132,18 @@ async fn matrix(
         .map(|(r, id)| (i64::from(*id), r))
         .collect();
     let rank = |id: i64| ranks.get(&id).copied();
+    let tor = |r: usize| tors.get(r).copied().flatten();
     Ok(cells
         .iter()
         .filter_map(|c| {
+            let (src, dst) = (rank(c.src_rnic)?, rank(c.dst_rnic)?);
             Some(PairHealth {
-                src: rank(c.src_rnic)?,
-                dst: rank(c.dst_rnic)?,
+                src,
+                dst,
                 probes: c.probes.max(0) as u64,
                 lost: c.lost.clamp(0, c.probes.max(0)) as u64,
                 rtt_us: c.rtt_ns.map(|ns| ns as f64 / 1_000.0),
+                local: tor(src).is_some() && tor(src) == tor(dst),
             })
         })
         .collect())

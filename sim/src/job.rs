@@ -359,6 +359,7 @@ fn probes(
         probes: before + after,
         lost,
         rtt_us: Some(8.0 * (1.0 + 0.05 * rng.normal()).max(0.5)),
+        local: false,
     }
 }
 

@@ -456,6 +456,7 @@ mod tests {
             probes: 100,
             lost: if src == 1 || dst == 1 { lost } else { 0 },
             rtt_us: Some(10.0),
+            local: false,
         });
         assess(&tp, &pairs, &Settings::default())
     }

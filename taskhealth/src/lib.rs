@@ -57,6 +57,9 @@ pub struct PairHealth {
     pub lost: u64,
     /// Median network RTT of the answered probes, µs.
     pub rtt_us: Option<f64>,
+    /// Both ranks sit under one ToR: the pair's probes cross fewer hops than a pair's
+    /// across ToRs, so its RTT is judged against pairs of its own kind.
+    pub local: bool,
 }
 
 /// Thresholds of the assessment; the defaults suit sampling intervals of at most a tenth

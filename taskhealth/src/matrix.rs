@@ -7,6 +7,10 @@
 use crate::{Attribution, Blame, PairHealth, Settings, quantile};
 use rocemesh_proto::api::{ComponentKind, ProblemKind};
 
+/// Pairs of one kind (under one ToR, or across ToRs) with an RTT needed to judge their
+/// RTTs against their own median.
+const MIN_KIND_RTTS: usize = 3;
+
 #[derive(Debug, Clone, Copy)]
 struct Cell {
     src: usize,
@@ -14,6 +18,8 @@ struct Cell {
     probes: u64,
     lost: u64,
     by_loss: bool,
+    /// Its median RTT over its kind's median, when both are known (µs).
+    rtt: Option<(f64, f64)>,
 }
 
 /// Attributions of the bad cells of `pairs` over `ranks` ranks, strongest first.
@@ -22,14 +28,27 @@ pub fn attribute(ranks: usize, pairs: &[PairHealth], s: &Settings) -> Vec<Attrib
         .iter()
         .filter(|p| p.probes >= s.min_probes && p.src < ranks && p.dst < ranks && p.src != p.dst)
         .collect();
-    let rtts: Vec<f64> = judged.iter().filter_map(|p| p.rtt_us).collect();
-    let median_rtt = quantile(&rtts, 0.5);
+    // A pair's RTT against the median of pairs of its kind (under one ToR, or across),
+    // since the two cross different numbers of hops; against every pair's where its kind
+    // has too few to make a median.
+    let median_rtt = |local: Option<bool>| {
+        let rtts: Vec<f64> = judged
+            .iter()
+            .filter(|p| local.is_none_or(|l| p.local == l))
+            .filter_map(|p| p.rtt_us)
+            .collect();
+        (local.is_none() || rtts.len() >= MIN_KIND_RTTS)
+            .then(|| quantile(&rtts, 0.5))
+            .flatten()
+    };
+    let all = median_rtt(None);
+    let by_kind = [false, true].map(|l| median_rtt(Some(l)).or(all));
     let bad = |p: &PairHealth| -> Option<bool> {
         let loss = p.lost as f64 / p.probes as f64;
         if p.lost >= s.min_lost && loss >= s.loss_bad {
             return Some(true);
         }
-        match (p.rtt_us, median_rtt) {
+        match (p.rtt_us, by_kind[usize::from(p.local)]) {
             (Some(r), Some(m)) if m > 0.0 && r > s.rtt_factor * m => Some(false),
             _ => None,
         }
@@ -45,6 +64,7 @@ pub fn attribute(ranks: usize, pairs: &[PairHealth], s: &Settings) -> Vec<Attrib
                     probes: p.probes,
                     lost: p.lost,
                     by_loss: verdict == Some(true),
+                    rtt: p.rtt_us.zip(by_kind[usize::from(p.local)]),
                 },
                 verdict.is_some(),
             )
@@ -157,7 +177,17 @@ fn finish(
     let symptom = if by_loss {
         format!("{lost} of {probes} probes lost ({:.2} %)", loss * 100.0)
     } else {
-        "median RTT above the task's".to_string()
+        let worst = cells
+            .iter()
+            .filter_map(|c| c.rtt)
+            .max_by(|a, b| (a.0 / a.1).total_cmp(&(b.0 / b.1)));
+        match worst {
+            Some((rtt, kind)) => format!(
+                "median RTT up to {rtt:.1} µs against {kind:.1} µs, the median of its kind \
+                 (pairs under one ToR, or across)"
+            ),
+            None => "median RTT above its kind's".to_string(),
+        }
     };
     Attribution {
         blame,
@@ -187,6 +217,7 @@ mod tests {
                         probes: 1000,
                         lost: bad(s, d),
                         rtt_us: Some(10.0),
+                        local: false,
                     });
                 }
             }
@@ -242,6 +273,7 @@ mod tests {
                     probes: 500,
                     lost,
                     rtt_us: None,
+                    local: false,
                 });
             }
         }
@@ -249,6 +281,45 @@ mod tests {
         assert_eq!(
             (a.len(), a[0].blame, a[0].rank, a[0].bad_cells),
             (1, Blame::Endpoint, Some(3), 4)
+        );
+    }
+
+    #[test]
+    fn pairs_across_tors_are_judged_against_their_own_kind() {
+        // Ranks 0–2 under one ToR and 3–5 under another, each probing its ToR's peers and
+        // the ring across (2 and 3, 5 and 0): probes across ToRs cross two more hops and
+        // take 2.5 times as long, and that alone is no fault.
+        let tor = |r: usize| r / 3;
+        let across = [(2, 3), (3, 2), (5, 0), (0, 5)];
+        let mut pairs: Vec<PairHealth> = mesh(6, |_, _| 0)
+            .into_iter()
+            .filter(|p| tor(p.src) == tor(p.dst) || across.contains(&(p.src, p.dst)))
+            .map(|p| {
+                let local = tor(p.src) == tor(p.dst);
+                PairHealth {
+                    local,
+                    rtt_us: Some(if local { 10.0 } else { 25.0 }),
+                    ..p
+                }
+            })
+            .collect();
+        let s = Settings::default();
+        assert!(attribute(6, &pairs, &s).is_empty());
+        // Judged against every pair's median (most are under one ToR), they look slow.
+        let mixed: Vec<PairHealth> = pairs
+            .iter()
+            .map(|p| PairHealth { local: false, ..*p })
+            .collect();
+        assert!(!attribute(6, &mixed, &s).is_empty());
+        // A pair across ToRs twice as slow as its kind is still bad.
+        for p in pairs.iter_mut().filter(|p| (p.src, p.dst) == (2, 3)) {
+            p.rtt_us = Some(60.0);
+        }
+        let a = attribute(6, &pairs, &s);
+        assert_eq!(
+            (a.len(), a[0].pair, a[0].kind),
+            (1, Some((2, 3)), ProblemKind::HighLatency),
+            "{a:?}"
         );
     }
 

@@ -107,6 +107,12 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
     rnics.sort_unstable();
     rnics.dedup();
     let rank = |id: i64| rnics.binary_search(&id).unwrap_or(0);
+    let tor = |id: i64| {
+        u32::try_from(id)
+            .ok()
+            .and_then(|id| registry.get(id))
+            .map(|e| e.tor)
+    };
     let pairs: Vec<PairHealth> = cells
         .iter()
         .map(|c| PairHealth {
@@ -115,6 +121,7 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
             probes: c.probes.max(0) as u64,
             lost: c.lost.clamp(0, c.probes.max(0)) as u64,
             rtt_us: c.rtt_ns.map(|ns| ns as f64 / 1_000.0),
+            local: tor(c.src_rnic).is_some() && tor(c.src_rnic) == tor(c.dst_rnic),
         })
         .collect();
     let name = |r: usize| {
@@ -158,7 +165,7 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
                         a.cells,
                         a.loss * 100.0,
                         if a.kind == ProblemKind::HighLatency {
-                            " (median RTT above twice the task's)"
+                            " (median RTT above twice its kind's: pairs under one ToR, or across)"
                         } else {
                             ""
                         }
@@ -259,7 +266,7 @@ mod tests {
         assert!(
             latency[0].0.evidence.detail.ends_with(
                 "h2/r0 as destination, 3 of 3 pairs bad, 0.00 % of their probes lost \
-                 (median RTT above twice the task's)"
+                 (median RTT above twice its kind's: pairs under one ToR, or across)"
             ),
             "{}",
             latency[0].0.evidence.detail
