@@ -174,11 +174,11 @@ fn judge(
     if first >= last {
         return Err("no throughput samples in the interval".into());
     }
+    // A series shorter than the first one's is cut to nothing (judged as no samples).
     let cut = |series: &[Vec<f64>]| -> Vec<Vec<f64>> {
         series
             .iter()
-            .filter(|s| s.len() >= last)
-            .map(|s| s[first..last].to_vec())
+            .map(|s| s.get(first..last).map(<[f64]>::to_vec).unwrap_or_default())
             .collect()
     };
     let tp = Throughput {
