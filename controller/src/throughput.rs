@@ -142,13 +142,25 @@ impl ThroughputStore {
     /// The newest `n >= min` samples of each RNIC over the same intervals (ending at the
     /// earliest ring end), in `rnics` order; why not when there are too few.
     pub(crate) fn aligned(&self, rnics: &[u32], min: usize) -> Result<Vec<Vec<f64>>, String> {
-        self.aligned_at(rnics, min).map(|a| a.bytes)
+        Ok(self.window(rnics, min)?.series(total))
     }
 
     /// [`Self::aligned`] as task health reads it: with the sampling interval, the start
     /// of the oldest interval and the bytes sent apart (who stopped sending first tells a
     /// stopped rank from the peer it stopped feeding); no data-parallel groups.
     pub(crate) fn aligned_at(&self, rnics: &[u32], min: usize) -> Result<Throughput, String> {
+        let w = self.window(rnics, min)?;
+        Ok(Throughput {
+            interval_ms: w.interval_ms,
+            start_ms: w.end_ms - w.n as i64 * i64::from(w.interval_ms),
+            bytes: w.series(total),
+            sent: w.series(|b| b[0]),
+            groups: Vec::new(),
+        })
+    }
+
+    /// The rings of `rnics` and their common intervals.
+    fn window(&self, rnics: &[u32], min: usize) -> Result<Window<'_>, String> {
         let rings = rnics
             .iter()
             .map(|id| {
@@ -170,12 +182,16 @@ impl ThroughputStore {
                 r.interval_ms, rnics[0], first.interval_ms
             ));
         }
-        let step = i64::from(first.interval_ms);
-        let end = rings.iter().map(|r| r.end_ms).min().unwrap_or(first.end_ms);
-        let newer = |r: &Ring| ((r.end_ms - end) / step) as usize;
-        let n = rings
+        let w = Window {
+            interval_ms: first.interval_ms,
+            end_ms: rings.iter().map(|r| r.end_ms).min().unwrap_or(first.end_ms),
+            n: 0,
+            rings,
+        };
+        let n = w
+            .rings
             .iter()
-            .map(|r| r.samples.len().saturating_sub(newer(r)))
+            .map(|r| r.samples.len().saturating_sub(w.newer(r)))
             .min()
             .unwrap_or(0);
         if n < min {
@@ -183,25 +199,36 @@ impl ThroughputStore {
                 "only {n} aligned throughput samples per RNIC, {min} needed"
             ));
         }
-        let series = |f: fn(&[u64; 2]) -> u64| {
-            rings
-                .iter()
-                .map(|r| {
-                    let stop = r.samples.len() - newer(r);
-                    r.samples
-                        .range(stop - n..stop)
-                        .map(|b| f(b) as f64)
-                        .collect()
-                })
-                .collect()
-        };
-        Ok(Throughput {
-            interval_ms: first.interval_ms,
-            start_ms: end - n as i64 * step,
-            bytes: series(total),
-            sent: series(|b| b[0]),
-            groups: Vec::new(),
-        })
+        Ok(Window { n, ..w })
+    }
+}
+
+/// The last `n` intervals common to some rings, ending at `end_ms`.
+struct Window<'a> {
+    interval_ms: u32,
+    end_ms: i64,
+    n: usize,
+    rings: Vec<&'a Ring>,
+}
+
+impl Window<'_> {
+    /// Intervals `r` holds beyond the common end.
+    fn newer(&self, r: &Ring) -> usize {
+        ((r.end_ms - self.end_ms) / i64::from(self.interval_ms)) as usize
+    }
+
+    /// `f` of each common interval, one series per ring.
+    fn series(&self, f: fn(&[u64; 2]) -> u64) -> Vec<Vec<f64>> {
+        self.rings
+            .iter()
+            .map(|r| {
+                let stop = r.samples.len() - self.newer(r);
+                r.samples
+                    .range(stop - self.n..stop)
+                    .map(|b| f(b) as f64)
+                    .collect()
+            })
+            .collect()
     }
 }
 

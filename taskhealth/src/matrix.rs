@@ -43,12 +43,12 @@ pub fn attribute(ranks: usize, pairs: &[PairHealth], s: &Settings) -> Vec<Attrib
     };
     let all = median_rtt(None);
     let by_kind = [false, true].map(|l| median_rtt(Some(l)).or(all));
-    let bad = |p: &PairHealth| -> Option<bool> {
+    let bad = |p: &PairHealth, reference: Option<f64>| -> Option<bool> {
         let loss = p.lost as f64 / p.probes as f64;
         if p.lost >= s.min_lost && loss >= s.loss_bad {
             return Some(true);
         }
-        match (p.rtt_us, by_kind[usize::from(p.local)]) {
+        match (p.rtt_us, reference) {
             (Some(r), Some(m)) if m > 0.0 && r > s.rtt_factor * m => Some(false),
             _ => None,
         }
@@ -56,7 +56,8 @@ pub fn attribute(ranks: usize, pairs: &[PairHealth], s: &Settings) -> Vec<Attrib
     let cells: Vec<(Cell, bool)> = judged
         .iter()
         .map(|p| {
-            let verdict = bad(p);
+            let reference = by_kind[usize::from(p.local)];
+            let verdict = bad(p, reference);
             (
                 Cell {
                     src: p.src,
@@ -64,7 +65,7 @@ pub fn attribute(ranks: usize, pairs: &[PairHealth], s: &Settings) -> Vec<Attrib
                     probes: p.probes,
                     lost: p.lost,
                     by_loss: verdict == Some(true),
-                    rtt: p.rtt_us.zip(by_kind[usize::from(p.local)]),
+                    rtt: p.rtt_us.zip(reference),
                 },
                 verdict.is_some(),
             )
