@@ -137,14 +137,13 @@ async fn matrix(
         .iter()
         .filter_map(|c| {
             let (src, dst) = (rank(c.src_rnic)?, rank(c.dst_rnic)?);
-            Some(PairHealth {
-                src,
-                dst,
-                probes: c.probes.max(0) as u64,
-                lost: c.lost.clamp(0, c.probes.max(0)) as u64,
-                rtt_us: c.rtt_ns.map(|ns| ns as f64 / 1_000.0),
-                local: tor(src).is_some() && tor(src) == tor(dst),
-            })
+            Some(PairHealth::from_counts(
+                (src, dst),
+                c.probes,
+                c.lost,
+                c.rtt_ns,
+                (tor(src), tor(dst)),
+            ))
         })
         .collect())
 }

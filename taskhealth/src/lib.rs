@@ -62,6 +62,27 @@ pub struct PairHealth {
     pub local: bool,
 }
 
+impl PairHealth {
+    /// A pair from stored probe counts: negative counts read as none, more lost than sent
+    /// as all lost, the RTT in ns; `tors` are the ends' ToRs where known.
+    pub fn from_counts<T: PartialEq>(
+        (src, dst): (usize, usize),
+        probes: i64,
+        lost: i64,
+        rtt_ns: Option<i64>,
+        tors: (Option<T>, Option<T>),
+    ) -> Self {
+        PairHealth {
+            src,
+            dst,
+            probes: probes.max(0) as u64,
+            lost: lost.clamp(0, probes.max(0)) as u64,
+            rtt_us: rtt_ns.map(|ns| ns as f64 / 1_000.0),
+            local: tors.0.is_some() && tors.0 == tors.1,
+        }
+    }
+}
+
 /// Thresholds of the assessment; the defaults suit sampling intervals of at most a tenth
 /// of an iteration.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -115,13 +115,14 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
     };
     let pairs: Vec<PairHealth> = cells
         .iter()
-        .map(|c| PairHealth {
-            src: rank(c.src_rnic),
-            dst: rank(c.dst_rnic),
-            probes: c.probes.max(0) as u64,
-            lost: c.lost.clamp(0, c.probes.max(0)) as u64,
-            rtt_us: c.rtt_ns.map(|ns| ns as f64 / 1_000.0),
-            local: tor(c.src_rnic).is_some() && tor(c.src_rnic) == tor(c.dst_rnic),
+        .map(|c| {
+            PairHealth::from_counts(
+                (rank(c.src_rnic), rank(c.dst_rnic)),
+                c.probes,
+                c.lost,
+                c.rtt_ns,
+                (tor(c.src_rnic), tor(c.dst_rnic)),
+            )
         })
         .collect();
     let name = |r: usize| {
@@ -134,7 +135,8 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
         .ok()
         .and_then(|t| registry.task_name_by_id(t))
         .unwrap_or("?");
-    attribute(rnics.len(), &pairs, &Settings::default())
+    let settings = Settings::default();
+    attribute(rnics.len(), &pairs, &settings)
         .into_iter()
         .filter_map(|a| {
             let (component, side, ranks) = match (a.rank, a.pair) {
@@ -165,9 +167,13 @@ fn task_findings(registry: &Registry, task: i64, cells: &[TaskPairCell]) -> Vec<
                         a.cells,
                         a.loss * 100.0,
                         if a.kind == ProblemKind::HighLatency {
-                            " (median RTT above twice its kind's: pairs under one ToR, or across)"
+                            format!(
+                                " (median RTT above {}× its kind's: pairs under one ToR, or \
+                                 across)",
+                                settings.rtt_factor
+                            )
                         } else {
-                            ""
+                            String::new()
                         }
                     ),
                     ..Evidence::default()
@@ -266,7 +272,7 @@ mod tests {
         assert!(
             latency[0].0.evidence.detail.ends_with(
                 "h2/r0 as destination, 3 of 3 pairs bad, 0.00 % of their probes lost \
-                 (median RTT above twice its kind's: pairs under one ToR, or across)"
+                 (median RTT above 2× its kind's: pairs under one ToR, or across)"
             ),
             "{}",
             latency[0].0.evidence.detail
