@@ -36,6 +36,11 @@ impl<K: Eq + Hash> Onset<K> {
         now_ms - *first >= hold_ms
     }
 
+    /// When the hold of `key` began, if it is held.
+    pub(crate) fn since(&self, key: &K) -> Option<i64> {
+        self.pending.get(key).map(|&(first, _)| first)
+    }
+
     /// Forgets findings not seen since `before_ms`: their hold starts again.
     pub(crate) fn forget_before(&mut self, before_ms: i64) {
         self.pending.retain(|_, (_, last)| *last >= before_ms);

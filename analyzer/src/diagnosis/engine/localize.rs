@@ -11,7 +11,7 @@ use crate::diagnosis::flows::table::FlowKey;
 use crate::diagnosis::paths::{Element, far_end};
 use crate::diagnosis::policy::{self, Onset};
 use crate::diagnosis::tomography::{
-    Finding, ObsSet, Params, alg1_votes, explain_away, located_suspects,
+    Finding, ObsSet, Params, alg1_votes, chernoff_score, explain_away, located_suspects,
 };
 use rocemesh_proto::api::{ComponentKind, Evidence, LinkDirection, ProblemKind, SuspectComponent};
 use std::collections::{HashMap, HashSet};
@@ -87,6 +87,17 @@ impl Engine {
         self.flow_holds.forget_before(inp.now_ms - gap);
         self.rnic_holds.forget_before(inp.now_ms - gap);
         for f in explain_away(&loss, &loss_params, blamable) {
+            tracing::debug!(
+                element = ?f.element,
+                flow = ?f.flow,
+                failures = f.failures,
+                ok = f.ok,
+                located = f.located,
+                score = f.score,
+                rival = f.rival,
+                beside_switch = f.beside_switch,
+                "loss tomography finding"
+            );
             if let Some(k) = f.flow {
                 // One flow's failures single out none of its components: a flow problem,
                 // once it has lasted (a fault's first failures may come from one flow).
@@ -179,7 +190,18 @@ impl Engine {
             &c,
             (inp.now_ms, inp.map),
             groups,
-            &alive,
+            &Ends {
+                alive: &alive,
+                beyond: &|device: &str, link: &str, background: f64| {
+                    fails_beyond(&loss, (device, link), background, &loss_params)
+                },
+                settled: &|since: i64| {
+                    inp.hosts
+                        .values()
+                        .filter(|l| inp.now_ms - l.last_upload_ms <= c.host_silent_ms as i64)
+                        .all(|l| l.last_upload_ms > since)
+                },
+            },
         );
         for (kind, ck, name, f) in groups {
             let what = match kind {
@@ -272,12 +294,53 @@ impl LinkHolds {
     }
 }
 
+/// True when the probes through `device` that do not cross `link` fail significantly
+/// above `background` (at least `min_failures`, scoring `min_score`): the device fails
+/// beyond that one link, as a dying switch does, and not only where a link broke.
+fn fails_beyond(loss: &ObsSet, (device, link): (&str, &str), background: f64, p: &Params) -> bool {
+    let (Some(sw), Some(l)) = (
+        loss.id(&Element::Switch(device.into())),
+        loss.id(&Element::Link(link.into())),
+    ) else {
+        return false;
+    };
+    let (sw, l) = (sw as usize, l as usize);
+    let (mut fail, mut probes) = (0.0, 0.0);
+    for i in 0..loss.len() {
+        let o = &loss[i];
+        let (mut through, mut crosses) = (false, false);
+        for (e, _) in loss.fail_elems(i).chain(loss.ok_elems(i)) {
+            through |= e == sw;
+            crosses |= e == l;
+        }
+        if through && !crosses {
+            fail += o.fail;
+            probes += o.fail + o.ok;
+        }
+    }
+    fail >= p.min_failures && chernoff_score(fail, probes, background) >= p.min_score
+}
+
+/// What is known of a link's ends in a tick, for [`confirm_links`].
+pub(super) struct Ends<'a> {
+    /// Switches that answered fresh traces of failed probes.
+    pub alive: &'a HashSet<&'a str>,
+    /// Whether a switch fails beyond a link at the given background ([`fails_beyond`]).
+    pub beyond: &'a dyn Fn(&str, &str, f64) -> bool,
+    /// Whether every live agent has uploaded since the given time: the evidence of the
+    /// rest of a switch is in.
+    pub settled: &'a dyn Fn(i64) -> bool,
+}
+
 /// Holds back findings that may be the first sign of a switch's fault until they have
 /// persisted `link_confirm_ms`: by then the switch's evidence suffices and its verdict
 /// takes them over, instead of a part of it reported first. Two kinds are held:
 /// - a link fault whose fresh traces located breaks on it while one of its switches
 ///   answered no fresh trace of a failed probe (a dead switch answers none; a broken
-///   link leaves both ends answering, and partial loss seldom breaks a trace), or that
+///   link leaves both ends answering, and partial loss seldom breaks a trace), unless
+///   every agent has uploaded since the hold began and the switch fails nowhere beyond
+///   that link ([`fails_beyond`]: a switch that lost one link forwards the rest of its
+///   traffic, a dying one does not), or that
 ///   shares a switch with a link reported within `resolve_after_ms` (where paths are
 ///   only partly known, one direction of a flow untraced or right after a shard
 ///   takeover, a fault's failures spill over to its siblings for a tick or two, while a
@@ -294,7 +357,7 @@ pub(super) fn confirm_links(
     c: &DiagnosisConfig,
     (now, map): (i64, &FabricMap),
     groups: Vec<Group>,
-    alive: &HashSet<&str>,
+    ends: &Ends,
 ) -> Vec<Group> {
     holds
         .pending
@@ -320,7 +383,12 @@ pub(super) fn confirm_links(
             let devices = map.link(name).map_or(&[][..], |l| &l.devices[..]);
             let held_link = link_fault && {
                 let located = found.iter().any(|f| f.located > 0.0);
-                let silent_end = devices.iter().any(|d| !alive.contains(&**d));
+                let background = found.iter().map(|f| f.background).fold(0.0, f64::max);
+                let since = holds.pending.since(name).unwrap_or(now);
+                let silent_end = devices.iter().any(|d| {
+                    !ends.alive.contains(&**d)
+                        && (!(ends.settled)(since) || (ends.beyond)(d, name, background))
+                });
                 let beside_open = devices.iter().any(|d| open_switches.contains(d));
                 located && silent_end || beside_open
             };
@@ -329,6 +397,9 @@ pub(super) fn confirm_links(
                 || holds
                     .pending
                     .confirm(name.clone(), now, c.link_confirm_ms as i64);
+            if !report {
+                tracing::debug!(component = %name, held_link, beside_switch, "finding held");
+            }
             if report && (link_fault || beside_switch) {
                 holds.reported.insert(name.clone(), now);
             }

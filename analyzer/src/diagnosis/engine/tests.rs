@@ -1,6 +1,6 @@
 //! The pipeline on a simulated 2x2 Clos: each fault type, and silence when healthy.
 
-use super::localize::{LinkHolds, confirm_links};
+use super::localize::{Ends, LinkHolds, confirm_links};
 use super::*;
 use crate::diagnosis::fabric::CLOS_2X2;
 use crate::diagnosis::intake::Liveness;
@@ -473,8 +473,16 @@ fn a_located_link_of_a_silent_switch_is_held_until_confirmed() {
     };
     let only_t0: HashSet<&str> = ["t0"].into();
     let both: HashSet<&str> = ["t0", "s1"].into();
+    // Every agent has uploaded since, and s1 fails beyond t0-s1 (its other probes lose
+    // too), as a dying switch does.
+    let (dying, settled) = (|_: &str, _: &str, _: f64| true, |_: i64| true);
     let reported = |holds: &mut LinkHolds, at: i64, alive, located| {
-        confirm_links(holds, &cfg, (at, &map), vec![group(located)], alive).len()
+        let ends = Ends {
+            alive,
+            beyond: &dying,
+            settled: &settled,
+        };
+        confirm_links(holds, &cfg, (at, &map), vec![group(located)], &ends).len()
     };
     let (tick, confirm) = (cfg.tick_ms as i64, cfg.link_confirm_ms as i64);
     // Traces break right before t0-s1 and s1 answered none: held for the confirmation
@@ -500,6 +508,25 @@ fn a_located_link_of_a_silent_switch_is_held_until_confirmed() {
     // on it (partial loss).
     assert_eq!(reported(&mut LinkHolds::default(), NOW, &both, 20.0), 1);
     assert_eq!(reported(&mut LinkHolds::default(), NOW, &only_t0, 0.0), 1);
+    // When the silent end forwards the rest of its traffic (its other probes fail no
+    // more than the background: a link that broke at that end), the link is held only
+    // until every agent has uploaded since the hold began.
+    let forwarding = |_: &str, _: &str, _: f64| false;
+    let mut holds = LinkHolds::default();
+    let mut ticks = Vec::new();
+    for dt in [0, tick, 2 * tick] {
+        // Every agent uploads just before each tick.
+        let last_upload = NOW + dt - 1;
+        let since_upload = |since: i64| last_upload > since;
+        let ends = Ends {
+            alive: &only_t0,
+            beyond: &forwarding,
+            settled: &since_upload,
+        };
+        let groups = vec![group(20.0)];
+        ticks.push(confirm_links(&mut holds, &cfg, (NOW + dt, &map), groups, &ends).len());
+    }
+    assert_eq!(ticks, [0, 1, 1]);
     // A fresh engine (analyzer restart, shard takeover) told that the link's problem is
     // open does not hold it either.
     let mut fresh = LinkHolds::default();
@@ -535,7 +562,12 @@ fn a_link_beside_an_open_link_problem_is_reported_only_once_it_persists() {
     let alive: HashSet<&str> = ["t0", "t1", "s0", "s1"].into();
     let reported = |holds: &mut LinkHolds, at: i64, names: &[&str]| {
         let groups = names.iter().map(|n| group(n)).collect();
-        let mut v: Vec<String> = confirm_links(holds, &cfg, (at, &map), groups, &alive)
+        let ends = Ends {
+            alive: &alive,
+            beyond: &|_: &str, _: &str, _: f64| false,
+            settled: &|_: i64| true,
+        };
+        let mut v: Vec<String> = confirm_links(holds, &cfg, (at, &map), groups, &ends)
             .into_iter()
             .map(|g| g.2)
             .collect();
