@@ -73,6 +73,29 @@ pub struct EvalArgs {
     /// Task suite: run ring jobs on namespace fabrics (root) instead of simulated jobs.
     #[arg(long)]
     pub testbed: bool,
+    /// Fabric of the fixed scenarios, ToRs x spines (2 hosts per ToR, 1 RNIC each); at
+    /// least 3x2, the fabric their named components live in.
+    #[arg(long, value_name = "TORSxSPINES", default_value = "3x2", value_parser = fabric_shape)]
+    pub fabric: (u8, u8),
+}
+
+/// Parses `--fabric`: "4x3" is 4 ToRs and 3 spines, 3–16 ToRs and 2–8 spines.
+fn fabric_shape(s: &str) -> Result<(u8, u8), String> {
+    let (tors, spines) = s
+        .split_once(['x', 'X'])
+        .ok_or_else(|| format!("{s:?} is not TORSxSPINES, e.g. 4x3"))?;
+    let n = |v: &str| {
+        v.trim()
+            .parse::<u8>()
+            .map_err(|e| format!("{v:?} in {s:?}: {e}"))
+    };
+    let (tors, spines) = (n(tors)?, n(spines)?);
+    if !(3..=16).contains(&tors) || !(2..=8).contains(&spines) {
+        return Err(format!(
+            "{s:?}: the fixed scenarios need 3–16 ToRs and 2–8 spines"
+        ));
+    }
+    Ok((tors, spines))
 }
 
 /// The fabric every scenario runs on: 3 ToRs × 2 spines × 2 hosts per ToR, 1 RNIC each.
@@ -164,7 +187,13 @@ pub fn run(args: EvalArgs) -> Result<()> {
     let mut outcomes = Vec::new();
     for s in selected {
         eprintln!("eval: {} ...", s.name);
-        let mut lab = Lab::up(lab_spec(&args.prefix), &LabTiming::default())?;
+        let (tors, spines) = args.fabric;
+        let spec = FabricSpec {
+            tors,
+            spines,
+            ..lab_spec(&args.prefix)
+        };
+        let mut lab = Lab::up(spec, &LabTiming::default())?;
         let outcome = run::run_scenario(&mut lab, s.name, |l| s.inject(l), &phases)?;
         eprintln!("eval: {}", run::one_line(&outcome));
         outcomes.push(outcome);
@@ -229,4 +258,21 @@ fn run_random(args: &EvalArgs, n: u32) -> Result<()> {
         outcomes.push(outcome);
     }
     print_report(&run::Report::new(Some(seed), outcomes), args.json)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::fabric_shape;
+
+    #[test]
+    fn a_fabric_shape_is_tors_by_spines_within_what_the_scenarios_name() {
+        assert_eq!(fabric_shape("4x3"), Ok((4, 3)));
+        assert_eq!(fabric_shape("16X8"), Ok((16, 8)));
+        for bad in [
+            "2x2", "4x1", "17x2", "4x9", "4by3", "x3", "4x", "-1x2", "300x2",
+        ] {
+            let e = fabric_shape(bad).expect_err(bad);
+            assert!(e.contains(bad), "{bad}: {e}");
+        }
+    }
 }

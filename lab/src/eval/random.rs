@@ -7,7 +7,8 @@
 //! 5-tuples the agents really probe (the pinglists exist only then), from the same seed.
 
 use super::scenarios::{
-    Injected, Undo, agent_restart_truth, cpu_truth, flow_drop_truth, hard, host_down_truth, truth,
+    Injected, Undo, agent_restart_truth, cpu_truth, flow_drop_truth, hard, host_down_truth,
+    start_training_job, truth,
 };
 use crate::lab::Lab;
 use anyhow::{Context, Result, bail};
@@ -17,7 +18,7 @@ use rocemesh_proto::api::{
 };
 use rocemesh_sim::random::concurrent;
 use rocemesh_sim::rng::{Rng, hash};
-use rocemesh_testbed::{Direction, FabricSpec, Fault, FiveTuple, JobSpec, Topology};
+use rocemesh_testbed::{Direction, FabricSpec, Fault, FiveTuple, Topology};
 use serde::Serialize;
 
 /// One fault of a drawn scenario, with every position fixed except a dropped 5-tuple's.
@@ -358,20 +359,19 @@ fn rnic_component(t: &Topology, name: &str) -> Result<String> {
 pub fn inject(lab: &mut Lab, d: &Drawn) -> Result<Injected> {
     let mut inj = Injected::default();
     if d.faults.is_empty() {
-        let spec = &lab.fabric.spec().clone();
-        let job = JobSpec {
-            tp: u32::from(spec.rnics_per_host),
-            pp: 1,
-            dp: spec.host_count() as u32,
-            seed: d.seed,
-            ..JobSpec::tp2_pp2_dp4("randomjob")
-        };
-        let h = lab.fabric.start_job(&job)?;
-        inj.undo.push(Undo::StopJob(h.name().to_string()));
+        inj.undo.push(start_training_job(lab, d.seed)?);
     }
     let mut rng = Rng::new(d.seed);
+    let down: Vec<&str> = d
+        .faults
+        .iter()
+        .filter_map(|f| match f {
+            Planned::HostDown { host } => Some(host.as_str()),
+            _ => None,
+        })
+        .collect();
     for f in &d.faults {
-        inject_one(lab, f, &mut rng, &mut inj)?;
+        inject_one(lab, f, (&mut rng, &down), &mut inj)?;
     }
     Ok(inj)
 }
@@ -382,7 +382,13 @@ fn apply(lab: &Lab, f: &Fault, inj: &mut Injected) -> Result<()> {
     Ok(())
 }
 
-fn inject_one(lab: &mut Lab, p: &Planned, rng: &mut Rng, inj: &mut Injected) -> Result<()> {
+/// Injects `p`; `down` are the hosts the scenario takes down.
+fn inject_one(
+    lab: &mut Lab,
+    p: &Planned,
+    (rng, down): (&mut Rng, &[&str]),
+    inj: &mut Injected,
+) -> Result<()> {
     let topo = lab.fabric.topology().clone();
     match p {
         Planned::LinkDown { link, lower_end } => {
@@ -460,7 +466,17 @@ fn inject_one(lab: &mut Lab, p: &Planned, rng: &mut Rng, inj: &mut Injected) -> 
             ));
         }
         Planned::FlowDrop { ack_path, position } => {
-            let (f, t) = flow_drop(lab, &topo, *ack_path, *position, rng)?;
+            let (f, mut t) = flow_drop(lab, &topo, *ack_path, *position, rng)?;
+            // A 5-tuple whose prober or target host is down for the whole fault is
+            // crossed by no probe anyone answers: reporting its drop counts, missing it
+            // does not (as in the simulator's scorer).
+            if let Fault::FlowDrop { flow, .. } = &f {
+                let on_down = |ip| {
+                    topo.rnic_by_ip(ip)
+                        .is_some_and(|(h, _)| down.contains(&h.name.as_str()))
+                };
+                t.required = !(on_down(flow.src) || on_down(flow.dst));
+            }
             apply(lab, &f, inj)?;
             inj.truth.push(t);
         }

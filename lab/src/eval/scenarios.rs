@@ -5,7 +5,7 @@ use crate::lab::Lab;
 use anyhow::{Context, Result};
 use rocemesh_proto::api::{ComponentKind, ProblemKind};
 use rocemesh_sim::score::{Component, Truth};
-use rocemesh_testbed::{Direction, Fault, FiveTuple};
+use rocemesh_testbed::{Direction, Fault, FiveTuple, JobSpec};
 
 /// How to undo an injection.
 #[derive(Debug)]
@@ -43,6 +43,21 @@ pub fn optional(mut t: Truth, side_effects: &[ProblemKind]) -> Truth {
     t.required = false;
     t.side_effects = side_effects.to_vec();
     t
+}
+
+/// Starts a training job over every RNIC of `lab`'s fabric (tensor-parallel within a
+/// host, data-parallel across hosts): traffic with no fault, which nothing may blame.
+pub fn start_training_job(lab: &mut Lab, seed: u64) -> Result<Undo> {
+    let spec = lab.fabric.spec().clone();
+    let job = JobSpec {
+        tp: u32::from(spec.rnics_per_host),
+        pp: 1,
+        dp: spec.host_count() as u32,
+        seed,
+        ..JobSpec::tp2_pp2_dp4("trainingjob")
+    };
+    let h = lab.fabric.start_job(&job)?;
+    Ok(Undo::StopJob(h.name().to_string()))
 }
 
 /// One scenario.
@@ -180,6 +195,16 @@ pub fn all() -> Vec<Scenario> {
             name: "fault_free",
             quick: true,
             inject: |_| Ok(Injected::default()),
+        },
+        Scenario {
+            name: "training_job",
+            quick: false,
+            inject: |l| {
+                Ok(Injected {
+                    truth: Vec::new(),
+                    undo: vec![start_training_job(l, 1)?],
+                })
+            },
         },
         Scenario {
             name: "link_loss_1pct",
