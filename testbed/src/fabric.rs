@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use anyhow::{Context, Result, bail};
 use serde::Deserialize;
 
+use crate::job::JOB_PORT;
 use crate::netns;
 use crate::spec::FabricSpec;
 use crate::state::{State, StateLock};
@@ -85,9 +86,13 @@ const ROUTER_SYSCTLS: &[&str] = &[
 ];
 
 /// sysctls of host namespaces: source-routed multi-RNIC hosts must not drop by reverse path.
+/// Traffic between a host's own RNICs arrives from the fabric with a local source address,
+/// which the kernel drops as martian without `accept_local`.
 const HOST_SYSCTLS: &[&str] = &[
     "net.ipv4.conf.all.rp_filter=0",
     "net.ipv4.conf.default.rp_filter=0",
+    "net.ipv4.conf.all.accept_local=1",
+    "net.ipv4.conf.default.accept_local=1",
 ];
 
 fn is_fabric_netns(prefix: &str, name: &str) -> bool {
@@ -383,19 +388,50 @@ fn mac_of(ip: Ipv4Addr) -> String {
     format!("02:00:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
 }
 
-/// Source-based policy rules of a host: traffic from an RNIC's address uses its own table.
+/// Preference of the local table's rule in a host namespace, moved down from 0 so the
+/// rules sending traffic between the host's own RNICs out through the fabric come first.
+const LOCAL_RULE_PREF: u32 = 500;
+
+/// Policy rules of a host. Traffic from an RNIC's address uses its own table. Traffic from
+/// one of its RNICs to another leaves through the first and comes back through the second,
+/// as between two real RNICs, instead of the kernel delivering it locally: a probe between
+/// them crosses the fabric and fails with it. Training-job traffic between them stays
+/// local, as NCCL keeps a host's own ranks on NVLink.
 fn host_rules(h: &Host) -> Vec<String> {
-    h.rnics
-        .iter()
-        .map(|r| {
-            format!(
-                "rule add from {} table {} pref {}",
-                r.ip,
-                r.table,
-                1000 + r.table
-            )
-        })
-        .collect()
+    let mut lines = vec![
+        format!("rule add pref {LOCAL_RULE_PREF} lookup local"),
+        "rule del pref 0 lookup local".to_string(),
+    ];
+    for (i, from) in h.rnics.iter().enumerate() {
+        for (j, to) in h.rnics.iter().enumerate().filter(|&(j, _)| j != i) {
+            let pair = format!("from {} to {} iif lo", from.ip, to.ip);
+            let pref = 100 + 4 * (i * h.rnics.len() + j);
+            for (k, (proto, end)) in ["tcp", "udp"]
+                .into_iter()
+                .flat_map(|p| [(p, "sport"), (p, "dport")])
+                .enumerate()
+            {
+                lines.push(format!(
+                    "rule add pref {} {pair} ipproto {proto} {end} {JOB_PORT} lookup local",
+                    pref + k
+                ));
+            }
+            lines.push(format!(
+                "rule add pref {} {pair} lookup {}",
+                300 + i * h.rnics.len() + j,
+                from.table
+            ));
+        }
+    }
+    lines.extend(h.rnics.iter().map(|r| {
+        format!(
+            "rule add from {} table {} pref {}",
+            r.ip,
+            r.table,
+            1000 + r.table
+        )
+    }));
+    lines
 }
 
 fn host_routes(h: &Host) -> Vec<String> {
@@ -436,9 +472,17 @@ mod tests {
             ..FabricSpec::default()
         };
         let t = Topology::new(&spec);
+        let rules = host_rules(&t.hosts[0]);
+        assert!(rules.contains(&"rule add from 198.18.0.3 table 101 pref 1101".to_string()));
+        // Between its own RNICs a host sends through the fabric, the job's port aside, and
+        // those rules come before the local table's.
+        let at = |line: &str| rules.iter().position(|l| l == line);
+        assert!(at("rule add pref 302 from 198.18.0.3 to 198.18.0.1 iif lo lookup 101").is_some());
+        assert!(at("rule add pref 111 from 198.18.0.3 to 198.18.0.1 iif lo ipproto udp dport 18515 lookup local").is_some());
+        // The local table moves: added at its new place before its old rule goes.
         assert!(
-            host_rules(&t.hosts[0])
-                .contains(&"rule add from 198.18.0.3 table 101 pref 1101".to_string())
+            at("rule add pref 500 lookup local").unwrap()
+                < at("rule del pref 0 lookup local").unwrap()
         );
         let lines = host_routes(&t.hosts[0]);
         assert!(

@@ -280,8 +280,10 @@ pub(super) fn latency_params(c: &DiagnosisConfig, tested: Option<usize>) -> Para
 pub(super) struct LinkHolds {
     /// Held links and RNICs, by name.
     pending: Onset<String>,
-    /// Latest time each held kind of finding was reported, by name.
-    reported: HashMap<String, i64>,
+    /// Latest time each link or RNIC finding was reported, by name (never held while its
+    /// problem is open), and whether it holds its switches' other links
+    /// (a link fault, or a finding beside a ruled-out switch).
+    reported: HashMap<String, (i64, bool)>,
 }
 
 impl LinkHolds {
@@ -289,7 +291,7 @@ impl LinkHolds {
     pub(super) fn keep_open(&mut self, links: Vec<String>, now: i64) {
         for l in links {
             self.pending.remove(&l);
-            self.reported.insert(l, now);
+            self.reported.insert(l, (now, true));
         }
     }
 }
@@ -363,13 +365,14 @@ pub(super) fn confirm_links(
         .pending
         .forget_before(now - policy::hold_gap_ms(c.tick_ms));
     let open_after = now - c.resolve_after_ms as i64;
-    holds.reported.retain(|_, at| *at >= open_after);
+    holds.reported.retain(|_, (at, _)| *at >= open_after);
     // Switches of the links open before this tick (two links found in the same tick do
     // not hold each other; an open link itself is reported whatever its switches).
     let open_switches: HashSet<crate::diagnosis::paths::Name> = holds
         .reported
-        .keys()
-        .filter_map(|l| map.link(l))
+        .iter()
+        .filter(|(_, (_, siblings))| *siblings)
+        .filter_map(|(l, _)| map.link(l))
         .flat_map(|l| l.devices.iter().cloned())
         .collect();
     groups
@@ -400,8 +403,9 @@ pub(super) fn confirm_links(
             if !report {
                 tracing::debug!(component = %name, held_link, beside_switch, "finding held");
             }
-            if report && (link_fault || beside_switch) {
-                holds.reported.insert(name.clone(), now);
+            if report {
+                let r = holds.reported.entry(name.clone()).or_insert((now, false));
+                *r = (now, r.1 || link_fault || beside_switch);
             }
             report
         })

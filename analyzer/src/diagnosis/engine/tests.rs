@@ -535,6 +535,63 @@ fn a_located_link_of_a_silent_switch_is_held_until_confirmed() {
 }
 
 #[test]
+fn a_reported_rnic_is_not_held_when_later_found_beside_a_ruled_out_switch() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let cfg = DiagnosisConfig::default();
+    let group = |beside_switch: bool| {
+        let finding = Finding {
+            element: Element::Rnic(1),
+            failures: 40.0,
+            located: 0.0,
+            ok: 100.0,
+            score: 90.0,
+            background: 0.001,
+            examples: Vec::new(),
+            flow: None,
+            beside_switch,
+            equivalent: Vec::new(),
+            rival: false,
+        };
+        let name = "h1/r0".to_string();
+        (
+            ProblemKind::RnicFault,
+            ComponentKind::Rnic,
+            name,
+            vec![finding],
+        )
+    };
+    let alive: HashSet<&str> = ["t0", "t1", "s0", "s1"].into();
+    let ends = Ends {
+        alive: &alive,
+        beyond: &|_: &str, _: &str, _: f64| false,
+        settled: &|_: i64| true,
+    };
+    let tick = cfg.tick_ms as i64;
+    // A flapping RNIC found alone first, then beside its ToR, which the tomography
+    // weighed and ruled out against its parts: its problem is open, so it stays reported
+    // every tick (holding it would resolve the problem and raise it again).
+    let mut holds = LinkHolds::default();
+    let ticks: Vec<usize> = [false, true, true, true]
+        .into_iter()
+        .enumerate()
+        .map(|(i, beside)| {
+            let at = NOW + i as i64 * tick;
+            confirm_links(&mut holds, &cfg, (at, &map), vec![group(beside)], &ends).len()
+        })
+        .collect();
+    assert_eq!(ticks, [1, 1, 1, 1]);
+    // Found beside a ruled-out switch from its first tick, it is held as before.
+    let first = confirm_links(
+        &mut LinkHolds::default(),
+        &cfg,
+        (NOW, &map),
+        vec![group(true)],
+        &ends,
+    );
+    assert!(first.is_empty());
+}
+
+#[test]
 fn a_link_beside_an_open_link_problem_is_reported_only_once_it_persists() {
     let map = FabricMap::parse(CLOS_2X2).unwrap();
     let cfg = DiagnosisConfig::default();
