@@ -16,8 +16,11 @@ use rocemesh_proto::ProbeClass;
 use rocemesh_proto::api::{
     ComponentKind, HostInfo, LinkDirection, Pinglist, ProblemKind, RnicInfo,
 };
+use rocemesh_sim::Shape;
 use rocemesh_sim::random::concurrent;
 use rocemesh_sim::rng::{Rng, hash};
+use rocemesh_sim::topology::Fabric as SimFabric;
+use rocemesh_sim::twins::{Part, Twins};
 use rocemesh_testbed::{Direction, FabricSpec, Fault, FiveTuple, Topology};
 use serde::Serialize;
 
@@ -347,6 +350,120 @@ fn link_direction(t: &Topology, link: &str, direction: Direction) -> Option<Link
     })
 }
 
+/// What the probes between live hosts can see of the testbed's fabric: the simulator's
+/// [`Twins`] on the same shape, whose switches are the testbed's in the same order (ToRs,
+/// then spines) and only named differently on rail fabrics.
+struct Seen {
+    fabric: SimFabric,
+    /// The simulator's hosts taken down.
+    down: Vec<u32>,
+    /// The testbed's switch names, by the simulator's switch index.
+    names: Vec<String>,
+}
+
+impl Seen {
+    fn new(t: &Topology, down: &[&str]) -> Result<Self> {
+        let spec = &t.spec;
+        let shape = if spec.rail_optimized {
+            Shape::Rail {
+                groups: u32::from(spec.tors / spec.rnics_per_host),
+                hosts_per_group: u32::from(spec.hosts_per_tor),
+                rails: u32::from(spec.rnics_per_host),
+                spines: u32::from(spec.spines),
+            }
+        } else {
+            Shape::LeafSpine {
+                tors: u32::from(spec.tors),
+                spines: u32::from(spec.spines),
+                hosts_per_tor: u32::from(spec.hosts_per_tor),
+                rnics_per_host: u32::from(spec.rnics_per_host),
+            }
+        };
+        let fabric = SimFabric::new(shape)?;
+        let names: Vec<String> = t
+            .tors
+            .iter()
+            .chain(&t.spines)
+            .map(|r| r.name.clone())
+            .collect();
+        if names.len() != fabric.switches.len() || fabric.hosts.len() != t.hosts.len() {
+            bail!(
+                "the simulator's {shape:?} is not the testbed's fabric",
+                shape = fabric.shape()
+            );
+        }
+        let down = down
+            .iter()
+            .map(|h| fabric.host_by_name(h))
+            .collect::<Result<_>>()?;
+        Ok(Self {
+            fabric,
+            down,
+            names,
+        })
+    }
+
+    fn switch(&self, name: &str) -> Result<u32> {
+        let i = self.names.iter().position(|n| n == name);
+        Ok(i.with_context(|| format!("unknown switch {name}"))? as u32)
+    }
+
+    /// Link `link` ("t1-s0") hit in `direction`.
+    fn link(&self, link: &str, direction: Direction) -> Result<Part> {
+        let (a, b) = link
+            .split_once('-')
+            .with_context(|| format!("not a switch link: {link}"))?;
+        let (lower, upper) = (self.switch(a)?, self.switch(b)?);
+        let l = self
+            .fabric
+            .links
+            .iter()
+            .position(|l| (l.lower, l.upper) == (lower, upper))
+            .with_context(|| format!("no link {link} in the simulator's fabric"))?
+            as u32;
+        Ok(match direction {
+            Direction::Both => Part::Link(l),
+            Direction::Up => Part::Direction {
+                link: l,
+                toward: upper,
+            },
+            Direction::Down => Part::Direction {
+                link: l,
+                toward: lower,
+            },
+        })
+    }
+
+    /// Sets truth `t`'s twins, the components on exactly the routes `part` is on (a
+    /// 2-ToR fabric's spine and both its links): no probe tells a loss or delay on one
+    /// from one on another. Whether anything observes `part` at all decides whether `t`
+    /// is required.
+    fn twins(&self, t: &mut rocemesh_sim::score::Truth, part: Part) {
+        let twins = Twins::new(&self.fabric, &self.down);
+        t.required &= twins.observed(part);
+        t.equivalent = twins
+            .of(part)
+            .into_iter()
+            .map(|mut c| {
+                let rename = |n: &str| {
+                    self.fabric
+                        .switch_by_name(n)
+                        .map_or_else(|_| n.to_string(), |i| self.names[i as usize].clone())
+                };
+                c.name = match c.kind {
+                    ComponentKind::Switch => rename(&c.name),
+                    ComponentKind::Link => match c.name.split_once('-') {
+                        Some((a, b)) => format!("{}-{}", rename(a), rename(b)),
+                        None => c.name,
+                    },
+                    _ => c.name,
+                };
+                c
+            })
+            .collect();
+    }
+}
+
 /// The analyzer's name of testbed RNIC `name` ("h3r0" → "h3/r0").
 fn rnic_component(t: &Topology, name: &str) -> Result<String> {
     let (h, r) = t
@@ -423,6 +540,8 @@ fn inject_one(
                 link,
             );
             t.direction = link_direction(&topo, link, *direction);
+            let seen = Seen::new(&topo, down)?;
+            seen.twins(&mut t, seen.link(link, *direction)?);
             inj.truth.push(t);
         }
         Planned::LinkFlap { link, period_ms } => {
@@ -445,12 +564,15 @@ fn inject_one(
                 direction,
                 percent: *percent,
             })?;
-            inj.truth.push(truth(
+            let mut t = truth(
                 &format!("{percent} % loss on every port of {switch}"),
                 ProblemKind::SwitchFault,
                 ComponentKind::Switch,
                 switch,
-            ));
+            );
+            let seen = Seen::new(&topo, down)?;
+            seen.twins(&mut t, Part::Switch(seen.switch(switch)?));
+            inj.truth.push(t);
         }
         Planned::SwitchDelay { switch, ms } => {
             every_port(lab, &topo, switch, inj, |link, direction| Fault::Delay {
@@ -458,12 +580,15 @@ fn inject_one(
                 direction,
                 ms: *ms,
             })?;
-            inj.truth.push(truth(
+            let mut t = truth(
                 &format!("{ms} ms delay on every port of {switch}"),
                 ProblemKind::HighLatency,
                 ComponentKind::Switch,
                 switch,
-            ));
+            );
+            let seen = Seen::new(&topo, down)?;
+            seen.twins(&mut t, Part::Switch(seen.switch(switch)?));
+            inj.truth.push(t);
         }
         Planned::FlowDrop { ack_path, position } => {
             let (f, mut t) = flow_drop(lab, &topo, *ack_path, *position, rng)?;
@@ -587,6 +712,57 @@ fn flow_drop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_loss_on_a_two_tor_fabric_lists_the_components_no_probe_tells_apart() {
+        let names = |spec: &FabricSpec, down: &[&str], part: &dyn Fn(&Seen) -> Part| {
+            let topo = Topology::new(spec);
+            let seen = Seen::new(&topo, down).unwrap();
+            let mut t = truth("", ProblemKind::LinkFault, ComponentKind::Link, "x");
+            seen.twins(&mut t, part(&seen));
+            let mut v: Vec<String> = t.equivalent.iter().map(|c| c.label()).collect();
+            v.sort();
+            (t.required, v)
+        };
+        let spec = |tors, rail_optimized| FabricSpec {
+            tors,
+            spines: 3,
+            rnics_per_host: 2,
+            rail_optimized,
+            ..FabricSpec::default()
+        };
+        let link = |l: &'static str, d| move |s: &Seen| s.link(l, d).unwrap();
+        // Two ToRs: every flow over t1-s2 crosses t0-s2 and s2, and nothing else does.
+        assert_eq!(
+            names(&spec(2, false), &[], &link("t1-s2", Direction::Both)),
+            (true, vec!["link:t0-s2".into(), "switch:s2".into()])
+        );
+        // Into s2 from t1 is what leaves s2 towards t0: the twin link, one direction.
+        assert_eq!(
+            names(&spec(2, false), &[], &link("t1-s2", Direction::Up)),
+            (true, vec!["link:t0-s2".into()])
+        );
+        // A third ToR sets them apart; on rail fabrics the testbed's names come back.
+        assert_eq!(
+            names(&spec(3, false), &[], &link("t1-s2", Direction::Both)).1,
+            Vec::<String>::new()
+        );
+        assert_eq!(
+            names(&spec(2, true), &[], &|s: &Seen| Part::Switch(
+                s.switch("s1").unwrap()
+            )),
+            (true, vec!["link:t0-s1".into(), "link:t1-s1".into()])
+        );
+        // With every host of t1 down, nothing crosses t1-s2: not required.
+        assert!(
+            !names(
+                &spec(3, false),
+                &["h2", "h3"],
+                &link("t1-s2", Direction::Both)
+            )
+            .0
+        );
+    }
 
     #[test]
     fn a_scenario_depends_on_seed_and_index_only() {
