@@ -239,7 +239,9 @@ pub struct DiagnosisConfig {
     #[serde(rename = "host_silent", with = "rocemesh_proto::duration::millis")]
     pub host_silent_ms: u64,
     /// A timeout is judged only once its target host uploaded this long after the probe
-    /// was sent (proof the host was alive); until then it waits.
+    /// was sent (proof the host was alive for the probe's whole life); until then it
+    /// waits. Keep it above the controller's `probe_timeout` plus an upload's transit: a
+    /// host that died after that upload was alive until the probe had timed out.
     #[serde(rename = "liveness_margin", with = "rocemesh_proto::duration::millis")]
     pub liveness_margin_ms: u64,
     /// After an agent restart (new epoch), timeouts towards its host are blamed on the
@@ -316,7 +318,7 @@ impl Default for DiagnosisConfig {
             max_paths: 917_504,
             host_down_after_ms: 15_000,
             host_silent_ms: 10_000,
-            liveness_margin_ms: 1_000,
+            liveness_margin_ms: 700,
             restart_grace_ms: 10_000,
             rnic_timeout_percent: 10,
             rnic_min_probes: 20,
