@@ -291,6 +291,39 @@ fn multi_rnic_rail_optimized_hosts_route_by_source() {
 }
 
 #[test]
+fn a_hosts_own_rnics_talk_through_their_tor_and_job_traffic_stays_local() {
+    if !root_or_skip() {
+        return;
+    }
+    let f = Fixture::up(FabricSpec {
+        prefix: "tbself".into(),
+        rnics_per_host: 2,
+        ..FabricSpec::default()
+    });
+    let (ns, job) = ("tbself-h0", rocemesh_testbed::job::JOB_PORT);
+    // Probe-like traffic from r0 to r1 of the same host leaves on r0 and comes back on
+    // r1 through ToR t0, as between two real RNICs: a fault on either RNIC's link hits it.
+    let (tx, rx) = (
+        f.if_counter(ns, "r0", "tx_packets"),
+        f.if_counter(ns, "r1", "rx_packets"),
+    );
+    assert_eq!(
+        f.deliver("h0r0", 5000, "h0r1", 6000, 20, Duration::ZERO),
+        20
+    );
+    assert_eq!(
+        f.deliver("h0r1", 5000, "h0r0", 6000, 20, Duration::ZERO),
+        20
+    );
+    assert!(f.if_counter(ns, "r0", "tx_packets") - tx >= 20);
+    assert!(f.if_counter(ns, "r1", "rx_packets") - rx >= 20);
+    // A training job's traffic between them stays in the host (NVLink's place).
+    let tx = f.if_counter(ns, "r0", "tx_packets");
+    assert_eq!(f.deliver("h0r0", job, "h0r1", job, 20, Duration::ZERO), 20);
+    assert!(f.if_counter(ns, "r0", "tx_packets") - tx < 20);
+}
+
+#[test]
 fn management_network_reaches_the_root_namespace_and_is_removed() {
     if !root_or_skip() {
         return;
