@@ -388,8 +388,12 @@ fn mac_of(ip: Ipv4Addr) -> String {
     format!("02:00:{a:02x}:{b:02x}:{c:02x}:{d:02x}")
 }
 
-/// Preference of the local table's rule in a host namespace, moved down from 0 so the
-/// rules sending traffic between the host's own RNICs out through the fabric come first.
+/// Preferences of a host's rules, before the local table's (moved down from 0): traffic to
+/// a local address on the job's port first stays local, then traffic between the host's
+/// own RNICs goes out through the fabric. Rules sharing a preference apply in the order
+/// they were added; a lookup that finds no route falls through to the next rule.
+const JOB_RULE_PREF: u32 = 100;
+const OWN_RNIC_RULE_PREF: u32 = 200;
 const LOCAL_RULE_PREF: u32 = 500;
 
 /// Policy rules of a host. Traffic from an RNIC's address uses its own table. Traffic from
@@ -402,24 +406,18 @@ fn host_rules(h: &Host) -> Vec<String> {
         format!("rule add pref {LOCAL_RULE_PREF} lookup local"),
         "rule del pref 0 lookup local".to_string(),
     ];
-    for (i, from) in h.rnics.iter().enumerate() {
-        for (j, to) in h.rnics.iter().enumerate().filter(|&(j, _)| j != i) {
-            let pair = format!("from {} to {} iif lo", from.ip, to.ip);
-            let pref = 100 + 4 * (i * h.rnics.len() + j);
-            for (k, (proto, end)) in ["tcp", "udp"]
-                .into_iter()
-                .flat_map(|p| [(p, "sport"), (p, "dport")])
-                .enumerate()
-            {
-                lines.push(format!(
-                    "rule add pref {} {pair} ipproto {proto} {end} {JOB_PORT} lookup local",
-                    pref + k
-                ));
-            }
+    for proto in ["tcp", "udp"] {
+        for end in ["sport", "dport"] {
             lines.push(format!(
-                "rule add pref {} {pair} lookup {}",
-                300 + i * h.rnics.len() + j,
-                from.table
+                "rule add pref {JOB_RULE_PREF} iif lo ipproto {proto} {end} {JOB_PORT} lookup local"
+            ));
+        }
+    }
+    for from in &h.rnics {
+        for to in h.rnics.iter().filter(|to| to.ip != from.ip) {
+            lines.push(format!(
+                "rule add pref {OWN_RNIC_RULE_PREF} from {} to {} iif lo lookup {}",
+                from.ip, to.ip, from.table
             ));
         }
     }
@@ -477,8 +475,8 @@ mod tests {
         // Between its own RNICs a host sends through the fabric, the job's port aside, and
         // those rules come before the local table's.
         let at = |line: &str| rules.iter().position(|l| l == line);
-        assert!(at("rule add pref 302 from 198.18.0.3 to 198.18.0.1 iif lo lookup 101").is_some());
-        assert!(at("rule add pref 111 from 198.18.0.3 to 198.18.0.1 iif lo ipproto udp dport 18515 lookup local").is_some());
+        assert!(at("rule add pref 200 from 198.18.0.3 to 198.18.0.1 iif lo lookup 101").is_some());
+        assert!(at("rule add pref 100 iif lo ipproto udp dport 18515 lookup local").is_some());
         // The local table moves: added at its new place before its old rule goes.
         assert!(
             at("rule add pref 500 lookup local").unwrap()

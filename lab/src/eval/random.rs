@@ -487,8 +487,9 @@ pub fn inject(lab: &mut Lab, d: &Drawn) -> Result<Injected> {
             _ => None,
         })
         .collect();
+    let seen = Seen::new(lab.fabric.topology(), &down)?;
     for f in &d.faults {
-        inject_one(lab, f, (&mut rng, &down), &mut inj)?;
+        inject_one(lab, f, (&mut rng, &down, &seen), &mut inj)?;
     }
     Ok(inj)
 }
@@ -499,11 +500,12 @@ fn apply(lab: &Lab, f: &Fault, inj: &mut Injected) -> Result<()> {
     Ok(())
 }
 
-/// Injects `p`; `down` are the hosts the scenario takes down.
+/// Injects `p`; `down` are the hosts the scenario takes down, `seen` what the probes
+/// between the others can tell apart.
 fn inject_one(
     lab: &mut Lab,
     p: &Planned,
-    (rng, down): (&mut Rng, &[&str]),
+    (rng, down, seen): (&mut Rng, &[&str], &Seen),
     inj: &mut Injected,
 ) -> Result<()> {
     let topo = lab.fabric.topology().clone();
@@ -540,7 +542,6 @@ fn inject_one(
                 link,
             );
             t.direction = link_direction(&topo, link, *direction);
-            let seen = Seen::new(&topo, down)?;
             seen.twins(&mut t, seen.link(link, *direction)?);
             inj.truth.push(t);
         }
@@ -570,7 +571,6 @@ fn inject_one(
                 ComponentKind::Switch,
                 switch,
             );
-            let seen = Seen::new(&topo, down)?;
             seen.twins(&mut t, Part::Switch(seen.switch(switch)?));
             inj.truth.push(t);
         }
@@ -586,7 +586,6 @@ fn inject_one(
                 ComponentKind::Switch,
                 switch,
             );
-            let seen = Seen::new(&topo, down)?;
             seen.twins(&mut t, Part::Switch(seen.switch(switch)?));
             inj.truth.push(t);
         }
