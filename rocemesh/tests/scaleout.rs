@@ -33,7 +33,29 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts `rocemesh <role>` on a fresh port with scale-out on; returns it and its URL.
+/// Prints every process log of the test's directory when the test fails: what each
+/// analyzer's scope was and when it found or resolved a problem.
+struct LogsOnFailure(std::path::PathBuf);
+
+impl Drop for LogsOnFailure {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            return;
+        }
+        let Ok(dir) = std::fs::read_dir(&self.0) else {
+            return;
+        };
+        for path in dir.filter_map(Result::ok).map(|e| e.path()) {
+            if path.extension().is_some_and(|x| x == "log") {
+                let text = std::fs::read_to_string(&path).unwrap_or_default();
+                eprintln!("===== {} =====\n{text}", path.display());
+            }
+        }
+    }
+}
+
+/// Starts `rocemesh <role>` on a fresh port with scale-out on, logging scope changes and
+/// problems to `<role>-<port>.log` in `dir`; returns it and its URL.
 fn start(role: &str, dir: &std::path::Path, db: &str, map: &std::path::Path) -> (Proc, String) {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
@@ -50,8 +72,13 @@ fn start(role: &str, dir: &std::path::Path, db: &str, map: &std::path::Path) -> 
     );
     let path = dir.join(format!("{role}-{port}.toml"));
     std::fs::write(&path, config).expect("write config");
+    let log = std::fs::File::create(dir.join(format!("{role}-{port}.log"))).expect("log file");
     let mut cmd = bin();
-    cmd.arg(role).arg("--config").arg(&path);
+    cmd.env("RUST_LOG", "warn,rocemesh_analyzer=info")
+        .stderr(log)
+        .arg(role)
+        .arg("--config")
+        .arg(&path);
     let (p, _) = spawn_listening(cmd);
     (p, url)
 }
@@ -120,6 +147,7 @@ async fn two_analyzers_two_controllers_one_fault_reported_once_across_a_failover
     };
     let sim = Sim::new(SimConfig::new(shape, 5)).unwrap();
     let dir = scratch_dir("scaleout");
+    let _logs = LogsOnFailure(dir.clone());
     let map = dir.join("map.toml");
     std::fs::write(&map, sim.fabric_map_toml().unwrap()).unwrap();
 

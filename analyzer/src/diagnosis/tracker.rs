@@ -57,7 +57,8 @@ impl Tracker {
     }
 
     /// Takes over problems stored active before a restart or by another instance. Their
-    /// resolution clock starts `hold_ms` after `now_ms`: the evidence that kept them active
+    /// resolution clock starts `hold_ms` after `now_ms` at the earliest (a finding before
+    /// then does not restart it sooner): the evidence that kept them active
     /// is missing, not gone, until the agents' uploads and traces have come in again
     /// (right after a restart every path is untraced, and tomography will not guess).
     pub(crate) fn restore(&mut self, problems: Vec<Problem>, now_ms: i64, hold_ms: i64) {
@@ -78,8 +79,9 @@ impl Tracker {
     /// Scale-out: forgets the active problems outside this instance's scope (another
     /// instance tracks them now; they stay active in the database) and takes over the
     /// `stored` active ones inside it that it does not track yet. A taken-over problem is
-    /// not resolved for `hold_ms` plus the usual resolution time ([`Self::restore`]): the
-    /// agents of the dead instance's shards need that long to move here.
+    /// not resolved for `hold_ms` plus the usual resolution time ([`Self::restore`]), even
+    /// when found meanwhile: the agents of the dead instance's shards need that long to
+    /// move here and have their paths traced again.
     pub(crate) fn rescope(
         &mut self,
         keep: impl Fn(&Problem) -> bool,
@@ -138,7 +140,9 @@ impl Tracker {
                 p.confidence = c.confidence;
                 p.evidence = c.evidence;
                 p.last_seen_ms = now_ms;
-                t.evidence_ms = now_ms;
+                // A restored problem's hold stands: one early finding, while the agents
+                // are still moving here, does not end it.
+                t.evidence_ms = t.evidence_ms.max(now_ms);
                 if (c.confidence - t.saved_confidence).abs() >= CONFIDENCE_STEP
                     || now_ms - t.saved_at_ms >= REWRITE_EVERY_MS
                 {
@@ -303,6 +307,29 @@ mod tests {
         assert!(t2.unsaved().is_empty());
         t2.update(114_000, vec![]);
         assert_eq!(t2.problems(ProblemState::Resolved)[0].id, 3);
+    }
+
+    /// A shard takeover seen in the scale-out test: the survivor found the taken-over
+    /// link once right after the takeover, then not again until its agents had moved
+    /// and its paths settled; that finding must not cut the hold short, or the problem
+    /// resolves and is filed again.
+    #[test]
+    fn a_finding_does_not_cut_a_restored_problems_hold_short() {
+        let mut t = Tracker::new(10_000);
+        t.update(1_000, vec![cand(ProblemKind::LinkFault, "t3-s1", 0.9)]);
+        let mut stored = t.problems(ProblemState::Active);
+        stored[0].id = 1;
+        let mut survivor = Tracker::new(10_000);
+        survivor.rescope(|_| true, stored, 100_000, 15_000);
+        survivor.update(101_000, vec![cand(ProblemKind::LinkFault, "t3-s1", 0.9)]);
+        for now in (102_000..125_000).step_by(1_000) {
+            survivor.update(now, vec![]);
+            let active = survivor.problems(ProblemState::Active);
+            assert_eq!(active.len(), 1, "held at {now}");
+            assert_eq!(active[0].id, 1);
+        }
+        survivor.update(125_000, vec![]);
+        assert_eq!(survivor.problems(ProblemState::Resolved)[0].id, 1);
     }
 
     #[test]

@@ -102,7 +102,11 @@ impl Shards {
             analyzer.diagnosis().persist(db, now_ms).await?;
             let map = ShardMap::new(&analyzer.registry(), new.count);
             let stored = db.problems().load_active().await?;
-            let hold = analyzer.cfg.diagnosis.host_down_after_ms as i64;
+            // A taken-over problem's evidence returns once the agents have moved here
+            // (they may take `host_down_after`) and their paths are traced again
+            // (`paths_settle`): it is not resolved for lack of evidence before that.
+            let d = &analyzer.cfg.diagnosis;
+            let hold = (d.host_down_after_ms + d.paths_settle_ms) as i64;
             analyzer
                 .diagnosis()
                 .rescope(|p| new.keeps_problem(&map, p), stored, now_ms, hold);
