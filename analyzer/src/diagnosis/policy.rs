@@ -69,6 +69,13 @@ pub(crate) fn restore_hold_ms(kind: ProblemKind, c: &DiagnosisConfig) -> i64 {
     hold as i64
 }
 
+/// How long after a shard takeover a taken-over problem is not resolved for lack of
+/// evidence: its evidence returns once the dead instance's agents have moved here (they
+/// may take `host_down_after`) and their paths are traced again (`paths_settle`).
+pub(crate) fn takeover_hold_ms(c: &DiagnosisConfig) -> i64 {
+    (c.host_down_after_ms + c.paths_settle_ms) as i64
+}
+
 /// True when a problem whose latest evidence was at `evidence_ms` is resolved at `now_ms`.
 pub(crate) fn resolved(now_ms: i64, evidence_ms: i64, resolve_after_ms: i64) -> bool {
     now_ms - evidence_ms >= resolve_after_ms

@@ -14,7 +14,7 @@ pub(crate) mod summary;
 
 pub(crate) use rocemesh_store::coord::ScaleoutConfig;
 
-use crate::diagnosis::Shared;
+use crate::diagnosis::{Shared, policy};
 use crate::{Analyzer, read, write};
 use rocemesh_store::Db;
 use rocemesh_store::coord::{self, ANALYZER_ROLE};
@@ -102,11 +102,7 @@ impl Shards {
             analyzer.diagnosis().persist(db, now_ms).await?;
             let map = ShardMap::new(&analyzer.registry(), new.count);
             let stored = db.problems().load_active().await?;
-            // A taken-over problem's evidence returns once the agents have moved here
-            // (they may take `host_down_after`) and their paths are traced again
-            // (`paths_settle`): it is not resolved for lack of evidence before that.
-            let d = &analyzer.cfg.diagnosis;
-            let hold = (d.host_down_after_ms + d.paths_settle_ms) as i64;
+            let hold = policy::takeover_hold_ms(&analyzer.cfg.diagnosis);
             analyzer
                 .diagnosis()
                 .rescope(|p| new.keeps_problem(&map, p), stored, now_ms, hold);
