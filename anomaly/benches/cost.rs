@@ -1,14 +1,44 @@
 //! Cost per short window for 10,000 RNIC pairs: feature extraction, LOF
 //! against a 10-window look-back, the log-normal sufficient-statistics update,
-//! and the long-window z-test. Prints a table; runs in a few seconds.
+//! and the long-window z-test; then the heap a pair's [`LatencyMonitor`] holds
+//! once its look-back is full and scored, against the look-back's own bytes.
+//! Prints a table; runs in a few seconds.
 
-use std::{hint::black_box, time::Instant};
+use std::{
+    alloc::{GlobalAlloc, Layout, System},
+    hint::black_box,
+    sync::atomic::{AtomicIsize, Ordering},
+    time::Instant,
+};
 
 use rand::{SeedableRng, rngs::StdRng};
 use rocemesh_anomaly::{
-    LogSummary, LongTermConfig, LongTermDetector, PairKind, PairSpec, ShortTermConfig,
-    ShortTermDetector, WindowFeatures,
+    LatencyMonitor, LogSummary, LongTermConfig, LongTermDetector, MonitorConfig, PairKind,
+    PairSpec, Scratch, ShortTermConfig, ShortTermDetector, WindowFeatures, lof::Point,
 };
+
+/// The system allocator, counting the bytes live on the heap.
+struct Counting;
+
+static LIVE: AtomicIsize = AtomicIsize::new(0);
+
+// SAFETY: every call is forwarded to `System` unchanged; only a counter is added.
+unsafe impl GlobalAlloc for Counting {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is `System`'s.
+        unsafe { System.alloc(layout) }
+    }
+
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
+        // SAFETY: the caller's contract is `System`'s.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+}
+
+#[global_allocator]
+static ALLOC: Counting = Counting;
 
 const PAIRS: usize = 10_000;
 const SAMPLES: usize = 60;
@@ -50,9 +80,10 @@ fn main() {
     let mut detectors: Vec<ShortTermDetector> = (0..PAIRS)
         .map(|_| ShortTermDetector::new(ShortTermConfig::default()).expect("default config"))
         .collect();
+    let mut shared = Scratch::default();
     for round in &features[..10] {
         for (d, f) in detectors.iter_mut().zip(round) {
-            d.observe(f).expect("valid features");
+            d.observe(f, &mut shared).expect("valid features");
         }
     }
 
@@ -69,7 +100,9 @@ fn main() {
     let mut alarms = 0usize;
     for round in &features[10..] {
         for (d, f) in detectors.iter_mut().zip(round) {
-            let v = d.observe(black_box(f)).expect("valid features");
+            let v = d
+                .observe(black_box(f), &mut shared)
+                .expect("valid features");
             alarms += usize::from(v.is_some_and(|v| v.anomaly));
         }
     }
@@ -101,6 +134,9 @@ fn main() {
     }
     rows.push(("z-test + refit (per long window)".into(), t.elapsed()));
 
+    let per_pair = monitor_heap_per_pair(&windows);
+    let lookback = ShortTermConfig::default().lookback * size_of::<Point>();
+
     println!(
         "{PAIRS} RNIC pairs, {ROUNDS} windows each (LOF alarms on stable/bursty pairs: {alarms})"
     );
@@ -109,10 +145,34 @@ fn main() {
         "stage", "ns per pair", "ms per 10k pairs"
     );
     for (name, elapsed) in rows {
-        let per_pair = elapsed.as_nanos() as f64 / (PAIRS * ROUNDS) as f64;
+        let per_window = elapsed.as_nanos() as f64 / (PAIRS * ROUNDS) as f64;
         println!(
-            "{name:<38} {per_pair:>14.0} {:>18.2}",
-            per_pair * PAIRS as f64 / 1e6
+            "{name:<38} {per_window:>14.0} {:>18.2}",
+            per_window * PAIRS as f64 / 1e6
         );
     }
+    println!(
+        "heap per pair, LatencyMonitor with a full, scored look-back: {per_pair:.0} B \
+         (the look-back's features alone: {lookback} B, {:.2}x)",
+        per_pair / lookback as f64
+    );
+}
+
+/// Heap bytes each of `PAIRS` monitors holds after every round of `windows`, all
+/// scored with one shared [`Scratch`] (as the analyzer scores its pairs).
+fn monitor_heap_per_pair(windows: &[Vec<Vec<f64>>]) -> f64 {
+    let mut scratch = Scratch::default();
+    let before = LIVE.load(Ordering::Relaxed);
+    let mut monitors: Vec<LatencyMonitor> = (0..PAIRS)
+        .map(|_| LatencyMonitor::new(&MonitorConfig::default()).expect("default config"))
+        .collect();
+    for round in windows {
+        for (m, w) in monitors.iter_mut().zip(round) {
+            m.observe_window(w, &mut scratch).expect("valid window");
+        }
+    }
+    drop(scratch);
+    let after = LIVE.load(Ordering::Relaxed);
+    black_box(&monitors);
+    (after - before) as f64 / PAIRS as f64
 }

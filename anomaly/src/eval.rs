@@ -18,6 +18,7 @@ use crate::{
     Error,
     long_term::LongTermVerdict,
     monitor::{LatencyMonitor, MonitorConfig},
+    scratch::Scratch,
     short_term::ShortTermVerdict,
     synth::{Fault, PairKind, PairSpec},
 };
@@ -194,7 +195,7 @@ pub fn run_pair(spec: &PairSpec, config: &SuiteConfig) -> Result<PairRun, Error>
     config.validate()?;
     let mut monitor = LatencyMonitor::new(&config.monitor)?;
     let mut generator = spec.generator(config.samples_per_window);
-    let (mut samples, mut scratch) = (Vec::new(), Vec::new());
+    let (mut samples, mut scratch) = (Vec::new(), Scratch::default());
     let mut verdicts = Vec::with_capacity(config.windows);
     for _ in 0..config.windows {
         let w = generator.next_window(&mut samples);

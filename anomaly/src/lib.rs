@@ -16,6 +16,7 @@ pub mod lof;
 pub mod log_summary;
 pub mod long_term;
 pub mod monitor;
+mod scratch;
 pub mod short_term;
 pub mod synth;
 
@@ -27,5 +28,6 @@ pub use features::{FEATURE_DIM, FEATURE_NAMES, SampleTally, WindowFeatures};
 pub use log_summary::LogSummary;
 pub use long_term::{LogNormalFit, LongTermConfig, LongTermDetector, LongTermVerdict, ZTest};
 pub use monitor::{LatencyMonitor, MonitorConfig, WindowReport};
+pub use scratch::Scratch;
 pub use short_term::{ShortTermConfig, ShortTermDetector, ShortTermVerdict};
 pub use synth::{Burst, Fault, PairKind, PairSpec};

@@ -8,6 +8,7 @@ use crate::{
     features::{SampleTally, WindowFeatures},
     log_summary::LogSummary,
     long_term::{LongTermConfig, LongTermDetector, LongTermVerdict},
+    scratch::Scratch,
     short_term::{ShortTermConfig, ShortTermDetector, ShortTermVerdict},
 };
 
@@ -31,7 +32,7 @@ pub struct WindowReport {
     pub short_term: Option<ShortTermVerdict>,
 }
 
-/// Latency anomaly state of one RNIC pair (~1 KiB with the default look-back).
+/// Latency anomaly state of one RNIC pair (~0.8 KiB with the default look-back).
 #[derive(Debug, Clone)]
 pub struct LatencyMonitor {
     short_term: ShortTermDetector,
@@ -50,18 +51,18 @@ impl LatencyMonitor {
     }
 
     /// Feeds one short window of RTT samples (ns): adds them to the open long
-    /// window and scores the window's features with LOF. `scratch` may be
-    /// shared by all pairs. An empty (or all-invalid) window is
+    /// window and scores the window's features with LOF. One `scratch` serves
+    /// every pair. An empty (or all-invalid) window is
     /// [`Error::EmptyWindow`]; its invalid samples are still counted in the
     /// long window's `rejected`.
     pub fn observe_window(
         &mut self,
         rtt_ns: &[f64],
-        scratch: &mut Vec<f64>,
+        scratch: &mut Scratch,
     ) -> Result<WindowReport, Error> {
         self.long_window.extend(rtt_ns);
-        let (features, tally) = WindowFeatures::from_samples(rtt_ns, scratch)?;
-        let short_term = self.short_term.observe(&features)?;
+        let (features, tally) = WindowFeatures::from_samples(rtt_ns, &mut scratch.samples)?;
+        let short_term = self.short_term.observe(&features, scratch)?;
         Ok(WindowReport {
             features,
             tally,

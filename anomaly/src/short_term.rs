@@ -31,7 +31,8 @@ use serde::{Deserialize, Serialize};
 use crate::{
     Error,
     features::{FEATURE_DIM, WindowFeatures},
-    lof::{LofScratch, Point, lof},
+    lof::{Point, lof},
+    scratch::Scratch,
 };
 
 /// Knobs of the short-term detector.
@@ -124,14 +125,12 @@ pub struct ShortTermVerdict {
 }
 
 /// Short-term state of one RNIC pair: a bounded ring of the last `lookback`
-/// windows' log features (56 bytes each) plus reusable LOF buffers.
+/// windows' log features (56 bytes each). Scoring borrows its buffers from a
+/// [`Scratch`] shared by all pairs.
 #[derive(Debug, Clone)]
 pub struct ShortTermDetector {
     config: ShortTermConfig,
     history: VecDeque<Point>,
-    scaled: Vec<Point>,
-    medians: Vec<f64>,
-    scratch: LofScratch,
 }
 
 const P25: usize = 0;
@@ -145,9 +144,6 @@ impl ShortTermDetector {
         Ok(Self {
             config,
             history: VecDeque::with_capacity(config.lookback),
-            scaled: Vec::with_capacity(config.lookback),
-            medians: Vec::with_capacity(config.lookback),
-            scratch: LofScratch::default(),
         })
     }
 
@@ -163,7 +159,11 @@ impl ShortTermDetector {
 
     /// Scores `window` against the look-back without recording it.
     /// [`Error::NotEnoughHistory`] until `min_history` windows were observed.
-    pub fn score(&mut self, window: &WindowFeatures) -> Result<ShortTermVerdict, Error> {
+    pub fn score(
+        &self,
+        window: &WindowFeatures,
+        scratch: &mut Scratch,
+    ) -> Result<ShortTermVerdict, Error> {
         window.validate()?;
         if self.history.len() < self.config.min_history {
             return Err(Error::NotEnoughHistory {
@@ -175,18 +175,19 @@ impl ShortTermDetector {
         let (mean, scale) = self.standardization();
         let standardize =
             |p: &Point| -> Point { std::array::from_fn(|d| (p[d] - mean[d]) / scale[d]) };
-        self.scaled.clear();
-        self.scaled.extend(self.history.iter().map(standardize));
-        let lof = lof(
-            &self.scaled,
-            &standardize(&query),
-            self.config.k,
-            &mut self.scratch,
-        );
-        self.medians.clear();
-        self.medians.extend(self.history.iter().map(|p| p[P50]));
-        let mid = self.medians.len() / 2;
-        let (_, median, _) = self.medians.select_nth_unstable_by(mid, f64::total_cmp);
+        let Scratch {
+            scaled,
+            medians,
+            lof: lof_scratch,
+            ..
+        } = scratch;
+        scaled.clear();
+        scaled.extend(self.history.iter().map(standardize));
+        let lof = lof(scaled, &standardize(&query), self.config.k, lof_scratch);
+        medians.clear();
+        medians.extend(self.history.iter().map(|p| p[P50]));
+        let mid = medians.len() / 2;
+        let (_, median, _) = medians.select_nth_unstable_by(mid, f64::total_cmp);
         let shift = (query[P50] - *median).exp() - 1.0;
         let novelty = self
             .history
@@ -213,8 +214,12 @@ impl ShortTermDetector {
     /// window is an error and is not recorded. Anomalous windows are recorded
     /// too: a lasting shift becomes the short-term norm after one look-back
     /// (the long-term detector keeps reporting it).
-    pub fn observe(&mut self, window: &WindowFeatures) -> Result<Option<ShortTermVerdict>, Error> {
-        let verdict = match self.score(window) {
+    pub fn observe(
+        &mut self,
+        window: &WindowFeatures,
+        scratch: &mut Scratch,
+    ) -> Result<Option<ShortTermVerdict>, Error> {
+        let verdict = match self.score(window, scratch) {
             Ok(v) => Some(v),
             Err(Error::NotEnoughHistory { .. }) => None,
             Err(e) => return Err(e),
@@ -273,7 +278,8 @@ mod tests {
         for i in 0..config.lookback {
             let wobble = 1.0 + 0.01 * ((i * 7 % 5) as f64 - 2.0);
             assert_eq!(
-                det.observe(&window(20_000.0 * wobble, 1_000.0)).unwrap(),
+                det.observe(&window(20_000.0 * wobble, 1_000.0), &mut Scratch::default())
+                    .unwrap(),
                 None
             );
         }
@@ -283,7 +289,10 @@ mod tests {
     #[test]
     fn warm_up_returns_none_then_scores() {
         let mut det = warmed(ShortTermConfig::default());
-        let v = det.observe(&window(20_100.0, 1_000.0)).unwrap().unwrap();
+        let v = det
+            .observe(&window(20_100.0, 1_000.0), &mut Scratch::default())
+            .unwrap()
+            .unwrap();
         assert!(!v.anomaly, "{v:?}");
         assert_eq!(det.history_len(), 10);
     }
@@ -291,10 +300,16 @@ mod tests {
     #[test]
     fn step_fires_and_then_becomes_the_norm() {
         let mut det = warmed(ShortTermConfig::default());
-        let v = det.observe(&window(40_000.0, 2_000.0)).unwrap().unwrap();
+        let v = det
+            .observe(&window(40_000.0, 2_000.0), &mut Scratch::default())
+            .unwrap()
+            .unwrap();
         assert!(v.anomaly && v.lof > 3.0 && v.shift > 0.8, "{v:?}");
         // The same level again is no longer above every look-back window.
-        let v = det.observe(&window(40_000.0, 2_000.0)).unwrap().unwrap();
+        let v = det
+            .observe(&window(40_000.0, 2_000.0), &mut Scratch::default())
+            .unwrap()
+            .unwrap();
         assert!(!v.anomaly, "{v:?}");
     }
 
@@ -308,7 +323,7 @@ mod tests {
             } else {
                 window(20_000.0, 1_000.0)
             };
-            if let Some(v) = det.observe(&w).unwrap() {
+            if let Some(v) = det.observe(&w, &mut Scratch::default()).unwrap() {
                 assert!(!v.anomaly, "window {i}: {v:?}");
             }
         }
@@ -324,20 +339,57 @@ mod tests {
             } else {
                 window(20_000.0, 1_000.0)
             };
-            det.observe(&w).unwrap();
+            det.observe(&w, &mut Scratch::default()).unwrap();
         }
-        let v = det.observe(&window(28_000.0, 1_400.0)).unwrap().unwrap();
+        let v = det
+            .observe(&window(28_000.0, 1_400.0), &mut Scratch::default())
+            .unwrap()
+            .unwrap();
         assert!(v.anomaly && v.novelty > 0.3, "{v:?}");
     }
 
     #[test]
     fn tail_spike_without_central_shift_does_not_fire() {
-        let mut det = warmed(ShortTermConfig::default());
+        let det = warmed(ShortTermConfig::default());
         let mut w = window(20_000.0, 1_000.0);
         w.max *= 20.0;
         w.std *= 10.0;
-        let v = det.score(&w).unwrap();
+        let v = det.score(&w, &mut Scratch::default()).unwrap();
         assert!(v.lof > 1.5 && !v.anomaly, "{v:?}");
+    }
+
+    #[test]
+    fn one_scratch_shared_by_many_pairs_scores_as_fresh_buffers_do() {
+        // Pairs of different look-backs scored in turn through one scratch: what a
+        // pair left in it must never reach the next pair's verdict.
+        let pairs: Vec<ShortTermDetector> = (0..6)
+            .map(|p| {
+                let mut det = ShortTermDetector::new(ShortTermConfig::default()).unwrap();
+                for i in 0..10 + p {
+                    let level = 10_000.0 * (1.0 + p as f64) * (1.0 + 0.02 * (i % 4) as f64);
+                    det.observe(
+                        &window(level, 400.0 * (1 + i % 3) as f64),
+                        &mut Scratch::default(),
+                    )
+                    .unwrap();
+                }
+                det
+            })
+            .collect();
+        let mut shared = Scratch::default();
+        for round in 0..3 {
+            for (p, det) in pairs.iter().enumerate() {
+                let w = window(
+                    10_000.0 * (1.0 + p as f64) * (1.0 + 0.4 * round as f64),
+                    500.0,
+                );
+                assert_eq!(
+                    det.score(&w, &mut shared).unwrap(),
+                    det.score(&w, &mut Scratch::default()).unwrap(),
+                    "pair {p}, round {round}"
+                );
+            }
+        }
     }
 
     #[test]
@@ -369,13 +421,13 @@ mod tests {
 
         let mut det = ShortTermDetector::new(ShortTermConfig::default()).unwrap();
         assert_eq!(
-            det.score(&window(20_000.0, 1_000.0)),
+            det.score(&window(20_000.0, 1_000.0), &mut Scratch::default()),
             Err(Error::NotEnoughHistory { have: 0, need: 10 })
         );
         let mut bad = window(20_000.0, 1_000.0);
         bad.mean = f64::INFINITY;
         assert!(matches!(
-            det.observe(&bad),
+            det.observe(&bad, &mut Scratch::default()),
             Err(Error::InvalidFeature { name: "mean", .. })
         ));
         assert_eq!(
@@ -388,12 +440,12 @@ mod tests {
     #[test]
     fn rise_of_upper_quartiles_only_is_not_material() {
         // A congestion episode: the upper half moves, min and p25 stay.
-        let mut det = warmed(ShortTermConfig::default());
+        let det = warmed(ShortTermConfig::default());
         let mut w = window(20_000.0, 1_000.0);
         w.p50 *= 1.6;
         w.p75 *= 1.8;
         w.mean *= 1.3;
-        let v = det.score(&w).unwrap();
+        let v = det.score(&w, &mut Scratch::default()).unwrap();
         assert!(
             v.lof > 1.5 && v.shift > 0.4 && v.novelty < 0.05 && !v.anomaly,
             "{v:?}"
@@ -401,7 +453,7 @@ mod tests {
         // The whole distribution moves: a step.
         w.p25 *= 1.5;
         w.min *= 1.5;
-        let v = det.score(&w).unwrap();
+        let v = det.score(&w, &mut Scratch::default()).unwrap();
         assert!(v.anomaly && v.novelty > 0.4, "{v:?}");
     }
 
@@ -409,11 +461,16 @@ mod tests {
     fn identical_lookback_is_finite() {
         let mut det = ShortTermDetector::new(ShortTermConfig::default()).unwrap();
         for _ in 0..10 {
-            det.observe(&window(20_000.0, 0.0)).unwrap();
+            det.observe(&window(20_000.0, 0.0), &mut Scratch::default())
+                .unwrap();
         }
-        let same = det.score(&window(20_000.0, 0.0)).unwrap();
+        let same = det
+            .score(&window(20_000.0, 0.0), &mut Scratch::default())
+            .unwrap();
         assert!(same.lof.is_finite() && !same.anomaly, "{same:?}");
-        let up = det.score(&window(30_000.0, 0.0)).unwrap();
+        let up = det
+            .score(&window(30_000.0, 0.0), &mut Scratch::default())
+            .unwrap();
         assert!(up.lof.is_finite() && up.anomaly, "{up:?}");
     }
 }

@@ -3,8 +3,8 @@
 
 use rand::{SeedableRng, rngs::StdRng};
 use rocemesh_anomaly::{
-    Error, LatencyMonitor, MonitorConfig, PairKind, PairSpec, ShortTermConfig, SuiteConfig,
-    run_pair, run_suite,
+    Error, LatencyMonitor, MonitorConfig, PairKind, PairSpec, Scratch, ShortTermConfig,
+    SuiteConfig, run_pair, run_suite,
     synth::{Burst, Fault},
 };
 
@@ -160,7 +160,7 @@ fn mixed_suite_reaches_precision_and_recall_of_0_95() {
 #[test]
 fn bad_input_is_an_error_never_a_panic() {
     let mut m = LatencyMonitor::new(&MonitorConfig::default()).unwrap();
-    let mut scratch = Vec::new();
+    let mut scratch = Scratch::default();
     assert_eq!(
         m.observe_window(&[], &mut scratch).unwrap_err(),
         Error::EmptyWindow { rejected: 0 }

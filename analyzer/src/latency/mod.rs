@@ -29,7 +29,7 @@ pub(crate) use alarm::{PairKey, Verdicts};
 
 use crate::config::LatencyConfig;
 use pair::{Judge, PairState};
-use rocemesh_anomaly::LatencyMonitor;
+use rocemesh_anomaly::{LatencyMonitor, Scratch};
 use rocemesh_proto::{ProbeResult, ProbeStatus};
 use serde::{Deserialize, Serialize};
 use std::collections::HashMap;
@@ -97,7 +97,7 @@ pub(crate) struct PairLatency {
     verdicts: Arc<Verdicts>,
     stats: LatencyStats,
     samples: Vec<f64>,
-    scratch: Vec<f64>,
+    scratch: Scratch,
 }
 
 impl PairLatency {
@@ -125,7 +125,7 @@ impl PairLatency {
             verdicts: Arc::new(Verdicts::default()),
             stats: LatencyStats::default(),
             samples: Vec::new(),
-            scratch: Vec::new(),
+            scratch: Scratch::default(),
         })
     }
 

@@ -3,7 +3,9 @@
 
 use super::LatencyStats;
 use super::alarm::PairAlarm;
-use rocemesh_anomaly::{LatencyMonitor, LongTermVerdict, ShortTermVerdict, WindowFeatures, ZTest};
+use rocemesh_anomaly::{
+    LatencyMonitor, LongTermVerdict, Scratch, ShortTermVerdict, WindowFeatures, ZTest,
+};
 use std::collections::VecDeque;
 
 /// Settings and reusable buffers shared by every pair during one close.
@@ -24,8 +26,8 @@ pub(super) struct Judge<'a> {
     pub stats: &'a mut LatencyStats,
     /// The window's samples as f64.
     pub samples: Vec<f64>,
-    /// Feature extraction scratch.
-    pub scratch: Vec<f64>,
+    /// Scoring buffers, shared by every pair.
+    pub scratch: Scratch,
 }
 
 /// Which long window a pair accumulates.
@@ -40,7 +42,7 @@ enum Long {
     Idle,
 }
 
-/// Latency state of one RNIC pair (~1 KiB of detector state plus open samples).
+/// Latency state of one RNIC pair (~0.9 KiB of detector state plus open samples).
 #[derive(Debug, Clone)]
 pub(super) struct PairState {
     monitor: LatencyMonitor,
