@@ -1,7 +1,8 @@
 //! Cost per short window for 10,000 RNIC pairs: feature extraction, LOF
 //! against a 10-window look-back, the log-normal sufficient-statistics update,
 //! and the long-window z-test; then the heap a pair's [`LatencyMonitor`] holds
-//! once its look-back is full and scored, against the look-back's own bytes.
+//! once its look-back is full and scored, against that look-back's features as
+//! `f64` points (what scoring reads).
 //! Prints a table; runs in a few seconds.
 
 use std::{
@@ -153,7 +154,7 @@ fn main() {
     }
     println!(
         "heap per pair, LatencyMonitor with a full, scored look-back: {per_pair:.0} B \
-         (the look-back's features alone: {lookback} B, {:.2}x)",
+         (its look-back's features as f64 points: {lookback} B, {:.2}x)",
         per_pair / lookback as f64
     );
 }

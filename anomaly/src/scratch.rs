@@ -1,7 +1,7 @@
 //! Buffers that scoring a window needs only while it runs. One [`Scratch`] serves
 //! every pair, so a pair's state is its look-back and nothing else: kept per pair,
-//! these buffers were larger than the look-back itself (~2 KiB against 560 B with the
-//! default look-back, once a pair had been scored).
+//! these buffers were larger than the look-back itself (~2.6 KB against the look-back's
+//! 560 B once a pair had been scored).
 
 use crate::lof::{LofScratch, Point};
 
@@ -10,6 +10,8 @@ use crate::lof::{LofScratch, Point};
 pub struct Scratch {
     /// Valid samples of the window being summarized, sorted.
     pub(crate) samples: Vec<f64>,
+    /// The look-back being scored, widened to `f64`.
+    pub(crate) lookback: Vec<Point>,
     /// The look-back, standardized.
     pub(crate) scaled: Vec<Point>,
     /// The look-back windows' medians.
