@@ -198,7 +198,7 @@ impl PairLatency {
                 return false;
             }
             if let Some(a) = &pair.alarm {
-                alarms.insert(*key, a.clone());
+                alarms.insert(*key, (**a).clone());
             }
             true
         });

@@ -55,8 +55,9 @@ pub(super) struct PairState {
     expect: usize,
     /// When the pair's latest sample was received, ms since the Unix epoch.
     pub last_seen_ms: i64,
-    /// Its alarm, while its latency is anomalous.
-    pub alarm: Option<PairAlarm>,
+    /// Its alarm, while its latency is anomalous (boxed: ~170 bytes that most of
+    /// `max_pairs` pairs never hold).
+    pub alarm: Option<Box<PairAlarm>>,
 }
 
 impl PairState {
@@ -236,14 +237,14 @@ impl PairState {
                 }
             }
             None => {
-                self.alarm = Some(PairAlarm {
+                self.alarm = Some(Box::new(PairAlarm {
                     since_ms: at_ms,
                     reference_ns: reference,
                     slow_above_ns: slow_above(reference),
                     window,
                     short_term,
                     long_term,
-                });
+                }));
             }
         }
     }
