@@ -159,14 +159,14 @@ fn main() {
     );
 }
 
-/// Heap bytes each of `PAIRS` monitors holds after every round of `windows`, all
-/// scored with one shared [`Scratch`] (as the analyzer scores its pairs).
+/// Heap bytes each of `PAIRS` monitors holds after every round of `windows`, each a
+/// clone of one template and all scored with one shared [`Scratch`], as the analyzer
+/// makes and scores its pairs.
 fn monitor_heap_per_pair(windows: &[Vec<Vec<f64>>]) -> f64 {
     let mut scratch = Scratch::default();
     let before = LIVE.load(Ordering::Relaxed);
-    let mut monitors: Vec<LatencyMonitor> = (0..PAIRS)
-        .map(|_| LatencyMonitor::new(&MonitorConfig::default()).expect("default config"))
-        .collect();
+    let template = LatencyMonitor::new(&MonitorConfig::default()).expect("default config");
+    let mut monitors: Vec<LatencyMonitor> = (0..PAIRS).map(|_| template.clone()).collect();
     for round in windows {
         for (m, w) in monitors.iter_mut().zip(round) {
             m.observe_window(w, &mut scratch).expect("valid window");

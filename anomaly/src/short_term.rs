@@ -147,7 +147,7 @@ impl ShortTermDetector {
         config.validate()?;
         Ok(Self {
             config,
-            history: VecDeque::with_capacity(config.lookback),
+            history: VecDeque::new(),
         })
     }
 
@@ -232,6 +232,11 @@ impl ShortTermDetector {
         };
         if self.history.len() == self.config.lookback {
             self.history.pop_front();
+        } else {
+            // Exactly the look-back: grown by doubling (or a clone of a detector, which
+            // keeps no spare capacity) it would end at 16 slots for 10.
+            self.history
+                .reserve_exact(self.config.lookback - self.history.len());
         }
         self.history.push_back(log_point(window).map(|x| x as f32));
         Ok(verdict)
@@ -394,6 +399,23 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn a_cloned_detector_keeps_exactly_its_look_back() {
+        // The analyzer makes every pair's detector by cloning one template: the
+        // look-back must not end at the doubling growth's 16 slots for 10.
+        let template = ShortTermDetector::new(ShortTermConfig::default()).unwrap();
+        let mut det = template.clone();
+        for i in 0..25 {
+            det.observe(
+                &window(20_000.0 + i as f64, 1_000.0),
+                &mut Scratch::default(),
+            )
+            .unwrap();
+            assert!(det.history.capacity() <= det.config.lookback, "window {i}");
+        }
+        assert_eq!(det.history_len(), det.config.lookback);
     }
 
     #[test]
