@@ -101,6 +101,8 @@ async fn recorded(
          WHERE problem_id IN ({})",
         ids.join(",")
     ))
+    // The text differs with every set of ids: not kept prepared on its connection.
+    .persistent(false)
     .fetch_all(db.pool())
     .await
     .context("reading alerted problems")?;
@@ -136,7 +138,9 @@ async fn episodes(
         "SELECT problem_id, receiver, resolved_ms FROM alert_episodes WHERE problem_id IN ({})",
         ids.join(",")
     );
+    // The text differs with every set of ids: not kept prepared on its connection.
     let rows = sqlx::query(&sql)
+        .persistent(false)
         .fetch_all(db.pool())
         .await
         .context("reading alert episodes")?;

@@ -633,7 +633,8 @@ async fn insert_endpoints(
             "INSERT INTO task_endpoints (task_id, pos, host, rnic, rail, namespace, pod, ready) VALUES {}",
             values.join(", ")
         );
-        let mut q = sqlx::query(&sql);
+        // Only a full chunk's text recurs; a last, shorter one is not kept prepared.
+        let mut q = sqlx::query(&sql).persistent(chunk.len() == ROWS_PER_INSERT);
         for (i, e) in chunk.iter().enumerate() {
             let pos = (chunk_no * ROWS_PER_INSERT + i) as i64;
             q = q

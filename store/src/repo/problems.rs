@@ -233,7 +233,9 @@ impl Problems<'_> {
             "SELECT id, {IMPACT_COLUMNS} FROM problems WHERE id IN ({})",
             ids.join(",")
         );
+        // The text differs with every set of ids: not kept prepared on its connection.
         let rows = sqlx::query(&sql)
+            .persistent(false)
             .fetch_all(self.db.pool())
             .await
             .context("reading problem priorities")?;

@@ -70,7 +70,8 @@ impl Sla<'_> {
                 chunk.len(),
                 "ON CONFLICT (scope, scope_key, period_start_ms) DO NOTHING",
             );
-            let mut q = sqlx::query(&sql);
+            // Only a full chunk's text recurs; a last, shorter one is not kept prepared.
+            let mut q = sqlx::query(&sql).persistent(chunk.len() == INSERT_CHUNK);
             for r in chunk {
                 q = q
                     .bind(r.period_start_ms)
@@ -168,6 +169,9 @@ impl Sla<'_> {
              GROUP BY scope_key",
             ids.join(",")
         ))
+        // The text differs with every set of ids: a cached statement per set would stay
+        // prepared on its connection (tens of KB to MB each, one per task).
+        .persistent(false)
         .bind(from)
         .bind(to)
         .fetch_all(self.db.pool())

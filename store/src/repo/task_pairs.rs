@@ -97,7 +97,8 @@ impl TaskPairs<'_> {
                 chunk.len(),
                 "ON CONFLICT (task_id, period_start_ms, src_rnic, dst_rnic) DO NOTHING",
             );
-            let mut q = sqlx::query(&sql);
+            // Only a full chunk's text recurs; a last, shorter one is not kept prepared.
+            let mut q = sqlx::query(&sql).persistent(chunk.len() == INSERT_CHUNK);
             let int = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
             for r in chunk {
                 q = q
