@@ -32,7 +32,7 @@ pub struct WindowReport {
     pub short_term: Option<ShortTermVerdict>,
 }
 
-/// Latency anomaly state of one RNIC pair (~0.8 KiB with the default look-back).
+/// Latency anomaly state of one RNIC pair (~460 bytes with the default look-back).
 #[derive(Debug, Clone)]
 pub struct LatencyMonitor {
     short_term: ShortTermDetector,

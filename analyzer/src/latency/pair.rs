@@ -42,7 +42,7 @@ enum Long {
     Idle,
 }
 
-/// Latency state of one RNIC pair (~0.9 KiB of detector state plus open samples).
+/// Latency state of one RNIC pair (~600 bytes of detector state plus open samples).
 #[derive(Debug, Clone)]
 pub(super) struct PairState {
     monitor: LatencyMonitor,
