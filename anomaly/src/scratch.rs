@@ -1,7 +1,6 @@
 //! Buffers that scoring a window needs only while it runs. One [`Scratch`] serves
 //! every pair, so a pair's state is its look-back and nothing else: kept per pair,
-//! these buffers were larger than the look-back itself (~2.6 KB against the look-back's
-//! 560 B once a pair had been scored).
+//! these buffers would be ~2.6 KB beside a 280-byte look-back.
 
 use crate::lof::{LofScratch, Point};
 
