@@ -3,7 +3,7 @@
 //! the rest are left for the network, per flow. Judged afresh every tick, as what is
 //! known about the hosts changes; the host tallies also get the processing delays.
 
-use super::{Engine, Fails, Inputs, Tallies};
+use super::{Engine, Failed, Inputs, Tallies};
 use crate::diagnosis::flows::table::FlowKey;
 use rocemesh_proto::{ProbeClass, ProbeStatus};
 
@@ -12,8 +12,8 @@ use rocemesh_proto::{ProbeClass, ProbeStatus};
 const RESTART_SLACK_MS: i64 = 1_000;
 
 impl Engine {
-    /// The tick's host tallies and the timeouts left for the network per flow.
-    pub(super) fn judge(&mut self, inp: &Inputs) -> (Tallies, Fails) {
+    /// The tick's host tallies and the timeouts left for the network.
+    pub(super) fn judge(&mut self, inp: &Inputs) -> (Tallies, Vec<Failed>) {
         let c = &self.cfg;
         let mut hosts = Tallies::default();
         for (r, (n, slow)) in self.window.delays().totals() {
@@ -28,7 +28,7 @@ impl Engine {
             .host_ids()
             .map(|h| (h, self.last_upload(inp, h)))
             .collect();
-        let mut left: Vec<(FlowKey, ProbeClass, bool)> = Vec::new();
+        let mut left: Vec<(FlowKey, ProbeClass, bool, i64)> = Vec::new();
         for r in self.window.timeouts() {
             let send_ms = (r.send_unix_ns / 1_000_000) as i64;
             if send_ms > inp.now_ms {
@@ -87,22 +87,21 @@ impl Engine {
                 sport: r.src_port,
                 dport: r.dst_port,
             };
-            left.push((key, r.class, r.status == ProbeStatus::Ack2Lost));
+            left.push((key, r.class, r.status == ProbeStatus::Ack2Lost, send_ms));
         }
-        let mut fails = Fails::default();
         let flows = self.window.flows_mut();
-        for (key, class, ack2) in left {
-            let Some(i) = flows.intern(key, class) else {
-                continue;
-            };
-            flows.get_mut(i).class = class;
-            let f = fails.entry(i).or_default();
-            if ack2 {
-                f.1 += 1;
-            } else {
-                f.0 += 1;
-            }
-        }
-        (hosts, fails)
+        let failed = left
+            .into_iter()
+            .filter_map(|(key, class, ack2, send_ms)| {
+                let flow = flows.intern(key, class)?;
+                flows.get_mut(flow).class = class;
+                Some(Failed {
+                    flow,
+                    send_ms,
+                    ack2,
+                })
+            })
+            .collect();
+        (hosts, failed)
     }
 }

@@ -3,10 +3,12 @@
 //! link problem names the faulty direction when one direction alone is blamed).
 
 use super::classify::strained;
+use super::memo::RouteMemo;
 use super::observe::{Counted, MIN_SLOW, Observations, observations};
-use super::{BaselineVote, Candidate, Engine, Facts, Inputs, Outcome, rnic_name};
+use super::{BaselineVote, Candidate, Engine, Facts, Failed, Inputs, Outcome, rnic_name, tally};
 use crate::config::DiagnosisConfig;
 use crate::diagnosis::fabric::FabricMap;
+use crate::diagnosis::flows::Window;
 use crate::diagnosis::flows::table::FlowKey;
 use crate::diagnosis::paths::{Element, far_end};
 use crate::diagnosis::policy::{self, Onset};
@@ -14,6 +16,7 @@ use crate::diagnosis::tomography::{
     Finding, ObsSet, Params, alg1_votes, chernoff_score, explain_away, located_suspects,
 };
 use rocemesh_proto::api::{ComponentKind, Evidence, LinkDirection, ProblemKind, SuspectComponent};
+use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 
 /// Background share of slow probes assumed at least.
@@ -58,11 +61,13 @@ impl Engine {
         if inp.now_ms < self.paths_until_ms {
             return;
         }
+        let flows = self.window.flows();
+        let arrivals = |i: u32| f64::from(flows.get(i).ok);
         let Some(obs) = observations(
             inp,
-            self.window.flows(),
+            (flows, &arrivals),
             tick,
-            counted,
+            &counted,
             others.is_some(),
             (c.min_failures, latency_params(&c, None).min_share),
             &mut self.routes,
@@ -185,6 +190,16 @@ impl Engine {
                     .insert(name.clone(), inp.now_ms + c.window_ms as i64);
             }
         }
+        let since_failure = SinceFailure {
+            inp,
+            window: &self.window,
+            failed: &facts.failed,
+            counted: &counted,
+            memo: RefCell::new(&mut self.routes),
+            loss: &loss,
+            params: &loss_params,
+            cfg: &c,
+        };
         let groups = confirm_links(
             &mut self.link_holds,
             &c,
@@ -200,6 +215,9 @@ impl Engine {
                         .values()
                         .filter(|l| inp.now_ms - l.last_upload_ms <= c.host_silent_ms as i64)
                         .all(|l| l.last_upload_ms > since)
+                },
+                cleared: &|device: &str, link: &str, background: f64| {
+                    since_failure.clears(device, link, background)
                 },
             },
         );
@@ -296,18 +314,12 @@ impl LinkHolds {
     }
 }
 
-/// True when the probes through `device` that do not cross `link` fail significantly
-/// above `background` (at least `min_failures`, scoring `min_score`): the device fails
-/// beyond that one link, as a dying switch does, and not only where a link broke.
-fn fails_beyond(loss: &ObsSet, (device, link): (&str, &str), background: f64, p: &Params) -> bool {
-    let (Some(sw), Some(l)) = (
-        loss.id(&Element::Switch(device.into())),
-        loss.id(&Element::Link(link.into())),
-    ) else {
-        return false;
-    };
-    let (sw, l) = (sw as usize, l as usize);
-    let (mut fail, mut probes) = (0.0, 0.0);
+/// Failures and probes of the observations that cross `link`, and of those through
+/// `device` that do not; `None` when the observations name neither.
+fn around_link(loss: &ObsSet, (device, link): (&str, &str)) -> Option<[(f64, f64); 2]> {
+    let sw = loss.id(&Element::Switch(device.into()))? as usize;
+    let l = loss.id(&Element::Link(link.into()))? as usize;
+    let mut counts = [(0.0, 0.0); 2];
     for i in 0..loss.len() {
         let o = &loss[i];
         let (mut through, mut crosses) = (false, false);
@@ -315,12 +327,102 @@ fn fails_beyond(loss: &ObsSet, (device, link): (&str, &str), background: f64, p:
             through |= e == sw;
             crosses |= e == l;
         }
-        if through && !crosses {
-            fail += o.fail;
-            probes += o.fail + o.ok;
+        if crosses || through {
+            let c = &mut counts[usize::from(!crosses)];
+            *c = (c.0 + o.fail, c.1 + o.fail + o.ok);
         }
     }
+    Some(counts)
+}
+
+/// True when the probes through `device` that do not cross `link` fail significantly
+/// above `background` (at least `min_failures`, scoring `min_score`): the device fails
+/// beyond that one link, as a dying switch does, and not only where a link broke.
+fn fails_beyond(loss: &ObsSet, (device, link): (&str, &str), background: f64, p: &Params) -> bool {
+    around_link(loss, (device, link)).is_some_and(|[_, beyond]| significant(beyond, background, p))
+}
+
+/// True when `(failures, probes)` are at least `min_failures` failures scoring
+/// `min_score` above `background`.
+fn significant((fail, probes): (f64, f64), background: f64, p: &Params) -> bool {
     fail >= p.min_failures && chernoff_score(fail, probes, background) >= p.min_score
+}
+
+/// The evidence sent since a link's first failure, which may clear a silent end of the
+/// link before every agent has uploaded since its hold began.
+struct SinceFailure<'a> {
+    inp: &'a Inputs<'a>,
+    window: &'a Window,
+    /// The tick's failures left for the network, with their send times.
+    failed: &'a [Failed],
+    counted: &'a dyn Fn(u32) -> Counted,
+    memo: RefCell<&'a mut RouteMemo>,
+    /// The tick's loss observations (which flows failed across the link).
+    loss: &'a ObsSet,
+    params: &'a Params,
+    cfg: &'a DiagnosisConfig,
+}
+
+impl SinceFailure<'_> {
+    /// True when, over the probes sent from the link's first failure `a` until `c`, the
+    /// latest send time whose outcome every live agent has reported (its last upload
+    /// minus `liveness_margin`): the link failed at least `min_failures` times, `device`'s
+    /// probes that do not cross the link are enough that failing at the link's rate they
+    /// would reach `min_failures` too, and they do not fail beyond the link
+    /// ([`fails_beyond`]). Over the whole window a switch that died with the link is
+    /// hidden by its probes from before; over `[a, c]` it is not. A scale-out shard
+    /// weighs its own agents' probes (the others' observations carry no send times).
+    fn clears(&self, device: &str, link: &str, background: f64) -> bool {
+        let (inp, c, p) = (self.inp, self.cfg, self.params);
+        let Some(l) = self.loss.id(&Element::Link(link.into())) else {
+            return false;
+        };
+        let across: HashSet<FlowKey> = (0..self.loss.len())
+            .filter(|&i| self.loss[i].fail > 0.0)
+            .filter(|&i| self.loss.fail_elems(i).any(|(e, _)| e == l as usize))
+            .filter_map(|i| self.loss[i].flow)
+            .collect();
+        let flows = self.window.flows();
+        let first = self
+            .failed
+            .iter()
+            .filter(|f| across.contains(&flows.get(f.flow).key))
+            .map(|f| f.send_ms)
+            .min();
+        let reported = inp
+            .hosts
+            .values()
+            .filter(|h| inp.now_ms - h.last_upload_ms <= c.host_silent_ms as i64)
+            .map(|h| h.last_upload_ms - c.liveness_margin_ms as i64)
+            .min();
+        let (Some(a), Some(end)) = (first, reported) else {
+            return false;
+        };
+        let span = a..end.min(inp.now_ms);
+        if span.is_empty() {
+            return false;
+        }
+        let fails = tally(self.failed, &span);
+        let arrivals = |i: u32| self.window.ok_within(i, &span);
+        let mut memo = self.memo.borrow_mut();
+        let Some(obs) = observations(
+            inp,
+            (flows, &arrivals),
+            (&fails, &foldhash::HashMap::default()),
+            self.counted,
+            false,
+            (c.min_failures, 1.0),
+            &mut memo,
+        ) else {
+            return false;
+        };
+        let Some([(lf, ln), beyond]) = around_link(&obs.loss, (device, link)) else {
+            return false;
+        };
+        lf >= p.min_failures
+            && beyond.1 * lf / ln >= p.min_failures
+            && !significant(beyond, background, p)
+    }
 }
 
 /// What is known of a link's ends in a tick, for [`confirm_links`].
@@ -332,6 +434,9 @@ pub(super) struct Ends<'a> {
     /// Whether every live agent has uploaded since the given time: the evidence of the
     /// rest of a switch is in.
     pub settled: &'a dyn Fn(i64) -> bool,
+    /// Whether the evidence since the link's first failure clears a switch of failing
+    /// beyond the link at the given background ([`SinceFailure::clears`]).
+    pub cleared: &'a dyn Fn(&str, &str, f64) -> bool,
 }
 
 /// Holds back findings that may be the first sign of a switch's fault until they have
@@ -340,9 +445,10 @@ pub(super) struct Ends<'a> {
 /// - a link fault whose fresh traces located breaks on it while one of its switches
 ///   answered no fresh trace of a failed probe (a dead switch answers none; a broken
 ///   link leaves both ends answering, and partial loss seldom breaks a trace), unless
-///   every agent has uploaded since the hold began and the switch fails nowhere beyond
-///   that link ([`fails_beyond`]: a switch that lost one link forwards the rest of its
-///   traffic, a dying one does not), or that
+///   the switch fails nowhere beyond that link ([`fails_beyond`]: a switch that lost one
+///   link forwards the rest of its traffic, a dying one does not) and either every agent
+///   has uploaded since the hold began or the probes sent since the link's first failure
+///   already clear the switch ([`SinceFailure::clears`]), or that
 ///   shares a switch with a link reported within `resolve_after_ms` (where paths are
 ///   only partly known, one direction of a flow untraced or right after a shard
 ///   takeover, a fault's failures spill over to its siblings for a tick or two, while a
@@ -390,7 +496,8 @@ pub(super) fn confirm_links(
                 let since = holds.pending.since(name).unwrap_or(now);
                 let silent_end = devices.iter().any(|d| {
                     !ends.alive.contains(&**d)
-                        && (!(ends.settled)(since) || (ends.beyond)(d, name, background))
+                        && ((ends.beyond)(d, name, background)
+                            || !((ends.settled)(since) || (ends.cleared)(d, name, background)))
                 });
                 let beside_open = devices.iter().any(|d| open_switches.contains(d));
                 located && silent_end || beside_open

@@ -124,12 +124,39 @@ type Tallies = foldhash::HashMap<u32, HostTally>;
 /// Timeouts and ACK2 losses left for the network this tick, per flow index.
 type Fails = foldhash::HashMap<u32, (u32, u32)>;
 
+/// A timeout or lost ACK2 left for the network this tick.
+#[derive(Debug, Clone, Copy)]
+struct Failed {
+    /// Index of its flow.
+    flow: u32,
+    /// When its probe was sent, ms since the Unix epoch.
+    send_ms: i64,
+    /// The ACK2 was lost (the probe and its ACK1 arrived).
+    ack2: bool,
+}
+
+/// Per flow, the timeouts and ACK2 losses of `failed` sent within `span`.
+fn tally(failed: &[Failed], span: &std::ops::Range<i64>) -> Fails {
+    let mut fails = Fails::default();
+    for f in failed.iter().filter(|f| span.contains(&f.send_ms)) {
+        let n = fails.entry(f.flow).or_default();
+        if f.ack2 {
+            n.1 += 1;
+        } else {
+            n.0 += 1;
+        }
+    }
+    fails
+}
+
 /// What a tick's stages established before tomography, stage by stage.
 struct Facts {
     /// Stage 1: per-host tallies.
     hosts: Tallies,
     /// Stage 1: timeouts and ACK2 losses left for the network, per flow.
     fails: Fails,
+    /// Stage 1: the same, one by one with their send times.
+    failed: Vec<Failed>,
     /// Stage 4: hosts whose noise (CPU) explains their probes' failures and delays.
     noisy: HashSet<u32>,
     /// Stage 4: RNICs found anomalous (their flows are theirs, not the network's).
@@ -230,7 +257,8 @@ impl Engine {
         let mut out = Outcome::default();
         let expired = self.window.advance(inp.now_ms);
         // Stage 1: timeouts judged against host liveness and agent restarts.
-        let (hosts, fails) = self.judge(inp);
+        let (hosts, failed) = self.judge(inp);
+        let fails = tally(&failed, &(i64::MIN..i64::MAX));
         // Stage 2: host down and agent restarts (not the network).
         self.host_verdicts(inp, &hosts, &mut out);
         // Stage 3: one pass over the flows (ToR-mesh counts, slow candidates).
@@ -243,6 +271,7 @@ impl Engine {
         let facts = Facts {
             hosts,
             fails,
+            failed,
             noisy,
             anomalous,
             vouched,

@@ -22,7 +22,7 @@ pub(super) const MIN_SLOW: f64 = 10.0;
 /// Arrivals, failures and slow probes of one flow this tick.
 #[derive(Debug, Clone, Copy, Default)]
 struct Counts {
-    ok: u32,
+    ok: f64,
     timeouts: u32,
     ack2: u32,
     slow: u32,
@@ -111,7 +111,8 @@ fn end<'a>(inp: &'a Inputs, r: u32) -> Option<End<'a>> {
     })
 }
 
-/// The tick's observations of the flows whose ends are both `counted`, `None` when there
+/// The tick's observations of the flows whose ends are both `counted`, with `arrivals`
+/// of each flow (by index) and `fails`, `None` when there
 /// is nothing to explain: fewer than `min_failures` failures, and fewer than
 /// [`MIN_SLOW`] slow probes or no flow with a share of `slow_share` of its arrivals slow
 /// (scale-out, `shared`: loss observations of every flow, always).
@@ -122,7 +123,7 @@ fn end<'a>(inp: &'a Inputs, r: u32) -> Option<End<'a>> {
 /// queueing alone leaves a few slow probes on thousands of flows every second.
 pub(super) fn observations(
     inp: &Inputs,
-    flows: &FlowTable,
+    (flows, arrivals): (&FlowTable, &dyn Fn(u32) -> f64),
     (fails, slow): (&Fails, &foldhash::HashMap<u32, u32>),
     counted: impl Fn(u32) -> Counted,
     shared: bool,
@@ -132,7 +133,7 @@ pub(super) fn observations(
     let counts = |i: u32| {
         let (timeouts, ack2) = fails.get(&i).copied().unwrap_or_default();
         Counts {
-            ok: flows.get(i).ok,
+            ok: arrivals(i),
             timeouts,
             ack2,
             slow: slow.get(&i).copied().unwrap_or_default(),
@@ -153,7 +154,7 @@ pub(super) fn observations(
         if ends(i) != [Counted::Both; 2] {
             c.slow = 0;
         }
-        let share = f64::from(c.slow) / f64::from(c.ok.max(1));
+        let share = f64::from(c.slow) / c.ok.max(1.0);
         (f + c.timeouts + c.ack2, s + c.slow, share.max(m))
     });
     let want = Want {
@@ -198,8 +199,9 @@ pub(super) fn observations(
     let mut ends = Ends::new(inp.registry.id_bound());
     for i in flows.indices().filter(|&i| !is_own[i as usize]) {
         let f = flows.get(i);
+        let ok = arrivals(i);
         if let (Some(Some(p)), Some(Some(t))) = (sides.get(f.key.prober), sides.get(f.key.target))
-            && f.ok > 0
+            && ok > 0.0
         {
             if p.tor == t.tor {
                 let interner = memo.interner();
@@ -210,7 +212,7 @@ pub(super) fn observations(
                     fail: &ids[..n],
                     interner,
                 };
-                rest.add(&c, f.ok, latency(&f.key));
+                rest.add(&c, ok, latency(&f.key));
                 continue;
             }
             let traced = traces(inp, (p, t), &f.key);
@@ -221,7 +223,7 @@ pub(super) fn observations(
                 traced.1.map_or(0, |x| x.version()),
             );
             let c = memo.components(i, stamp, || healthy_components(inp, (p, t), traced));
-            rest.add(&c, f.ok, latency(&f.key));
+            rest.add(&c, ok, latency(&f.key));
         }
     }
     rest.finish(&mut obs, memo.interner());
@@ -293,7 +295,7 @@ fn observe(
     if want.loss {
         let (fail_elems, located) = loss_elements(&fwd, &ack);
         out.loss.push(FlowObs {
-            ok: f64::from(f.ok),
+            ok: f.ok,
             fail: f64::from(f.timeouts),
             ok_elems: ok_elems.clone(),
             fail_elems: with_switches(inp, ends, fail_elems),
@@ -321,9 +323,9 @@ fn observe(
             });
         }
     }
-    if want.slow && f.ok > 0 {
+    if want.slow && f.ok > 0.0 {
         out.slow.push(FlowObs {
-            ok: f64::from(f.ok - f.slow),
+            ok: f.ok - f64::from(f.slow),
             fail: f64::from(f.slow),
             fail_elems: ok_elems.clone(),
             ok_elems,
@@ -475,8 +477,7 @@ impl Rest {
 
     /// Adds a flow without failures or slow probes: `ok` arrivals over its components,
     /// for latency too when `latency`.
-    fn add(&mut self, c: &Components, ok: u32, latency: bool) {
-        let ok = f64::from(ok);
+    fn add(&mut self, c: &Components, ok: f64, latency: bool) {
         let project = |list: &[(u32, f32)], on: &IdSet| -> Projection {
             list.iter()
                 .filter(|(e, _)| on.contains(*e))

@@ -481,6 +481,9 @@ fn a_located_link_of_a_silent_switch_is_held_until_confirmed() {
             alive,
             beyond: &dying,
             settled: &settled,
+            // Cleared by the evidence since the link's first failure or not, a switch
+            // failing beyond the link holds it.
+            cleared: &|_: &str, _: &str, _: f64| true,
         };
         confirm_links(holds, &cfg, (at, &map), vec![group(located)], &ends).len()
     };
@@ -510,23 +513,27 @@ fn a_located_link_of_a_silent_switch_is_held_until_confirmed() {
     assert_eq!(reported(&mut LinkHolds::default(), NOW, &only_t0, 0.0), 1);
     // When the silent end forwards the rest of its traffic (its other probes fail no
     // more than the background: a link that broke at that end), the link is held only
-    // until every agent has uploaded since the hold began.
+    // until every agent has uploaded since the hold began, or not at all when the
+    // probes sent since the link's first failure already clear the switch.
     let forwarding = |_: &str, _: &str, _: f64| false;
-    let mut holds = LinkHolds::default();
-    let mut ticks = Vec::new();
-    for dt in [0, tick, 2 * tick] {
-        // Every agent uploads just before each tick.
-        let last_upload = NOW + dt - 1;
-        let since_upload = |since: i64| last_upload > since;
-        let ends = Ends {
-            alive: &only_t0,
-            beyond: &forwarding,
-            settled: &since_upload,
-        };
-        let groups = vec![group(20.0)];
-        ticks.push(confirm_links(&mut holds, &cfg, (NOW + dt, &map), groups, &ends).len());
+    for (cleared, expected) in [(false, [0, 1, 1]), (true, [1, 1, 1])] {
+        let mut holds = LinkHolds::default();
+        let mut ticks = Vec::new();
+        for dt in [0, tick, 2 * tick] {
+            // Every agent uploads just before each tick.
+            let last_upload = NOW + dt - 1;
+            let since_upload = |since: i64| last_upload > since;
+            let ends = Ends {
+                alive: &only_t0,
+                beyond: &forwarding,
+                settled: &since_upload,
+                cleared: &|_: &str, _: &str, _: f64| cleared,
+            };
+            let groups = vec![group(20.0)];
+            ticks.push(confirm_links(&mut holds, &cfg, (NOW + dt, &map), groups, &ends).len());
+        }
+        assert_eq!(ticks, expected, "cleared: {cleared}");
     }
-    assert_eq!(ticks, [0, 1, 1]);
     // A fresh engine (analyzer restart, shard takeover) told that the link's problem is
     // open does not hold it either.
     let mut fresh = LinkHolds::default();
@@ -565,6 +572,7 @@ fn a_reported_rnic_is_not_held_when_later_found_beside_a_ruled_out_switch() {
         alive: &alive,
         beyond: &|_: &str, _: &str, _: f64| false,
         settled: &|_: i64| true,
+        cleared: &|_: &str, _: &str, _: f64| false,
     };
     let tick = cfg.tick_ms as i64;
     // A flapping RNIC found alone first, then beside its ToR, which the tomography
@@ -623,6 +631,7 @@ fn a_link_beside_an_open_link_problem_is_reported_only_once_it_persists() {
             alive: &alive,
             beyond: &|_: &str, _: &str, _: f64| false,
             settled: &|_: i64| true,
+            cleared: &|_: &str, _: &str, _: f64| false,
         };
         let mut v: Vec<String> = confirm_links(holds, &cfg, (at, &map), groups, &ends)
             .into_iter()
@@ -696,6 +705,60 @@ fn a_switch_that_answered_traces_of_failed_probes_within_the_window_is_not_decla
         found(&silent.diagnose_at(&mut engine, &map, NOW + tick)),
         link
     );
+}
+
+/// Link t0-s1 down at t0's end from `onset` ms before `NOW`: t0 routes its own uplink
+/// traffic around it (it succeeds, though its traces still name s1), s1 keeps sending
+/// into it, and the re-traces of what s1 drops (probes from t1, ACKs to t0's probes)
+/// break after s1. t0 answers no trace of a failed probe. `t0_loss(n)` drops the `n`th
+/// of t0's other packets (a ToR dying with the link).
+fn t0_s1_down_at_t0(onset: i64, mut t0_loss: impl FnMut(u64) -> bool) -> Sim {
+    let mut sim = Sim::new();
+    let end = sim.end_ms;
+    sim.end_ms = NOW - onset;
+    sim.run(&mut |_, _, _, _| (false, 0));
+    (sim.start_ms, sim.end_ms) = (NOW - onset, end);
+    let mut n = 0;
+    sim.run(&mut |src, dst, s, _| {
+        if s == Some(1) && tor_of(dst) == 0 {
+            return (true, 0);
+        }
+        n += 1;
+        (tor_of(src) == 0 && t0_loss(n), 0)
+    });
+    for (p, t) in rnics().flat_map(|p| rnics().map(move |t| (p, t))) {
+        for sport in [50_001, 50_002] {
+            if tor_of(p) == 0 && tor_of(t) == 1 && spine(t, p, sport) == 1 {
+                sim.trace(t, p, sport, 1, true, Some(2));
+            }
+            if tor_of(p) == 1 && tor_of(t) == 0 && spine(p, t, sport) == 1 {
+                sim.trace(p, t, sport, 1, false, Some(2));
+            }
+        }
+    }
+    sim
+}
+
+#[test]
+fn a_link_down_at_its_silent_end_is_reported_once_the_evidence_since_its_failure_clears_the_switch()
+{
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let link = vec![(ProblemKind::LinkFault, "t0-s1".to_string())];
+    let first_tick =
+        |sim: &Sim| found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    // Failing for 3 s, every agent having reported up to `NOW - liveness_margin`: t0's
+    // other probes over that time arrive, so t0 is no dying switch and the link is
+    // reported in its first tick, though no agent has uploaded since the hold began.
+    assert_eq!(first_tick(&t0_s1_down_at_t0(3_000, |_| false)), link);
+    // t0 dying with the link (a third of its other packets lost since): not the link
+    // alone in that tick, though over the whole window t0's losses are diluted by its
+    // healthy seconds before.
+    let dying = first_tick(&t0_s1_down_at_t0(3_000, |n| n % 3 == 0));
+    assert_ne!(dying, link);
+    // Failing since a moment before the last uploads' reach: too little of t0's
+    // evidence is in, so the hold waits for the next uploads.
+    let margin = DiagnosisConfig::default().liveness_margin_ms as i64;
+    assert_eq!(first_tick(&t0_s1_down_at_t0(margin + 100, |_| false)), []);
 }
 
 /// t0-s1 down and s1 answering no trace (late ICMP answers), `dt` ms later than
@@ -1296,12 +1359,15 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
         paths: &sim.paths,
         latency: &latency,
     };
-    let (_, fails) = engine.judge(&inp);
+    let (_, failed) = engine.judge(&inp);
+    let fails = tally(&failed, &(i64::MIN..i64::MAX));
     let expired = engine.window.advance(NOW);
     let (_, flagged) = engine.sweep(&inp, &expired, &fails, &HashMap::new());
     let slow = engine.slow_flows(&inp, flagged);
     assert!(!fails.is_empty() && !slow.is_empty());
     let flows = engine.window.flows();
+    let arrivals = |i: u32| f64::from(flows.get(i).ok);
+    let flows = (flows, &arrivals as &dyn Fn(u32) -> f64);
     let tick = |inp: &Inputs, shared: bool, memo: &mut RouteMemo| {
         observations(
             inp,
@@ -1319,7 +1385,7 @@ fn added_up_flows_count_every_component_and_remember_only_current_routes() {
     // under half of each flow's arrivals.
     let per = (MIN_SLOW / slow.len() as f64).ceil() as u32;
     let scattered: foldhash::HashMap<u32, u32> = slow.keys().map(|&i| (i, per)).collect();
-    assert!(slow.keys().all(|&i| 2 * per < flows.get(i).ok));
+    assert!(slow.keys().all(|&i| 2 * per < flows.0.get(i).ok));
     let no_loss = Fails::default();
     let gate = |share: f64| {
         let memo = &mut RouteMemo::default();

@@ -220,6 +220,19 @@ impl Window {
         &self.flows
     }
 
+    /// Arrivals of flow `i` sent within `span`: each bucket's pro rata of its overlap
+    /// with `span` (a flow's probes are sent at a steady rate).
+    pub(crate) fn ok_within(&self, i: u32, span: &std::ops::Range<i64>) -> f64 {
+        let counts = self.flows.ring(i);
+        self.ring
+            .spans()
+            .map(|(slot, b)| {
+                let overlap = (b.end.min(span.end) - b.start.max(span.start)).max(0);
+                f64::from(counts[slot].ok) * overlap as f64 / (b.end - b.start) as f64
+            })
+            .sum()
+    }
+
     /// The flow table, to add the flows of judged timeouts.
     pub(crate) fn flows_mut(&mut self) -> &mut FlowTable {
         &mut self.flows

@@ -111,6 +111,13 @@ impl Ring {
         Some(slot)
     }
 
+    /// Every bucket of the ring with its slot and send times, oldest first (none before
+    /// the window started).
+    pub(crate) fn spans(&self) -> impl Iterator<Item = (usize, Range<i64>)> + '_ {
+        let (first, n) = self.first.map_or((0, 0), |f| (f, self.slots as i64));
+        (first..first + n).map(|b| (self.slot(b), self.start_of(b)..self.start_of(b + 1)))
+    }
+
     /// Send times covered by the window: from the start of its oldest bucket (every send
     /// time when it has not started).
     pub(crate) fn covers(&self) -> Range<i64> {
