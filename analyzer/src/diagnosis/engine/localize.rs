@@ -366,7 +366,9 @@ struct SinceFailure<'a> {
 impl SinceFailure<'_> {
     /// True when, over the probes sent from the link's first failure `a` until `c`, the
     /// latest send time whose outcome every live agent has reported (its last upload
-    /// minus `liveness_margin`): the link failed at least `min_failures` times, `device`'s
+    /// minus `liveness_margin`): the link failed at least `min_failures` times and on at
+    /// least half its probes, no one flow failed more than all the others across it
+    /// together, `device`'s
     /// probes that do not cross the link are enough that failing at the link's rate they
     /// would reach `min_failures` too, and they do not fail beyond the link
     /// ([`fails_beyond`]). Over the whole window a switch that died with the link is
@@ -403,6 +405,16 @@ impl SinceFailure<'_> {
             return false;
         }
         let fails = tally(self.failed, &span);
+        // One flow's drop also breaks its traces at the link, and a silent next hop is
+        // all its traces show: a link failing for itself fails many flows alike.
+        let (most, all) = fails
+            .iter()
+            .filter(|(i, _)| across.contains(&flows.get(**i).key))
+            .map(|(_, (t, a))| t + a)
+            .fold((0, 0), |(m, n), f| (m.max(f), n + f));
+        if 2 * most > all {
+            return false;
+        }
         let arrivals = |i: u32| self.window.ok_within(i, &span);
         let mut memo = self.memo.borrow_mut();
         let Some(obs) = observations(
@@ -419,7 +431,10 @@ impl SinceFailure<'_> {
         let Some([(lf, ln), beyond]) = around_link(&obs.loss, (device, link)) else {
             return false;
         };
+        // A lossy link's first failures are as weak a sign as a dying switch's: only a
+        // link that lost most of its probes since it first failed is released early.
         lf >= p.min_failures
+            && 2.0 * lf >= ln
             && beyond.1 * lf / ln >= p.min_failures
             && !significant(beyond, background, p)
     }
