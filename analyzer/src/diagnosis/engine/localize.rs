@@ -67,7 +67,7 @@ impl Engine {
             inp,
             (flows, &arrivals),
             tick,
-            &counted,
+            counted,
             others.is_some(),
             (c.min_failures, latency_params(&c, None).min_share),
             &mut self.routes,
@@ -199,6 +199,7 @@ impl Engine {
             loss: &loss,
             params: &loss_params,
             cfg: &c,
+            weighed: Default::default(),
         };
         let groups = confirm_links(
             &mut self.link_holds,
@@ -348,6 +349,11 @@ fn significant((fail, probes): (f64, f64), background: f64, p: &Params) -> bool 
     fail >= p.min_failures && chernoff_score(fail, probes, background) >= p.min_score
 }
 
+/// Most links a tick weighs [`SinceFailure::clears`] for: each costs a pass over the
+/// window's flows, and it is meant for one link down; a dying spine's many links wait
+/// for the next uploads as before.
+const MAX_EARLY_RELEASES: usize = 4;
+
 /// The evidence sent since a link's first failure, which may clear a silent end of the
 /// link before every agent has uploaded since its hold began.
 struct SinceFailure<'a> {
@@ -361,21 +367,29 @@ struct SinceFailure<'a> {
     loss: &'a ObsSet,
     params: &'a Params,
     cfg: &'a DiagnosisConfig,
+    /// Links weighed this tick, up to [`MAX_EARLY_RELEASES`].
+    weighed: std::cell::Cell<usize>,
 }
 
 impl SinceFailure<'_> {
     /// True when, over the probes sent from the link's first failure `a` until `c`, the
     /// latest send time whose outcome every live agent has reported (its last upload
-    /// minus `liveness_margin`): the link failed at least `min_failures` times and on at
-    /// least half its probes, no one flow failed more than all the others across it
-    /// together, `device`'s
-    /// probes that do not cross the link are enough that failing at the link's rate they
-    /// would reach `min_failures` too, and they do not fail beyond the link
-    /// ([`fails_beyond`]). Over the whole window a switch that died with the link is
-    /// hidden by its probes from before; over `[a, c]` it is not. A scale-out shard
-    /// weighs its own agents' probes (the others' observations carry no send times).
+    /// minus `liveness_margin`):
+    /// - the link failed at least `min_failures` times and on at least half its probes:
+    ///   it is down (a lossy link's first located breaks, or a dropped 5-tuple's, are as
+    ///   weak a sign as a dying switch's first failures);
+    /// - `device`'s probes that do not cross the link are enough that, failing at the
+    ///   link's rate, they would reach `min_failures` too;
+    /// - and they do not fail beyond the link ([`fails_beyond`]).
+    ///
+    /// Over the whole window a switch that died with the link is hidden by its probes
+    /// from before; over `[a, c]` it is not. A scale-out shard weighs its own agents'
+    /// probes (the others' observations carry no send times).
     fn clears(&self, device: &str, link: &str, background: f64) -> bool {
         let (inp, c, p) = (self.inp, self.cfg, self.params);
+        if self.weighed.get() == MAX_EARLY_RELEASES {
+            return false;
+        }
         let Some(l) = self.loss.id(&Element::Link(link.into())) else {
             return false;
         };
@@ -405,16 +419,7 @@ impl SinceFailure<'_> {
             return false;
         }
         let fails = tally(self.failed, &span);
-        // One flow's drop also breaks its traces at the link, and a silent next hop is
-        // all its traces show: a link failing for itself fails many flows alike.
-        let (most, all) = fails
-            .iter()
-            .filter(|(i, _)| across.contains(&flows.get(**i).key))
-            .map(|(_, (t, a))| t + a)
-            .fold((0, 0), |(m, n), f| (m.max(f), n + f));
-        if 2 * most > all {
-            return false;
-        }
+        self.weighed.set(self.weighed.get() + 1);
         let arrivals = |i: u32| self.window.ok_within(i, &span);
         let mut memo = self.memo.borrow_mut();
         let Some(obs) = observations(
@@ -431,8 +436,6 @@ impl SinceFailure<'_> {
         let Some([(lf, ln), beyond]) = around_link(&obs.loss, (device, link)) else {
             return false;
         };
-        // A lossy link's first failures are as weak a sign as a dying switch's: only a
-        // link that lost most of its probes since it first failed is released early.
         lf >= p.min_failures
             && 2.0 * lf >= ln
             && beyond.1 * lf / ln >= p.min_failures

@@ -707,20 +707,26 @@ fn a_switch_that_answered_traces_of_failed_probes_within_the_window_is_not_decla
     );
 }
 
-/// Link t0-s1 down at t0's end from `onset` ms before `NOW`: t0 routes its own uplink
-/// traffic around it (it succeeds, though its traces still name s1), s1 keeps sending
-/// into it, and the re-traces of what s1 drops (probes from t1, ACKs to t0's probes)
-/// break after s1. t0 answers no trace of a failed probe. `t0_loss(n)` drops the `n`th
-/// of t0's other packets (a ToR dying with the link).
-fn t0_s1_down_at_t0(onset: i64, mut t0_loss: impl FnMut(u64) -> bool) -> Sim {
+/// Link t0-s1 down at t0's end from `onset` ms before `NOW`, for the packets s1 sends
+/// down it that `dropped(src, dst, sport)` picks (all of them: the link is down; one
+/// 5-tuple: a dropped flow): t0 routes its own uplink traffic around it (it succeeds,
+/// though its traces still name s1), and the re-traces of what s1 drops (probes from t1,
+/// ACKs to t0's probes) break after s1. t0 answers no trace of a failed probe.
+/// `t0_loss(n)` drops the `n`th of t0's other packets (a ToR dying with the link).
+fn t0_s1_down_at_t0(
+    onset: i64,
+    dropped: impl Fn(u32, u32, u16) -> bool,
+    mut t0_loss: impl FnMut(u64) -> bool,
+) -> Sim {
     let mut sim = Sim::new();
     let end = sim.end_ms;
     sim.end_ms = NOW - onset;
     sim.run(&mut |_, _, _, _| (false, 0));
     (sim.start_ms, sim.end_ms) = (NOW - onset, end);
     let mut n = 0;
-    sim.run(&mut |src, dst, s, _| {
-        if s == Some(1) && tor_of(dst) == 0 {
+    let into_t0 = |src, dst, s, sport| s == Some(1) && tor_of(dst) == 0 && dropped(src, dst, sport);
+    sim.run(&mut |src, dst, s, sport| {
+        if into_t0(src, dst, s, sport) {
             return (true, 0);
         }
         n += 1;
@@ -728,10 +734,10 @@ fn t0_s1_down_at_t0(onset: i64, mut t0_loss: impl FnMut(u64) -> bool) -> Sim {
     });
     for (p, t) in rnics().flat_map(|p| rnics().map(move |t| (p, t))) {
         for sport in [50_001, 50_002] {
-            if tor_of(p) == 0 && tor_of(t) == 1 && spine(t, p, sport) == 1 {
+            if tor_of(p) == 0 && into_t0(t, p, Some(spine(t, p, sport)), sport) {
                 sim.trace(t, p, sport, 1, true, Some(2));
             }
-            if tor_of(p) == 1 && tor_of(t) == 0 && spine(p, t, sport) == 1 {
+            if tor_of(t) == 0 && into_t0(p, t, Some(spine(p, t, sport)), sport) {
                 sim.trace(p, t, sport, 1, false, Some(2));
             }
         }
@@ -746,19 +752,32 @@ fn a_link_down_at_its_silent_end_is_reported_once_the_evidence_since_its_failure
     let link = vec![(ProblemKind::LinkFault, "t0-s1".to_string())];
     let first_tick =
         |sim: &Sim| found(&sim.diagnose(&mut Engine::new(DiagnosisConfig::default()), &map));
+    let down = |_, _, _| true;
     // Failing for 3 s, every agent having reported up to `NOW - liveness_margin`: t0's
     // other probes over that time arrive, so t0 is no dying switch and the link is
     // reported in its first tick, though no agent has uploaded since the hold began.
-    assert_eq!(first_tick(&t0_s1_down_at_t0(3_000, |_| false)), link);
+    assert_eq!(first_tick(&t0_s1_down_at_t0(3_000, down, |_| false)), link);
     // t0 dying with the link (a third of its other packets lost since): not the link
     // alone in that tick, though over the whole window t0's losses are diluted by its
     // healthy seconds before.
-    let dying = first_tick(&t0_s1_down_at_t0(3_000, |n| n % 3 == 0));
+    let dying = first_tick(&t0_s1_down_at_t0(3_000, down, |n| n % 3 == 0));
     assert_ne!(dying, link);
     // Failing since a moment before the last uploads' reach: too little of t0's
     // evidence is in, so the hold waits for the next uploads.
     let margin = DiagnosisConfig::default().liveness_margin_ms as i64;
-    assert_eq!(first_tick(&t0_s1_down_at_t0(margin + 100, |_| false)), []);
+    assert_eq!(
+        first_tick(&t0_s1_down_at_t0(margin + 100, down, |_| false)),
+        []
+    );
+    // One 5-tuple dropped where the link would drop it: its traces break there too, but
+    // one flow's failures are no sign of a link that is down, so the hold waits.
+    let (src, dst) = (rnic(2, 0), rnic(0, 1));
+    let sport = [50_001, 50_002]
+        .into_iter()
+        .find(|&p| spine(src, dst, p) == 1)
+        .unwrap();
+    let one = move |s, d, p| (s, d, p) == (src, dst, sport);
+    assert_eq!(first_tick(&t0_s1_down_at_t0(3_000, one, |_| false)), []);
 }
 
 /// t0-s1 down and s1 answering no trace (late ICMP answers), `dt` ms later than
