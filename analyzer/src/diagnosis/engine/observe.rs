@@ -111,11 +111,11 @@ fn end<'a>(inp: &'a Inputs, r: u32) -> Option<End<'a>> {
     })
 }
 
-/// The tick's observations of the flows whose ends are both `counted`, with `arrivals`
-/// of each flow (by index) and `fails`, `None` when there
-/// is nothing to explain: fewer than `min_failures` failures, and fewer than
-/// [`MIN_SLOW`] slow probes or no flow with a share of `slow_share` of its arrivals slow
-/// (scale-out, `shared`: loss observations of every flow, always).
+/// The tick's observations of the flows whose ends are both `counted`, from each flow's
+/// `arrivals` (by index) and `fails` (the window's, or those of an interval of it);
+/// `None` when there is nothing to explain: fewer than `min_failures` failures, and
+/// fewer than [`MIN_SLOW`] slow probes or no flow with a share of `slow_share` of its
+/// arrivals slow (scale-out, `shared`: loss observations of every flow, always).
 ///
 /// Latency tomography blames a component only when at least `slow_share` of the arrivals
 /// through it are slow, and a component's share (a weighted sum over flows) is at most
