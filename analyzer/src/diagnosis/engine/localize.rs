@@ -190,8 +190,17 @@ impl Engine {
                     .insert(name.clone(), inp.now_ms + c.window_ms as i64);
             }
         }
+        // The oldest last upload of the live agents: every live agent's results up to it
+        // are in.
+        let uploaded = inp
+            .hosts
+            .values()
+            .filter(|l| inp.now_ms - l.last_upload_ms <= c.host_silent_ms as i64)
+            .map(|l| l.last_upload_ms)
+            .min();
         let since_failure = SinceFailure {
             inp,
+            uploaded,
             window: &self.window,
             failed: &facts.failed,
             counted: &counted,
@@ -211,12 +220,7 @@ impl Engine {
                 beyond: &|device: &str, link: &str, background: f64| {
                     fails_beyond(&loss, (device, link), background, &loss_params)
                 },
-                settled: &|since: i64| {
-                    inp.hosts
-                        .values()
-                        .filter(|l| inp.now_ms - l.last_upload_ms <= c.host_silent_ms as i64)
-                        .all(|l| l.last_upload_ms > since)
-                },
+                settled: &|since: i64| uploaded.is_none_or(|u| u > since),
                 cleared: &|device: &str, link: &str, background: f64| {
                     since_failure.clears(device, link, background)
                 },
@@ -358,6 +362,8 @@ const MAX_EARLY_RELEASES: usize = 4;
 /// link before every agent has uploaded since its hold began.
 struct SinceFailure<'a> {
     inp: &'a Inputs<'a>,
+    /// The oldest last upload of the live agents (`None`: no live agent).
+    uploaded: Option<i64>,
     window: &'a Window,
     /// The tick's failures left for the network, with their send times.
     failed: &'a [Failed],
@@ -405,16 +411,10 @@ impl SinceFailure<'_> {
             .filter(|f| across.contains(&flows.get(f.flow).key))
             .map(|f| f.send_ms)
             .min();
-        let reported = inp
-            .hosts
-            .values()
-            .filter(|h| inp.now_ms - h.last_upload_ms <= c.host_silent_ms as i64)
-            .map(|h| h.last_upload_ms - c.liveness_margin_ms as i64)
-            .min();
-        let (Some(a), Some(end)) = (first, reported) else {
+        let (Some(a), Some(uploaded)) = (first, self.uploaded) else {
             return false;
         };
-        let span = a..end.min(inp.now_ms);
+        let span = a..(uploaded - c.liveness_margin_ms as i64).min(inp.now_ms);
         if span.is_empty() {
             return false;
         }
