@@ -47,6 +47,14 @@ impl Element {
     pub fn is_direction(&self) -> bool {
         matches!(self, Element::Direction { .. })
     }
+
+    /// The link this element is or is a direction of; nothing for an RNIC or a switch.
+    pub fn link(&self) -> Option<&str> {
+        match self {
+            Element::Link(l) | Element::Direction { link: l, .. } => Some(l),
+            Element::Rnic(_) | Element::Switch(_) => None,
+        }
+    }
 }
 
 /// Crossing link `name` towards device `to`, at weight `w`: the link, and that direction

@@ -13,7 +13,7 @@ use crate::diagnosis::flows::table::FlowKey;
 use crate::diagnosis::paths::{Element, far_end};
 use crate::diagnosis::policy::{self, Onset};
 use crate::diagnosis::tomography::{
-    Finding, ObsSet, Params, alg1_votes, chernoff_score, explain_away, located_suspects,
+    Finding, ObsSet, Params, alg1_votes, chernoff_score, explain_away, located_breaks,
 };
 use rocemesh_proto::api::{ComponentKind, Evidence, LinkDirection, ProblemKind, SuspectComponent};
 use std::cell::RefCell;
@@ -91,7 +91,16 @@ impl Engine {
         let gap = policy::hold_gap_ms(c.tick_ms);
         self.flow_holds.forget_before(inp.now_ms - gap);
         self.rnic_holds.forget_before(inp.now_ms - gap);
-        for f in explain_away(&loss, &loss_params, blamable) {
+        let breaks = located_breaks(&loss, loss_params.min_failures);
+        let now = inp.now_ms;
+        self.located.retain(|_, (until, _)| *until > now);
+        for b in breaks.iter().filter(|b| b.mostly) {
+            if let Element::Link(l) = &b.element {
+                self.located
+                    .insert(l.to_string(), (now + c.window_ms as i64, b.failures));
+            }
+        }
+        for mut f in explain_away(&loss, &loss_params, blamable) {
             tracing::debug!(
                 element = ?f.element,
                 flow = ?f.flow,
@@ -114,6 +123,11 @@ impl Engine {
                 }
                 continue;
             }
+            let open_after = inp.now_ms - c.resolve_after_ms as i64;
+            let open = |l: &str| {
+                (self.link_holds.reported.get(l)).is_some_and(|(at, _)| *at >= open_after)
+            };
+            pick_twin(&mut f, open, &self.located);
             // The host noise already reported explains failures an RNIC of a noisy host
             // (or a component the probes cannot tell from it) is blamed for.
             let on_noisy = |e: &Element| matches!(e, Element::Rnic(r) if noisy(*r));
@@ -161,7 +175,11 @@ impl Engine {
             .filter(|&i| loss[i].fail > 0.0)
             .filter_map(|i| loss.break_device(i))
             .collect();
-        let suspects = located_suspects(&loss, loss_params.min_failures);
+        let suspects: Vec<Element> = breaks
+            .into_iter()
+            .filter(|b| b.down)
+            .map(|b| b.element)
+            .collect();
         self.down_switches.retain(|_, until| *until > inp.now_ms);
         // ...and stay so for a window: a switch is declared down on lasting silence, not
         // on one tick in which it answered no trace (ICMP replies late on a loaded box).
@@ -583,6 +601,44 @@ fn evidence(f: &Finding, what: &str) -> Evidence {
         ),
         ..Evidence::default()
     }
+}
+
+/// Which link a finding names when this tick cannot tell it from a twin link (every
+/// failed flow crosses both, and no fresh trace located a break). The twin at which
+/// fresh traces located the most breaks within the last window (in a tick where most of
+/// its failures were located), when that is more than at its own link: a flapping link
+/// is traced while it is up as often as while it is down, and the ticks of the first
+/// kind carry no evidence of which twin it is. Else
+/// its own link while that has an open problem, else a twin with an open problem: one
+/// fault stays one problem, though ties break by name.
+pub(super) fn pick_twin(
+    f: &mut Finding,
+    open: impl Fn(&str) -> bool,
+    located: &HashMap<String, (i64, f64)>,
+) {
+    let Some(own) = f.element.link().filter(|_| f.located <= 0.0) else {
+        return;
+    };
+    let breaks = |e: &Element| e.link().and_then(|l| located.get(l)).map_or(0.0, |b| b.1);
+    let own_breaks = breaks(&f.element);
+    let (most, n) = (f.equivalent.iter().enumerate())
+        .map(|(i, e)| (Some(i), breaks(e)))
+        .fold((None, 0.0), |a, b| if b.1 > a.1 { b } else { a });
+    let twin = if n > own_breaks {
+        most
+    } else if own_breaks > n || open(own) {
+        None
+    } else {
+        f.equivalent
+            .iter()
+            .position(|e| e.link().is_some_and(&open))
+    };
+    let Some(i) = twin else {
+        return;
+    };
+    let twin = f.equivalent.remove(i);
+    let own = std::mem::replace(&mut f.element, twin);
+    f.equivalent.push(own);
 }
 
 /// Lists beside the problem's component the components its findings could not be told

@@ -96,6 +96,10 @@ pub(crate) struct Engine {
     /// Switches that answered fresh traces of failed probes, until when that still
     /// counts: one tick in which a loaded switch answers no trace does not make it dead.
     answered: HashMap<String, i64>,
+    /// Links at which fresh traces located breaks: until when that still tells them
+    /// from their twins ([`localize`]), and the failures at those breaks in the last tick
+    /// that had any.
+    located: HashMap<String, (i64, f64)>,
     /// Link findings held back until confirmed, and the recently reported ones.
     link_holds: localize::LinkHolds,
     /// Flow findings held back until confirmed (a fault's first failures may all be
@@ -188,6 +192,7 @@ impl Engine {
             sticky: HashMap::new(),
             down_switches: HashMap::new(),
             answered: HashMap::new(),
+            located: HashMap::new(),
             link_holds: localize::LinkHolds::default(),
             flow_holds: Onset::default(),
             rnic_holds: Onset::default(),

@@ -1,6 +1,6 @@
 //! The pipeline on a simulated 2x2 Clos: each fault type, and silence when healthy.
 
-use super::localize::{Ends, LinkHolds, confirm_links};
+use super::localize::{Ends, LinkHolds, confirm_links, pick_twin};
 use super::*;
 use crate::diagnosis::fabric::CLOS_2X2;
 use crate::diagnosis::intake::Liveness;
@@ -357,6 +357,90 @@ fn lossy_link_of_a_2_tor_fabric_is_a_problem_listing_its_twins() {
         "{p:?}"
     );
     assert!(p.evidence.detail.contains("cannot tell it from"), "{p:?}");
+}
+
+/// Spine s1 drops every packet between the two ToRs, which is link t0-s1 or t1-s1 down:
+/// every flow over s1 crosses both. `located_at` names the ToR whose link it is when the
+/// failed 5-tuples were re-traced while it was down (the trace from that ToR's side
+/// stops at the ToR, from the other side after s1); without it, the traces ran while it
+/// was up again and reached their targets.
+fn s1_link_flap(dt: i64, located_at: Option<u32>) -> Sim {
+    let mut sim = sim_later(dt);
+    sim.run(&mut link_down(0, 1, 1));
+    if let Some(t) = located_at {
+        sim.retrace_via(1, |p| if tor_of(p) == t { 1 } else { 2 });
+    }
+    sim
+}
+
+#[test]
+fn a_flapping_link_traced_while_up_stays_the_twin_its_traces_broke_at() {
+    let map = FabricMap::parse(CLOS_2X2).unwrap();
+    let tick = DiagnosisConfig::default().tick_ms as i64;
+    for t in [0, 1] {
+        let link = vec![(ProblemKind::LinkFault, format!("t{t}-s1"))];
+        let mut engine = Engine::new(DiagnosisConfig::default());
+        let down = found(&s1_link_flap(0, Some(t)).diagnose_at(&mut engine, &map, NOW));
+        assert_eq!(down, link, "traced while down");
+        // A tick later the traces reached their targets: the tick alone cannot tell
+        // the two links apart, the traces of the tick before can.
+        for k in 1..=3 {
+            let up = s1_link_flap(k * tick, None).diagnose_at(&mut engine, &map, NOW + k * tick);
+            assert_eq!(found(&up), link, "traced while up, {k} tick(s) later");
+            let listed: Vec<&str> = up.candidates[0]
+                .evidence
+                .candidates
+                .iter()
+                .map(|c| c.component.as_str())
+                .collect();
+            assert!(listed.contains(&"s1") && listed.len() == 3, "{listed:?}");
+        }
+    }
+}
+
+#[test]
+fn a_tie_between_twin_links_goes_to_the_one_traces_broke_at_else_to_the_open_one() {
+    let link = |l: &str| Element::Link(l.into());
+    // (located this tick, open links, located breaks in the window) -> named link
+    let cases: [(f64, &[&str], &[(&str, f64)], &str); 9] = [
+        (0.0, &[], &[], "t0-s1"),
+        (0.0, &[], &[("t1-s1", 6.0)], "t1-s1"),
+        (0.0, &[], &[("t0-s1", 3.0), ("t1-s1", 6.0)], "t1-s1"),
+        (0.0, &[], &[("t0-s1", 6.0), ("t1-s1", 3.0)], "t0-s1"),
+        (0.0, &["t1-s1"], &[], "t1-s1"),
+        (0.0, &["t0-s1"], &[], "t0-s1"),
+        (0.0, &["t0-s1"], &[("t1-s1", 6.0)], "t1-s1"),
+        (0.0, &["t1-s1"], &[("t0-s1", 6.0)], "t0-s1"),
+        (4.0, &["t1-s1"], &[("t1-s1", 6.0)], "t0-s1"),
+    ];
+    for (located, open, breaks, named) in cases {
+        let mut f = Finding {
+            element: link("t0-s1"),
+            failures: 30.0,
+            located,
+            ok: 60.0,
+            score: 50.0,
+            background: 0.001,
+            examples: Vec::new(),
+            flow: None,
+            beside_switch: false,
+            equivalent: vec![link("t1-s1"), Element::Switch("s1".into())],
+            rival: false,
+        };
+        let history: HashMap<String, (i64, f64)> = breaks
+            .iter()
+            .map(|&(l, n)| (l.to_string(), (NOW, n)))
+            .collect();
+        pick_twin(&mut f, |l| open.contains(&l), &history);
+        let case = (located, open, breaks);
+        assert_eq!(f.element, link(named), "{case:?}");
+        let mut all: Vec<Element> = f.equivalent.clone();
+        all.push(f.element.clone());
+        all.sort();
+        let mut want = vec![link("t0-s1"), link("t1-s1"), Element::Switch("s1".into())];
+        want.sort();
+        assert_eq!(all, want, "the twins listed beside it: {case:?}");
+    }
 }
 
 #[test]

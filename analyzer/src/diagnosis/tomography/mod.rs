@@ -697,20 +697,39 @@ fn independent(c: &Compiled, element: usize, other: usize) -> Tally {
     t
 }
 
-/// Components most of whose probes fail at breaks located by fresh traces, whether
-/// or not explain-away blamed them (a sibling may have explained their failures):
-/// evidence that a whole switch is down.
-pub(crate) fn located_suspects(obs: &ObsSet, min_failures: f64) -> Vec<Element> {
+/// A component at which fresh traces located at least `min_failures` breaks.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Located {
+    /// The component.
+    pub element: Element,
+    /// Failures at those breaks (a break that may sit on either of two links counts
+    /// half on each).
+    pub failures: f64,
+    /// Most of its failures are at those breaks: a component that drops everything
+    /// while a trace runs, not one whose loss cut a trace now and then.
+    pub mostly: bool,
+    /// Most of its probes failed, whether or not explain-away blamed it (a sibling may
+    /// have explained its failures): evidence that a whole switch is down.
+    pub down: bool,
+}
+
+/// Components at which fresh traces located at least `min_failures` breaks, sorted.
+pub(crate) fn located_breaks(obs: &ObsSet, min_failures: f64) -> Vec<Located> {
     let c = compile(obs);
     let live = Live::new(&c, vec![true; obs.len()]);
-    let mut v: Vec<Element> = live
+    let mut v: Vec<Located> = live
         .tally
         .iter()
         .enumerate()
-        .filter(|(_, x)| x.located >= min_failures && x.fail >= x.ok)
-        .map(|(e, _)| c.elements[e].clone())
+        .filter(|(_, x)| x.located >= min_failures)
+        .map(|(e, x)| Located {
+            element: c.elements[e].clone(),
+            failures: x.located,
+            mostly: 2.0 * x.located >= x.fail,
+            down: x.fail >= x.ok,
+        })
         .collect();
-    v.sort();
+    v.sort_by(|a, b| a.element.cmp(&b.element));
     v
 }
 
