@@ -398,11 +398,20 @@ fn a_flapping_link_traced_while_up_stays_the_twin_its_traces_broke_at() {
     }
 }
 
+/// Located failures this tick, open links, located breaks in the window, and the link
+/// the finding should name.
+type TieCase = (
+    f64,
+    &'static [&'static str],
+    &'static [(&'static str, f64)],
+    &'static str,
+);
+
 #[test]
 fn a_tie_between_twin_links_goes_to_the_one_traces_broke_at_else_to_the_open_one() {
     let link = |l: &str| Element::Link(l.into());
     // (located this tick, open links, located breaks in the window) -> named link
-    let cases: [(f64, &[&str], &[(&str, f64)], &str); 9] = [
+    let cases: [TieCase; 9] = [
         (0.0, &[], &[], "t0-s1"),
         (0.0, &[], &[("t1-s1", 6.0)], "t1-s1"),
         (0.0, &[], &[("t0-s1", 3.0), ("t1-s1", 6.0)], "t1-s1"),
