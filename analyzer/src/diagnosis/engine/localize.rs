@@ -100,6 +100,9 @@ impl Engine {
                     .insert(l.to_string(), (now + c.window_ms as i64, b.failures));
             }
         }
+        let open_after = now - c.resolve_after_ms as i64;
+        let open =
+            |l: &str| (self.link_holds.reported.get(l)).is_some_and(|(at, _)| *at >= open_after);
         for mut f in explain_away(&loss, &loss_params, blamable) {
             tracing::debug!(
                 element = ?f.element,
@@ -123,10 +126,6 @@ impl Engine {
                 }
                 continue;
             }
-            let open_after = inp.now_ms - c.resolve_after_ms as i64;
-            let open = |l: &str| {
-                (self.link_holds.reported.get(l)).is_some_and(|(at, _)| *at >= open_after)
-            };
             pick_twin(&mut f, open, &self.located);
             // The host noise already reported explains failures an RNIC of a noisy host
             // (or a component the probes cannot tell from it) is blamed for.
@@ -608,9 +607,9 @@ fn evidence(f: &Finding, what: &str) -> Evidence {
 /// fresh traces located the most breaks within the last window (in a tick where most of
 /// its failures were located), when that is more than at its own link: a flapping link
 /// is traced while it is up as often as while it is down, and the ticks of the first
-/// kind carry no evidence of which twin it is. Else
-/// its own link while that has an open problem, else a twin with an open problem: one
-/// fault stays one problem, though ties break by name.
+/// kind carry no evidence of which twin it is. Else its own link while that has an open
+/// problem, else a twin with an open problem: one fault stays one problem, though ties
+/// break by name.
 pub(super) fn pick_twin(
     f: &mut Finding,
     open: impl Fn(&str) -> bool,
@@ -637,8 +636,8 @@ pub(super) fn pick_twin(
         return;
     };
     let twin = f.equivalent.remove(i);
-    let own = std::mem::replace(&mut f.element, twin);
-    f.equivalent.push(own);
+    let named = std::mem::replace(&mut f.element, twin);
+    f.equivalent.push(named);
 }
 
 /// Lists beside the problem's component the components its findings could not be told
