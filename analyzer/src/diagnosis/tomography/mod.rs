@@ -698,7 +698,7 @@ fn independent(c: &Compiled, element: usize, other: usize) -> Tally {
 }
 
 /// A component at which fresh traces located at least `min_failures` breaks.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub(crate) struct Located {
     /// The component.
     pub element: Element,
@@ -713,12 +713,11 @@ pub(crate) struct Located {
     pub down: bool,
 }
 
-/// Components at which fresh traces located at least `min_failures` breaks, sorted.
+/// Components at which fresh traces located at least `min_failures` breaks.
 pub(crate) fn located_breaks(obs: &ObsSet, min_failures: f64) -> Vec<Located> {
     let c = compile(obs);
     let live = Live::new(&c, vec![true; obs.len()]);
-    let mut v: Vec<Located> = live
-        .tally
+    live.tally
         .iter()
         .enumerate()
         .filter(|(_, x)| x.located >= min_failures)
@@ -728,9 +727,7 @@ pub(crate) fn located_breaks(obs: &ObsSet, min_failures: f64) -> Vec<Located> {
             mostly: 2.0 * x.located >= x.fail,
             down: x.fail >= x.ok,
         })
-        .collect();
-    v.sort_by(|a, b| a.element.cmp(&b.element));
-    v
+        .collect()
 }
 
 /// R-Pingmesh Algorithm 1: every failed path votes once per failure for each
