@@ -70,7 +70,9 @@ struct RouteGet {
 
 /// sysctls of router namespaces. `ignore_routes_with_linkdown` stays 0 on purpose: a downed
 /// link keeps its ECMP nexthop and blackholes its share of flows, as a real fabric does until
-/// routing converges — the condition rocemesh must localize.
+/// routing converges — the condition rocemesh must localize. Routers answer every
+/// traceroute, as switch CPUs do well beyond probing rates; the one budget that is not per
+/// namespace is lifted by `route_errors`.
 const ROUTER_SYSCTLS: &[&str] = &[
     "net.ipv4.ip_forward=1",
     "net.ipv4.fib_multipath_hash_policy=1",
@@ -119,7 +121,7 @@ impl Fabric {
             topology,
             helper: None,
         };
-        if let Err(e) = fabric.build() {
+        if let Err(e) = fabric.build().and_then(|()| crate::route_errors::lift()) {
             drop(lock);
             let _ = Fabric::down(&spec.prefix);
             return Err(e.context(format!("building fabric {}", spec.prefix)));
@@ -286,7 +288,8 @@ impl Fabric {
             .collect();
         crate::management::remove(prefix);
         netns::ip_batch(None, &dels)?;
-        lock.remove()
+        lock.remove()?;
+        crate::route_errors::restore_if_last()
     }
 
     /// Address servers listen on in the root namespace so agents in host namespaces reach

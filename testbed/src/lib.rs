@@ -16,6 +16,7 @@ pub mod job;
 pub mod management;
 pub mod netns;
 pub mod process;
+mod route_errors;
 pub mod spec;
 pub mod state;
 pub mod topology;

@@ -6,7 +6,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddrV4};
 use std::time::{Duration, Instant};
 
 use common::{Fixture, namespaces_of, root_or_skip};
-use rocemesh_testbed::{Fabric, FabricSpec, FiveTuple, management, netns};
+use rocemesh_testbed::{Fabric, FabricSpec, Fault, FiveTuple, management, netns};
 use socket2::{Domain, Protocol, Socket, Type};
 
 #[test]
@@ -103,13 +103,7 @@ fn ecmp_spreads_source_ports_and_is_deterministic() {
 /// as R-Pingmesh's traceroute does) and returns (ICMP source, type) per TTL.
 fn traceroute(f: &Fixture) -> Vec<Option<(Ipv4Addr, u8)>> {
     let (src, dst) = (f.ip("h0r0"), f.ip("h2r0"));
-    let icmp = netns::in_netns(&f.netns_of("h0r0"), || {
-        Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))
-    })
-    .unwrap()
-    .unwrap();
-    icmp.set_read_timeout(Some(Duration::from_millis(200)))
-        .unwrap();
+    let icmp = icmp_socket(f, "h0r0");
     let probe = f.socket("h0r0", 33000);
     (1..=4u32)
         .map(|ttl| {
@@ -118,34 +112,55 @@ fn traceroute(f: &Fixture) -> Vec<Option<(Ipv4Addr, u8)>> {
             probe
                 .send_to(b"trace", SocketAddrV4::new(dst, dport))
                 .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(1);
-            let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1500];
-            while Instant::now() < deadline {
-                let Ok(n) = icmp.recv(&mut buf) else { continue };
-                // SAFETY: recv initialised the first n bytes.
-                let pkt: Vec<u8> = buf[..n]
-                    .iter()
-                    .map(|b| unsafe { b.assume_init() })
-                    .collect();
-                let ihl = usize::from(pkt[0] & 0xf) * 4;
-                let from = Ipv4Addr::new(pkt[12], pkt[13], pkt[14], pkt[15]);
-                let kind = pkt[ihl];
-                // Quoted packet: IP header (20 bytes here) then the UDP header of our probe.
-                let quoted = ihl + 8;
-                let q_src = Ipv4Addr::new(
-                    pkt[quoted + 12],
-                    pkt[quoted + 13],
-                    pkt[quoted + 14],
-                    pkt[quoted + 15],
-                );
-                let q_dport = u16::from_be_bytes([pkt[quoted + 22], pkt[quoted + 23]]);
-                if q_src == src && q_dport == dport {
-                    return Some((from, kind));
-                }
-            }
-            None
+            icmp_answer(&icmp, (src, dport), Instant::now() + Duration::from_secs(1))
         })
         .collect()
+}
+
+/// A raw socket reading the ICMP errors that reach `rnic`'s host.
+fn icmp_socket(f: &Fixture, rnic: &str) -> Socket {
+    let icmp = netns::in_netns(&f.netns_of(rnic), || {
+        Socket::new(Domain::IPV4, Type::RAW, Some(Protocol::ICMPV4))
+    })
+    .unwrap()
+    .unwrap();
+    icmp.set_read_timeout(Some(Duration::from_millis(200)))
+        .unwrap();
+    icmp
+}
+
+/// The first ICMP error read on `icmp` before `deadline` that quotes a UDP packet from
+/// `src` to port `dport`: (its sender, its type).
+fn icmp_answer(
+    icmp: &Socket,
+    (src, dport): (Ipv4Addr, u16),
+    deadline: Instant,
+) -> Option<(Ipv4Addr, u8)> {
+    let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 1500];
+    while Instant::now() < deadline {
+        let Ok(n) = icmp.recv(&mut buf) else { continue };
+        // SAFETY: recv initialised the first n bytes.
+        let pkt: Vec<u8> = buf[..n]
+            .iter()
+            .map(|b| unsafe { b.assume_init() })
+            .collect();
+        let ihl = usize::from(pkt[0] & 0xf) * 4;
+        let from = Ipv4Addr::new(pkt[12], pkt[13], pkt[14], pkt[15]);
+        let kind = pkt[ihl];
+        // Quoted packet: IP header (20 bytes here) then the UDP header of our probe.
+        let quoted = ihl + 8;
+        let q_src = Ipv4Addr::new(
+            pkt[quoted + 12],
+            pkt[quoted + 13],
+            pkt[quoted + 14],
+            pkt[quoted + 15],
+        );
+        let q_dport = u16::from_be_bytes([pkt[quoted + 22], pkt[quoted + 23]]);
+        if q_src == src && q_dport == dport {
+            return Some((from, kind));
+        }
+    }
+    None
 }
 
 #[test]
@@ -187,6 +202,53 @@ fn ttl_limited_udp_gets_time_exceeded_from_each_hop() {
         hops[3],
         Some((f.ip("h2r0"), 3)),
         "hop 4: destination answers port unreachable"
+    );
+}
+
+/// A spine whose link to the destination's ToR is down has no route there: it answers each
+/// TTL-limited packet it gets for that ToR with "unreachable", however many its sender
+/// had before (the host-wide budget of route errors is lifted while a fabric is up), so a
+/// trace sees the spine and the break after it.
+#[test]
+fn a_spine_without_a_route_answers_every_packet_with_unreachable() {
+    if !root_or_skip() {
+        return;
+    }
+    let f = Fixture::default("tbunreach");
+    let (src, dst, sport, dport) = (f.ip("h0r0"), f.ip("h2r0"), 33001, 33434);
+    let spine =
+        f.0.spine_for(&FiveTuple {
+            src: src.into(),
+            dst: dst.into(),
+            sport,
+            dport,
+        })
+        .unwrap()
+        .unwrap();
+    f.0.apply(&Fault::LinkDown {
+        link: format!("t1-{spine}"),
+    })
+    .unwrap();
+    let answering = f.0.topology().link(&format!("t0-{spine}")).unwrap().b.ip;
+    let icmp = icmp_socket(&f, "h0r0");
+    let probe = f.socket("h0r0", sport);
+    probe.set_ttl(2).unwrap();
+    let sent = 20;
+    let answers: Vec<Option<(Ipv4Addr, u8)>> = (0..sent)
+        .map(|_| {
+            probe
+                .send_to(b"trace", SocketAddrV4::new(dst, dport))
+                .unwrap();
+            icmp_answer(&icmp, (src, dport), Instant::now() + Duration::from_secs(1))
+        })
+        .collect();
+    let unreachable = answers
+        .iter()
+        .filter(|a| **a == Some((answering, 3)))
+        .count();
+    assert_eq!(
+        unreachable, sent,
+        "{spine} (port {answering}) must answer each TTL-2 packet with unreachable: {answers:?}"
     );
 }
 

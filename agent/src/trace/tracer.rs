@@ -306,6 +306,12 @@ impl Tracer {
             }
             let a = self.active.remove(i);
             let (hops, reached) = a.session.result();
+            tracing::debug!(
+                key = ?a.key,
+                reached,
+                hops = ?hops,
+                "trace finished"
+            );
             let path = TracedPath {
                 src: a.key.src,
                 dst: a.key.dst,

@@ -15,6 +15,10 @@ use std::path::PathBuf;
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
 
+/// Environment variable holding the agents' `RUST_LOG` (default `warn`); their logs are
+/// kept in the lab's directory when it is set.
+pub const AGENT_LOG_ENV: &str = "ROCEMESH_LAB_AGENT_LOG";
+
 /// Timing knobs of a lab's server, tuned for seconds-scale detection.
 #[derive(Debug, Clone)]
 pub struct LabTiming {
@@ -199,7 +203,8 @@ impl Lab {
             .clone();
         let log = std::fs::File::create(self.dir.join(format!("agent-{host}.log")))?;
         let mut cmd = netns::command(&h.netns, &self.exe.to_string_lossy());
-        cmd.env("RUST_LOG", "warn")
+        let level = std::env::var(AGENT_LOG_ENV).unwrap_or_else(|_| "warn".into());
+        cmd.env("RUST_LOG", level)
             .args(["agent", "--controller", &self.url, "--host", &h.name]);
         if let Some(path) = &self.agent_config {
             cmd.arg("--config").arg(path);
@@ -363,7 +368,11 @@ impl Drop for Lab {
             let _ = self.rt.block_on(s.shutdown());
         }
         let _ = Fabric::down(&self.fabric.spec().prefix);
-        let _ = std::fs::remove_dir_all(&self.dir);
+        if std::env::var_os(AGENT_LOG_ENV).is_some() {
+            eprintln!("lab: agent logs kept in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
     }
 }
 
