@@ -7,44 +7,32 @@
 //! lookup comes before the TTL check), and the probes it black-holes spend the budget of
 //! their sender first, so a trace from that sender sees the spine silent and cannot tell
 //! the link into the spine from the link out of it. A switch CPU answers hundreds a second.
-//! The budget is lifted while any fabric is up; the values it had are saved and put back
-//! when the last fabric goes down.
+//! While any fabric is up the cost is zero (the budget never runs out); the value it had
+//! is saved and put back when the last fabric goes down.
 
 use crate::state::STATE_DIR;
 use anyhow::{Context, Result};
 use std::fs;
 use std::path::PathBuf;
 
-/// The sysctls, in the root namespace's /proc (they exist nowhere else).
-const KNOBS: [&str; 2] = [
-    "/proc/sys/net/ipv4/route/error_cost",
-    "/proc/sys/net/ipv4/route/error_burst",
-];
-/// What they are set to while a fabric is up: a zero cost never runs out.
-const LIFTED: [&str; 2] = ["0", "1250"];
+/// The sysctl, in the root namespace's /proc (it exists nowhere else).
+const COST: &str = "/proc/sys/net/ipv4/route/error_cost";
 
 fn saved_path() -> PathBuf {
-    PathBuf::from(STATE_DIR).join("route-error-budget.saved")
+    PathBuf::from(STATE_DIR).join("route-error-cost.saved")
 }
 
-/// Lifts the budget, saving the host's values unless a fabric already did.
+/// Lifts the budget, saving the host's value unless a fabric already did.
 pub(crate) fn lift() -> Result<()> {
     let saved = saved_path();
     if !saved.exists() {
-        let values = KNOBS
-            .iter()
-            .map(|k| read(k))
-            .collect::<Result<Vec<_>>>()?;
-        fs::write(&saved, values.join(" ") + "\n")
-            .with_context(|| format!("writing {}", saved.display()))?;
+        let cost = fs::read_to_string(COST).with_context(|| format!("reading {COST}"))?;
+        fs::write(&saved, cost).with_context(|| format!("writing {}", saved.display()))?;
     }
-    for (k, v) in KNOBS.iter().zip(LIFTED) {
-        fs::write(k, v).with_context(|| format!("writing {v} to {k}"))?;
-    }
-    Ok(())
+    fs::write(COST, "0").with_context(|| format!("writing 0 to {COST}"))
 }
 
-/// Puts the saved values back when no fabric's state file is left.
+/// Puts the saved value back when no fabric's state file is left.
 pub(crate) fn restore_if_last() -> Result<()> {
     let saved = saved_path();
     let Ok(text) = fs::read_to_string(&saved) else {
@@ -56,21 +44,12 @@ pub(crate) fn restore_if_last() -> Result<()> {
     if fabrics_left {
         return Ok(());
     }
-    let values: Vec<&str> = text.split_whitespace().collect();
+    let cost = text.trim();
     anyhow::ensure!(
-        values.len() == KNOBS.len() && values.iter().all(|v| v.parse::<u64>().is_ok()),
-        "{} is not two numbers: {text:?}",
+        cost.parse::<u64>().is_ok(),
+        "{} does not hold a number: {text:?}",
         saved.display()
     );
-    for (k, v) in KNOBS.iter().zip(values) {
-        fs::write(k, v).with_context(|| format!("writing {v} to {k}"))?;
-    }
+    fs::write(COST, cost).with_context(|| format!("writing {cost} to {COST}"))?;
     fs::remove_file(&saved).with_context(|| format!("removing {}", saved.display()))
-}
-
-fn read(knob: &str) -> Result<String> {
-    Ok(fs::read_to_string(knob)
-        .with_context(|| format!("reading {knob}"))?
-        .trim()
-        .to_string())
 }

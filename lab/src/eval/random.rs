@@ -462,6 +462,12 @@ impl Seen {
             })
             .collect();
     }
+
+    /// Whether any probe between live hosts crosses `part`: a link whose ToR's hosts are
+    /// all down is not (its fault is then not required).
+    fn observed(&self, part: Part) -> bool {
+        Twins::new(&self.fabric, &self.down).observed(part)
+    }
 }
 
 /// The analyzer's name of testbed RNIC `name` ("h3r0" → "h3/r0").
@@ -517,12 +523,7 @@ fn inject_one(
                 Fault::LinkDown { link: link.clone() }
             };
             apply(lab, &f, inj)?;
-            inj.truth.push(hard(truth(
-                &describe(&f),
-                ProblemKind::LinkFault,
-                ComponentKind::Link,
-                link,
-            )));
+            inj.truth.push(hard(link_down_truth(seen, &f, link)?));
         }
         Planned::LinkLoss {
             link,
@@ -551,12 +552,7 @@ fn inject_one(
                 period_ms: *period_ms,
             };
             apply(lab, &f, inj)?;
-            inj.truth.push(truth(
-                &describe(&f),
-                ProblemKind::LinkFault,
-                ComponentKind::Link,
-                link,
-            ));
+            inj.truth.push(link_down_truth(seen, &f, link)?);
         }
         Planned::SwitchLoss { switch, percent } => {
             // Only what enters the switch: a packet meets the loss once per crossing.
@@ -644,6 +640,20 @@ fn inject_one(
         }
     }
     Ok(())
+}
+
+/// The truth of `f`, which takes `link` down (or flaps it): required only when a probe
+/// between live hosts crosses the link. It has no twins: the rerouting it causes tells it
+/// apart.
+fn link_down_truth(seen: &Seen, f: &Fault, link: &str) -> Result<rocemesh_sim::score::Truth> {
+    let mut t = truth(
+        &describe(f),
+        ProblemKind::LinkFault,
+        ComponentKind::Link,
+        link,
+    );
+    t.required &= seen.observed(seen.link(link, Direction::Both)?);
+    Ok(t)
 }
 
 /// Applies `fault(link, direction into the switch)` to every link of `switch`.
@@ -761,6 +771,27 @@ mod tests {
             )
             .0
         );
+    }
+
+    #[test]
+    fn a_link_down_no_probe_between_live_hosts_crosses_is_not_required() {
+        let spec = FabricSpec {
+            tors: 3,
+            spines: 2,
+            hosts_per_tor: 1,
+            ..FabricSpec::default()
+        };
+        let topo = Topology::new(&spec);
+        let required = |down: &[&str], link: &str| {
+            let f = Fault::LowerEndDown { link: link.into() };
+            link_down_truth(&Seen::new(&topo, down).unwrap(), &f, link)
+                .unwrap()
+                .required
+        };
+        assert!(required(&[], "t0-s0"));
+        // h0 is t0's only host: nothing crosses t0's links while it is down.
+        assert!(!required(&["h0"], "t0-s0"));
+        assert!(required(&["h0"], "t1-s0"));
     }
 
     #[test]
