@@ -38,10 +38,7 @@ pub(crate) fn restore_if_last() -> Result<()> {
     let Ok(text) = fs::read_to_string(&saved) else {
         return Ok(());
     };
-    let fabrics_left = fs::read_dir(STATE_DIR)?
-        .flatten()
-        .any(|e| e.file_name().to_string_lossy().ends_with(".json"));
-    if fabrics_left {
+    if crate::state::any_fabric()? {
         return Ok(());
     }
     let cost = text.trim();

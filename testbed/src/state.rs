@@ -69,6 +69,13 @@ pub fn state_path(prefix: &str) -> PathBuf {
     PathBuf::from(STATE_DIR).join(format!("{prefix}.json"))
 }
 
+/// True while some fabric has a state file (is up, or was left by a crash).
+pub(crate) fn any_fabric() -> Result<bool> {
+    Ok(fs::read_dir(STATE_DIR)?
+        .flatten()
+        .any(|e| e.path().extension().is_some_and(|x| x == "json")))
+}
+
 /// Path of a helper process log.
 pub fn log_path(prefix: &str, what: &str) -> PathBuf {
     PathBuf::from(STATE_DIR).join(format!("{prefix}-{what}.log"))
